@@ -1,0 +1,214 @@
+// collie.hpp: the C++ API of collie.
+//
+// A Communicator is one rank's membership of a group of ranks. Blocking calls return when the result is in
+// the output buffer; the *Async calls return a Work handle to wait on. Errors are thrown as collie::Error,
+// whose code() is one of the collieResult_t values of collie.h. The C API (collie.h) is built on this one.
+#pragma once
+
+#include <collie/collie.h>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace collie {
+
+/// Element types; values equal collieDataType_t.
+enum class DataType : int {
+  Int8 = 0,
+  Uint8 = 1,
+  Int32 = 2,
+  Uint32 = 3,
+  Int64 = 4,
+  Uint64 = 5,
+  Float16 = 6,
+  Float32 = 7,
+  Float64 = 8,
+  Bfloat16 = 9,
+};
+
+/// Reduction operations; values equal collieRedOp_t.
+enum class ReduceOp : int { Sum = 0, Prod = 1, Max = 2, Min = 3, Avg = 4 };
+
+/// Failure kinds; values equal collieResult_t.
+enum class ErrorCode : int {
+  Success = 0,
+  UnhandledCudaError = 1,
+  SystemError = 2,
+  InternalError = 3,
+  InvalidArgument = 4,
+  InvalidUsage = 5,
+  RemoteError = 6,
+  InProgress = 7,
+  Timeout = 8,
+};
+
+/// The exception every collie C++ call throws.
+class COLLIE_EXPORT Error : public std::runtime_error {
+ public:
+  Error(ErrorCode code, const std::string& message) : std::runtime_error(message), code_(code) {}
+  ErrorCode code() const noexcept { return code_; }
+
+ private:
+  ErrorCode code_;
+};
+
+/// 16-bit float storage types, so that typed spans of half and bfloat16 data can be passed.
+struct Half {
+  uint16_t bits;
+};
+struct BFloat16 {
+  uint16_t bits;
+};
+
+/// The DataType of a C++ element type.
+template <typename T>
+constexpr DataType dataTypeOf() {
+  if constexpr (std::is_same_v<T, int8_t> || std::is_same_v<T, char>) return DataType::Int8;
+  else if constexpr (std::is_same_v<T, uint8_t>) return DataType::Uint8;
+  else if constexpr (std::is_same_v<T, int32_t>) return DataType::Int32;
+  else if constexpr (std::is_same_v<T, uint32_t>) return DataType::Uint32;
+  else if constexpr (std::is_same_v<T, int64_t>) return DataType::Int64;
+  else if constexpr (std::is_same_v<T, uint64_t>) return DataType::Uint64;
+  else if constexpr (std::is_same_v<T, Half>) return DataType::Float16;
+  else if constexpr (std::is_same_v<T, float>) return DataType::Float32;
+  else if constexpr (std::is_same_v<T, double>) return DataType::Float64;
+  else if constexpr (std::is_same_v<T, BFloat16>) return DataType::Bfloat16;
+  else static_assert(sizeof(T) == 0, "collie: unsupported element type");
+}
+
+/// Root address plus random secret; made by one process, shared with every rank.
+struct COLLIE_EXPORT UniqueId {
+  collieUniqueId raw{};
+  /// Creates an id and starts the bootstrap root (a thread of this process) that serves one init.
+  static UniqueId create();
+  /// A 256-character hex form, for environment variables and command lines.
+  std::string toString() const;
+  static UniqueId fromString(const std::string& text);
+};
+
+/// Per-communicator options (collieConfig_t in the C API).
+struct Options {
+  /// How long a call waits on a silent peer; zero means the COLLIE_TIMEOUT param.
+  std::chrono::milliseconds timeout{0};
+  /// Name used in logs and error messages.
+  std::string name;
+};
+
+namespace core {
+class CommImpl;
+struct WorkState;
+}  // namespace core
+
+/// Handle of an async call; copies share the same operation.
+class COLLIE_EXPORT Work {
+ public:
+  Work() = default;
+  explicit Work(std::shared_ptr<core::WorkState> state) : state_(std::move(state)) {}
+  /// True when the operation finished (successfully or not); never blocks.
+  bool test() const;
+  /// Blocks until the operation is done; throws its Error if it failed.
+  void wait() const;
+  /// The failure, if the operation is done and failed; ErrorCode::Success otherwise.
+  ErrorCode error() const;
+  /// The message of the failure, empty when none.
+  std::string errorMessage() const;
+  bool valid() const { return state_ != nullptr; }
+
+ private:
+  std::shared_ptr<core::WorkState> state_;
+};
+
+/// One rank's communicator. Not copyable; destroy it on every rank.
+class COLLIE_EXPORT Communicator {
+ public:
+  /// Joins the communicator `id` as `rank` of `nranks`; blocks until all ranks have joined.
+  static std::unique_ptr<Communicator> create(int nranks, const UniqueId& id, int rank, const Options& options = {});
+  /// Creates all nranks communicators in this process (one thread per rank during init).
+  static std::vector<std::unique_ptr<Communicator>> createAll(int nranks, const Options& options = {});
+  /// Creates the communicator from a launcher's environment (collierun, torchrun, Open MPI, Slurm).
+  static std::unique_ptr<Communicator> createFromEnv(const Options& options = {});
+
+  ~Communicator();
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  int rank() const;
+  int size() const;
+  const std::string& name() const;
+
+  // Blocking collectives on host buffers. In place when send == recv (see collie.h for AllGather and
+  // ReduceScatter).
+  void allReduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op);
+  void broadcast(const void* send, void* recv, size_t count, DataType type, int root);
+  void reduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op, int root);
+  void allGather(const void* send, void* recv, size_t sendCount, DataType type);
+  void reduceScatter(const void* send, void* recv, size_t recvCount, DataType type, ReduceOp op);
+  void allToAll(const void* send, void* recv, size_t count, DataType type);
+  void send(const void* buf, size_t count, DataType type, int peer);
+  void recv(void* buf, size_t count, DataType type, int peer);
+  void barrier();
+
+  // Async forms: return at once; keep the buffers untouched until the Work is done.
+  Work allReduceAsync(const void* send, void* recv, size_t count, DataType type, ReduceOp op);
+  Work broadcastAsync(const void* send, void* recv, size_t count, DataType type, int root);
+  Work reduceAsync(const void* send, void* recv, size_t count, DataType type, ReduceOp op, int root);
+  Work allGatherAsync(const void* send, void* recv, size_t sendCount, DataType type);
+  Work reduceScatterAsync(const void* send, void* recv, size_t recvCount, DataType type, ReduceOp op);
+  Work allToAllAsync(const void* send, void* recv, size_t count, DataType type);
+  Work sendAsync(const void* buf, size_t count, DataType type, int peer);
+  Work recvAsync(void* buf, size_t count, DataType type, int peer);
+
+  // Typed conveniences.
+  template <typename T>
+  void allReduce(std::span<const T> send, std::span<T> recv, ReduceOp op) {
+    checkSpan(send.size(), recv.size(), "recv");
+    allReduce(send.data(), recv.data(), send.size(), dataTypeOf<T>(), op);
+  }
+  template <typename T>
+  void allReduce(std::span<T> inOut, ReduceOp op) {
+    allReduce(inOut.data(), inOut.data(), inOut.size(), dataTypeOf<T>(), op);
+  }
+  template <typename T>
+  Work allReduceAsync(std::span<T> inOut, ReduceOp op) {
+    return allReduceAsync(inOut.data(), inOut.data(), inOut.size(), dataTypeOf<T>(), op);
+  }
+  template <typename T>
+  void broadcast(std::span<T> inOut, int root) {
+    broadcast(inOut.data(), inOut.data(), inOut.size(), dataTypeOf<T>(), root);
+  }
+  template <typename T>
+  void allGather(std::span<const T> send, std::span<T> recv) {
+    checkSpan(send.size() * static_cast<size_t>(size()), recv.size(), "recv");
+    allGather(send.data(), recv.data(), send.size(), dataTypeOf<T>());
+  }
+
+  /// Splits by color (COLLIE_SPLIT_NOCOLOR returns null), ordering new ranks by key then old rank.
+  std::unique_ptr<Communicator> split(int color, int key, const Options& options = {});
+  /// Stops all work now; blocked and later calls fail with an error.
+  void abort();
+  /// The error hit in the background, or Success.
+  ErrorCode asyncError() const;
+
+  core::CommImpl& impl() { return *impl_; }
+  explicit Communicator(std::unique_ptr<core::CommImpl> impl);
+
+ private:
+  static void checkSpan(size_t want, size_t have, const char* what);
+  std::unique_ptr<core::CommImpl> impl_;
+};
+
+/// Calls made on this thread between groupStart and groupEnd are issued together and complete at groupEnd.
+COLLIE_EXPORT void groupStart();
+COLLIE_EXPORT void groupEnd();
+
+/// "major.minor.patch"
+COLLIE_EXPORT const char* versionString();
+
+}  // namespace collie

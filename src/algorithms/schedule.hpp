@@ -1,0 +1,77 @@
+// The schedule IR. An algorithm is a pure function (collective, rank, nranks, count, dtype, root) -> Schedule:
+// an ordered list of Steps, each moving a range of elements between this rank's buffers and one or two
+// peers. The executor (src/core/executor.*) runs the steps over Connections, splitting every step into
+// slices so that receive, reduce and forward of consecutive slices overlap; the simulator runs the same
+// schedules for all ranks in one process.
+//
+// Buffers are named, not pointed to: Input (the user's send buffer), Output (the user's receive buffer) and
+// Transient (a slice-sized scratch slot that the executor takes from its pool for each slice and returns
+// once the slice has been sent). Offsets and counts are in elements.
+//
+// Execution rules the builders rely on:
+//  - Step k+1 starts when every receive of step k has completed (its sends may still be in flight), or
+//    at once if step k has overlapNext set. So step k+1 must not write memory that step k still sends.
+//  - Within a step, slice j of the send part is posted as soon as slice j of the receive part is done.
+//  - A receive whose destination overlaps the step's local source lands in a Transient slot first.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace collie::algorithms {
+
+enum class Buffer : uint8_t { Input = 0, Output = 1, Transient = 2 };
+
+struct Range {
+  Buffer buffer = Buffer::Input;
+  size_t offset = 0;  ///< elements; ignored for Transient
+};
+
+enum class StepKind : uint8_t {
+  Send,            ///< send src[0:count) to sendPeer
+  Recv,            ///< receive count elements from recvPeer into dst
+  RecvReduce,      ///< receive from recvPeer; dst = src op received
+  RecvReduceSend,  ///< as RecvReduce, then send dst to sendPeer
+  RecvCopySend,    ///< receive into dst, then send dst to sendPeer
+  Copy,            ///< dst = src (skipped when they are the same memory)
+};
+
+struct Step {
+  StepKind kind = StepKind::Send;
+  int sendPeer = -1;
+  int recvPeer = -1;
+  Range src;
+  Range dst;
+  size_t count = 0;
+  bool overlapNext = false;  ///< let the next step start before this step's receives complete
+};
+
+enum class Collective : uint8_t { AllReduce, Broadcast, Reduce, AllGather, ReduceScatter, AllToAll, Send, Recv };
+const char* collectiveName(Collective coll);
+
+struct Schedule {
+  std::vector<Step> steps;
+  /// Where the final result lies on this rank (ReduceOp::Avg divides it by nranks at the end); count 0: none.
+  Range result;
+  size_t resultCount = 0;
+  /// Elements of Input and Output the schedule touches (for checks and the simulator).
+  size_t inputCount = 0;
+  size_t outputCount = 0;
+};
+
+/// What the builders need to know; element counts as in the C API (per-rank for AllGather/ReduceScatter).
+struct ScheduleKey {
+  Collective coll = Collective::AllReduce;
+  int rank = 0;
+  int nranks = 1;
+  size_t count = 0;
+  int root = 0;  ///< root of Broadcast/Reduce, peer of Send/Recv
+  bool operator==(const ScheduleKey&) const = default;
+};
+
+/// Human-readable listing of a schedule (collie-sim --trace, test failures).
+std::string describe(const Schedule& schedule);
+
+}  // namespace collie::algorithms

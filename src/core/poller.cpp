@@ -1,0 +1,58 @@
+#include "core/poller.hpp"
+
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "core/errors.hpp"
+
+namespace collie::core {
+
+Poller::Poller() {
+  epollFd_ = epoll_create1(EPOLL_CLOEXEC);
+  COLLIE_SYSCHECK(epollFd_, "epoll_create1");
+  eventFd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  COLLIE_SYSCHECK(eventFd_, "eventfd");
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.fd = eventFd_;
+  COLLIE_SYSCHECK(epoll_ctl(epollFd_, EPOLL_CTL_ADD, eventFd_, &ev), "epoll_ctl(eventfd)");
+}
+
+Poller::~Poller() {
+  if (eventFd_ >= 0) ::close(eventFd_);
+  if (epollFd_ >= 0) ::close(epollFd_);
+}
+
+void Poller::add(int fd) {
+  epoll_event ev{};
+  ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
+  ev.data.fd = fd;
+  COLLIE_SYSCHECK(epoll_ctl(epollFd_, EPOLL_CTL_ADD, fd, &ev), "epoll_ctl(ADD)");
+}
+
+void Poller::remove(int fd) { epoll_ctl(epollFd_, EPOLL_CTL_DEL, fd, nullptr); }
+
+void Poller::wait(std::chrono::microseconds timeout) {
+  epoll_event events[32];
+  int ms = static_cast<int>((timeout.count() + 999) / 1000);
+  int n = epoll_wait(epollFd_, events, 32, ms < 0 ? 0 : ms);
+  if (n < 0 && errno != EINTR) COLLIE_SYSCHECK(n, "epoll_wait");
+  for (int i = 0; i < n; ++i) {
+    if (events[i].data.fd == eventFd_) {
+      uint64_t drained;
+      while (read(eventFd_, &drained, sizeof(drained)) > 0) {
+      }
+    }
+  }
+}
+
+void Poller::wake() {
+  uint64_t one = 1;
+  ssize_t rc = write(eventFd_, &one, sizeof(one));
+  (void)rc;  // EAGAIN means a wake-up is already pending
+}
+
+}  // namespace collie::core

@@ -1,0 +1,61 @@
+// Socket helpers shared by the bootstrap and the TCP transport: addresses, interface selection with
+// NCCL's COLLIE_SOCKET_IFNAME grammar, listening, connecting with retries and backoff, and blocking
+// exact-size I/O with a deadline (for the bootstrap; the data path uses non-blocking sockets).
+#pragma once
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <chrono>
+#include <cstddef>
+#include <string>
+#include <vector>
+
+namespace collie::core {
+
+using Deadline = std::chrono::steady_clock::time_point;
+
+/// "1.2.3.4:5" or "[::1]:5".
+std::string addressToString(const sockaddr_storage& addr);
+/// Parses "host:port", "[v6]:port" or "v6" forms; resolves host names (getaddrinfo). Throws InvalidArgument.
+sockaddr_storage parseAddress(const std::string& hostPort);
+int addressPort(const sockaddr_storage& addr);
+void setAddressPort(sockaddr_storage& addr, int port);
+socklen_t addressLength(const sockaddr_storage& addr);
+
+/// One usable local interface address.
+struct InterfaceAddress {
+  std::string name;  ///< "eth0"
+  sockaddr_storage addr;
+};
+
+/// Whether interface `name` passes a COLLIE_SOCKET_IFNAME-style filter: a comma list of prefixes; a leading
+/// '^' excludes the listed ones; a leading '=' asks for exact names ('^=' both). Empty filter: everything
+/// except loopback ("lo") and docker bridges ("docker"), loopback only as a last resort.
+bool interfaceMatches(const std::string& filter, const std::string& name);
+/// The local interface addresses that pass the filter (params: COLLIE_SOCKET_IFNAME, COLLIE_SOCKET_FAMILY),
+/// best first. Falls back to loopback when nothing else exists and the filter is empty.
+std::vector<InterfaceAddress> findInterfaces(const std::string& filter, const std::string& family);
+
+/// The address this process should listen on and advertise (first of findInterfaces(params)).
+sockaddr_storage defaultLocalAddress();
+
+/// A listening TCP socket bound to `addr` (port 0: any free port). Returns the fd; `addr` gets the port.
+int listenOn(sockaddr_storage& addr, int backlog = 1024);
+/// Connects to addr, retrying refused/unreachable attempts with exponential backoff until `deadline` or
+/// `retries` tries. Returns a blocking fd with TCP_NODELAY set. Throws SystemError/Timeout naming `what`.
+int connectWithRetry(const sockaddr_storage& addr, Deadline deadline, int retries, const std::string& what);
+/// accept() with a deadline; returns -1 on timeout. Also fills *peer.
+int acceptUntil(int listenFd, Deadline deadline, sockaddr_storage* peer);
+
+/// Blocking exact-size I/O with a deadline. Throw RemoteError on EOF/reset and Timeout past the deadline;
+/// `what` names the other side in the message.
+void sendAll(int fd, const void* buf, size_t bytes, Deadline deadline, const std::string& what);
+void recvAll(int fd, void* buf, size_t bytes, Deadline deadline, const std::string& what);
+
+void setNonBlocking(int fd, bool on);
+void setNoDelay(int fd);
+/// Larger kernel buffers for the data path.
+void setBufferSizes(int fd, int bytes);
+
+}  // namespace collie::core

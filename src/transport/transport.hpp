@@ -1,0 +1,92 @@
+// The transport interface. A Transport connects this rank to a set of peers; each peer gets a Connection that
+// moves bytes in order: sends posted on a Connection arrive at the peer in the order they were posted and
+// fill that peer's receives in the order *it* posted them, with matching sizes on both sides.
+//
+// Connections are driven by one thread at a time (the executor's): postSend/postRecv queue a Transfer and
+// progress() moves bytes without blocking. When nothing moves, the executor sleeps in Poller::wait, which
+// wakes on any fd a transport registered (or on an explicit wake-up). Errors are thrown as collie::Error
+// naming the peer rank and the cause (RemoteError when the peer went away).
+//
+// For each peer pair, the first transport in the communicator's list whose canConnect() is true wins; both
+// sides decide from the same PeerInfo table, so they agree.
+#pragma once
+
+#include <sys/socket.h>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace collie::core {
+class Poller;
+}
+
+namespace collie::transport {
+
+using Clock = std::chrono::steady_clock;
+
+enum class MemoryKind : uint8_t { Host = 0, Device = 1 };
+
+/// What every rank publishes about itself at bootstrap (fixed size, so tables can be all-gathered).
+struct PeerInfo {
+  int32_t rank = -1;
+  int32_t pid = 0;
+  uint64_t hostHash = 0;                 ///< same value for ranks on the same host
+  sockaddr_storage tcpAddr{};            ///< where this rank's TCP transport listens
+  char hostName[64] = {0};
+};
+
+/// One posted send or receive. The executor owns it and keeps it alive (and unmoved) until complete.
+struct Transfer {
+  void* buf = nullptr;  ///< source of a send, destination of a receive
+  size_t bytes = 0;
+  MemoryKind kind = MemoryKind::Host;
+  bool complete = false;  ///< set by the Connection when every byte has moved
+};
+
+/// Everything a transport needs to know about the communicator it serves.
+struct CommContext {
+  int rank = 0;
+  int nranks = 0;
+  std::vector<PeerInfo> peers;   ///< indexed by rank
+  uint8_t secret[16] = {0};       ///< a connection that cannot show it is refused
+  std::string name;               ///< for messages
+  std::chrono::milliseconds timeout{0};
+  core::Poller* poller = nullptr;
+};
+
+class Connection {
+ public:
+  virtual ~Connection() = default;
+  virtual int peer() const = 0;
+  /// Queues t (bytes may be 0). The buffer must stay valid until t->complete.
+  virtual void postSend(Transfer* t) = 0;
+  virtual void postRecv(Transfer* t) = 0;
+  /// Moves what it can without blocking; returns true if any byte moved or any transfer completed.
+  virtual bool progress() = 0;
+  /// True while any posted transfer is incomplete.
+  virtual bool busy() const = 0;
+  /// Closes the connection; the peer sees the connection go away. Idempotent.
+  virtual void close() = 0;
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual const char* name() const = 0;
+  /// Called before bootstrap: start listening and publish the address in `self`.
+  virtual void listen(PeerInfo& self) = 0;
+  /// Whether this transport can link the two ranks (same answer on both sides).
+  virtual bool canConnect(const PeerInfo& local, const PeerInfo& peer) const = 0;
+  /// Collective over `peers` (every listed peer calls this with this rank in its list). Returns one
+  /// Connection per peer, in the order of `peers`. Fails within ctx.timeout if a peer never shows.
+  virtual std::vector<std::unique_ptr<Connection>> connect(const CommContext& ctx, const std::vector<int>& peers) = 0;
+};
+
+/// A connection of a rank to itself (sends are copied into the matching receives).
+std::unique_ptr<Connection> makeSelfConnection(int rank);
+
+}  // namespace collie::transport
