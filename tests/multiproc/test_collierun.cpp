@@ -1,0 +1,288 @@
+// Tests of tools/collierun, the local launcher, run as a real program on /bin/sh snippets: output prefixes,
+// the environment each rank gets, failure propagation, exit codes, timeout and signal forwarding.
+// The binary is found at $COLLIE_BUILD_DIR/tools/collierun (set by CTest), else next to this test's build
+// folder; the tests are skipped when it has not been built.
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+struct Result {
+  int code = -1;  // exit code, or 128+signal
+  std::string out;
+  std::string err;
+  double seconds = 0;
+};
+
+// Runs `/bin/sh -c script`, capturing stdout and stderr apart; gives up reading after 60 s.
+Result runShell(const std::string& script) {
+  Result res;
+  int outPipe[2], errPipe[2];
+  if (pipe2(outPipe, O_CLOEXEC) != 0 || pipe2(errPipe, O_CLOEXEC) != 0) return res;
+  auto start = std::chrono::steady_clock::now();
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(outPipe[1], STDOUT_FILENO);
+    dup2(errPipe[1], STDERR_FILENO);
+    execl("/bin/sh", "sh", "-c", script.c_str(), static_cast<char*>(nullptr));
+    _exit(126);
+  }
+  close(outPipe[1]);
+  close(errPipe[1]);
+  pollfd fds[2] = {{outPipe[0], POLLIN, 0}, {errPipe[0], POLLIN, 0}};
+  std::string* sinks[2] = {&res.out, &res.err};
+  int open = 2;
+  while (open > 0 && std::chrono::steady_clock::now() - start < std::chrono::seconds(60)) {
+    if (poll(fds, 2, 1000) < 0) break;
+    for (int i = 0; i < 2; ++i) {
+      if (fds[i].fd < 0 || !fds[i].revents) continue;
+      char buf[4096];
+      ssize_t n = read(fds[i].fd, buf, sizeof(buf));
+      if (n > 0) {
+        sinks[i]->append(buf, static_cast<size_t>(n));
+      } else {
+        close(fds[i].fd);
+        fds[i].fd = -1;
+        --open;
+      }
+    }
+  }
+  for (auto& f : fds) {
+    if (f.fd >= 0) close(f.fd);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  res.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return res;
+}
+
+std::vector<std::string> lines(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) out.push_back(line);
+  return out;
+}
+
+bool executable(const std::string& path) { return !path.empty() && access(path.c_str(), X_OK) == 0; }
+
+std::string findCollierun() {
+  if (const char* dir = std::getenv("COLLIE_BUILD_DIR")) {
+    std::string path = std::string(dir) + "/tools/collierun";
+    if (executable(path)) return path;
+  }
+  char self[4096];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n > 0) {
+    std::string dir(self, static_cast<size_t>(n));
+    dir = dir.substr(0, dir.rfind('/'));  // <build>/tests
+    for (const char* rel : {"/../tools/collierun", "/tools/collierun", "/../../tools/collierun"}) {
+      if (executable(dir + rel)) return dir + rel;
+    }
+  }
+  return "";
+}
+
+class CollierunTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    bin_ = findCollierun();
+    if (bin_.empty()) {
+      GTEST_SKIP() << "collierun is not built (looked in $COLLIE_BUILD_DIR/tools and ../tools from the test "
+                      "binary); build the 'collierun' target first";
+    }
+  }
+
+  // collierun with args, and the launcher's own COLLIE_ROOT_ADDR/COLLIE_SECRET cleared unless asked to keep.
+  Result collierun(const std::string& args, bool cleanEnv = true) {
+    std::string env = cleanEnv ? "env -u COLLIE_ROOT_ADDR -u COLLIE_SECRET " : "";
+    return runShell(env + bin_ + " " + args);
+  }
+
+  std::string bin_;
+};
+
+TEST_F(CollierunTest, PrefixesEveryLineWithTheRankOnTheRightStream) {
+  Result r = collierun("-n 4 -- /bin/sh -c 'echo hello $COLLIE_RANK; echo oops $COLLIE_RANK >&2; echo bye'");
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::vector<std::string> outLines = lines(r.out), errLines = lines(r.err);
+  std::multiset<std::string> out(outLines.begin(), outLines.end()), err(errLines.begin(), errLines.end());
+  std::multiset<std::string> wantOut, wantErr;
+  for (int rank = 0; rank < 4; ++rank) {
+    std::string p = "[" + std::to_string(rank) + "] ";
+    wantOut.insert(p + "hello " + std::to_string(rank));
+    wantOut.insert(p + "bye");
+    wantErr.insert(p + "oops " + std::to_string(rank));
+  }
+  EXPECT_EQ(out, wantOut) << r.out;
+  EXPECT_EQ(err, wantErr) << r.err;
+}
+
+TEST_F(CollierunTest, KeepsEachRanksLinesInOrder) {
+  Result r = collierun("-n 3 -- /bin/sh -c 'i=0; while [ $i -lt 300 ]; do echo $i; i=$((i+1)); done'");
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::map<std::string, int> next;
+  for (const std::string& line : lines(r.out)) {
+    std::string prefix = line.substr(0, line.find(' '));
+    EXPECT_EQ(line.substr(line.find(' ') + 1), std::to_string(next[prefix]++)) << line;
+  }
+  EXPECT_EQ(next.size(), 3u);
+  for (auto& [prefix, count] : next) EXPECT_EQ(count, 300) << prefix;
+}
+
+TEST_F(CollierunTest, SetsTheEnvironmentOfEachRank) {
+  const int n = 5;
+  Result r = collierun(
+      "-n 5 -- /bin/sh -c 'echo $COLLIE_RANK $COLLIE_NRANKS $COLLIE_LOCAL_RANK $COLLIE_LOCAL_SIZE "
+      "$RANK $WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE $COLLIE_ROOT_ADDR $COLLIE_SECRET'");
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::vector<std::string> got = lines(r.out);
+  ASSERT_EQ(got.size(), static_cast<size_t>(n)) << r.out;
+  std::set<int> ranks;
+  std::set<std::string> addrs, secrets;
+  for (const std::string& line : got) {
+    std::istringstream in(line);
+    std::string prefix, addr, secret;
+    int rank, nranks, localRank, localSize, torchRank, worldSize, torchLocalRank, localWorldSize;
+    in >> prefix >> rank >> nranks >> localRank >> localSize >> torchRank >> worldSize >> torchLocalRank >>
+        localWorldSize >> addr >> secret;
+    ASSERT_FALSE(in.fail()) << line;
+    EXPECT_EQ(prefix, "[" + std::to_string(rank) + "]");
+    EXPECT_EQ(nranks, n);
+    EXPECT_EQ(localRank, rank);
+    EXPECT_EQ(localSize, n);
+    EXPECT_EQ(torchRank, rank);
+    EXPECT_EQ(worldSize, n);
+    EXPECT_EQ(torchLocalRank, rank);
+    EXPECT_EQ(localWorldSize, n);
+    ranks.insert(rank);
+    addrs.insert(addr);
+    secrets.insert(secret);
+  }
+  EXPECT_EQ(ranks, (std::set<int>{0, 1, 2, 3, 4}));
+  ASSERT_EQ(addrs.size(), 1u);
+  ASSERT_EQ(secrets.size(), 1u);
+  const std::string& addr = *addrs.begin();
+  ASSERT_EQ(addr.rfind("127.0.0.1:", 0), 0u) << addr;
+  int port = std::atoi(addr.c_str() + 10);
+  EXPECT_GT(port, 0);
+  EXPECT_LT(port, 65536);
+  const std::string& secret = *secrets.begin();
+  EXPECT_EQ(secret.size(), 32u);
+  EXPECT_EQ(secret.find_first_not_of("0123456789abcdef"), std::string::npos) << secret;
+}
+
+TEST_F(CollierunTest, EachJobGetsItsOwnSecret) {
+  Result a = collierun("-n 1 -- /bin/sh -c 'echo $COLLIE_SECRET'");
+  Result b = collierun("-n 1 -- /bin/sh -c 'echo $COLLIE_SECRET'");
+  ASSERT_EQ(a.code, 0);
+  ASSERT_EQ(b.code, 0);
+  EXPECT_NE(a.out, b.out);
+}
+
+TEST_F(CollierunTest, PassesAGivenRootAddressThrough) {
+  Result r = runShell("env -u COLLIE_SECRET COLLIE_ROOT_ADDR=10.1.2.3:4567 " + bin_ +
+                      " -n 2 -- /bin/sh -c 'echo $COLLIE_ROOT_ADDR'");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "[0] 10.1.2.3:4567\n[1] 10.1.2.3:4567\n");
+}
+
+TEST_F(CollierunTest, SingleRankAndPartialLastLine) {
+  Result r = collierun("-n 1 -- /bin/sh -c 'echo one; printf two; printf three >&2'");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "[0] one\n[0] two\n");
+  EXPECT_EQ(r.err, "[0] three\n");
+}
+
+TEST_F(CollierunTest, FailingRankStopsTheOthersAndDecidesTheExitCode) {
+  Result r = collierun("-n 3 -- /bin/sh -c 'if [ $COLLIE_RANK = 1 ]; then exit 3; fi; sleep 30'");
+  EXPECT_EQ(r.code, 3) << r.err;
+  EXPECT_LT(r.seconds, 10);
+  EXPECT_NE(r.err.find("collierun: rank 1 exited with code 3"), std::string::npos) << r.err;
+}
+
+TEST_F(CollierunTest, RanksThatIgnoreSigtermGetSigkill) {
+  Result r =
+      collierun("-n 2 -- /bin/sh -c 'trap \"\" TERM; if [ $COLLIE_RANK = 0 ]; then sleep 0.5; exit 5; fi; sleep 30'");
+  EXPECT_EQ(r.code, 5) << r.err;
+  EXPECT_GE(r.seconds, 2);  // SIGKILL comes 3 s after SIGTERM
+  EXPECT_LT(r.seconds, 10);
+  EXPECT_NE(r.err.find("collierun: rank 0 exited with code 5"), std::string::npos) << r.err;
+}
+
+TEST_F(CollierunTest, RankKilledBySignalGives128PlusSignal) {
+  Result r = collierun("-n 3 -- /bin/sh -c 'if [ $COLLIE_RANK = 2 ]; then kill -KILL $$; fi; sleep 30'");
+  EXPECT_EQ(r.code, 128 + SIGKILL) << r.err;
+  EXPECT_LT(r.seconds, 10);
+  EXPECT_NE(r.err.find("collierun: rank 2 killed by signal SIGKILL"), std::string::npos) << r.err;
+}
+
+TEST_F(CollierunTest, AllRanksSucceedGivesZero) {
+  Result r = collierun("-n 3 -- true");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(r.err, "");
+}
+
+TEST_F(CollierunTest, MissingProgramGives127) {
+  Result r = collierun("-n 2 -- /nonexistent/collie-prog arg");
+  EXPECT_EQ(r.code, 127);
+  EXPECT_NE(r.err.find("collierun: cannot run '/nonexistent/collie-prog': No such file or directory"),
+            std::string::npos)
+      << r.err;
+  Result inPath = collierun("-n 2 collie-no-such-program-in-path");
+  EXPECT_EQ(inPath.code, 127);
+  EXPECT_NE(inPath.err.find("cannot run 'collie-no-such-program-in-path'"), std::string::npos) << inPath.err;
+}
+
+TEST_F(CollierunTest, TimeoutKillsTheJobWith124) {
+  Result r = collierun("-n 2 --timeout 1 -- sleep 30");
+  EXPECT_EQ(r.code, 124) << r.err;
+  EXPECT_LT(r.seconds, 10);
+  EXPECT_NE(r.err.find("timed out"), std::string::npos) << r.err;
+  Result fast = collierun("--timeout=20 -n 2 -- true");
+  EXPECT_EQ(fast.code, 0) << fast.err;
+}
+
+TEST_F(CollierunTest, ForwardsSigtermToTheRanks) {
+  Result r = runShell("env -u COLLIE_ROOT_ADDR -u COLLIE_SECRET " + bin_ +
+                      " -n 2 -- /bin/sh -c 'echo up; exec sleep 30' & pid=$!; sleep 0.5; kill -TERM $pid; "
+                      "wait $pid");
+  EXPECT_EQ(r.code, 128 + SIGTERM) << r.err;
+  EXPECT_LT(r.seconds, 10);
+  EXPECT_NE(r.err.find("killed by signal SIGTERM"), std::string::npos) << r.err;
+}
+
+TEST_F(CollierunTest, UsageErrors) {
+  for (const char* args : {"", "true", "-n 0 true", "-n x true", "-n 2", "-n 2 --", "-n 2 --bogus true",
+                           "-n 2 --timeout 0 true", "-n 2 --timeout"}) {
+    Result r = collierun(args);
+    EXPECT_EQ(r.code, 2) << "args: '" << args << "'";
+    EXPECT_EQ(r.err.rfind("collierun: ", 0), 0u) << "args: '" << args << "': " << r.err;
+  }
+  EXPECT_NE(collierun("true").err.find("-n"), std::string::npos);
+  EXPECT_NE(collierun("-n 2").err.find("no program"), std::string::npos);
+}
+
+TEST_F(CollierunTest, Help) {
+  for (const char* flag : {"-h", "--help"}) {
+    Result r = collierun(flag);
+    EXPECT_EQ(r.code, 0);
+    EXPECT_NE(r.out.find("Usage: collierun -n N"), std::string::npos) << r.out;
+  }
+}
+
+}  // namespace
