@@ -32,7 +32,7 @@ extern "C" {
 #define COLLIE_MAJOR 0
 #define COLLIE_MINOR 1
 #define COLLIE_PATCH 0
-#define COLLIE_VERSION_CODE(X, Y, Z) ((X) * 10000 + (Y) * 100 + (Z))
+#define COLLIE_VERSION_CODE(X, Y, Z) ((X)*10000 + (Y)*100 + (Z))
 #define COLLIE_VERSION COLLIE_VERSION_CODE(COLLIE_MAJOR, COLLIE_MINOR, COLLIE_PATCH)
 
 /** Result codes; values 0..7 equal ncclResult_t. */
@@ -50,7 +50,14 @@ typedef enum {
 } collieResult_t;
 
 /** Reduction operations; values equal ncclRedOp_t. */
-typedef enum { collieSum = 0, collieProd = 1, collieMax = 2, collieMin = 3, collieAvg = 4, collieNumOps = 5 } collieRedOp_t;
+typedef enum {
+  collieSum = 0,
+  collieProd = 1,
+  collieMax = 2,
+  collieMin = 3,
+  collieAvg = 4,
+  collieNumOps = 5
+} collieRedOp_t;
 
 /** Element types; values equal ncclDataType_t (fp8 types are not supported and are rejected). */
 typedef enum {
@@ -100,8 +107,11 @@ typedef struct collieConfig_v1 {
   const char* commName; /**< a name used in logs and errors; default none */
 } collieConfig_t;
 
-#define COLLIE_CONFIG_INITIALIZER \
-  { sizeof(collieConfig_t), COLLIE_CONFIG_MAGIC, COLLIE_VERSION, COLLIE_CONFIG_UNDEF_INT, COLLIE_CONFIG_UNDEF_INT, NULL }
+#define COLLIE_CONFIG_INITIALIZER                                                                                  \
+  {                                                                                                                \
+    sizeof(collieConfig_t), COLLIE_CONFIG_MAGIC, COLLIE_VERSION, COLLIE_CONFIG_UNDEF_INT, COLLIE_CONFIG_UNDEF_INT, \
+        NULL                                                                                                       \
+  }
 
 /** Writes COLLIE_VERSION into *version. */
 COLLIE_EXPORT collieResult_t collieGetVersion(int* version);
@@ -146,9 +156,8 @@ COLLIE_EXPORT collieResult_t collieAllReduce(const void* sendbuff, void* recvbuf
 COLLIE_EXPORT collieResult_t collieBroadcast(const void* sendbuff, void* recvbuff, size_t count,
                                              collieDataType_t datatype, int root, collieComm_t comm,
                                              collieStream_t stream);
-COLLIE_EXPORT collieResult_t collieReduce(const void* sendbuff, void* recvbuff, size_t count,
-                                          collieDataType_t datatype, collieRedOp_t op, int root, collieComm_t comm,
-                                          collieStream_t stream);
+COLLIE_EXPORT collieResult_t collieReduce(const void* sendbuff, void* recvbuff, size_t count, collieDataType_t datatype,
+                                          collieRedOp_t op, int root, collieComm_t comm, collieStream_t stream);
 /** recvbuff holds nranks * sendcount elements; in place when sendbuff == recvbuff + rank * sendcount. */
 COLLIE_EXPORT collieResult_t collieAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
                                              collieDataType_t datatype, collieComm_t comm, collieStream_t stream);
@@ -178,8 +187,8 @@ COLLIE_EXPORT collieResult_t collieBroadcastAsync(const void* sendbuff, void* re
                                                   collieDataType_t datatype, int root, collieComm_t comm,
                                                   collieRequest_t* request);
 COLLIE_EXPORT collieResult_t collieReduceAsync(const void* sendbuff, void* recvbuff, size_t count,
-                                               collieDataType_t datatype, collieRedOp_t op, int root,
-                                               collieComm_t comm, collieRequest_t* request);
+                                               collieDataType_t datatype, collieRedOp_t op, int root, collieComm_t comm,
+                                               collieRequest_t* request);
 COLLIE_EXPORT collieResult_t collieAllGatherAsync(const void* sendbuff, void* recvbuff, size_t sendcount,
                                                   collieDataType_t datatype, collieComm_t comm,
                                                   collieRequest_t* request);

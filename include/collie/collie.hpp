@@ -70,17 +70,28 @@ struct BFloat16 {
 /// The DataType of a C++ element type.
 template <typename T>
 constexpr DataType dataTypeOf() {
-  if constexpr (std::is_same_v<T, int8_t> || std::is_same_v<T, char>) return DataType::Int8;
-  else if constexpr (std::is_same_v<T, uint8_t>) return DataType::Uint8;
-  else if constexpr (std::is_same_v<T, int32_t>) return DataType::Int32;
-  else if constexpr (std::is_same_v<T, uint32_t>) return DataType::Uint32;
-  else if constexpr (std::is_same_v<T, int64_t>) return DataType::Int64;
-  else if constexpr (std::is_same_v<T, uint64_t>) return DataType::Uint64;
-  else if constexpr (std::is_same_v<T, Half>) return DataType::Float16;
-  else if constexpr (std::is_same_v<T, float>) return DataType::Float32;
-  else if constexpr (std::is_same_v<T, double>) return DataType::Float64;
-  else if constexpr (std::is_same_v<T, BFloat16>) return DataType::Bfloat16;
-  else static_assert(sizeof(T) == 0, "collie: unsupported element type");
+  if constexpr (std::is_same_v<T, int8_t> || std::is_same_v<T, char>)
+    return DataType::Int8;
+  else if constexpr (std::is_same_v<T, uint8_t>)
+    return DataType::Uint8;
+  else if constexpr (std::is_same_v<T, int32_t>)
+    return DataType::Int32;
+  else if constexpr (std::is_same_v<T, uint32_t>)
+    return DataType::Uint32;
+  else if constexpr (std::is_same_v<T, int64_t>)
+    return DataType::Int64;
+  else if constexpr (std::is_same_v<T, uint64_t>)
+    return DataType::Uint64;
+  else if constexpr (std::is_same_v<T, Half>)
+    return DataType::Float16;
+  else if constexpr (std::is_same_v<T, float>)
+    return DataType::Float32;
+  else if constexpr (std::is_same_v<T, double>)
+    return DataType::Float64;
+  else if constexpr (std::is_same_v<T, BFloat16>)
+    return DataType::Bfloat16;
+  else
+    static_assert(sizeof(T) == 0, "collie: unsupported element type");
 }
 
 /// Root address plus random secret; made by one process, shared with every rank.

@@ -32,15 +32,24 @@ void throwError(ErrorCode code, const char* file, int line, const std::string& m
 
 const char* errorCodeName(ErrorCode code) {
   switch (code) {
-    case ErrorCode::Success: return "no error";
-    case ErrorCode::UnhandledCudaError: return "unhandled cuda error";
-    case ErrorCode::SystemError: return "unhandled system error";
-    case ErrorCode::InternalError: return "internal error";
-    case ErrorCode::InvalidArgument: return "invalid argument";
-    case ErrorCode::InvalidUsage: return "invalid usage";
-    case ErrorCode::RemoteError: return "remote process exited or there was a network error";
-    case ErrorCode::InProgress: return "operation in progress";
-    case ErrorCode::Timeout: return "timed out waiting for a peer";
+    case ErrorCode::Success:
+      return "no error";
+    case ErrorCode::UnhandledCudaError:
+      return "unhandled cuda error";
+    case ErrorCode::SystemError:
+      return "unhandled system error";
+    case ErrorCode::InternalError:
+      return "internal error";
+    case ErrorCode::InvalidArgument:
+      return "invalid argument";
+    case ErrorCode::InvalidUsage:
+      return "invalid usage";
+    case ErrorCode::RemoteError:
+      return "remote process exited or there was a network error";
+    case ErrorCode::InProgress:
+      return "operation in progress";
+    case ErrorCode::Timeout:
+      return "timed out waiting for a peer";
   }
   return "unknown result code";
 }

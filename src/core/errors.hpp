@@ -5,7 +5,6 @@
 #pragma once
 
 #include <collie/collie.hpp>
-
 #include <cstdarg>
 #include <string>
 
@@ -31,20 +30,21 @@ std::string errnoString(int err);
 
 }  // namespace collie::core
 
-#define COLLIE_FAIL(code, ...) ::collie::core::throwError((code), __FILE__, __LINE__, ::collie::core::format(__VA_ARGS__))
-#define COLLIE_ENFORCE(cond, code, ...)  \
-  do {                                   \
+#define COLLIE_FAIL(code, ...) \
+  ::collie::core::throwError((code), __FILE__, __LINE__, ::collie::core::format(__VA_ARGS__))
+#define COLLIE_ENFORCE(cond, code, ...)          \
+  do {                                           \
     if (!(cond)) COLLIE_FAIL(code, __VA_ARGS__); \
   } while (0)
 #define COLLIE_ARG_CHECK(cond, ...) COLLIE_ENFORCE(cond, ::collie::ErrorCode::InvalidArgument, __VA_ARGS__)
 #define COLLIE_USAGE_CHECK(cond, ...) COLLIE_ENFORCE(cond, ::collie::ErrorCode::InvalidUsage, __VA_ARGS__)
 #define COLLIE_INTERNAL_CHECK(cond, ...) COLLIE_ENFORCE(cond, ::collie::ErrorCode::InternalError, __VA_ARGS__)
 /// Fails with SystemError and strerror(errno) when a syscall-style call returns < 0.
-#define COLLIE_SYSCHECK(expr, what)                                                                      \
-  do {                                                                                                   \
-    if ((expr) < 0) {                                                                                    \
-      int collieErr_ = errno;                                                                            \
-      COLLIE_FAIL(::collie::ErrorCode::SystemError, "%s failed: %s", (what),                            \
-                  ::collie::core::errnoString(collieErr_).c_str());                                      \
-    }                                                                                                    \
+#define COLLIE_SYSCHECK(expr, what)                                          \
+  do {                                                                       \
+    if ((expr) < 0) {                                                        \
+      int collieErr_ = errno;                                                \
+      COLLIE_FAIL(::collie::ErrorCode::SystemError, "%s failed: %s", (what), \
+                  ::collie::core::errnoString(collieErr_).c_str());          \
+    }                                                                        \
   } while (0)

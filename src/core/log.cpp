@@ -36,10 +36,14 @@ LogConfig makeConfig() {
   LogConfig c;
   std::string lvl;
   for (char ch : params::debug()) lvl += static_cast<char>(toupper(static_cast<unsigned char>(ch)));
-  if (lvl == "NONE") c.level = LogLevel::None;
-  else if (lvl == "INFO") c.level = LogLevel::Info;
-  else if (lvl == "TRACE") c.level = LogLevel::Trace;
-  else c.level = LogLevel::Warn;
+  if (lvl == "NONE")
+    c.level = LogLevel::None;
+  else if (lvl == "INFO")
+    c.level = LogLevel::Info;
+  else if (lvl == "TRACE")
+    c.level = LogLevel::Trace;
+  else
+    c.level = LogLevel::Warn;
 
   const std::string& list = params::debugSubsys();
   bool first = true;
@@ -91,10 +95,14 @@ const LogConfig& config() {
 
 const char* levelName(LogLevel level) {
   switch (level) {
-    case LogLevel::Warn: return "WARN";
-    case LogLevel::Info: return "INFO";
-    case LogLevel::Trace: return "TRACE";
-    default: return "";
+    case LogLevel::Warn:
+      return "WARN";
+    case LogLevel::Info:
+      return "INFO";
+    case LogLevel::Trace:
+      return "TRACE";
+    default:
+      return "";
   }
 }
 

@@ -26,10 +26,10 @@ void logMessage(LogLevel level, uint32_t subsys, const char* file, int line, con
 
 }  // namespace collie::core
 
-#define COLLIE_LOG(level, subsys, ...)                                                        \
-  do {                                                                                        \
-    if (::collie::core::logEnabled((level), (subsys)))                                        \
-      ::collie::core::logMessage((level), (subsys), __FILE__, __LINE__, __VA_ARGS__);         \
+#define COLLIE_LOG(level, subsys, ...)                                                \
+  do {                                                                                \
+    if (::collie::core::logEnabled((level), (subsys)))                                \
+      ::collie::core::logMessage((level), (subsys), __FILE__, __LINE__, __VA_ARGS__); \
   } while (0)
 #define COLLIE_WARN(subsys, ...) COLLIE_LOG(::collie::core::LogLevel::Warn, subsys, __VA_ARGS__)
 #define COLLIE_INFO(subsys, ...) COLLIE_LOG(::collie::core::LogLevel::Info, subsys, __VA_ARGS__)

@@ -31,15 +31,15 @@ std::string parseStr(const char* env, const char* def) {
 
 }  // namespace
 
-#define COLLIE_PARAM_DEFINE_Int(name, env, def) \
-  int64_t name() {                              \
+#define COLLIE_PARAM_DEFINE_Int(name, env, def)      \
+  int64_t name() {                                   \
     static const int64_t value = parseInt(env, def); \
-    return value;                               \
+    return value;                                    \
   }
-#define COLLIE_PARAM_DEFINE_Str(name, env, def)         \
-  const std::string& name() {                           \
+#define COLLIE_PARAM_DEFINE_Str(name, env, def)          \
+  const std::string& name() {                            \
     static const std::string value = parseStr(env, def); \
-    return value;                                       \
+    return value;                                        \
   }
 #define COLLIE_PARAM_DEFINE(name, type, env, def, desc) COLLIE_PARAM_DEFINE_##type(name, env, def)
 COLLIE_PARAM_LIST(COLLIE_PARAM_DEFINE)

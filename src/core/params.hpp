@@ -9,29 +9,29 @@
 namespace collie::core::params {
 
 // X(accessor, type, env name, default, description). Types: Int (int64_t) or Str (std::string).
-#define COLLIE_PARAM_LIST(X)                                                                                      \
-  X(timeoutMs, Int, "COLLIE_TIMEOUT", "300000",                                                                \
-    "milliseconds a call (or init) waits on a silent peer before failing with a timeout")                     \
-  X(debug, Str, "COLLIE_DEBUG", "WARN", "log level: NONE, WARN, INFO or TRACE")                                \
-  X(debugSubsys, Str, "COLLIE_DEBUG_SUBSYS", "ALL",                                                            \
-    "subsystems to log: INIT,BOOTSTRAP,NET,COLL,TUNE,ENV or ALL; ^NAME removes one")                          \
-  X(debugFile, Str, "COLLIE_DEBUG_FILE", "", "write logs to this file (%h host, %p pid) instead of stderr")     \
-  X(socketIfname, Str, "COLLIE_SOCKET_IFNAME", "",                                                             \
-    "network interfaces to use: prefixes (eth,ib), ^ to exclude, = for exact names; empty: first non-loopback") \
-  X(socketFamily, Str, "COLLIE_SOCKET_FAMILY", "", "AF_INET or AF_INET6 to force an address family")          \
-  X(socketsPerPeer, Int, "COLLIE_SOCKETS_PER_PEER", "2", "TCP sockets per peer; large messages are striped")   \
-  X(stripeMinBytes, Int, "COLLIE_STRIPE_MIN_BYTES", "262144",                                                  \
-    "TCP messages at least this large are split across the sockets of a peer")                                \
-  X(connectRetries, Int, "COLLIE_CONNECT_RETRIES", "50",                                                       \
-    "times a refused connection is retried during init (exponential backoff, capped by COLLIE_TIMEOUT)")      \
-  X(sliceBytes, Int, "COLLIE_SLICE_BYTES", "0", "pipeline slice size in bytes; 0 lets the tuner choose")      \
-  X(slicesInFlight, Int, "COLLIE_SLICES_IN_FLIGHT", "0",                                                       \
-    "receive slices posted ahead per step; 0 lets the tuner choose")                                          \
-  X(spinUs, Int, "COLLIE_SPIN_US", "20", "microseconds a waiting rank polls before it sleeps")                 \
-  X(algo, Str, "COLLIE_ALGO", "", "force an algorithm (NCCL grammar: ring, ^tree, allreduce:ring;...)")       \
-  X(rootAddr, Str, "COLLIE_ROOT_ADDR", "",                                                                     \
+#define COLLIE_PARAM_LIST(X)                                                                                     \
+  X(timeoutMs, Int, "COLLIE_TIMEOUT", "300000",                                                                  \
+    "milliseconds a call (or init) waits on a silent peer before failing with a timeout")                        \
+  X(debug, Str, "COLLIE_DEBUG", "WARN", "log level: NONE, WARN, INFO or TRACE")                                  \
+  X(debugSubsys, Str, "COLLIE_DEBUG_SUBSYS", "ALL",                                                              \
+    "subsystems to log: INIT,BOOTSTRAP,NET,COLL,TUNE,ENV or ALL; ^NAME removes one")                             \
+  X(debugFile, Str, "COLLIE_DEBUG_FILE", "", "write logs to this file (%h host, %p pid) instead of stderr")      \
+  X(socketIfname, Str, "COLLIE_SOCKET_IFNAME", "",                                                               \
+    "network interfaces to use: prefixes (eth,ib), ^ to exclude, = for exact names; empty: first non-loopback")  \
+  X(socketFamily, Str, "COLLIE_SOCKET_FAMILY", "", "AF_INET or AF_INET6 to force an address family")             \
+  X(socketsPerPeer, Int, "COLLIE_SOCKETS_PER_PEER", "2", "TCP sockets per peer; large messages are striped")     \
+  X(stripeMinBytes, Int, "COLLIE_STRIPE_MIN_BYTES", "262144",                                                    \
+    "TCP messages at least this large are split across the sockets of a peer")                                   \
+  X(connectRetries, Int, "COLLIE_CONNECT_RETRIES", "50",                                                         \
+    "times a refused connection is retried during init (exponential backoff, capped by COLLIE_TIMEOUT)")         \
+  X(sliceBytes, Int, "COLLIE_SLICE_BYTES", "0", "pipeline slice size in bytes; 0 lets the tuner choose")         \
+  X(slicesInFlight, Int, "COLLIE_SLICES_IN_FLIGHT", "0",                                                         \
+    "receive slices posted ahead per step; 0 lets the tuner choose")                                             \
+  X(spinUs, Int, "COLLIE_SPIN_US", "20", "microseconds a waiting rank polls before it sleeps")                   \
+  X(algo, Str, "COLLIE_ALGO", "", "force an algorithm (NCCL grammar: ring, ^tree, allreduce:ring;...)")          \
+  X(rootAddr, Str, "COLLIE_ROOT_ADDR", "",                                                                       \
     "host:port of the bootstrap root for env init without COLLIE_UNIQUE_ID (default MASTER_ADDR:MASTER_PORT+1)") \
-  X(secret, Str, "COLLIE_SECRET", "",                                                                          \
+  X(secret, Str, "COLLIE_SECRET", "",                                                                            \
     "shared secret for env init without COLLIE_UNIQUE_ID; ranks must agree (default: derived from the job)")
 
 #define COLLIE_PARAM_DECLARE_Int(name) int64_t name();

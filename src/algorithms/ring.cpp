@@ -1,0 +1,188 @@
+// Ring algorithms for AllReduce, ReduceScatter, AllGather, Broadcast and Reduce.
+//
+// AllReduce (n ranks, buffer cut into n chunks; rank r sends to r+1 and receives from r-1):
+//   reduce-scatter: at step s (0..n-2) rank r sends chunk r-s and receives chunk r-s-1, which it adds to its
+//   own input; after n-1 steps rank r holds the fully reduced chunk r+1.
+//   all-gather: at step s (0..n-2) rank r sends chunk r+1-s (first its own reduced chunk, then what it just
+//   received) and receives chunk r-s; after n-1 steps every rank holds every reduced chunk.
+//   Fused into steps, rank r runs:
+//     Send(input[r]) | RecvReduceSend(chunk r-s) for s = 1..n-1 | RecvCopySend(chunk r+1-s) for s = 1..n-2
+//     | Recv(chunk r+2)
+//   so each received slice is reduced and forwarded at once; the executor pipelines slices so the ring
+//   streams. Each rank sends 2(n-1)/n of the buffer in 2(n-1) steps.
+//
+// ReduceScatter is the first half shifted by one chunk so that rank r ends with chunk r (partial sums ride in
+// transient slots, the input is never written); AllGather is the second half starting from each rank's own
+// block. Broadcast is a chain from the root (root -> root+1 -> ... -> root-1), Reduce a chain that ends at
+// the root (root+1 -> ... -> root), both pipelined in slices.
+#include "algorithms/patterns/ring.hpp"
+
+#include "algorithms/algorithms.hpp"
+
+namespace collie::algorithms {
+namespace {
+
+using patterns::ChunkSplit;
+using patterns::ringAdd;
+
+Step copyStep(Range src, Range dst, size_t count) {
+  Step s;
+  s.kind = StepKind::Copy;
+  s.src = src;
+  s.dst = dst;
+  s.count = count;
+  return s;
+}
+
+Step sendStep(int peer, Range src, size_t count, bool overlapNext) {
+  Step s;
+  s.kind = StepKind::Send;
+  s.sendPeer = peer;
+  s.src = src;
+  s.count = count;
+  s.overlapNext = overlapNext;
+  return s;
+}
+
+Step recvStep(StepKind kind, int recvPeer, int sendPeer, Range src, Range dst, size_t count) {
+  Step s;
+  s.kind = kind;
+  s.recvPeer = recvPeer;
+  s.sendPeer = sendPeer;
+  s.src = src;
+  s.dst = dst;
+  s.count = count;
+  return s;
+}
+
+Range in(size_t offset) { return {Buffer::Input, offset}; }
+Range out(size_t offset) { return {Buffer::Output, offset}; }
+Range transient() { return {Buffer::Transient, 0}; }
+
+Schedule allReduce(const ScheduleKey& k) {
+  Schedule sch;
+  const int n = k.nranks, r = k.rank, next = ringAdd(r, 1, n), prev = ringAdd(r, -1, n);
+  sch.inputCount = sch.outputCount = k.count;
+  sch.result = out(0);
+  sch.resultCount = k.count;
+  if (n == 1) {
+    sch.steps.push_back(copyStep(in(0), out(0), k.count));
+    return sch;
+  }
+  ChunkSplit chunks{k.count, n};
+  auto chunk = [&](int delta) { return ringAdd(r, delta, n); };
+  sch.steps.push_back(sendStep(next, in(chunks.offset(r)), chunks.size(r), /*overlapNext=*/true));
+  for (int s = 1; s <= n - 1; ++s) {
+    int c = chunk(-s);
+    sch.steps.push_back(
+        recvStep(StepKind::RecvReduceSend, prev, next, in(chunks.offset(c)), out(chunks.offset(c)), chunks.size(c)));
+  }
+  for (int s = 1; s <= n - 2; ++s) {
+    int c = chunk(1 - s);
+    sch.steps.push_back(recvStep(StepKind::RecvCopySend, prev, next, {}, out(chunks.offset(c)), chunks.size(c)));
+  }
+  int last = chunk(2);
+  sch.steps.push_back(recvStep(StepKind::Recv, prev, -1, {}, out(chunks.offset(last)), chunks.size(last)));
+  return sch;
+}
+
+// Input: n blocks of k.count; rank r ends with block r reduced in Output[0, count).
+Schedule reduceScatter(const ScheduleKey& k) {
+  Schedule sch;
+  const int n = k.nranks, r = k.rank, next = ringAdd(r, 1, n), prev = ringAdd(r, -1, n);
+  const size_t block = k.count;
+  sch.inputCount = block * static_cast<size_t>(n);
+  sch.outputCount = block;
+  sch.result = out(0);
+  sch.resultCount = block;
+  if (n == 1) {
+    sch.steps.push_back(copyStep(in(0), out(0), block));
+    return sch;
+  }
+  auto at = [&](int delta) { return static_cast<size_t>(ringAdd(r, delta, n)) * block; };
+  sch.steps.push_back(sendStep(next, in(at(-1)), block, /*overlapNext=*/true));
+  for (int s = 0; s <= n - 3; ++s) {
+    sch.steps.push_back(recvStep(StepKind::RecvReduceSend, prev, next, in(at(-2 - s)), transient(), block));
+  }
+  sch.steps.push_back(recvStep(StepKind::RecvReduce, prev, -1, in(at(0)), out(0), block));
+  return sch;
+}
+
+// Output: n blocks of k.count; block r comes from rank r's input.
+Schedule allGather(const ScheduleKey& k) {
+  Schedule sch;
+  const int n = k.nranks, r = k.rank, next = ringAdd(r, 1, n), prev = ringAdd(r, -1, n);
+  const size_t block = k.count;
+  sch.inputCount = block;
+  sch.outputCount = block * static_cast<size_t>(n);
+  auto at = [&](int delta) { return static_cast<size_t>(ringAdd(r, delta, n)) * block; };
+  sch.steps.push_back(copyStep(in(0), out(at(0)), block));
+  if (n == 1) return sch;
+  sch.steps.push_back(sendStep(next, in(0), block, /*overlapNext=*/true));
+  for (int s = 1; s <= n - 2; ++s) {
+    sch.steps.push_back(recvStep(StepKind::RecvCopySend, prev, next, {}, out(at(-s)), block));
+  }
+  sch.steps.push_back(recvStep(StepKind::Recv, prev, -1, {}, out(at(1)), block));
+  return sch;
+}
+
+Schedule broadcast(const ScheduleKey& k) {
+  Schedule sch;
+  const int n = k.nranks, r = k.rank, next = ringAdd(r, 1, n), prev = ringAdd(r, -1, n);
+  const int pos = ringAdd(r, -k.root, n);  // 0 at the root, n-1 at the end of the chain
+  sch.inputCount = pos == 0 ? k.count : 0;
+  sch.outputCount = k.count;
+  if (pos == 0) {
+    sch.steps.push_back(copyStep(in(0), out(0), k.count));
+    if (n > 1) sch.steps.push_back(sendStep(next, in(0), k.count, false));
+  } else if (pos < n - 1) {
+    sch.steps.push_back(recvStep(StepKind::RecvCopySend, prev, next, {}, out(0), k.count));
+  } else {
+    sch.steps.push_back(recvStep(StepKind::Recv, prev, -1, {}, out(0), k.count));
+  }
+  return sch;
+}
+
+Schedule reduce(const ScheduleKey& k) {
+  Schedule sch;
+  const int n = k.nranks, r = k.rank, next = ringAdd(r, 1, n), prev = ringAdd(r, -1, n);
+  const int pos = ringAdd(r, -k.root - 1, n);  // 0 starts the chain, n-1 is the root
+  sch.inputCount = k.count;
+  sch.outputCount = r == k.root ? k.count : 0;
+  if (r == k.root) {
+    sch.result = out(0);
+    sch.resultCount = k.count;
+  }
+  if (n == 1) {
+    sch.steps.push_back(copyStep(in(0), out(0), k.count));
+  } else if (pos == 0) {
+    sch.steps.push_back(sendStep(next, in(0), k.count, false));
+  } else if (pos < n - 1) {
+    sch.steps.push_back(recvStep(StepKind::RecvReduceSend, prev, next, in(0), transient(), k.count));
+  } else {
+    sch.steps.push_back(recvStep(StepKind::RecvReduce, prev, -1, in(0), out(0), k.count));
+  }
+  return sch;
+}
+
+}  // namespace
+
+Schedule buildRing(const ScheduleKey& key) {
+  switch (key.coll) {
+    case Collective::AllReduce:
+      return allReduce(key);
+    case Collective::ReduceScatter:
+      return reduceScatter(key);
+    case Collective::AllGather:
+      return allGather(key);
+    case Collective::Broadcast:
+      return broadcast(key);
+    case Collective::Reduce:
+      return reduce(key);
+    default:
+      break;
+  }
+  return buildDirect(key);
+}
+
+}  // namespace collie::algorithms

@@ -1,0 +1,447 @@
+// The C API (include/collie/collie.h), built on the C++ API. Every entry point catches everything: no exception
+// crosses this boundary. A failure's message is kept per communicator (collieGetLastError(comm)) and per
+// thread (collieGetLastError(NULL)).
+//
+// A handle shares ownership of its Communicator with every call in flight, so collieCommAbort on one thread
+// can free the handle while a call blocked on another thread unwinds safely.
+#include <collie/collie.h>
+
+#include <collie/collie.hpp>
+#include <cstring>
+#include <future>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "core/communicator.hpp"
+#include "core/errors.hpp"
+
+using collie::ErrorCode;
+
+struct collieComm {
+  std::mutex mu;
+  std::shared_ptr<collie::Communicator> comm;  // null until a non-blocking init finishes
+  std::thread initThread;                      // non-blocking init
+  collieResult_t initResult = collieSuccess;
+  std::string initError;
+  bool initDone = true;
+};
+
+struct collieRequest {
+  collie::Work work;
+};
+
+namespace {
+
+thread_local std::string tlsLastError;
+
+collieResult_t toResult(ErrorCode code) { return static_cast<collieResult_t>(code); }
+
+void recordError(const std::shared_ptr<collie::Communicator>& comm, const std::string& message) {
+  tlsLastError = message;
+  if (comm) {
+    auto& impl = comm->impl();
+    std::lock_guard<std::mutex> lock(impl.lastErrorMu);
+    impl.lastError = message;
+  }
+}
+
+// Runs `body`, turning exceptions into result codes and recording messages.
+template <typename F>
+collieResult_t guarded(const std::shared_ptr<collie::Communicator>& comm, F&& body) {
+  try {
+    body();
+    return collieSuccess;
+  } catch (const collie::Error& e) {
+    recordError(comm, e.what());
+    return toResult(e.code());
+  } catch (const std::bad_alloc&) {
+    recordError(comm, "out of memory");
+    return collieSystemError;
+  } catch (const std::exception& e) {
+    recordError(comm, e.what());
+    return collieInternalError;
+  } catch (...) {
+    recordError(comm, "unknown exception");
+    return collieInternalError;
+  }
+}
+
+collieResult_t argError(const char* message) {
+  tlsLastError = message;
+  return collieInvalidArgument;
+}
+
+// The communicator of a handle, waiting for a non-blocking init to finish.
+collieResult_t resolve(collieComm_t handle, std::shared_ptr<collie::Communicator>* out) {
+  if (!handle) return argError("comm is NULL");
+  std::thread pending;
+  {
+    std::lock_guard<std::mutex> lock(handle->mu);
+    if (!handle->initDone && handle->initThread.joinable()) pending = std::move(handle->initThread);
+  }
+  if (pending.joinable()) pending.join();
+  std::lock_guard<std::mutex> lock(handle->mu);
+  if (handle->initResult != collieSuccess) {
+    tlsLastError = handle->initError;
+    return handle->initResult;
+  }
+  *out = handle->comm;
+  if (!*out) return argError("comm was destroyed");
+  return collieSuccess;
+}
+
+template <typename F>
+collieResult_t withComm(collieComm_t handle, F&& body) {
+  std::shared_ptr<collie::Communicator> comm;
+  collieResult_t r = resolve(handle, &comm);
+  if (r != collieSuccess) return r;
+  return guarded(comm, [&] { body(*comm); });
+}
+
+collie::DataType dt(collieDataType_t t) { return static_cast<collie::DataType>(t); }
+collie::ReduceOp rop(collieRedOp_t o) { return static_cast<collie::ReduceOp>(o); }
+
+collieResult_t checkStream(collieStream_t stream) {
+  if (stream != nullptr) {
+    tlsLastError =
+        "a CUDA stream was passed, but this build of collie supports host buffers only (pass NULL as stream)";
+    return collieInvalidUsage;
+  }
+  return collieSuccess;
+}
+
+template <typename F>
+collieResult_t asyncCall(collieComm_t handle, collieRequest_t* request, F&& start) {
+  if (!request) return argError("request is NULL");
+  *request = nullptr;
+  return withComm(handle, [&](collie::Communicator& c) { *request = new collieRequest{start(c)}; });
+}
+
+collieResult_t initRank(collieComm_t* out, int nranks, const collieUniqueId& id, int rank,
+                        const collieConfig_t* config) {
+  if (!out) return argError("comm is NULL");
+  *out = nullptr;
+  collie::Options options;
+  bool blocking = true;
+  if (config) {
+    if (config->magic != COLLIE_CONFIG_MAGIC || config->size < offsetof(collieConfig_t, commName)) {
+      return argError("config was not initialised with COLLIE_CONFIG_INITIALIZER");
+    }
+    if (config->blocking != COLLIE_CONFIG_UNDEF_INT) blocking = config->blocking != 0;
+    if (config->timeoutMs != COLLIE_CONFIG_UNDEF_INT) {
+      if (config->timeoutMs <= 0) return argError("config->timeoutMs must be positive");
+      options.timeout = std::chrono::milliseconds(config->timeoutMs);
+    }
+    if (config->size >= sizeof(collieConfig_t) && config->commName) options.name = config->commName;
+  }
+  auto* handle = new collieComm;
+  collie::UniqueId uid;
+  uid.raw = id;
+  auto init = [handle, nranks, uid, rank, options] {
+    std::shared_ptr<collie::Communicator> comm;
+    collieResult_t r = guarded(nullptr, [&] { comm = collie::Communicator::create(nranks, uid, rank, options); });
+    std::lock_guard<std::mutex> lock(handle->mu);
+    handle->comm = std::move(comm);
+    handle->initResult = r;
+    if (r != collieSuccess) handle->initError = tlsLastError;
+    handle->initDone = true;
+  };
+  if (blocking) {
+    init();
+    if (handle->initResult != collieSuccess) {
+      collieResult_t r = handle->initResult;
+      tlsLastError = handle->initError;
+      delete handle;
+      return r;
+    }
+    *out = handle;
+    return collieSuccess;
+  }
+  handle->initDone = false;
+  handle->initThread = std::thread(init);
+  *out = handle;
+  return collieInProgress;
+}
+
+}  // namespace
+
+extern "C" {
+
+collieResult_t collieGetVersion(int* version) {
+  if (!version) return argError("version is NULL");
+  *version = COLLIE_VERSION;
+  return collieSuccess;
+}
+
+collieResult_t collieGetUniqueId(collieUniqueId* uniqueId) {
+  if (!uniqueId) return argError("uniqueId is NULL");
+  return guarded(nullptr, [&] { *uniqueId = collie::UniqueId::create().raw; });
+}
+
+collieResult_t collieUniqueIdToString(const collieUniqueId* uniqueId, char* buf, size_t bufSize) {
+  if (!uniqueId || !buf) return argError("uniqueId or buf is NULL");
+  if (bufSize < 2 * COLLIE_UNIQUE_ID_BYTES + 1) return argError("buf must hold at least 257 bytes");
+  collie::UniqueId id;
+  id.raw = *uniqueId;
+  std::string s = id.toString();
+  memcpy(buf, s.c_str(), s.size() + 1);
+  return collieSuccess;
+}
+
+collieResult_t collieUniqueIdFromString(const char* str, collieUniqueId* uniqueId) {
+  if (!str || !uniqueId) return argError("str or uniqueId is NULL");
+  return guarded(nullptr, [&] { *uniqueId = collie::UniqueId::fromString(str).raw; });
+}
+
+collieResult_t collieCommInitRank(collieComm_t* comm, int nranks, collieUniqueId commId, int rank) {
+  return initRank(comm, nranks, commId, rank, nullptr);
+}
+
+collieResult_t collieCommInitRankConfig(collieComm_t* comm, int nranks, collieUniqueId commId, int rank,
+                                        collieConfig_t* config) {
+  return initRank(comm, nranks, commId, rank, config);
+}
+
+collieResult_t collieCommInitAll(collieComm_t* comms, int ndev, const int* /*devlist*/) {
+  if (!comms) return argError("comms is NULL");
+  if (ndev < 1) return argError("ndev must be at least 1");
+  std::vector<std::unique_ptr<collie::Communicator>> all;
+  collieResult_t r = guarded(nullptr, [&] { all = collie::Communicator::createAll(ndev); });
+  if (r != collieSuccess) return r;
+  for (int i = 0; i < ndev; ++i) {
+    comms[i] = new collieComm;
+    comms[i]->comm = std::move(all[static_cast<size_t>(i)]);
+  }
+  return collieSuccess;
+}
+
+collieResult_t collieCommInitFromEnv(collieComm_t* comm, collieConfig_t* config) {
+  if (!comm) return argError("comm is NULL");
+  *comm = nullptr;
+  collie::Options options;
+  if (config && config->magic == COLLIE_CONFIG_MAGIC) {
+    if (config->timeoutMs != COLLIE_CONFIG_UNDEF_INT && config->timeoutMs > 0)
+      options.timeout = std::chrono::milliseconds(config->timeoutMs);
+    if (config->commName) options.name = config->commName;
+  } else if (config) {
+    return argError("config was not initialised with COLLIE_CONFIG_INITIALIZER");
+  }
+  std::unique_ptr<collie::Communicator> created;
+  collieResult_t r = guarded(nullptr, [&] { created = collie::Communicator::createFromEnv(options); });
+  if (r != collieSuccess) return r;
+  *comm = new collieComm;
+  (*comm)->comm = std::move(created);
+  return collieSuccess;
+}
+
+collieResult_t collieCommDestroy(collieComm_t handle) {
+  if (!handle) return collieSuccess;
+  std::shared_ptr<collie::Communicator> comm;
+  resolve(handle, &comm);
+  {
+    std::lock_guard<std::mutex> lock(handle->mu);
+    handle->comm.reset();
+  }
+  delete handle;
+  comm.reset();  // the last owner closes connections once outstanding work is done
+  return collieSuccess;
+}
+
+collieResult_t collieCommAbort(collieComm_t handle) {
+  if (!handle) return collieSuccess;
+  std::shared_ptr<collie::Communicator> comm;
+  resolve(handle, &comm);
+  if (comm) comm->abort();
+  return collieCommDestroy(handle);
+}
+
+collieResult_t collieCommGetAsyncError(collieComm_t handle, collieResult_t* asyncError) {
+  if (!handle || !asyncError) return argError("comm or asyncError is NULL");
+  std::lock_guard<std::mutex> lock(handle->mu);
+  if (!handle->initDone) {
+    *asyncError = collieInProgress;
+  } else if (handle->initResult != collieSuccess) {
+    *asyncError = handle->initResult;
+  } else {
+    *asyncError = handle->comm ? toResult(handle->comm->asyncError()) : collieInvalidUsage;
+  }
+  return collieSuccess;
+}
+
+collieResult_t collieCommCount(const collieComm_t comm, int* count) {
+  if (!count) return argError("count is NULL");
+  return withComm(comm, [&](collie::Communicator& c) { *count = c.size(); });
+}
+
+collieResult_t collieCommUserRank(const collieComm_t comm, int* rank) {
+  if (!rank) return argError("rank is NULL");
+  return withComm(comm, [&](collie::Communicator& c) { *rank = c.rank(); });
+}
+
+collieResult_t collieCommSplit(collieComm_t comm, int color, int key, collieComm_t* newcomm, collieConfig_t* config) {
+  if (!newcomm) return argError("newcomm is NULL");
+  *newcomm = nullptr;
+  collie::Options options;
+  if (config && config->magic == COLLIE_CONFIG_MAGIC) {
+    if (config->timeoutMs != COLLIE_CONFIG_UNDEF_INT && config->timeoutMs > 0)
+      options.timeout = std::chrono::milliseconds(config->timeoutMs);
+    if (config->commName) options.name = config->commName;
+  }
+  std::unique_ptr<collie::Communicator> created;
+  collieResult_t r = withComm(comm, [&](collie::Communicator& c) { created = c.split(color, key, options); });
+  if (r != collieSuccess || !created) return r;
+  *newcomm = new collieComm;
+  (*newcomm)->comm = std::move(created);
+  return collieSuccess;
+}
+
+const char* collieGetErrorString(collieResult_t result) {
+  return collie::core::errorCodeName(static_cast<ErrorCode>(result));
+}
+
+const char* collieGetLastError(collieComm_t handle) {
+  if (handle) {
+    std::lock_guard<std::mutex> lock(handle->mu);
+    if (handle->comm) {
+      auto& impl = handle->comm->impl();
+      std::lock_guard<std::mutex> lock2(impl.lastErrorMu);
+      if (!impl.lastError.empty()) return impl.lastError.c_str();
+    } else if (!handle->initError.empty()) {
+      return handle->initError.c_str();
+    }
+  }
+  return tlsLastError.c_str();
+}
+
+collieResult_t collieAllReduce(const void* sendbuff, void* recvbuff, size_t count, collieDataType_t datatype,
+                               collieRedOp_t op, collieComm_t comm, collieStream_t stream) {
+  if (collieResult_t r = checkStream(stream)) return r;
+  return withComm(comm,
+                  [&](collie::Communicator& c) { c.allReduce(sendbuff, recvbuff, count, dt(datatype), rop(op)); });
+}
+
+collieResult_t collieBroadcast(const void* sendbuff, void* recvbuff, size_t count, collieDataType_t datatype, int root,
+                               collieComm_t comm, collieStream_t stream) {
+  if (collieResult_t r = checkStream(stream)) return r;
+  return withComm(comm, [&](collie::Communicator& c) { c.broadcast(sendbuff, recvbuff, count, dt(datatype), root); });
+}
+
+collieResult_t collieReduce(const void* sendbuff, void* recvbuff, size_t count, collieDataType_t datatype,
+                            collieRedOp_t op, int root, collieComm_t comm, collieStream_t stream) {
+  if (collieResult_t r = checkStream(stream)) return r;
+  return withComm(comm,
+                  [&](collie::Communicator& c) { c.reduce(sendbuff, recvbuff, count, dt(datatype), rop(op), root); });
+}
+
+collieResult_t collieAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, collieDataType_t datatype,
+                               collieComm_t comm, collieStream_t stream) {
+  if (collieResult_t r = checkStream(stream)) return r;
+  return withComm(comm, [&](collie::Communicator& c) { c.allGather(sendbuff, recvbuff, sendcount, dt(datatype)); });
+}
+
+collieResult_t collieReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, collieDataType_t datatype,
+                                   collieRedOp_t op, collieComm_t comm, collieStream_t stream) {
+  if (collieResult_t r = checkStream(stream)) return r;
+  return withComm(
+      comm, [&](collie::Communicator& c) { c.reduceScatter(sendbuff, recvbuff, recvcount, dt(datatype), rop(op)); });
+}
+
+collieResult_t collieAllToAll(const void* sendbuff, void* recvbuff, size_t count, collieDataType_t datatype,
+                              collieComm_t comm, collieStream_t stream) {
+  if (collieResult_t r = checkStream(stream)) return r;
+  return withComm(comm, [&](collie::Communicator& c) { c.allToAll(sendbuff, recvbuff, count, dt(datatype)); });
+}
+
+collieResult_t collieSend(const void* sendbuff, size_t count, collieDataType_t datatype, int peer, collieComm_t comm,
+                          collieStream_t stream) {
+  if (collieResult_t r = checkStream(stream)) return r;
+  return withComm(comm, [&](collie::Communicator& c) { c.send(sendbuff, count, dt(datatype), peer); });
+}
+
+collieResult_t collieRecv(void* recvbuff, size_t count, collieDataType_t datatype, int peer, collieComm_t comm,
+                          collieStream_t stream) {
+  if (collieResult_t r = checkStream(stream)) return r;
+  return withComm(comm, [&](collie::Communicator& c) { c.recv(recvbuff, count, dt(datatype), peer); });
+}
+
+collieResult_t collieBarrier(collieComm_t comm) {
+  return withComm(comm, [&](collie::Communicator& c) { c.barrier(); });
+}
+
+collieResult_t collieGroupStart(void) {
+  return guarded(nullptr, [] { collie::groupStart(); });
+}
+
+collieResult_t collieGroupEnd(void) {
+  return guarded(nullptr, [] { collie::groupEnd(); });
+}
+
+collieResult_t collieAllReduceAsync(const void* sendbuff, void* recvbuff, size_t count, collieDataType_t datatype,
+                                    collieRedOp_t op, collieComm_t comm, collieRequest_t* request) {
+  return asyncCall(comm, request, [&](collie::Communicator& c) {
+    return c.allReduceAsync(sendbuff, recvbuff, count, dt(datatype), rop(op));
+  });
+}
+
+collieResult_t collieBroadcastAsync(const void* sendbuff, void* recvbuff, size_t count, collieDataType_t datatype,
+                                    int root, collieComm_t comm, collieRequest_t* request) {
+  return asyncCall(comm, request, [&](collie::Communicator& c) {
+    return c.broadcastAsync(sendbuff, recvbuff, count, dt(datatype), root);
+  });
+}
+
+collieResult_t collieReduceAsync(const void* sendbuff, void* recvbuff, size_t count, collieDataType_t datatype,
+                                 collieRedOp_t op, int root, collieComm_t comm, collieRequest_t* request) {
+  return asyncCall(comm, request, [&](collie::Communicator& c) {
+    return c.reduceAsync(sendbuff, recvbuff, count, dt(datatype), rop(op), root);
+  });
+}
+
+collieResult_t collieAllGatherAsync(const void* sendbuff, void* recvbuff, size_t sendcount, collieDataType_t datatype,
+                                    collieComm_t comm, collieRequest_t* request) {
+  return asyncCall(comm, request, [&](collie::Communicator& c) {
+    return c.allGatherAsync(sendbuff, recvbuff, sendcount, dt(datatype));
+  });
+}
+
+collieResult_t collieReduceScatterAsync(const void* sendbuff, void* recvbuff, size_t recvcount,
+                                        collieDataType_t datatype, collieRedOp_t op, collieComm_t comm,
+                                        collieRequest_t* request) {
+  return asyncCall(comm, request, [&](collie::Communicator& c) {
+    return c.reduceScatterAsync(sendbuff, recvbuff, recvcount, dt(datatype), rop(op));
+  });
+}
+
+collieResult_t collieAllToAllAsync(const void* sendbuff, void* recvbuff, size_t count, collieDataType_t datatype,
+                                   collieComm_t comm, collieRequest_t* request) {
+  return asyncCall(comm, request,
+                   [&](collie::Communicator& c) { return c.allToAllAsync(sendbuff, recvbuff, count, dt(datatype)); });
+}
+
+collieResult_t collieWait(collieRequest_t request) {
+  if (!request) return argError("request is NULL");
+  return guarded(nullptr, [&] { request->work.wait(); });
+}
+
+collieResult_t collieTest(collieRequest_t request, int* done) {
+  if (!request || !done) return argError("request or done is NULL");
+  return guarded(nullptr, [&] {
+    *done = request->work.test() ? 1 : 0;
+    if (*done) request->work.wait();  // rethrows the failure, if any
+  });
+}
+
+collieResult_t collieRequestFree(collieRequest_t request) {
+  if (!request) return collieSuccess;
+  if (request->work.valid()) {
+    try {
+      request->work.wait();  // its result was (or can no longer be) reported by collieWait / collieTest
+    } catch (...) {
+    }
+  }
+  delete request;
+  return collieSuccess;
+}
+
+}  // extern "C"

@@ -1,0 +1,179 @@
+// The C++ API (include/collie/collie.hpp): thin wrappers that describe each call and hand it to CommImpl.
+#include <collie/config.h>
+
+#include <collie/collie.hpp>
+#include <thread>
+
+#include "core/bootstrap.hpp"
+#include "core/communicator.hpp"
+#include "core/errors.hpp"
+#include "core/params.hpp"
+#include "core/socket.hpp"
+
+namespace collie {
+
+using algorithms::Collective;
+using core::OpDesc;
+
+// ---- UniqueId ------------------------------------------------------------------------------------------------
+
+UniqueId UniqueId::create() {
+  sockaddr_storage addr = core::defaultLocalAddress();
+  core::setAddressPort(addr, 0);
+  auto data =
+      core::BootstrapRoot::start(addr, core::randomSecret(), std::chrono::milliseconds(core::params::timeoutMs()));
+  UniqueId id;
+  id.raw = core::encodeUniqueId(data);
+  return id;
+}
+
+std::string UniqueId::toString() const { return core::uniqueIdToHex(raw); }
+
+UniqueId UniqueId::fromString(const std::string& text) {
+  UniqueId id;
+  id.raw = core::uniqueIdFromHex(text);
+  core::decodeUniqueId(id.raw);  // validates
+  return id;
+}
+
+// ---- Work ----------------------------------------------------------------------------------------------------
+
+bool Work::test() const {
+  COLLIE_USAGE_CHECK(state_ != nullptr, "test() on an empty Work");
+  return state_->test();
+}
+
+void Work::wait() const {
+  COLLIE_USAGE_CHECK(state_ != nullptr, "wait() on an empty Work");
+  state_->wait();
+  if (state_->code != ErrorCode::Success) throw Error(state_->code, state_->message);
+}
+
+ErrorCode Work::error() const {
+  if (!state_ || !state_->test()) return ErrorCode::Success;
+  return state_->code;
+}
+
+std::string Work::errorMessage() const {
+  if (!state_ || !state_->test()) return {};
+  return state_->message;
+}
+
+// ---- Communicator ----------------------------------------------------------------------------------------------
+
+Communicator::Communicator(std::unique_ptr<core::CommImpl> impl) : impl_(std::move(impl)) {}
+Communicator::~Communicator() = default;
+
+std::unique_ptr<Communicator> Communicator::create(int nranks, const UniqueId& id, int rank, const Options& options) {
+  auto data = core::decodeUniqueId(id.raw);
+  return std::make_unique<Communicator>(core::CommImpl::create(nranks, data, rank, options));
+}
+
+std::vector<std::unique_ptr<Communicator>> Communicator::createAll(int nranks, const Options& options) {
+  COLLIE_ARG_CHECK(nranks >= 1, "nranks=%d: expected at least 1", nranks);
+  UniqueId id = UniqueId::create();
+  std::vector<std::unique_ptr<Communicator>> comms(static_cast<size_t>(nranks));
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(nranks));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < nranks; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        comms[static_cast<size_t>(r)] = create(nranks, id, r, options);
+      } catch (...) {
+        errors[static_cast<size_t>(r)] = std::current_exception();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+  return comms;
+}
+
+int Communicator::rank() const { return impl_->rank(); }
+int Communicator::size() const { return impl_->size(); }
+const std::string& Communicator::name() const { return impl_->name(); }
+
+namespace {
+OpDesc makeOp(Collective coll, const void* send, void* recv, size_t count, DataType type, ReduceOp op, int root) {
+  OpDesc d;
+  d.coll = coll;
+  d.send = send;
+  d.recv = recv;
+  d.count = count;
+  d.type = type;
+  d.op = op;
+  d.root = root;
+  return d;
+}
+}  // namespace
+
+void Communicator::allReduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op) {
+  impl_->run(makeOp(Collective::AllReduce, send, recv, count, type, op, 0));
+}
+void Communicator::broadcast(const void* send, void* recv, size_t count, DataType type, int root) {
+  impl_->run(makeOp(Collective::Broadcast, send, recv, count, type, ReduceOp::Sum, root));
+}
+void Communicator::reduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op, int root) {
+  impl_->run(makeOp(Collective::Reduce, send, recv, count, type, op, root));
+}
+void Communicator::allGather(const void* send, void* recv, size_t sendCount, DataType type) {
+  impl_->run(makeOp(Collective::AllGather, send, recv, sendCount, type, ReduceOp::Sum, 0));
+}
+void Communicator::reduceScatter(const void* send, void* recv, size_t recvCount, DataType type, ReduceOp op) {
+  impl_->run(makeOp(Collective::ReduceScatter, send, recv, recvCount, type, op, 0));
+}
+void Communicator::allToAll(const void* send, void* recv, size_t count, DataType type) {
+  impl_->run(makeOp(Collective::AllToAll, send, recv, count, type, ReduceOp::Sum, 0));
+}
+void Communicator::send(const void* buf, size_t count, DataType type, int peer) {
+  impl_->run(makeOp(Collective::Send, buf, nullptr, count, type, ReduceOp::Sum, peer));
+}
+void Communicator::recv(void* buf, size_t count, DataType type, int peer) {
+  impl_->run(makeOp(Collective::Recv, nullptr, buf, count, type, ReduceOp::Sum, peer));
+}
+void Communicator::barrier() { impl_->barrier(); }
+
+Work Communicator::allReduceAsync(const void* send, void* recv, size_t count, DataType type, ReduceOp op) {
+  return Work(impl_->runAsync(makeOp(Collective::AllReduce, send, recv, count, type, op, 0)));
+}
+Work Communicator::broadcastAsync(const void* send, void* recv, size_t count, DataType type, int root) {
+  return Work(impl_->runAsync(makeOp(Collective::Broadcast, send, recv, count, type, ReduceOp::Sum, root)));
+}
+Work Communicator::reduceAsync(const void* send, void* recv, size_t count, DataType type, ReduceOp op, int root) {
+  return Work(impl_->runAsync(makeOp(Collective::Reduce, send, recv, count, type, op, root)));
+}
+Work Communicator::allGatherAsync(const void* send, void* recv, size_t sendCount, DataType type) {
+  return Work(impl_->runAsync(makeOp(Collective::AllGather, send, recv, sendCount, type, ReduceOp::Sum, 0)));
+}
+Work Communicator::reduceScatterAsync(const void* send, void* recv, size_t recvCount, DataType type, ReduceOp op) {
+  return Work(impl_->runAsync(makeOp(Collective::ReduceScatter, send, recv, recvCount, type, op, 0)));
+}
+Work Communicator::allToAllAsync(const void* send, void* recv, size_t count, DataType type) {
+  return Work(impl_->runAsync(makeOp(Collective::AllToAll, send, recv, count, type, ReduceOp::Sum, 0)));
+}
+Work Communicator::sendAsync(const void* buf, size_t count, DataType type, int peer) {
+  return Work(impl_->runAsync(makeOp(Collective::Send, buf, nullptr, count, type, ReduceOp::Sum, peer)));
+}
+Work Communicator::recvAsync(void* buf, size_t count, DataType type, int peer) {
+  return Work(impl_->runAsync(makeOp(Collective::Recv, nullptr, buf, count, type, ReduceOp::Sum, peer)));
+}
+
+std::unique_ptr<Communicator> Communicator::split(int color, int key, const Options& options) {
+  auto impl = impl_->split(color, key, options);
+  if (!impl) return nullptr;
+  return std::make_unique<Communicator>(std::move(impl));
+}
+
+void Communicator::abort() { impl_->abort(); }
+ErrorCode Communicator::asyncError() const { return impl_->asyncError(); }
+
+void Communicator::checkSpan(size_t want, size_t have, const char* what) {
+  COLLIE_ARG_CHECK(have >= want, "%s span holds %zu elements, expected at least %zu", what, have, want);
+}
+
+void groupStart() { core::groupStart(); }
+void groupEnd() { core::groupEnd(); }
+const char* versionString() { return COLLIE_VERSION_STRING; }
+
+}  // namespace collie

@@ -1,0 +1,53 @@
+// Bootstrap: how ranks that know nothing but a unique id find each other.
+//
+// The unique id holds the root's address and a random 128-bit secret. The root (a thread in the process
+// that created the id, or in rank 0 for launcher-driven init) accepts one connection per rank; each rank
+// presents the secret, its rank, nranks and its PeerInfo (where its transports listen). A connection
+// without the right secret is refused and logged, and the root keeps waiting for real ranks. Once all
+// ranks have checked in, the root sends every rank the whole PeerInfo table and exits. Everything after
+// that (connecting transports, barriers, split) uses the communicator's own connections.
+#pragma once
+
+#include <collie/collie.h>
+
+#include <array>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "transport/transport.hpp"
+
+namespace collie::core {
+
+/// The decoded contents of a collieUniqueId.
+struct UniqueIdData {
+  sockaddr_storage root{};
+  std::array<uint8_t, 16> secret{};
+};
+
+collieUniqueId encodeUniqueId(const UniqueIdData& data);
+/// Throws InvalidArgument when the bytes are not a collie unique id.
+UniqueIdData decodeUniqueId(const collieUniqueId& id);
+std::string uniqueIdToHex(const collieUniqueId& id);
+collieUniqueId uniqueIdFromHex(const std::string& hex);
+std::array<uint8_t, 16> randomSecret();
+
+/// The root of one bootstrap. Serving happens on a thread of its own; the object may be destroyed (the
+/// thread is detached and keeps what it needs) or waited for.
+class BootstrapRoot {
+ public:
+  /// Listens on `addr` (port 0: any free port) and serves one bootstrap of up to `timeout`.
+  static UniqueIdData start(const sockaddr_storage& addr, const std::array<uint8_t, 16>& secret,
+                            std::chrono::milliseconds timeout);
+};
+
+/// Checks in with the root and returns the PeerInfo table of all ranks (indexed by rank).
+std::vector<transport::PeerInfo> bootstrapExchange(const UniqueIdData& id, int rank, int nranks,
+                                                   const transport::PeerInfo& self, std::chrono::milliseconds timeout);
+
+/// A hash identifying this host (host name and boot id), equal for ranks on the same machine.
+uint64_t localHostHash();
+
+}  // namespace collie::core

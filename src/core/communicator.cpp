@@ -1,0 +1,349 @@
+#include "core/communicator.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/errors.hpp"
+#include "core/log.hpp"
+#include "core/params.hpp"
+#include "core/tuner.hpp"
+#include "transport/tcp/tcp_transport.hpp"
+
+namespace collie::core {
+
+using algorithms::Collective;
+
+// ---- WorkState ------------------------------------------------------------------------------------------------
+
+void WorkState::complete(ErrorCode c, std::string msg) {
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    code = c;
+    message = std::move(msg);
+    done = true;
+  }
+  cv.notify_all();
+}
+
+void WorkState::wait() {
+  std::unique_lock<std::mutex> lock(mu);
+  cv.wait(lock, [&] { return done; });
+}
+
+bool WorkState::test() {
+  std::lock_guard<std::mutex> lock(mu);
+  return done;
+}
+
+// ---- Creation ------------------------------------------------------------------------------------------------
+
+CommImpl::CommImpl(int rank, int nranks, const Options& options)
+    : rank_(rank),
+      nranks_(nranks),
+      name_(options.name.empty() ? std::string("comm") : options.name),
+      timeout_(options.timeout.count() > 0 ? options.timeout : std::chrono::milliseconds(params::timeoutMs())) {}
+
+std::unique_ptr<CommImpl> CommImpl::create(int nranks, const UniqueIdData& id, int rank, const Options& options) {
+  COLLIE_ARG_CHECK(nranks >= 1, "nranks=%d: expected at least 1", nranks);
+  COLLIE_ARG_CHECK(rank >= 0 && rank < nranks, "rank=%d: expected 0 <= rank < nranks=%d", rank, nranks);
+  validateAlgoParam();
+  std::unique_ptr<CommImpl> comm(new CommImpl(rank, nranks, options));
+  comm->secret_ = id.secret;
+  comm->tcp_ = std::make_unique<transport::TcpTransport>();
+  transport::PeerInfo self;
+  self.rank = rank;
+  self.pid = getpid();
+  self.hostHash = localHostHash();
+  gethostname(self.hostName, sizeof(self.hostName) - 1);
+  comm->tcp_->listen(self);
+  auto peers = bootstrapExchange(id, rank, nranks, self, comm->timeout_);
+  comm->connectAll(peers, id.secret);
+  COLLIE_INFO(kLogInit, "%s rank %d of %d ready", comm->name_.c_str(), rank, nranks);
+  return comm;
+}
+
+void CommImpl::connectAll(const std::vector<transport::PeerInfo>& peers, const std::array<uint8_t, 16>& secret) {
+  transport::CommContext ctx;
+  ctx.rank = rank_;
+  ctx.nranks = nranks_;
+  ctx.peers = peers;
+  memcpy(ctx.secret, secret.data(), secret.size());
+  ctx.name = name_;
+  ctx.timeout = timeout_;
+  ctx.poller = &poller_;
+  std::vector<int> others;
+  for (int r = 0; r < nranks_; ++r)
+    if (r != rank_) others.push_back(r);
+  conns_.clear();
+  conns_.resize(static_cast<size_t>(nranks_));
+  if (!others.empty()) {
+    auto tcpConns = tcp_->connect(ctx, others);
+    for (size_t i = 0; i < others.size(); ++i) conns_[static_cast<size_t>(others[i])] = std::move(tcpConns[i]);
+  }
+  conns_[static_cast<size_t>(rank_)] = transport::makeSelfConnection(rank_);
+  std::vector<transport::Connection*> raw;
+  for (auto& c : conns_) raw.push_back(c.get());
+  executor_ = std::make_unique<Executor>(rank_, nranks_, std::move(raw), poller_, abort_, name_);
+  barrier();  // every rank is connected before anyone returns
+}
+
+CommImpl::~CommImpl() {
+  {
+    std::unique_lock<std::mutex> lock(qmu_);
+    qcv_.wait(lock, [&] { return pending_ == 0 && !inlineRunning_; });
+    stop_ = true;
+  }
+  qcv_.notify_all();
+  if (progress_.joinable()) progress_.join();
+  for (auto& c : conns_)
+    if (c) c->close();
+}
+
+// ---- Failure ------------------------------------------------------------------------------------------------
+
+void CommImpl::fail(ErrorCode code, const std::string& message) {
+  {
+    std::lock_guard<std::mutex> lock(failMu_);
+    if (failCode_.load() != ErrorCode::Success) return;
+    failMessage_ = message;
+    failCode_.store(code);
+  }
+  COLLIE_WARN(kLogColl, "%s rank %d failed: %s", name_.c_str(), rank_, message.c_str());
+  // Closing our connections makes peers that wait on us fail at once instead of at their timeout.
+  for (auto& c : conns_)
+    if (c) c->close();
+}
+
+std::string CommImpl::failureMessage() const {
+  std::lock_guard<std::mutex> lock(failMu_);
+  return failMessage_;
+}
+
+void CommImpl::abort() {
+  abort_.store(true);
+  poller_.wake();
+  fail(ErrorCode::InvalidUsage, format("%s rank %d: the communicator was aborted", name_.c_str(), rank_));
+}
+
+// ---- Execution ------------------------------------------------------------------------------------------------
+
+size_t CommImpl::KeyHash::operator()(const std::pair<algorithms::Algorithm, algorithms::ScheduleKey>& k) const {
+  const auto& s = k.second;
+  size_t h = std::hash<size_t>{}(s.count);
+  h = h * 31 + static_cast<size_t>(s.coll);
+  h = h * 31 + static_cast<size_t>(k.first);
+  h = h * 31 + static_cast<size_t>(s.rank);
+  h = h * 31 + static_cast<size_t>(s.nranks);
+  h = h * 31 + static_cast<size_t>(s.root);
+  return h;
+}
+
+const algorithms::Schedule& CommImpl::schedule(algorithms::Algorithm algo, const algorithms::ScheduleKey& key) {
+  auto k = std::make_pair(algo, key);
+  auto it = cache_.find(k);
+  if (it != cache_.end()) return it->second;
+  if (cache_.size() > 4096) cache_.clear();  // only the executing thread touches the cache; nothing refers to it now
+  return cache_.emplace(k, algorithms::build(algo, key)).first->second;
+}
+
+void CommImpl::execute(const std::vector<OpDesc>& ops) {
+  if (failCode_.load() != ErrorCode::Success) throw Error(failCode_.load(), failureMessage());
+  jobs_.clear();
+  bool prevP2P = false;
+  for (const OpDesc& op : ops) {
+    algorithms::ScheduleKey key{op.coll, rank_, nranks_, op.count, op.root};
+    TunedPlan plan = tune(op.coll, nranks_, op.count * dataTypeSize(op.type));
+    Job job;
+    job.schedule = &schedule(plan.algorithm, key);
+    job.buffers = JobBuffers{op.send, op.recv, op.type, op.op};
+    job.sliceBytes = plan.sliceBytes;
+    job.slicesInFlight = plan.slicesInFlight;
+    bool p2p = op.coll == Collective::Send || op.coll == Collective::Recv;
+    job.concurrentWithPrevious = p2p && prevP2P && ops.size() > 1;
+    prevP2P = p2p;
+    jobs_.push_back(job);
+  }
+  ExecConfig config;
+  config.timeout = timeout_;
+  config.spin = std::chrono::microseconds(params::spinUs());
+  try {
+    executor_->run(jobs_, config);
+  } catch (const Error& e) {
+    if (isFatal(e.code()) || abort_.load()) fail(e.code(), e.what());
+    throw;
+  } catch (const std::exception& e) {
+    fail(ErrorCode::InternalError, e.what());
+    throw Error(ErrorCode::InternalError, e.what());
+  }
+}
+
+void CommImpl::run(OpDesc op) {
+  validate(op);
+  if (inGroup()) {
+    groupAdd(this, std::move(op));
+    return;
+  }
+  bool runInline = false;
+  {
+    std::lock_guard<std::mutex> lock(qmu_);
+    if (pending_ == 0 && !inlineRunning_) runInline = inlineRunning_ = true;
+  }
+  if (!runInline) {
+    // Async work is queued: run after it, on the progress thread, to keep the order.
+    auto work = std::make_shared<WorkState>();
+    enqueue({std::move(op)}, work);
+    work->wait();
+    if (work->code != ErrorCode::Success) throw Error(work->code, work->message);
+    return;
+  }
+  struct InlineGuard {
+    CommImpl* c;
+    ~InlineGuard() {
+      {
+        std::lock_guard<std::mutex> lock(c->qmu_);
+        c->inlineRunning_ = false;
+      }
+      c->qcv_.notify_all();
+    }
+  } guard{this};
+  execute({std::move(op)});
+}
+
+std::shared_ptr<WorkState> CommImpl::runAsync(OpDesc op) {
+  validate(op);
+  auto work = std::make_shared<WorkState>();
+  op.work = work;
+  if (inGroup()) {
+    groupAdd(this, std::move(op));
+    return work;
+  }
+  std::vector<OpDesc> ops{std::move(op)};
+  enqueue(std::move(ops), work);
+  return work;
+}
+
+std::shared_ptr<WorkState> CommImpl::submitBatch(std::vector<OpDesc> ops) {
+  auto work = std::make_shared<WorkState>();
+  enqueue(std::move(ops), work);
+  return work;
+}
+
+void CommImpl::enqueue(std::vector<OpDesc> ops, std::shared_ptr<WorkState> work) {
+  std::lock_guard<std::mutex> lock(qmu_);
+  queue_.push_back(Batch{std::move(ops), std::move(work)});
+  ++pending_;
+  if (!progress_.joinable()) progress_ = std::thread([this] { progressLoop(); });
+  qcv_.notify_all();
+}
+
+void CommImpl::progressLoop() {
+  while (true) {
+    Batch batch;
+    {
+      std::unique_lock<std::mutex> lock(qmu_);
+      qcv_.wait(lock, [&] { return stop_ || (!queue_.empty() && !inlineRunning_); });
+      if (queue_.empty()) return;  // stop_ with nothing left
+      batch = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    ErrorCode code = ErrorCode::Success;
+    std::string message;
+    try {
+      execute(batch.ops);
+    } catch (const Error& e) {
+      code = e.code();
+      message = e.what();
+    } catch (const std::exception& e) {
+      code = ErrorCode::InternalError;
+      message = e.what();
+    }
+    for (OpDesc& op : batch.ops)
+      if (op.work && op.work != batch.work) op.work->complete(code, message);
+    batch.work->complete(code, message);
+    {
+      std::lock_guard<std::mutex> lock(qmu_);
+      --pending_;
+    }
+    qcv_.notify_all();
+  }
+}
+
+// ---- Barrier and split ---------------------------------------------------------------------------------------
+
+void CommImpl::barrier() {
+  // An AllReduce makes every rank depend on every other one; a few bytes suffice.
+  std::vector<uint8_t> token(static_cast<size_t>(nranks_), 0);
+  OpDesc op;
+  op.coll = Collective::AllReduce;
+  op.send = op.recv = token.data();
+  op.count = token.size();
+  op.type = DataType::Uint8;
+  op.op = ReduceOp::Max;
+  if (inGroup()) COLLIE_FAIL(ErrorCode::InvalidUsage, "barrier called inside a group");
+  run(op);
+}
+
+namespace {
+struct SplitEntry {
+  int32_t color;
+  int32_t key;
+  transport::PeerInfo info;
+};
+}  // namespace
+
+std::unique_ptr<CommImpl> CommImpl::split(int color, int key, const Options& options) {
+  COLLIE_ARG_CHECK(color >= 0 || color == COLLIE_SPLIT_NOCOLOR,
+                   "color=%d: expected a non-negative color or COLLIE_SPLIT_NOCOLOR", color);
+  COLLIE_USAGE_CHECK(!inGroup(), "split called inside a group");
+  const int epoch = splitCount_++;
+  // A new listener for the new communicator, published through an AllGather on this one.
+  auto tcp = std::make_unique<transport::TcpTransport>();
+  SplitEntry mine{};
+  mine.color = color;
+  mine.key = key;
+  mine.info.pid = getpid();
+  mine.info.hostHash = localHostHash();
+  gethostname(mine.info.hostName, sizeof(mine.info.hostName) - 1);
+  if (color != COLLIE_SPLIT_NOCOLOR) tcp->listen(mine.info);
+  std::vector<SplitEntry> all(static_cast<size_t>(nranks_));
+  OpDesc op;
+  op.coll = Collective::AllGather;
+  op.send = &mine;
+  op.recv = all.data();
+  op.count = sizeof(SplitEntry);
+  op.type = DataType::Uint8;
+  run(op);
+  if (color == COLLIE_SPLIT_NOCOLOR) return nullptr;
+
+  std::vector<int> members;  // old ranks, in new-rank order
+  for (int r = 0; r < nranks_; ++r)
+    if (all[static_cast<size_t>(r)].color == color) members.push_back(r);
+  std::stable_sort(members.begin(), members.end(),
+                   [&](int a, int b) { return all[static_cast<size_t>(a)].key < all[static_cast<size_t>(b)].key; });
+  const int newSize = static_cast<int>(members.size());
+  int newRank = -1;
+  std::vector<transport::PeerInfo> peers(members.size());
+  for (int i = 0; i < newSize; ++i) {
+    peers[static_cast<size_t>(i)] = all[static_cast<size_t>(members[static_cast<size_t>(i)])].info;
+    peers[static_cast<size_t>(i)].rank = i;
+    if (members[static_cast<size_t>(i)] == rank_) newRank = i;
+  }
+  Options opts = options;
+  if (opts.timeout.count() == 0) opts.timeout = timeout_;
+  if (opts.name.empty()) opts.name = format("%s.split%d.color%d", name_.c_str(), epoch, color);
+  std::unique_ptr<CommImpl> comm(new CommImpl(newRank, newSize, opts));
+  // A secret of its own: parent secret mixed with the split epoch and the color.
+  comm->secret_ = secret_;
+  uint64_t salt = (static_cast<uint64_t>(epoch) << 32) ^ static_cast<uint32_t>(color) ^ 0x9e3779b97f4a7c15ull;
+  for (size_t i = 0; i < comm->secret_.size(); ++i) {
+    comm->secret_[i] ^= static_cast<uint8_t>(salt >> (8 * (i % 8)));
+    salt = salt * 6364136223846793005ull + 1442695040888963407ull;
+  }
+  comm->tcp_ = std::move(tcp);
+  comm->connectAll(peers, comm->secret_);
+  return comm;
+}
+
+}  // namespace collie::core

@@ -1,0 +1,134 @@
+// CommImpl: one rank's communicator. Owns the transports, the connections to every peer, the executor, the
+// schedule cache and the progress thread; validates every call before touching a buffer.
+//
+// Who drives progress: a blocking call with nothing queued runs on the calling thread (no hand-off); async
+// calls, and blocking calls that arrive while async work is queued, go to the progress thread in order. The
+// progress thread sleeps on a condition variable when idle.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "algorithms/algorithms.hpp"
+#include "core/bootstrap.hpp"
+#include "core/executor.hpp"
+#include "core/poller.hpp"
+#include "transport/transport.hpp"
+
+namespace collie::core {
+
+/// Completion state shared by a Work handle and the communicator.
+struct WorkState {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  ErrorCode code = ErrorCode::Success;
+  std::string message;
+
+  void complete(ErrorCode c, std::string msg);
+  void wait();
+  bool test();
+};
+
+/// One call as the user made it.
+struct OpDesc {
+  algorithms::Collective coll = algorithms::Collective::AllReduce;
+  const void* send = nullptr;
+  void* recv = nullptr;
+  size_t count = 0;  ///< as in the C API (per rank for AllGather/ReduceScatter/AllToAll)
+  DataType type = DataType::Float32;
+  ReduceOp op = ReduceOp::Sum;
+  int root = 0;                     ///< root, or peer for Send/Recv
+  std::shared_ptr<WorkState> work;  ///< set for async calls and calls deferred by a group
+};
+
+class CommImpl {
+ public:
+  /// Joins communicator `id` as `rank` of `nranks` (collective; blocks until all have joined).
+  static std::unique_ptr<CommImpl> create(int nranks, const UniqueIdData& id, int rank, const Options& options);
+  ~CommImpl();  ///< waits for queued work, then closes every connection
+
+  int rank() const { return rank_; }
+  int size() const { return nranks_; }
+  const std::string& name() const { return name_; }
+
+  /// Throws InvalidArgument / InvalidUsage (naming the argument) or the communicator's earlier failure.
+  void validate(const OpDesc& op) const;
+  /// Validates, then runs the call (or defers it when this thread is inside a group).
+  void run(OpDesc op);
+  /// Validates, then queues the call; the returned state completes when it is done.
+  std::shared_ptr<WorkState> runAsync(OpDesc op);
+  /// Queues a batch (a group's calls on this communicator) and returns its completion state.
+  std::shared_ptr<WorkState> submitBatch(std::vector<OpDesc> ops);
+
+  void barrier();
+  std::unique_ptr<CommImpl> split(int color, int key, const Options& options);
+  /// Stops all work: running and later calls fail; connections are closed.
+  void abort();
+  ErrorCode asyncError() const { return failCode_.load(); }
+  std::string failureMessage() const;
+
+  /// The last error message of a failed call through the C API (kept here so it outlives the handle).
+  std::string lastError;
+  std::mutex lastErrorMu;
+
+ private:
+  CommImpl(int rank, int nranks, const Options& options);
+  void connectAll(const std::vector<transport::PeerInfo>& peers, const std::array<uint8_t, 16>& secret);
+  void execute(const std::vector<OpDesc>& ops);
+  const algorithms::Schedule& schedule(algorithms::Algorithm algo, const algorithms::ScheduleKey& key);
+  void fail(ErrorCode code, const std::string& message);
+  void progressLoop();
+  void enqueue(std::vector<OpDesc> ops, std::shared_ptr<WorkState> work);
+
+  const int rank_, nranks_;
+  std::string name_;
+  std::chrono::milliseconds timeout_;
+  std::array<uint8_t, 16> secret_{};
+  int splitCount_ = 0;
+
+  Poller poller_;
+  std::unique_ptr<transport::Transport> tcp_;
+  std::vector<std::unique_ptr<transport::Connection>> conns_;  // by rank (self included)
+  std::unique_ptr<Executor> executor_;
+  std::atomic<bool> abort_{false};
+
+  struct KeyHash {
+    size_t operator()(const std::pair<algorithms::Algorithm, algorithms::ScheduleKey>& k) const;
+  };
+  std::unordered_map<std::pair<algorithms::Algorithm, algorithms::ScheduleKey>, algorithms::Schedule, KeyHash> cache_;
+  std::vector<Job> jobs_;
+
+  std::atomic<ErrorCode> failCode_{ErrorCode::Success};
+  mutable std::mutex failMu_;
+  std::string failMessage_;
+
+  // Ordering between the calling thread and the progress thread (see the file comment).
+  struct Batch {
+    std::vector<OpDesc> ops;
+    std::shared_ptr<WorkState> work;
+  };
+  std::mutex qmu_;
+  std::condition_variable qcv_;
+  std::deque<Batch> queue_;
+  size_t pending_ = 0;  // queued or running on the progress thread
+  bool inlineRunning_ = false;
+  bool stop_ = false;
+  std::thread progress_;
+};
+
+/// Thread-local group state (collieGroupStart/End).
+bool inGroup();
+void groupStart();
+void groupEnd();
+/// Records a call made inside a group.
+void groupAdd(CommImpl* comm, OpDesc op);
+
+}  // namespace collie::core

@@ -1,0 +1,295 @@
+#include "core/executor.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+#include "core/errors.hpp"
+#include "core/log.hpp"
+
+namespace collie::core {
+
+using algorithms::Buffer;
+using algorithms::Step;
+using algorithms::StepKind;
+using transport::Transfer;
+using Clock = std::chrono::steady_clock;
+
+struct Executor::SliceState {
+  Transfer recv;
+  Transfer send;
+  char* slot = nullptr;
+};
+
+struct Executor::StepState {
+  const Step* step = nullptr;
+  size_t job = 0;
+  bool started = false;
+  bool viaSlot = false;  // receive into a transient slot, not into dst
+  char* src = nullptr;   // resolved step.src (null when unused)
+  char* dst = nullptr;   // resolved step.dst (null for Transient)
+  size_t elemSize = 0;
+  size_t sliceElems = 0;
+  size_t nslices = 0;
+  size_t posted = 0;     // receives posted
+  size_t finished = 0;   // slices received and processed (their sends posted)
+  size_t sendsDone = 0;  // sends completed, in order
+  std::vector<SliceState> slices;
+
+  bool receives() const { return step->recvPeer >= 0; }
+  bool sends() const { return step->sendPeer >= 0; }
+  size_t sliceOffset(size_t i) const { return i * sliceElems; }
+  size_t sliceCount(size_t i) const { return std::min(sliceElems, step->count - i * sliceElems); }
+};
+
+namespace {
+
+char* resolve(const JobBuffers& b, const algorithms::Range& r, size_t elemSize) {
+  if (r.buffer == Buffer::Input) return const_cast<char*>(static_cast<const char*>(b.input)) + r.offset * elemSize;
+  if (r.buffer == Buffer::Output) return static_cast<char*>(b.output) + r.offset * elemSize;
+  return nullptr;
+}
+
+bool overlaps(const char* a, const char* b, size_t bytes) { return a && b && a < b + bytes && b < a + bytes; }
+
+}  // namespace
+
+Executor::Executor(int rank, int nranks, std::vector<transport::Connection*> conns, Poller& poller,
+                   const std::atomic<bool>& abortFlag, std::string commName)
+    : rank_(rank),
+      nranks_(nranks),
+      conns_(std::move(conns)),
+      poller_(poller),
+      abort_(abortFlag),
+      name_(std::move(commName)),
+      peerMark_(static_cast<size_t>(nranks), 0) {}
+
+Executor::~Executor() {
+  for (char* s : allSlots_) free(s);
+}
+
+char* Executor::acquireSlot() {
+  if (freeSlots_.empty()) {
+    char* s = static_cast<char*>(aligned_alloc(64, (slotBytes_ + 63) / 64 * 64));
+    COLLIE_ENFORCE(s != nullptr, ErrorCode::SystemError, "out of memory allocating a %zu-byte slice slot", slotBytes_);
+    allSlots_.push_back(s);
+    return s;
+  }
+  char* s = freeSlots_.back();
+  freeSlots_.pop_back();
+  return s;
+}
+
+void Executor::releaseSlot(char*& slot) {
+  if (slot) freeSlots_.push_back(slot);
+  slot = nullptr;
+}
+
+bool Executor::stepRecvsDone(const StepState& st) const { return st.started && st.finished == st.nslices; }
+
+bool Executor::stepDone(const StepState& st) const {
+  return stepRecvsDone(st) && (!st.sends() || st.sendsDone == st.nslices);
+}
+
+bool Executor::canStart(size_t flat) const {
+  if (flat == 0) return true;
+  const StepState& prev = steps_[flat - 1];
+  if (flat == jobFirstStep_[steps_[flat].job]) {
+    size_t job = steps_[flat].job;
+    if (jobs_[job].concurrentWithPrevious) return prev.started;
+    for (size_t j = 0; j < job; ++j)
+      if (!jobDone_[j]) return false;
+    return true;
+  }
+  return prev.started && (prev.step->overlapNext || stepRecvsDone(prev));
+}
+
+void Executor::startStep(size_t flat) {
+  StepState& st = steps_[flat];
+  const Step& s = *st.step;
+  const JobBuffers& b = jobs_[st.job].buffers;
+  st.started = true;
+  st.elemSize = dataTypeSize(b.type);
+  const size_t bytes = s.count * st.elemSize;
+  st.src = resolve(b, s.src, st.elemSize);
+  st.dst = resolve(b, s.dst, st.elemSize);
+  st.sliceElems = std::max<size_t>(1, jobs_[st.job].sliceBytes / st.elemSize);
+  st.nslices = s.count == 0 ? 0 : (s.count + st.sliceElems - 1) / st.sliceElems;
+  st.posted = st.finished = st.sendsDone = 0;
+  st.slices.clear();
+  st.slices.resize(st.nslices);
+  bool reduces = s.kind == StepKind::RecvReduce || s.kind == StepKind::RecvReduceSend;
+  st.viaSlot = reduces && (s.dst.buffer == Buffer::Transient || overlaps(st.src, st.dst, bytes));
+
+  if (s.kind == StepKind::Copy) {
+    if (bytes && st.src != st.dst) memmove(st.dst, st.src, bytes);
+    st.nslices = 0;
+    return;
+  }
+  if (s.kind == StepKind::Send) {
+    // Nothing to wait for: post every slice now.
+    for (size_t i = 0; i < st.nslices; ++i) {
+      SliceState& sl = st.slices[i];
+      sl.send = Transfer{st.src + st.sliceOffset(i) * st.elemSize, st.sliceCount(i) * st.elemSize};
+      conns_[static_cast<size_t>(s.sendPeer)]->postSend(&sl.send);
+    }
+    st.finished = st.nslices;
+  }
+}
+
+bool Executor::advanceStep(StepState& st) {
+  const Step& s = *st.step;
+  bool moved = false;
+  if (st.receives()) {
+    transport::Connection* in = conns_[static_cast<size_t>(s.recvPeer)];
+    const size_t window = static_cast<size_t>(std::max(1, jobs_[st.job].slicesInFlight));
+    while (st.posted < st.nslices && st.posted - st.finished < window) {
+      SliceState& sl = st.slices[st.posted];
+      size_t bytes = st.sliceCount(st.posted) * st.elemSize;
+      char* target;
+      if (st.viaSlot) {
+        sl.slot = acquireSlot();
+        target = sl.slot;
+      } else {
+        target = st.dst + st.sliceOffset(st.posted) * st.elemSize;
+      }
+      sl.recv = Transfer{target, bytes};
+      in->postRecv(&sl.recv);
+      ++st.posted;
+      moved = true;
+    }
+    const JobBuffers& b = jobs_[st.job].buffers;
+    while (st.finished < st.posted && st.slices[st.finished].recv.complete) {
+      SliceState& sl = st.slices[st.finished];
+      const size_t off = st.sliceOffset(st.finished) * st.elemSize;
+      const size_t count = st.sliceCount(st.finished);
+      char* out = st.dst ? st.dst + off : sl.slot;  // where this slice's result lives
+      if (s.kind == StepKind::RecvReduce || s.kind == StepKind::RecvReduceSend) {
+        reduce(out, st.src + off, st.viaSlot ? sl.slot : out, count, b.type, b.op);
+        if (st.dst) releaseSlot(sl.slot);  // the result is in dst now
+      }
+      if (st.sends()) {
+        sl.send = Transfer{out, count * st.elemSize};
+        conns_[static_cast<size_t>(s.sendPeer)]->postSend(&sl.send);
+      } else {
+        releaseSlot(sl.slot);
+      }
+      ++st.finished;
+      moved = true;
+    }
+  }
+  if (st.sends()) {
+    while (st.sendsDone < st.finished && st.slices[st.sendsDone].send.complete) {
+      releaseSlot(st.slices[st.sendsDone].slot);
+      ++st.sendsDone;
+      moved = true;
+    }
+  }
+  return moved;
+}
+
+void Executor::finishJobIfDone(size_t job) {
+  if (jobDone_[job]) return;
+  for (size_t i = jobFirstStep_[job]; i < jobFirstStep_[job + 1]; ++i)
+    if (!stepDone(steps_[i])) return;
+  jobDone_[job] = 1;
+  const Job& j = jobs_[job];
+  if (j.buffers.op == ReduceOp::Avg && j.schedule->resultCount > 0) {
+    char* res = resolve(j.buffers, j.schedule->result, dataTypeSize(j.buffers.type));
+    divideInPlace(res, j.schedule->resultCount, j.buffers.type, nranks_);
+  }
+}
+
+void Executor::failTimeout() {
+  std::string waiting;
+  for (int p : activePeers_) {
+    if (conns_[static_cast<size_t>(p)]->busy()) waiting += (waiting.empty() ? "" : ", ") + std::to_string(p);
+  }
+  COLLIE_FAIL(ErrorCode::Timeout,
+              "%s rank %d: no progress for %lld ms while waiting on peer(s) %s (a peer may have died, hung, or "
+              "called a different collective)",
+              name_.c_str(), rank_, static_cast<long long>(config_.timeout.count()),
+              waiting.empty() ? "?" : waiting.c_str());
+}
+
+void Executor::run(std::span<const Job> jobs, const ExecConfig& config) {
+  jobs_ = jobs;
+  config_ = config;
+  size_t maxSlice = 0;
+  for (const Job& j : jobs) maxSlice = std::max(maxSlice, j.sliceBytes);
+  if (maxSlice > slotBytes_) {  // slots are sized for the largest slice seen; drop smaller ones
+    for (char* s : allSlots_) free(s);
+    allSlots_.clear();
+    freeSlots_.clear();
+    slotBytes_ = maxSlice;
+  }
+
+  // Flatten the steps of all jobs; collect the peers we talk to.
+  jobFirstStep_.assign(1, 0);
+  size_t total = 0;
+  for (const Job& j : jobs) {
+    total += j.schedule->steps.size();
+    jobFirstStep_.push_back(total);
+  }
+  steps_.resize(total);
+  jobDone_.assign(jobs.size(), 0);
+  activePeers_.clear();
+  size_t flat = 0;
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    for (const Step& s : jobs[j].schedule->steps) {
+      StepState& st = steps_[flat++];
+      st.step = &s;
+      st.job = j;
+      st.started = false;
+      st.nslices = st.posted = st.finished = st.sendsDone = 0;
+      for (int p : {s.sendPeer, s.recvPeer}) {
+        if (p >= 0 && !peerMark_[static_cast<size_t>(p)]) {
+          peerMark_[static_cast<size_t>(p)] = 1;
+          activePeers_.push_back(p);
+        }
+      }
+    }
+  }
+  for (int p : activePeers_) peerMark_[static_cast<size_t>(p)] = 0;
+
+  size_t frontier = 0, firstLive = 0;
+  auto lastMove = Clock::now();
+  try {
+    while (true) {
+      bool moved = false;
+      while (frontier < total && canStart(frontier)) {
+        startStep(frontier++);
+        moved = true;
+      }
+      for (size_t i = firstLive; i < frontier; ++i) moved |= advanceStep(steps_[i]);
+      for (int p : activePeers_) moved |= conns_[static_cast<size_t>(p)]->progress();
+      for (size_t i = firstLive; i < frontier; ++i) moved |= advanceStep(steps_[i]);
+      while (firstLive < frontier && stepDone(steps_[firstLive])) {
+        finishJobIfDone(steps_[firstLive].job);
+        ++firstLive;
+      }
+      if (firstLive == total) break;
+      if (firstLive < total && firstLive == frontier) continue;  // the next step may start now
+      if (abort_.load(std::memory_order_relaxed)) {
+        COLLIE_FAIL(ErrorCode::InvalidUsage, "%s rank %d: the communicator was aborted", name_.c_str(), rank_);
+      }
+      auto now = Clock::now();
+      if (moved) {
+        lastMove = now;
+        continue;
+      }
+      auto idle = now - lastMove;
+      if (idle > config_.timeout) failTimeout();
+      if (idle < config_.spin) continue;
+      auto left = std::chrono::duration_cast<std::chrono::microseconds>(config_.timeout - idle);
+      poller_.wait(std::min<std::chrono::microseconds>(left, std::chrono::milliseconds(100)));
+    }
+    for (size_t j = 0; j < jobs.size(); ++j) finishJobIfDone(j);
+  } catch (...) {
+    for (StepState& st : steps_)
+      for (SliceState& sl : st.slices) releaseSlot(sl.slot);
+    throw;
+  }
+}
+
+}  // namespace collie::core

@@ -1,0 +1,93 @@
+// The executor: runs schedules (src/algorithms/schedule.hpp) over this rank's Connections.
+//
+// Every step is cut into slices. For a receiving step, up to `slicesInFlight` slice receives are posted
+// ahead; as each completes (in order) it is reduced or copied and, for the *Send kinds, forwarded at once,
+// so receive, reduce and forward of consecutive slices overlap and a ring streams. The next step starts as
+// soon as the current one's receives are done (or at once when the step says overlapNext); sends may still
+// be in flight then. Several jobs (the calls of one group) run one after another, except consecutive
+// point-to-point jobs of a group, which run together.
+//
+// The executor runs on one thread (the caller's for a blocking call, the progress thread for async work).
+// When nothing moved it polls for COLLIE_SPIN_US, then sleeps in the Poller. If nothing moves for the
+// timeout it fails with Timeout naming the peers it waits on; a set abort flag ends it at once.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "algorithms/schedule.hpp"
+#include "core/datatypes.hpp"
+#include "core/poller.hpp"
+#include "transport/transport.hpp"
+
+namespace collie::core {
+
+/// One call's buffers and arithmetic.
+struct JobBuffers {
+  const void* input = nullptr;
+  void* output = nullptr;
+  DataType type = DataType::Float32;
+  ReduceOp op = ReduceOp::Sum;
+};
+
+struct Job {
+  const algorithms::Schedule* schedule = nullptr;
+  JobBuffers buffers;
+  bool concurrentWithPrevious = false;  ///< start without waiting for the previous job to finish
+  /// Pipelining, chosen by the tuner from the job alone so that both sides of every link agree.
+  size_t sliceBytes = 512 * 1024;
+  int slicesInFlight = 4;
+};
+
+struct ExecConfig {
+  std::chrono::milliseconds timeout{300000};
+  std::chrono::microseconds spin{20};
+};
+
+class Executor {
+ public:
+  /// conns[r] is the connection to rank r (conns[rank] is the self connection).
+  Executor(int rank, int nranks, std::vector<transport::Connection*> conns, Poller& poller,
+           const std::atomic<bool>& abortFlag, std::string commName);
+  ~Executor();
+
+  /// Runs the jobs to completion. Throws collie::Error on failure (the connections are then unusable).
+  void run(std::span<const Job> jobs, const ExecConfig& config);
+
+ private:
+  struct SliceState;
+  struct StepState;
+
+  bool canStart(size_t flat) const;
+  void startStep(size_t flat);
+  bool advanceStep(StepState& st);
+  bool stepRecvsDone(const StepState& st) const;
+  bool stepDone(const StepState& st) const;
+  void finishJobIfDone(size_t job);
+  char* acquireSlot();
+  void releaseSlot(char*& slot);
+  [[noreturn]] void failTimeout();
+
+  int rank_, nranks_;
+  std::vector<transport::Connection*> conns_;
+  Poller& poller_;
+  const std::atomic<bool>& abort_;
+  std::string name_;
+
+  // State of the current run (reused between runs to avoid allocations).
+  std::span<const Job> jobs_;
+  ExecConfig config_;
+  std::vector<StepState> steps_;      // flattened over all jobs
+  std::vector<size_t> jobFirstStep_;  // jobs_.size() + 1 entries
+  std::vector<uint8_t> jobDone_;
+  std::vector<int> activePeers_;
+  std::vector<uint8_t> peerMark_;
+  std::vector<char*> freeSlots_;
+  std::vector<char*> allSlots_;
+  size_t slotBytes_ = 0;
+};
+
+}  // namespace collie::core

@@ -1,0 +1,55 @@
+// Groups (collieGroupStart/End): calls made on this thread between the outermost start and end are recorded,
+// then issued together at the end — one batch per communicator, all batches in flight at once so that
+// several communicators driven by one thread (collieCommInitAll) progress together — and the end returns
+// when all are done. Inside a batch, consecutive Send/Recv calls run concurrently.
+#include <map>
+#include <vector>
+
+#include "core/communicator.hpp"
+#include "core/errors.hpp"
+
+namespace collie::core {
+namespace {
+
+struct GroupState {
+  int depth = 0;
+  std::vector<std::pair<CommImpl*, OpDesc>> ops;
+};
+
+GroupState& group() {
+  thread_local GroupState state;
+  return state;
+}
+
+}  // namespace
+
+bool inGroup() { return group().depth > 0; }
+
+void groupStart() { ++group().depth; }
+
+void groupAdd(CommImpl* comm, OpDesc op) { group().ops.emplace_back(comm, std::move(op)); }
+
+void groupEnd() {
+  GroupState& g = group();
+  COLLIE_USAGE_CHECK(g.depth > 0, "groupEnd without a matching groupStart");
+  if (--g.depth > 0) return;
+  std::vector<std::pair<CommImpl*, OpDesc>> ops;
+  ops.swap(g.ops);
+  // Batches in order of first appearance of each communicator.
+  std::vector<CommImpl*> order;
+  std::map<CommImpl*, std::vector<OpDesc>> batches;
+  for (auto& [comm, op] : ops) {
+    if (!batches.count(comm)) order.push_back(comm);
+    batches[comm].push_back(std::move(op));
+  }
+  std::vector<std::shared_ptr<WorkState>> works;
+  for (CommImpl* comm : order) works.push_back(comm->submitBatch(std::move(batches[comm])));
+  const WorkState* firstFailure = nullptr;
+  for (auto& w : works) {
+    w->wait();
+    if (!firstFailure && w->code != ErrorCode::Success) firstFailure = w.get();
+  }
+  if (firstFailure) throw Error(firstFailure->code, firstFailure->message);
+}
+
+}  // namespace collie::core

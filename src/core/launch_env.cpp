@@ -1,0 +1,116 @@
+// Communicator::createFromEnv: init from a launcher's environment.
+//   rank and size:  COLLIE_RANK/COLLIE_NRANKS (collierun), RANK/WORLD_SIZE (torchrun),
+//                   OMPI_COMM_WORLD_RANK/SIZE (Open MPI), PMI_RANK/PMI_SIZE, SLURM_PROCID/SLURM_NTASKS (Slurm)
+//   where to meet:  COLLIE_UNIQUE_ID (a whole id, root hosted elsewhere), else COLLIE_ROOT_ADDR, else
+//                   MASTER_ADDR:(MASTER_PORT+1) (torchrun's own store holds MASTER_PORT). Rank 0 hosts the root.
+//   secret:         COLLIE_SECRET (32 hex digits; collierun sets one), else derived from the job's identity,
+//                   which keeps strays from other jobs out but is no protection against a deliberate stranger.
+#include <cstdlib>
+#include <functional>
+
+#include "core/bootstrap.hpp"
+#include "core/communicator.hpp"
+#include "core/errors.hpp"
+#include "core/log.hpp"
+#include "core/params.hpp"
+#include "core/socket.hpp"
+
+namespace collie {
+namespace {
+
+const char* env(const char* name) {
+  const char* v = std::getenv(name);
+  return (v && *v) ? v : nullptr;
+}
+
+int envInt(const char* name) {
+  const char* v = env(name);
+  char* end = nullptr;
+  long parsed = std::strtol(v, &end, 10);
+  COLLIE_ARG_CHECK(end != v && *end == '\0', "environment variable %s='%s' is not an integer", name, v);
+  return static_cast<int>(parsed);
+}
+
+struct RankVars {
+  const char* rank;
+  const char* size;
+  const char* launcher;
+};
+
+std::array<uint8_t, 16> secretFromEnv(const std::string& rootAddr, int nranks) {
+  std::array<uint8_t, 16> secret{};
+  if (const char* hex = env("COLLIE_SECRET")) {
+    std::string h = hex;
+    COLLIE_ARG_CHECK(h.size() == 32 && h.find_first_not_of("0123456789abcdefABCDEF") == std::string::npos,
+                     "COLLIE_SECRET must be 32 hex digits");
+    for (size_t i = 0; i < 16; ++i) secret[i] = static_cast<uint8_t>(std::stoi(h.substr(2 * i, 2), nullptr, 16));
+    return secret;
+  }
+  std::string job = rootAddr + "/" + std::to_string(nranks);
+  for (const char* v : {"TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "SLURM_STEP_ID", "OMPI_MCA_ess_base_jobid"}) {
+    if (const char* x = env(v)) job += std::string("/") + x;
+  }
+  COLLIE_INFO(core::kLogInit, "no COLLIE_SECRET: using a secret derived from the job (%s)", job.c_str());
+  uint64_t h1 = std::hash<std::string>{}(job), h2 = std::hash<std::string>{}(job + "#collie");
+  for (size_t i = 0; i < 8; ++i) {
+    secret[i] = static_cast<uint8_t>(h1 >> (8 * i));
+    secret[8 + i] = static_cast<uint8_t>(h2 >> (8 * i));
+  }
+  return secret;
+}
+
+}  // namespace
+
+std::unique_ptr<Communicator> Communicator::createFromEnv(const Options& options) {
+  static const RankVars kVars[] = {{"COLLIE_RANK", "COLLIE_NRANKS", "collierun"},
+                                   {"RANK", "WORLD_SIZE", "torchrun"},
+                                   {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "Open MPI"},
+                                   {"PMI_RANK", "PMI_SIZE", "PMI"},
+                                   {"SLURM_PROCID", "SLURM_NTASKS", "Slurm"}};
+  const RankVars* found = nullptr;
+  for (const RankVars& v : kVars) {
+    if (env(v.rank) && env(v.size)) {
+      found = &v;
+      break;
+    }
+  }
+  COLLIE_USAGE_CHECK(found != nullptr,
+                     "no launcher environment found: set COLLIE_RANK/COLLIE_NRANKS (collierun), RANK/WORLD_SIZE "
+                     "(torchrun), OMPI_COMM_WORLD_RANK/SIZE (Open MPI) or SLURM_PROCID/SLURM_NTASKS (Slurm)");
+  const int rank = envInt(found->rank), nranks = envInt(found->size);
+  COLLIE_ARG_CHECK(nranks >= 1 && rank >= 0 && rank < nranks, "%s=%d and %s=%d from %s are inconsistent", found->rank,
+                   rank, found->size, nranks, found->launcher);
+
+  if (const char* hex = env("COLLIE_UNIQUE_ID")) {
+    return create(nranks, UniqueId::fromString(hex), rank, options);
+  }
+  std::string rootAddr = core::params::rootAddr();
+  if (rootAddr.empty()) {
+    const char* host = env("MASTER_ADDR");
+    const char* port = env("MASTER_PORT");
+    COLLIE_USAGE_CHECK(host && port,
+                       "%s gave rank %d of %d but no meeting point: set COLLIE_UNIQUE_ID, COLLIE_ROOT_ADDR=host:port "
+                       "or MASTER_ADDR and MASTER_PORT",
+                       found->launcher, rank, nranks);
+    std::string h = host;
+    if (h.find(':') != std::string::npos && h.front() != '[') h = "[" + h + "]";
+    rootAddr = h + ":" + std::to_string(envInt("MASTER_PORT") + 1);
+  }
+  core::UniqueIdData id;
+  id.root = core::parseAddress(rootAddr);
+  id.secret = secretFromEnv(rootAddr, nranks);
+  if (rank == 0) {
+    // Listen on every address of the root's family at that port, so the name the others use reaches us.
+    sockaddr_storage any{};
+    any.ss_family = id.root.ss_family;
+    core::setAddressPort(any, core::addressPort(id.root));
+    core::BootstrapRoot::start(any, id.secret, std::chrono::milliseconds(core::params::timeoutMs()));
+  }
+  COLLIE_INFO(core::kLogInit, "init from %s: rank %d of %d, root %s", found->launcher, rank, nranks, rootAddr.c_str());
+  collieUniqueId raw = core::encodeUniqueId(id);
+  UniqueId uid;
+  uid.raw = raw;
+  return create(nranks, uid, rank, options);
+}
+
+}  // namespace collie
