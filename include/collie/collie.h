@@ -129,9 +129,10 @@ COLLIE_EXPORT collieResult_t collieCommInitRankConfig(collieComm_t* comm, int nr
 /** Creates ndev communicators in this process (one thread per rank inside); comms must hold ndev handles.
  * devlist is ignored for host communicators and may be NULL. */
 COLLIE_EXPORT collieResult_t collieCommInitAll(collieComm_t* comms, int ndev, const int* devlist);
-/** Creates the communicator from a launcher's environment: collierun (COLLIE_UNIQUE_ID, COLLIE_RANK,
- * COLLIE_NRANKS), torchrun (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), Open MPI (OMPI_COMM_WORLD_*) or
- * Slurm (SLURM_PROCID, SLURM_NTASKS). config may be NULL. */
+/** Creates the communicator from a launcher's environment. Rank and size come from collierun (COLLIE_RANK,
+ * COLLIE_NRANKS), torchrun (RANK, WORLD_SIZE), Open MPI (OMPI_COMM_WORLD_RANK/SIZE) or Slurm (SLURM_PROCID,
+ * SLURM_NTASKS); the meeting point from COLLIE_UNIQUE_ID (a whole id), else COLLIE_ROOT_ADDR (collierun sets
+ * it, with COLLIE_SECRET), else MASTER_ADDR:MASTER_PORT+1. Rank 0 hosts the bootstrap root. config may be NULL. */
 COLLIE_EXPORT collieResult_t collieCommInitFromEnv(collieComm_t* comm, collieConfig_t* config);
 /** Waits for outstanding work, then frees the communicator. */
 COLLIE_EXPORT collieResult_t collieCommDestroy(collieComm_t comm);
