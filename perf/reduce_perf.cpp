@@ -1,0 +1,36 @@
+/*
+ * reduce_perf.cpp: Reduce bandwidth to root -r; busbw = algbw.
+ * Usage (nccl-tests CLI, see perf_common.hpp or -h): collierun -n 4 ./reduce_perf -b 8 -e 64M -f 2
+ */
+#include "perf_common.hpp"
+
+namespace {
+
+using collie_perf::CheckContext;
+using collie_perf::Counts;
+
+Counts GetCounts(size_t count, int nranks) {
+  (void)nranks;
+  return {count, count, count, 0, 0};
+}
+
+double BusFactor(int nranks) {
+  (void)nranks;
+  return 1.0;
+}
+
+collieResult_t Run(const void* sendbuff, void* recvbuff, size_t count, collieDataType_t type, collieRedOp_t op,
+                   int root, collieComm_t comm) {
+  return collieReduce(sendbuff, recvbuff, count, type, op, root, comm, nullptr);
+}
+
+double Expected(const CheckContext& ctx, size_t j) {
+  return ctx.rank() == ctx.root() ? ctx.Reduced(j) : CheckContext::Unchecked();  // only the root receives
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const collie_perf::Collective coll{"Reduce", true, true, true, GetCounts, BusFactor, Run, Expected};
+  return collie_perf::RunPerf(argc, argv, coll);
+}
