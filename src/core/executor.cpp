@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include <sched.h>
+
 #include "core/errors.hpp"
 #include "core/log.hpp"
 
@@ -280,7 +282,10 @@ void Executor::run(std::span<const Job> jobs, const ExecConfig& config) {
       }
       auto idle = now - lastMove;
       if (idle > config_.timeout) failTimeout();
-      if (idle < config_.spin) continue;
+      if (idle < config_.spin) {
+        sched_yield();  // a peer rank may need this core (ranks often outnumber cores)
+        continue;
+      }
       auto left = std::chrono::duration_cast<std::chrono::microseconds>(config_.timeout - idle);
       poller_.wait(std::min<std::chrono::microseconds>(left, std::chrono::milliseconds(100)));
     }
