@@ -1,0 +1,712 @@
+// Unit tests of src/core/datatypes: names and parsing, fp16/bf16 conversion (exhaustively, against a reference
+// written with double arithmetic), and reduce() / divideInPlace() for every type and op against a scalar
+// reference, element by element, at odd lengths, misaligned and in place.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "core/datatypes.hpp"
+
+namespace collie::core {
+namespace {
+
+constexpr DataType kAllTypes[] = {DataType::Int8,    DataType::Uint8,   DataType::Int32,   DataType::Uint32,
+                                  DataType::Int64,   DataType::Uint64,  DataType::Float16, DataType::Float32,
+                                  DataType::Float64, DataType::Bfloat16};
+constexpr ReduceOp kAllOps[] = {ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Max, ReduceOp::Min, ReduceOp::Avg};
+constexpr size_t kLengths[] = {0, 1, 7, 1027};
+constexpr KernelIsa kAllIsas[] = {KernelIsa::Portable, KernelIsa::X86V3};
+
+// The kernel variants this build and CPU can run; each test of reduce() runs under all of them.
+std::vector<KernelIsa> supportedIsas() {
+  const KernelIsa saved = kernelIsa();
+  std::vector<KernelIsa> isas;
+  for (KernelIsa isa : kAllIsas) {
+    if (setKernelIsa(isa)) isas.push_back(isa);
+  }
+  setKernelIsa(saved);
+  return isas;
+}
+
+// Selects a kernel variant for one scope, restoring the previous one at its end.
+class IsaScope {
+ public:
+  explicit IsaScope(KernelIsa isa) : saved_(kernelIsa()) { EXPECT_TRUE(setKernelIsa(isa)); }
+  ~IsaScope() { setKernelIsa(saved_); }
+  IsaScope(const IsaScope&) = delete;
+  IsaScope& operator=(const IsaScope&) = delete;
+
+ private:
+  KernelIsa saved_;
+};
+
+// ---- Reference conversions: a binary16-like format with `mantBits` mantissa and `expBits` exponent bits --------
+
+struct Format {
+  int mantBits;
+  int expBits;
+  int bias() const { return (1 << (expBits - 1)) - 1; }
+  uint16_t expMask() const { return static_cast<uint16_t>(((1 << expBits) - 1) << mantBits); }
+};
+constexpr Format kHalf{10, 5};
+constexpr Format kBf16{7, 8};
+
+double refDecode(uint16_t bits, Format fmt) {
+  const double sign = (bits & 0x8000) ? -1.0 : 1.0;
+  const int e = (bits >> fmt.mantBits) & ((1 << fmt.expBits) - 1);
+  const int m = bits & ((1 << fmt.mantBits) - 1);
+  if (e == (1 << fmt.expBits) - 1) return m ? std::numeric_limits<double>::quiet_NaN() : sign * INFINITY;
+  if (e == 0) return sign * std::ldexp(m, 1 - fmt.bias() - fmt.mantBits);
+  return sign * std::ldexp(1.0 + std::ldexp(m, -fmt.mantBits), e - fmt.bias());
+}
+
+// Rounds x to the format, to nearest-even; NaN gives the canonical quiet NaN (only NaN-ness is compared).
+uint16_t refEncode(double x, Format fmt) {
+  const uint16_t sign = std::signbit(x) ? 0x8000 : 0;
+  if (std::isnan(x)) return static_cast<uint16_t>(sign | fmt.expMask() | (1 << (fmt.mantBits - 1)));
+  const double a = std::fabs(x);
+  const int minExp = 1 - fmt.bias();
+  const double maxFinite = std::ldexp(2.0 - std::ldexp(1.0, -fmt.mantBits), fmt.bias());
+  if (std::isinf(a)) return sign | fmt.expMask();
+  const int e = a == 0 ? minExp : std::max(std::ilogb(a), minExp);
+  const double quantum = std::ldexp(1.0, e - fmt.mantBits);
+  const double r = std::nearbyint(a / quantum) * quantum;  // default rounding mode: to nearest-even
+  if (r > maxFinite) return sign | fmt.expMask();
+  if (r < std::ldexp(1.0, minExp)) {
+    return static_cast<uint16_t>(sign | static_cast<uint16_t>(r / std::ldexp(1.0, minExp - fmt.mantBits)));
+  }
+  const int re = std::ilogb(r);
+  const uint32_t mant = static_cast<uint32_t>(std::ldexp(r / std::ldexp(1.0, re) - 1.0, fmt.mantBits));
+  return static_cast<uint16_t>(sign | ((re + fmt.bias()) << fmt.mantBits) | mant);
+}
+
+bool isNanBits(uint16_t bits, Format fmt) {
+  return (bits & fmt.expMask()) == fmt.expMask() && (bits & ((1 << fmt.mantBits) - 1)) != 0;
+}
+
+uint32_t floatBits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+}
+float bitsFloat(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+// ---- Names, validation, parsing -------------------------------------------------------------------------------
+
+TEST(DataTypes, SizesAndNames) {
+  const size_t sizes[] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2};
+  const char* names[] = {"int8",   "uint8",   "int32",   "uint32",  "int64",
+                         "uint64", "float16", "float32", "float64", "bfloat16"};
+  const char* shortNames[] = {"int8",   "uint8", "int32", "uint32", "int64",
+                              "uint64", "half",  "float", "double", "bfloat16"};
+  for (int t = 0; t < 10; ++t) {
+    DataType type = static_cast<DataType>(t);
+    EXPECT_EQ(dataTypeSize(type), sizes[t]) << t;
+    EXPECT_STREQ(dataTypeName(type), names[t]);
+    EXPECT_STREQ(dataTypeShortName(type), shortNames[t]);
+    EXPECT_EQ(static_cast<int>(type), static_cast<int>(static_cast<collieDataType_t>(t)));
+  }
+  EXPECT_EQ(dataTypeSize(static_cast<DataType>(10)), 0u);
+  EXPECT_STREQ(dataTypeName(static_cast<DataType>(-1)), "invalid");
+  EXPECT_STREQ(dataTypeShortName(static_cast<DataType>(10)), "invalid");
+  const char* ops[] = {"sum", "prod", "max", "min", "avg"};
+  for (int o = 0; o < 5; ++o) EXPECT_STREQ(reduceOpName(static_cast<ReduceOp>(o)), ops[o]);
+  EXPECT_STREQ(reduceOpName(static_cast<ReduceOp>(5)), "invalid");
+}
+
+TEST(DataTypes, Validity) {
+  for (int t = -2; t < 12; ++t) EXPECT_EQ(isValidDataType(t), t >= 0 && t <= 9) << t;
+  for (int o = -2; o < 7; ++o) EXPECT_EQ(isValidReduceOp(o), o >= 0 && o <= 4) << o;
+  EXPECT_EQ(collieNumTypes, 10);
+  EXPECT_EQ(collieNumOps, 5);
+}
+
+TEST(DataTypes, Parse) {
+  for (DataType t : kAllTypes) {
+    DataType got = DataType::Int8;
+    EXPECT_TRUE(parseDataType(dataTypeName(t), &got));
+    EXPECT_EQ(got, t);
+    got = DataType::Int8;
+    EXPECT_TRUE(parseDataType(dataTypeShortName(t), &got));
+    EXPECT_EQ(got, t);
+  }
+  DataType t = DataType::Int8;
+  EXPECT_TRUE(parseDataType("HALF", &t));
+  EXPECT_EQ(t, DataType::Float16);
+  EXPECT_TRUE(parseDataType("bf16", &t));
+  EXPECT_EQ(t, DataType::Bfloat16);
+  EXPECT_TRUE(parseDataType("fp32", &t));
+  EXPECT_EQ(t, DataType::Float32);
+  EXPECT_TRUE(parseDataType("Double", &t));
+  EXPECT_EQ(t, DataType::Float64);
+  for (const char* bad : {"", "float8", "int", "floa", "float322", "int16"}) {
+    t = DataType::Uint8;
+    EXPECT_FALSE(parseDataType(bad, &t)) << bad;
+    EXPECT_EQ(t, DataType::Uint8);
+  }
+  for (ReduceOp o : kAllOps) {
+    ReduceOp got = ReduceOp::Sum;
+    EXPECT_TRUE(parseReduceOp(reduceOpName(o), &got));
+    EXPECT_EQ(got, o);
+  }
+  ReduceOp o = ReduceOp::Sum;
+  EXPECT_TRUE(parseReduceOp("MAX", &o));
+  EXPECT_EQ(o, ReduceOp::Max);
+  for (const char* bad : {"", "mulsum", "su", "sums"}) {
+    o = ReduceOp::Min;
+    EXPECT_FALSE(parseReduceOp(bad, &o)) << bad;
+    EXPECT_EQ(o, ReduceOp::Min);
+  }
+}
+
+// ---- fp16 / bf16 conversion -----------------------------------------------------------------------------------
+
+// Every fp16 bit pattern decodes to its reference value; every non-NaN one survives the round trip bit for bit,
+// and NaN stays NaN with its sign.
+TEST(DataTypes, HalfAllBitPatterns) {
+  for (uint32_t h = 0; h < 65536; ++h) {
+    const uint16_t bits = static_cast<uint16_t>(h);
+    const float f = halfToFloat(bits);
+    const double ref = refDecode(bits, kHalf);
+    if (isNanBits(bits, kHalf)) {
+      ASSERT_TRUE(std::isnan(f)) << std::hex << h;
+      const uint16_t back = floatToHalf(f);
+      ASSERT_TRUE(isNanBits(back, kHalf)) << std::hex << h << " -> " << back;
+      ASSERT_EQ(back & 0x8000, bits & 0x8000) << std::hex << h;
+      continue;
+    }
+    ASSERT_EQ(static_cast<double>(f), ref) << std::hex << h;
+    ASSERT_EQ(std::signbit(f), (bits & 0x8000) != 0) << std::hex << h;
+    ASSERT_EQ(floatToHalf(f), bits) << std::hex << h;
+  }
+}
+
+TEST(DataTypes, Bf16AllBitPatterns) {
+  for (uint32_t h = 0; h < 65536; ++h) {
+    const uint16_t bits = static_cast<uint16_t>(h);
+    const float f = bf16ToFloat(bits);
+    ASSERT_EQ(floatBits(f), h << 16) << std::hex << h;
+    if (isNanBits(bits, kBf16)) {
+      ASSERT_TRUE(std::isnan(f));
+      const uint16_t back = floatToBf16(f);
+      ASSERT_TRUE(isNanBits(back, kBf16)) << std::hex << h << " -> " << back;
+      ASSERT_EQ(back & 0x8000, bits & 0x8000);
+      continue;
+    }
+    ASSERT_EQ(static_cast<double>(f), refDecode(bits, kBf16)) << std::hex << h;
+    ASSERT_EQ(floatToBf16(f), bits) << std::hex << h;
+  }
+}
+
+// Between every two adjacent finite values (both signs, denormals included, and the largest finite against the
+// overflow threshold) the exact midpoint rounds to the even one, and the floats just beside it to the nearer.
+void checkTies(Format fmt, uint16_t (*encode)(float)) {
+  const uint16_t maxFinite = static_cast<uint16_t>(fmt.expMask() - 1);
+  for (uint16_t sign : {uint16_t{0}, uint16_t{0x8000}}) {
+    for (uint32_t m = 0; m <= maxFinite; ++m) {
+      const uint16_t lo = static_cast<uint16_t>(sign | m);
+      const uint16_t hi = static_cast<uint16_t>(sign | (m + 1));  // m + 1 == expMask: Inf
+      const double dlo = refDecode(lo, fmt);
+      // The next value up, extended past the largest finite one as if the exponent were unbounded.
+      const double dhi = m == maxFinite ? std::copysign(std::ldexp(1.0, fmt.bias() + 1), dlo) : refDecode(hi, fmt);
+      const float mid = static_cast<float>((dlo + dhi) / 2);
+      ASSERT_EQ(static_cast<double>(mid), (dlo + dhi) / 2) << "midpoint not exact in float";
+      const uint16_t even = (m & 1) ? hi : lo;
+      ASSERT_EQ(encode(mid), even) << std::hex << "tie between " << lo << " and " << hi;
+      const float towardLo = std::nextafter(mid, static_cast<float>(dlo));
+      const float towardHi = std::nextafter(mid, static_cast<float>(std::copysign(INFINITY, dhi)));
+      ASSERT_EQ(encode(towardLo), lo) << std::hex << lo;
+      ASSERT_EQ(encode(towardHi), hi) << std::hex << hi;
+    }
+  }
+}
+
+TEST(DataTypes, HalfRoundingTies) { checkTies(kHalf, floatToHalf); }
+TEST(DataTypes, Bf16RoundingTies) { checkTies(kBf16, floatToBf16); }
+
+TEST(DataTypes, ConversionSpecialValues) {
+  EXPECT_EQ(floatToHalf(65504.0f), 0x7BFF);
+  EXPECT_EQ(floatToHalf(65519.99f), 0x7BFF);
+  EXPECT_EQ(floatToHalf(65520.0f), 0x7C00);
+  EXPECT_EQ(floatToHalf(1e10f), 0x7C00);
+  EXPECT_EQ(floatToHalf(-INFINITY), 0xFC00);
+  EXPECT_EQ(floatToHalf(-0.0f), 0x8000);
+  EXPECT_EQ(floatToHalf(std::ldexp(1.0f, -24)), 0x0001);  // smallest denormal
+  EXPECT_EQ(floatToHalf(std::ldexp(1.0f, -25)), 0x0000);  // half of it: tie to even (zero)
+  EXPECT_EQ(floatToHalf(std::nextafter(std::ldexp(1.0f, -25), 1.0f)), 0x0001);
+  EXPECT_EQ(floatToHalf(std::numeric_limits<float>::denorm_min()), 0x0000);
+  EXPECT_EQ(floatToHalf(1.0f), 0x3C00);
+  EXPECT_TRUE(isNanBits(floatToHalf(std::numeric_limits<float>::quiet_NaN()), kHalf));
+  EXPECT_TRUE(isNanBits(floatToHalf(std::numeric_limits<float>::signaling_NaN()), kHalf));
+  EXPECT_TRUE(isNanBits(floatToHalf(bitsFloat(0x7F800001u)), kHalf));  // payload only in the low bits
+  EXPECT_TRUE(isNanBits(floatToBf16(bitsFloat(0x7F800001u)), kBf16));  // must not round into Inf
+  EXPECT_TRUE(isNanBits(floatToBf16(bitsFloat(0xFFFFFFFFu)), kBf16));  // must not carry into the sign
+  EXPECT_EQ(floatToBf16(bitsFloat(0x7F7FFFFFu)), 0x7F80);              // largest float rounds to Inf
+  EXPECT_EQ(floatToBf16(INFINITY), 0x7F80);
+  EXPECT_EQ(floatToBf16(1.0f), 0x3F80);
+  EXPECT_EQ(floatToBf16(bitsFloat(0x3F808000u)), 0x3F80);  // tie, to even
+  EXPECT_EQ(floatToBf16(bitsFloat(0x3F818000u)), 0x3F82);  // tie, to even (up)
+  EXPECT_EQ(floatToBf16(bitsFloat(0x00000001u)), 0x0000);  // float denormal
+  EXPECT_EQ(floatToBf16(bitsFloat(0x00018000u)), 0x0002);  // bf16 denormal tie, to even (up)
+}
+
+// Random float bit patterns (every exponent, NaNs and denormals included) against the reference.
+TEST(DataTypes, ConversionRandomFloats) {
+  std::mt19937 rng(12345);
+  for (int i = 0; i < 2000000; ++i) {
+    const float f = bitsFloat(rng());
+    const uint16_t h = floatToHalf(f);
+    const uint16_t b = floatToBf16(f);
+    if (std::isnan(f)) {
+      ASSERT_TRUE(isNanBits(h, kHalf));
+      ASSERT_TRUE(isNanBits(b, kBf16));
+    } else {
+      ASSERT_EQ(h, refEncode(f, kHalf)) << std::hexfloat << f;
+      ASSERT_EQ(b, refEncode(f, kBf16)) << std::hexfloat << f;
+    }
+  }
+}
+
+#if defined(__FLT16_MANT_DIG__) && !defined(__clang__)
+// Cross-check against the compiler's own _Float16 conversions, where it has them.
+TEST(DataTypes, HalfMatchesCompilerFloat16) {
+  std::mt19937 rng(777);
+  for (int i = 0; i < 1000000; ++i) {
+    const float f = bitsFloat(rng());
+    if (std::isnan(f)) continue;
+    const _Float16 c = static_cast<_Float16>(f);
+    uint16_t bits;
+    std::memcpy(&bits, &c, sizeof bits);
+    ASSERT_EQ(floatToHalf(f), bits) << std::hexfloat << f;
+    ASSERT_EQ(halfToFloat(bits), static_cast<float>(c));
+  }
+}
+#endif
+
+// ---- reduce() and divideInPlace() against a scalar reference --------------------------------------------------
+
+// Per-type reference: storage type, input generation, op and comparison. Every reference computes in a wider
+// type (or exactly) and rounds once, independently of the implementation.
+template <typename T>
+struct IntRef {
+  using S = T;
+  static S random(std::mt19937_64& rng) {
+    switch (rng() % 8) {
+      case 0:
+        return std::numeric_limits<T>::max();
+      case 1:
+        return std::numeric_limits<T>::min();
+      case 2:
+        return static_cast<T>(rng() % 5);  // small values, so that some products do not wrap
+      default:
+        return static_cast<T>(rng());
+    }
+  }
+  static S apply(S a, S b, ReduceOp op) {
+    switch (op) {
+      case ReduceOp::Sum:
+      case ReduceOp::Avg:
+        return static_cast<T>(static_cast<uint64_t>(a) + static_cast<uint64_t>(b));  // modulo 2^width
+      case ReduceOp::Prod:
+        return static_cast<T>(static_cast<uint64_t>(a) * static_cast<uint64_t>(b));
+      case ReduceOp::Max:
+        return std::max(a, b);
+      case ReduceOp::Min:
+        return std::min(a, b);
+    }
+    return 0;
+  }
+  static S divide(S x, int d) {
+    // Truncation toward zero, computed in 128 bits to stay independent of the implementation's types.
+    const __int128 q = static_cast<__int128>(x) / d;
+    return static_cast<T>(q);
+  }
+  static bool same(S expected, S actual, ReduceOp) { return expected == actual; }
+  static std::string show(S v) { return std::to_string(v); }
+};
+
+double specialValue(std::mt19937_64& rng) {
+  const double values[] = {0.0, -0.0, INFINITY, -INFINITY, std::numeric_limits<double>::quiet_NaN(), 1.0, -1.0};
+  return values[rng() % 7];
+}
+
+// A value mostly in [-100, 100], sometimes special (zeros, Inf, NaN), sometimes tiny or huge.
+double randomReal(std::mt19937_64& rng) {
+  const uint64_t k = rng() % 16;
+  const double u = static_cast<double>(rng() % 2000001) / 10000.0 - 100.0;
+  if (k == 0) return specialValue(rng);
+  if (k == 1) return u * 1e-7;   // denormal for fp16, tiny for the others
+  if (k == 2) return u * 1e4;    // overflows fp16 in sums and products
+  if (k == 3) return u * 1e-40;  // denormal for float and bf16, zero for fp16
+  return u;
+}
+
+template <typename F>
+struct FloatRef {
+  using S = F;
+  static S random(std::mt19937_64& rng) {
+    const double v = randomReal(rng);
+    if (rng() % 32 == 0) return static_cast<F>(v * 1e-310);  // a double denormal (zero for float)
+    return static_cast<F>(v);
+  }
+  // float: the double result of two floats, rounded once, is the correctly rounded float result. double: the
+  // hardware result is the reference (there is no wider exact type at hand).
+  static S apply(S a, S b, ReduceOp op) {
+    const double x = a, y = b;
+    switch (op) {
+      case ReduceOp::Sum:
+      case ReduceOp::Avg:
+        return static_cast<F>(std::is_same_v<F, double> ? a + b : x + y);
+      case ReduceOp::Prod:
+        return static_cast<F>(std::is_same_v<F, double> ? a * b : x * y);
+      case ReduceOp::Max:
+        return (std::isnan(a) || std::isnan(b)) ? std::numeric_limits<F>::quiet_NaN() : std::max(a, b);
+      case ReduceOp::Min:
+        return (std::isnan(a) || std::isnan(b)) ? std::numeric_limits<F>::quiet_NaN() : std::min(a, b);
+    }
+    return 0;
+  }
+  static S divide(S x, int d) {
+    return std::is_same_v<F, double> ? static_cast<F>(x / d) : static_cast<F>(static_cast<double>(x) / d);
+  }
+  // NaN matches any NaN; Max/Min of +0 and -0 may give either; otherwise bit for bit.
+  static bool same(S expected, S actual, ReduceOp op) {
+    if (std::isnan(expected)) return std::isnan(actual);
+    if (op == ReduceOp::Max || op == ReduceOp::Min) return expected == actual && !std::isnan(actual);
+    return std::memcmp(&expected, &actual, sizeof(S)) == 0;
+  }
+  static std::string show(S v) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%a", static_cast<double>(v));
+    return buf;
+  }
+};
+
+template <const Format& kFmt>
+struct Small16Ref {
+  using S = uint16_t;
+  static S random(std::mt19937_64& rng) { return refEncode(randomReal(rng), kFmt); }
+  // Products and sums of two values with at most 11 significant bits are exact in double; one rounding.
+  static S apply(S a, S b, ReduceOp op) {
+    const double x = refDecode(a, kFmt), y = refDecode(b, kFmt);
+    double r = 0;
+    switch (op) {
+      case ReduceOp::Sum:
+      case ReduceOp::Avg:
+        r = x + y;
+        break;
+      case ReduceOp::Prod:
+        r = x * y;
+        break;
+      case ReduceOp::Max:
+        r = (std::isnan(x) || std::isnan(y)) ? NAN : std::max(x, y);
+        break;
+      case ReduceOp::Min:
+        r = (std::isnan(x) || std::isnan(y)) ? NAN : std::min(x, y);
+        break;
+    }
+    return refEncode(r, kFmt);
+  }
+  static S divide(S x, int d) { return refEncode(refDecode(x, kFmt) / d, kFmt); }
+  static bool same(S expected, S actual, ReduceOp op) {
+    if (isNanBits(expected, kFmt)) return isNanBits(actual, kFmt);
+    if (op == ReduceOp::Max || op == ReduceOp::Min) return refDecode(expected, kFmt) == refDecode(actual, kFmt);
+    return expected == actual;
+  }
+  static std::string show(S v) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "0x%04x (%a)", v, refDecode(v, kFmt));
+    return buf;
+  }
+};
+
+template <typename R, DataType kType>
+struct Case {
+  using Ref = R;
+  static constexpr DataType type = kType;
+};
+
+template <typename C>
+class ReduceTest : public ::testing::Test {};
+
+using Cases = ::testing::Types<Case<IntRef<int8_t>, DataType::Int8>, Case<IntRef<uint8_t>, DataType::Uint8>,
+                               Case<IntRef<int32_t>, DataType::Int32>, Case<IntRef<uint32_t>, DataType::Uint32>,
+                               Case<IntRef<int64_t>, DataType::Int64>, Case<IntRef<uint64_t>, DataType::Uint64>,
+                               Case<Small16Ref<kHalf>, DataType::Float16>, Case<FloatRef<float>, DataType::Float32>,
+                               Case<FloatRef<double>, DataType::Float64>, Case<Small16Ref<kBf16>, DataType::Bfloat16>>;
+
+class CaseNames {
+ public:
+  template <typename C>
+  static std::string GetName(int) {
+    return dataTypeName(C::type);
+  }
+};
+TYPED_TEST_SUITE(ReduceTest, Cases, CaseNames);
+
+template <typename S>
+std::vector<S> randomVector(size_t n, std::mt19937_64& rng, S (*gen)(std::mt19937_64&)) {
+  std::vector<S> v(n);
+  for (auto& x : v) x = gen(rng);
+  return v;
+}
+
+// Out of place, at several misalignments, for every op and length; then in place into a, into b, and with
+// a == b == dst.
+TYPED_TEST(ReduceTest, EveryOpAgainstReference) {
+  using Ref = typename TypeParam::Ref;
+  using S = typename Ref::S;
+  constexpr DataType type = TypeParam::type;
+  ASSERT_EQ(dataTypeSize(type), sizeof(S));
+  std::mt19937_64 rng(static_cast<uint64_t>(type) * 1000 + 1);
+  for (KernelIsa isa : supportedIsas()) {
+    IsaScope scope(isa);
+    for (ReduceOp op : kAllOps) {
+      for (size_t n : kLengths) {
+        SCOPED_TRACE(std::string(kernelIsaName(isa)) + " " + reduceOpName(op) + " n=" + std::to_string(n));
+        const std::vector<S> a = randomVector<S>(n, rng, Ref::random);
+        const std::vector<S> b = randomVector<S>(n, rng, Ref::random);
+        std::vector<S> expected(n);
+        for (size_t i = 0; i < n; ++i) expected[i] = Ref::apply(a[i], b[i], op);
+
+        auto check = [&](const S* got, const char* how) {
+          for (size_t i = 0; i < n; ++i) {
+            ASSERT_TRUE(Ref::same(expected[i], got[i], op))
+                << how << " element " << i << ": " << Ref::show(a[i]) << " " << reduceOpName(op) << " "
+                << Ref::show(b[i]) << " = " << Ref::show(got[i]) << ", expected " << Ref::show(expected[i]);
+          }
+        };
+
+        // Out of place; the three buffers at different offsets from their allocation.
+        for (size_t shift : {0, 1, 3}) {
+          std::vector<S> ab(n + 4), bb(n + 4), db(n + 4);
+          std::copy(a.begin(), a.end(), ab.begin() + shift);
+          std::copy(b.begin(), b.end(), bb.begin() + (shift + 1) % 4);
+          S* dst = db.data() + (shift + 2) % 4;
+          const S sentinel = static_cast<S>(0x5A);
+          std::fill(db.begin(), db.end(), sentinel);
+          reduce(dst, ab.data() + shift, bb.data() + (shift + 1) % 4, n, type, op);
+          check(dst, "out of place");
+          for (S* p = db.data(); p < dst; ++p) ASSERT_EQ(*p, sentinel) << "wrote before dst";
+          for (S* p = dst + n; p < db.data() + db.size(); ++p) ASSERT_EQ(*p, sentinel) << "wrote past dst + count";
+        }
+        {
+          std::vector<S> inout = a;
+          reduce(inout.data(), inout.data(), b.data(), n, type, op);
+          check(inout.data(), "dst == a");
+        }
+        {
+          std::vector<S> inout = b;
+          reduce(inout.data(), a.data(), inout.data(), n, type, op);
+          check(inout.data(), "dst == b");
+        }
+        {
+          std::vector<S> inout = a;
+          reduce(inout.data(), inout.data(), inout.data(), n, type, op);
+          for (size_t i = 0; i < n; ++i) {
+            ASSERT_TRUE(Ref::same(Ref::apply(a[i], a[i], op), inout[i], op)) << "dst == a == b element " << i;
+          }
+        }
+      }
+    }
+  }
+}
+
+TYPED_TEST(ReduceTest, DivideInPlace) {
+  using Ref = typename TypeParam::Ref;
+  using S = typename Ref::S;
+  constexpr DataType type = TypeParam::type;
+  std::mt19937_64 rng(static_cast<uint64_t>(type) * 1000 + 2);
+  for (KernelIsa isa : supportedIsas()) {
+    IsaScope scope(isa);
+    SCOPED_TRACE(kernelIsaName(isa));
+    for (int divisor : {1, 2, 3, 7, 8, 1000}) {
+      for (size_t n : kLengths) {
+        const std::vector<S> x = randomVector<S>(n, rng, Ref::random);
+        std::vector<S> buf = x;
+        divideInPlace(buf.data(), n, type, divisor);
+        for (size_t i = 0; i < n; ++i) {
+          ASSERT_TRUE(Ref::same(Ref::divide(x[i], divisor), buf[i], ReduceOp::Sum))
+              << Ref::show(x[i]) << " / " << divisor << " = " << Ref::show(buf[i]) << ", expected "
+              << Ref::show(Ref::divide(x[i], divisor));
+        }
+      }
+    }
+  }
+}
+
+// A NaN of the element type (never for integers).
+template <typename S>
+bool isNanElement(S v, DataType type) {
+  if (type == DataType::Float16) return isNanBits(static_cast<uint16_t>(v), kHalf);
+  if (type == DataType::Bfloat16) return isNanBits(static_cast<uint16_t>(v), kBf16);
+  if constexpr (std::is_floating_point_v<S>) return std::isnan(v);
+  return false;
+}
+
+// Every kernel variant gives the same bits as the portable one: random bit patterns (NaNs, Infs, denormals)
+// through every op and a division, at a length that exercises blocks and tails. Only a NaN's payload may differ
+// (which input's NaN an instruction passes on depends on operand order, which the compiler may swap).
+TYPED_TEST(ReduceTest, VariantsAgreeBitForBit) {
+  using S = typename TypeParam::Ref::S;
+  constexpr DataType type = TypeParam::type;
+  std::mt19937_64 rng(static_cast<uint64_t>(type) * 1000 + 3);
+  constexpr size_t n = 4099;
+  std::vector<S> a(n), b(n);
+  for (size_t i = 0; i < n; ++i) {
+    uint64_t ra = rng(), rb = rng();
+    std::memcpy(&a[i], &ra, sizeof(S));
+    std::memcpy(&b[i], &rb, sizeof(S));
+  }
+  auto run = [&](KernelIsa isa, int what) {
+    IsaScope scope(isa);
+    std::vector<S> out(n);
+    if (what < 5) {
+      reduce(out.data(), a.data(), b.data(), n, type, kAllOps[what]);
+    } else {
+      out = a;
+      divideInPlace(out.data(), n, type, 3);
+    }
+    return out;
+  };
+  for (int what = 0; what < 6; ++what) {
+    const std::vector<S> portable = run(KernelIsa::Portable, what);
+    for (KernelIsa isa : supportedIsas()) {
+      const std::vector<S> other = run(isa, what);
+      for (size_t i = 0; i < n; ++i) {
+        if (isNanElement(portable[i], type)) {
+          ASSERT_TRUE(isNanElement(other[i], type)) << kernelIsaName(isa) << " element " << i;
+          continue;
+        }
+        ASSERT_EQ(std::memcmp(&portable[i], &other[i], sizeof(S)), 0)
+            << kernelIsaName(isa) << " differs from portable in " << (what < 5 ? reduceOpName(kAllOps[what]) : "divide")
+            << " at element " << i;
+      }
+    }
+  }
+}
+
+// ---- Specific semantics ---------------------------------------------------------------------------------------
+
+template <typename T>
+T reduceOne(T a, T b, DataType type, ReduceOp op) {
+  T r{};
+  reduce(&r, &a, &b, 1, type, op);
+  return r;
+}
+
+TEST(DataTypes, KernelIsa) {
+  const std::vector<KernelIsa> isas = supportedIsas();
+  ASSERT_FALSE(isas.empty());
+  EXPECT_EQ(isas.front(), KernelIsa::Portable);
+  EXPECT_EQ(kernelIsa(), isas.back()) << "the default is the best variant the CPU runs";
+  EXPECT_STREQ(kernelIsaName(KernelIsa::Portable), "portable");
+  EXPECT_STREQ(kernelIsaName(KernelIsa::X86V3), "x86-64-v3");
+  EXPECT_FALSE(setKernelIsa(static_cast<KernelIsa>(7)));
+  EXPECT_EQ(kernelIsa(), isas.back());
+}
+
+TEST(DataTypes, IntegerWrap) {
+  EXPECT_EQ(reduceOne<int8_t>(127, 1, DataType::Int8, ReduceOp::Sum), -128);
+  EXPECT_EQ(reduceOne<int8_t>(-128, -1, DataType::Int8, ReduceOp::Sum), 127);
+  EXPECT_EQ(reduceOne<int8_t>(16, 16, DataType::Int8, ReduceOp::Prod), 0);
+  EXPECT_EQ(reduceOne<int8_t>(-128, -1, DataType::Int8, ReduceOp::Prod), -128);
+  EXPECT_EQ(reduceOne<uint8_t>(255, 2, DataType::Uint8, ReduceOp::Sum), 1);
+  EXPECT_EQ(reduceOne<uint8_t>(255, 255, DataType::Uint8, ReduceOp::Prod), 1);
+  EXPECT_EQ(reduceOne<int32_t>(INT32_MAX, 1, DataType::Int32, ReduceOp::Sum), INT32_MIN);
+  EXPECT_EQ(reduceOne<int32_t>(INT32_MIN, -1, DataType::Int32, ReduceOp::Prod), INT32_MIN);
+  EXPECT_EQ(reduceOne<int32_t>(65536, 65536, DataType::Int32, ReduceOp::Prod), 0);
+  EXPECT_EQ(reduceOne<uint32_t>(UINT32_MAX, 1, DataType::Uint32, ReduceOp::Avg), 0u);
+  EXPECT_EQ(reduceOne<int64_t>(INT64_MAX, 1, DataType::Int64, ReduceOp::Sum), INT64_MIN);
+  EXPECT_EQ(reduceOne<int64_t>(INT64_MIN, -1, DataType::Int64, ReduceOp::Prod), INT64_MIN);
+  EXPECT_EQ(reduceOne<uint64_t>(UINT64_MAX, UINT64_MAX, DataType::Uint64, ReduceOp::Prod), 1u);
+  EXPECT_EQ(reduceOne<int64_t>(-5, 3, DataType::Int64, ReduceOp::Max), 3);
+  EXPECT_EQ(reduceOne<uint64_t>(UINT64_MAX, 3, DataType::Uint64, ReduceOp::Min), 3u);
+}
+
+TEST(DataTypes, FloatMaxMinPropagateNan) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (ReduceOp op : {ReduceOp::Max, ReduceOp::Min}) {
+    EXPECT_TRUE(std::isnan(reduceOne(nan, 1.0f, DataType::Float32, op)));
+    EXPECT_TRUE(std::isnan(reduceOne(1.0f, nan, DataType::Float32, op)));
+    EXPECT_TRUE(std::isnan(reduceOne<double>(NAN, -INFINITY, DataType::Float64, op)));
+    EXPECT_TRUE(isNanBits(reduceOne<uint16_t>(0x7E00, 0x3C00, DataType::Float16, op), kHalf));
+    EXPECT_TRUE(isNanBits(reduceOne<uint16_t>(0x3F80, 0xFFC0, DataType::Bfloat16, op), kBf16));
+  }
+  EXPECT_EQ(reduceOne(-INFINITY, 2.0f, DataType::Float32, ReduceOp::Max), 2.0f);
+  EXPECT_EQ(reduceOne(-INFINITY, 2.0f, DataType::Float32, ReduceOp::Min), -INFINITY);
+}
+
+TEST(DataTypes, HalfArithmeticRounds) {
+  // 2048 + 1 is a tie between 2048 and 2050 in fp16: to even, 2048. 2048 + 3 -> 2052 (tie, to even).
+  EXPECT_EQ(reduceOne<uint16_t>(floatToHalf(2048), floatToHalf(1), DataType::Float16, ReduceOp::Sum), 0x6800);
+  EXPECT_EQ(halfToFloat(reduceOne<uint16_t>(floatToHalf(2048), floatToHalf(3), DataType::Float16, ReduceOp::Sum)),
+            2052.0f);
+  // 65504 + 65504 overflows to Inf; 256 * 256 too.
+  EXPECT_EQ(reduceOne<uint16_t>(0x7BFF, 0x7BFF, DataType::Float16, ReduceOp::Sum), 0x7C00);
+  EXPECT_EQ(reduceOne<uint16_t>(floatToHalf(256), floatToHalf(256), DataType::Float16, ReduceOp::Prod), 0x7C00);
+  // Inf - Inf is NaN.
+  EXPECT_TRUE(isNanBits(reduceOne<uint16_t>(0x7C00, 0xFC00, DataType::Float16, ReduceOp::Sum), kHalf));
+  // bf16: 256 + 1 is a tie between 256 and 258: to even, 256.
+  EXPECT_EQ(bf16ToFloat(reduceOne<uint16_t>(floatToBf16(256), floatToBf16(1), DataType::Bfloat16, ReduceOp::Sum)),
+            256.0f);
+}
+
+TEST(DataTypes, DivideSemantics) {
+  int32_t ints[] = {-7, 7, -1, INT32_MIN, INT32_MAX};
+  divideInPlace(ints, 5, DataType::Int32, 2);
+  EXPECT_EQ(ints[0], -3);
+  EXPECT_EQ(ints[1], 3);
+  EXPECT_EQ(ints[2], 0);
+  EXPECT_EQ(ints[3], INT32_MIN / 2);
+  EXPECT_EQ(ints[4], INT32_MAX / 2);
+  uint64_t big[] = {UINT64_MAX};
+  divideInPlace(big, 1, DataType::Uint64, 3);
+  EXPECT_EQ(big[0], UINT64_MAX / 3);
+  uint8_t bytes[] = {255, 9};
+  divideInPlace(bytes, 2, DataType::Uint8, 300);
+  EXPECT_EQ(bytes[0], 0);
+  float f[] = {1.0f, 10.0f};
+  divideInPlace(f, 2, DataType::Float32, 3);
+  EXPECT_EQ(f[0], 1.0f / 3.0f);  // a true division, not a product with a rounded reciprocal
+  EXPECT_EQ(f[1], 10.0f / 3.0f);
+  uint16_t h[] = {floatToHalf(1.0f)};
+  divideInPlace(h, 1, DataType::Float16, 3);
+  EXPECT_EQ(h[0], refEncode(1.0 / 3.0, kHalf));
+}
+
+TEST(DataTypes, InvalidArgumentsThrow) {
+  float x = 1;
+  try {
+    reduce(&x, &x, &x, 1, static_cast<DataType>(10), ReduceOp::Sum);
+    FAIL() << "no exception";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::InvalidArgument);
+  }
+  try {
+    reduce(&x, &x, &x, 1, DataType::Float32, static_cast<ReduceOp>(5));
+    FAIL() << "no exception";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::InvalidArgument);
+  }
+  EXPECT_THROW(divideInPlace(&x, 1, DataType::Float32, 0), Error);
+  EXPECT_THROW(divideInPlace(&x, 1, DataType::Float32, -2), Error);
+  EXPECT_THROW(divideInPlace(&x, 1, static_cast<DataType>(-1), 2), Error);
+  reduce(nullptr, nullptr, nullptr, 0, DataType::Float32, ReduceOp::Sum);  // count 0: no access
+  divideInPlace(nullptr, 0, DataType::Int8, 4);
+}
+
+}  // namespace
+}  // namespace collie::core
