@@ -1,0 +1,71 @@
+// A rank's connection to itself: posted sends and posted receives are matched in the order they were posted
+// (the first send with the first receive, and so on) and the bytes are copied with memcpy. Matching happens in
+// progress(), so progress() reports every completion like any other Connection. Only host memory is handled;
+// device buffers are staged (or copied on the device) by the caller before they reach a Connection.
+#include <cstring>
+#include <deque>
+
+#include "core/errors.hpp"
+#include "transport/transport.hpp"
+
+namespace collie::transport {
+namespace {
+
+class SelfConnection : public Connection {
+ public:
+  explicit SelfConnection(int rank) : rank_(rank) {}
+
+  int peer() const override { return rank_; }
+
+  void postSend(Transfer* t) override { post(sends_, t, "send"); }
+  void postRecv(Transfer* t) override { post(recvs_, t, "receive"); }
+
+  bool progress() override {
+    bool moved = false;
+    while (!sends_.empty() && !recvs_.empty()) {
+      Transfer* s = sends_.front();
+      Transfer* r = recvs_.front();
+      COLLIE_INTERNAL_CHECK(s->bytes == r->bytes,
+                            "message size mismatch on the self connection of rank %d: send of %zu bytes, receive "
+                            "of %zu bytes",
+                            rank_, s->bytes, r->bytes);
+      if (s->bytes > 0 && s->buf != r->buf) std::memmove(r->buf, s->buf, s->bytes);
+      sends_.pop_front();
+      recvs_.pop_front();
+      s->complete = true;
+      r->complete = true;
+      moved = true;
+    }
+    return moved;
+  }
+
+  bool busy() const override { return !sends_.empty() || !recvs_.empty(); }
+
+  void close() override {
+    closed_ = true;
+    sends_.clear();
+    recvs_.clear();
+  }
+
+ private:
+  void post(std::deque<Transfer*>& queue, Transfer* t, const char* what) {
+    COLLIE_USAGE_CHECK(!closed_, "%s posted on the closed self connection of rank %d", what, rank_);
+    COLLIE_INTERNAL_CHECK(t->kind == MemoryKind::Host, "self connection of rank %d: %s of a device buffer", rank_,
+                          what);
+    COLLIE_INTERNAL_CHECK(t->bytes == 0 || t->buf != nullptr, "self connection of rank %d: %s of %zu bytes from null",
+                          rank_, what, t->bytes);
+    t->complete = false;
+    queue.push_back(t);
+  }
+
+  int rank_;
+  bool closed_ = false;
+  std::deque<Transfer*> sends_;
+  std::deque<Transfer*> recvs_;
+};
+
+}  // namespace
+
+std::unique_ptr<Connection> makeSelfConnection(int rank) { return std::make_unique<SelfConnection>(rank); }
+
+}  // namespace collie::transport

@@ -1,0 +1,90 @@
+// The data path of the TCP transport: one Connection over several non-blocking sockets to one peer.
+// Internal to src/transport/tcp (and its tests); the rest of collie sees a plain Connection.
+#pragma once
+
+#include <sys/uio.h>
+
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "transport/transport.hpp"
+
+namespace collie::transport::tcp {
+
+/// Precedes every message part on the wire.
+struct MsgHeader {
+  uint32_t magic;
+  uint32_t seq;    ///< the message's number on this connection (per direction); every part carries it
+  uint64_t bytes;  ///< size of the whole message, not of this part
+};
+static_assert(sizeof(MsgHeader) == 16);
+
+constexpr uint32_t kMsgMagic = 0x434c4d47;  // "CLMG"
+
+/// Sends and receives over `fds` (connected, non-blocking, registered with `poller` by the caller; the
+/// connection removes and closes them, so `poller` must outlive it). Both sides must use the same number of
+/// sockets and stripe size.
+class TcpConnection final : public Connection {
+ public:
+  TcpConnection(int rank, int peer, std::vector<int> fds, int64_t stripeMinBytes, core::Poller* poller);
+  ~TcpConnection() override;
+  TcpConnection(const TcpConnection&) = delete;
+  TcpConnection& operator=(const TcpConnection&) = delete;
+
+  int peer() const override { return peer_; }
+  void postSend(Transfer* t) override { post(t, /*send=*/true); }
+  void postRecv(Transfer* t) override { post(t, /*send=*/false); }
+  /// Tries every socket with pending parts until the kernel would block; true if anything moved.
+  bool progress() override;
+  bool busy() const override { return pending_ > 0; }
+  void close() override;
+
+ private:
+  struct Op {
+    Transfer* t;
+    uint32_t partsLeft;
+  };
+  struct Part {
+    Op* op;
+    char* data;     ///< this part's slice of the transfer's buffer
+    size_t bytes;   ///< payload bytes of this part
+    size_t done;    ///< bytes moved so far, header included
+    uint32_t seq;   ///< message number (receive side: the expected one)
+    MsgHeader hdr;  ///< send: the header to write; receive: where the header lands
+  };
+  struct Socket {
+    int fd;
+    std::deque<Part> sends;
+    std::deque<Part> recvs;
+  };
+
+  void post(Transfer* t, bool send);
+  bool sendOn(Socket& s);
+  bool recvOn(Socket& s);
+  /// Fills iov from the front parts of q; returns the iovec count and sets *want to the bytes asked for.
+  int buildIov(const std::deque<Part>& q, iovec* iov, size_t* want);
+  /// Advances the front parts of q by n bytes; validates headers (receive side) and completes parts.
+  void consume(std::deque<Part>& q, size_t n, bool recv);
+  void checkHeader(const Part& p);
+  [[noreturn]] void failIo(int err, const char* op);
+  Op* newOp(Transfer* t, uint32_t parts);
+
+  int rank_;
+  int peer_;
+  int64_t stripeMin_;
+  core::Poller* poller_;
+  std::vector<Socket> socks_;
+  uint32_t sendSeq_ = 0;
+  uint32_t recvSeq_ = 0;
+  size_t pending_ = 0;  ///< posted transfers not yet complete
+  bool closed_ = false;
+  std::exception_ptr error_;  ///< the first failure, rethrown by every later progress()
+  std::vector<std::unique_ptr<Op>> opStorage_;
+  std::vector<Op*> freeOps_;
+};
+
+}  // namespace collie::transport::tcp

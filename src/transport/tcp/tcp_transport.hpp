@@ -1,0 +1,64 @@
+// The TCP transport: the fallback that links any two ranks that can reach each other over IP. Each peer pair
+// shares several sockets (COLLIE_SOCKETS_PER_PEER); messages of at least COLLIE_STRIPE_MIN_BYTES are striped
+// across all of them, smaller ones take turns. See tcp_transport.cpp for the handshake and
+// tcp_connection.cpp for the data path.
+#pragma once
+
+#include <sys/socket.h>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "transport/transport.hpp"
+
+namespace collie::transport::tcp {
+
+/// Settings of a TcpTransport; the defaults come from the params registry.
+struct TcpOptions {
+  int socketsPerPeer = 0;           ///< 0: COLLIE_SOCKETS_PER_PEER. Must be equal on all ranks.
+  int64_t stripeMinBytes = -1;      ///< < 0: COLLIE_STRIPE_MIN_BYTES. Must be equal on all ranks.
+  int socketBufferBytes = 4 << 20;  ///< SO_SNDBUF / SO_RCVBUF of the data sockets
+  sockaddr_storage bindAddr{};      ///< AF_UNSPEC: core::defaultLocalAddress() (port is ignored; 0 is used)
+};
+
+/// TCP transport. listen() before bootstrap, then connect() once per set of peers.
+class TcpTransport : public Transport {
+ public:
+  explicit TcpTransport(const TcpOptions& options = {});
+  ~TcpTransport() override;
+  TcpTransport(const TcpTransport&) = delete;
+  TcpTransport& operator=(const TcpTransport&) = delete;
+
+  const char* name() const override { return "tcp"; }
+  /// Listens on options.bindAddr (default: core::defaultLocalAddress()), port 0; publishes it in self.tcpAddr.
+  void listen(PeerInfo& self) override;
+  /// Always true: TCP is the fallback transport.
+  bool canConnect(const PeerInfo& local, const PeerInfo& peer) const override { return true; }
+  /// Higher ranks connect to lower ranks' listeners; both sides exchange a hello carrying ctx.secret on every
+  /// socket. Connections that cannot show the secret are logged and dropped. Fails with Timeout naming the
+  /// missing ranks when a peer does not show up within ctx.timeout (COLLIE_TIMEOUT when zero).
+  std::vector<std::unique_ptr<Connection>> connect(const CommContext& ctx, const std::vector<int>& peers) override;
+
+  int socketsPerPeer() const { return nsock_; }
+  int64_t stripeMinBytes() const { return stripeMin_; }
+
+ private:
+  struct Stashed;
+
+  TcpOptions options_;
+  int nsock_;
+  int64_t stripeMin_;
+  int listenFd_ = -1;
+  sockaddr_storage listenAddr_{};
+  /// Verified connections from ranks that were not in the peer list of the connect() running when they
+  /// arrived (a later connect() picks them up).
+  std::vector<Stashed> stash_;
+};
+
+}  // namespace collie::transport::tcp
+
+namespace collie::transport {
+using tcp::TcpOptions;
+using tcp::TcpTransport;
+}  // namespace collie::transport
