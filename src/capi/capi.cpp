@@ -78,7 +78,7 @@ collieResult_t resolve(collieComm_t handle, std::shared_ptr<collie::Communicator
   std::thread pending;
   {
     std::lock_guard<std::mutex> lock(handle->mu);
-    if (!handle->initDone && handle->initThread.joinable()) pending = std::move(handle->initThread);
+    if (handle->initThread.joinable()) pending = std::move(handle->initThread);
   }
   if (pending.joinable()) pending.join();
   std::lock_guard<std::mutex> lock(handle->mu);
@@ -102,20 +102,28 @@ collieResult_t withComm(collieComm_t handle, F&& body) {
 collie::DataType dt(collieDataType_t t) { return static_cast<collie::DataType>(t); }
 collie::ReduceOp rop(collieRedOp_t o) { return static_cast<collie::ReduceOp>(o); }
 
-collieResult_t checkStream(collieStream_t stream) {
-  if (stream != nullptr) {
-    tlsLastError =
-        "a CUDA stream was passed, but this build of collie supports host buffers only (pass NULL as stream)";
-    return collieInvalidUsage;
-  }
-  return collieSuccess;
+void checkStream(collieStream_t stream) {
+  COLLIE_USAGE_CHECK(stream == nullptr,
+                     "a CUDA stream was passed, but this build of collie supports host buffers only (pass NULL as "
+                     "stream)");
+}
+
+// A blocking call on host buffers: the stream must be NULL.
+template <typename F>
+collieResult_t hostCall(collieComm_t handle, collieStream_t stream, F&& body) {
+  return withComm(handle, [&](collie::Communicator& c) {
+    checkStream(stream);
+    body(c);
+  });
 }
 
 template <typename F>
 collieResult_t asyncCall(collieComm_t handle, collieRequest_t* request, F&& start) {
-  if (!request) return argError("request is NULL");
-  *request = nullptr;
-  return withComm(handle, [&](collie::Communicator& c) { *request = new collieRequest{start(c)}; });
+  if (request) *request = nullptr;
+  return withComm(handle, [&](collie::Communicator& c) {
+    COLLIE_ARG_CHECK(request != nullptr, "request is NULL");
+    *request = new collieRequest{start(c)};
+  });
 }
 
 collieResult_t initRank(collieComm_t* out, int nranks, const collieUniqueId& id, int rank,
@@ -316,53 +324,45 @@ const char* collieGetLastError(collieComm_t handle) {
 
 collieResult_t collieAllReduce(const void* sendbuff, void* recvbuff, size_t count, collieDataType_t datatype,
                                collieRedOp_t op, collieComm_t comm, collieStream_t stream) {
-  if (collieResult_t r = checkStream(stream)) return r;
-  return withComm(comm,
+  return hostCall(comm, stream,
                   [&](collie::Communicator& c) { c.allReduce(sendbuff, recvbuff, count, dt(datatype), rop(op)); });
 }
 
 collieResult_t collieBroadcast(const void* sendbuff, void* recvbuff, size_t count, collieDataType_t datatype, int root,
                                collieComm_t comm, collieStream_t stream) {
-  if (collieResult_t r = checkStream(stream)) return r;
-  return withComm(comm, [&](collie::Communicator& c) { c.broadcast(sendbuff, recvbuff, count, dt(datatype), root); });
+  return hostCall(comm, stream, [&](collie::Communicator& c) { c.broadcast(sendbuff, recvbuff, count, dt(datatype), root); });
 }
 
 collieResult_t collieReduce(const void* sendbuff, void* recvbuff, size_t count, collieDataType_t datatype,
                             collieRedOp_t op, int root, collieComm_t comm, collieStream_t stream) {
-  if (collieResult_t r = checkStream(stream)) return r;
-  return withComm(comm,
+  return hostCall(comm, stream,
                   [&](collie::Communicator& c) { c.reduce(sendbuff, recvbuff, count, dt(datatype), rop(op), root); });
 }
 
 collieResult_t collieAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, collieDataType_t datatype,
                                collieComm_t comm, collieStream_t stream) {
-  if (collieResult_t r = checkStream(stream)) return r;
-  return withComm(comm, [&](collie::Communicator& c) { c.allGather(sendbuff, recvbuff, sendcount, dt(datatype)); });
+  return hostCall(comm, stream, [&](collie::Communicator& c) { c.allGather(sendbuff, recvbuff, sendcount, dt(datatype)); });
 }
 
 collieResult_t collieReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, collieDataType_t datatype,
                                    collieRedOp_t op, collieComm_t comm, collieStream_t stream) {
-  if (collieResult_t r = checkStream(stream)) return r;
-  return withComm(
-      comm, [&](collie::Communicator& c) { c.reduceScatter(sendbuff, recvbuff, recvcount, dt(datatype), rop(op)); });
+  return hostCall(
+      comm, stream, [&](collie::Communicator& c) { c.reduceScatter(sendbuff, recvbuff, recvcount, dt(datatype), rop(op)); });
 }
 
 collieResult_t collieAllToAll(const void* sendbuff, void* recvbuff, size_t count, collieDataType_t datatype,
                               collieComm_t comm, collieStream_t stream) {
-  if (collieResult_t r = checkStream(stream)) return r;
-  return withComm(comm, [&](collie::Communicator& c) { c.allToAll(sendbuff, recvbuff, count, dt(datatype)); });
+  return hostCall(comm, stream, [&](collie::Communicator& c) { c.allToAll(sendbuff, recvbuff, count, dt(datatype)); });
 }
 
 collieResult_t collieSend(const void* sendbuff, size_t count, collieDataType_t datatype, int peer, collieComm_t comm,
                           collieStream_t stream) {
-  if (collieResult_t r = checkStream(stream)) return r;
-  return withComm(comm, [&](collie::Communicator& c) { c.send(sendbuff, count, dt(datatype), peer); });
+  return hostCall(comm, stream, [&](collie::Communicator& c) { c.send(sendbuff, count, dt(datatype), peer); });
 }
 
 collieResult_t collieRecv(void* recvbuff, size_t count, collieDataType_t datatype, int peer, collieComm_t comm,
                           collieStream_t stream) {
-  if (collieResult_t r = checkStream(stream)) return r;
-  return withComm(comm, [&](collie::Communicator& c) { c.recv(recvbuff, count, dt(datatype), peer); });
+  return hostCall(comm, stream, [&](collie::Communicator& c) { c.recv(recvbuff, count, dt(datatype), peer); });
 }
 
 collieResult_t collieBarrier(collieComm_t comm) {

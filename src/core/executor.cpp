@@ -23,6 +23,8 @@ struct Executor::SliceState {
   char* slot = nullptr;
 };
 
+constexpr size_t kNoStep = ~size_t{0};
+
 struct Executor::StepState {
   const Step* step = nullptr;
   size_t job = 0;
@@ -33,9 +35,12 @@ struct Executor::StepState {
   size_t elemSize = 0;
   size_t sliceElems = 0;
   size_t nslices = 0;
-  size_t posted = 0;     // receives posted
-  size_t finished = 0;   // slices received and processed (their sends posted)
-  size_t sendsDone = 0;  // sends completed, in order
+  size_t posted = 0;                  // receives posted
+  size_t finished = 0;                // slices received and processed (ready to send)
+  size_t sendsPosted = 0;             // sends posted
+  size_t sendsDone = 0;               // sends completed, in order
+  size_t nextSameRecvPeer = kNoStep;  // the next step that receives from the same peer
+  size_t nextSameSendPeer = kNoStep;  // the next step that sends to the same peer
   std::vector<SliceState> slices;
 
   bool receives() const { return step->recvPeer >= 0; }
@@ -106,46 +111,48 @@ bool Executor::canStart(size_t flat) const {
   return prev.started && (prev.step->overlapNext || stepRecvsDone(prev));
 }
 
+// Resolves buffers and cuts the step into slices; done for every step before the run starts, so that the
+// per-peer turn order can skip steps that move nothing.
+void Executor::planStep(StepState& st) {
+  const Step& s = *st.step;
+  const Job& job = jobs_[st.job];
+  st.elemSize = dataTypeSize(job.buffers.type);
+  const size_t bytes = s.count * st.elemSize;
+  st.src = resolve(job.buffers, s.src, st.elemSize);
+  st.dst = resolve(job.buffers, s.dst, st.elemSize);
+  st.sliceElems = std::max<size_t>(1, job.sliceBytes / st.elemSize);
+  st.nslices = (s.kind == StepKind::Copy || s.count == 0) ? 0 : (s.count + st.sliceElems - 1) / st.sliceElems;
+  bool reduces = s.kind == StepKind::RecvReduce || s.kind == StepKind::RecvReduceSend;
+  st.viaSlot = reduces && (s.dst.buffer == Buffer::Transient || overlaps(st.src, st.dst, bytes));
+}
+
 void Executor::startStep(size_t flat) {
   StepState& st = steps_[flat];
   const Step& s = *st.step;
-  const JobBuffers& b = jobs_[st.job].buffers;
   st.started = true;
-  st.elemSize = dataTypeSize(b.type);
-  const size_t bytes = s.count * st.elemSize;
-  st.src = resolve(b, s.src, st.elemSize);
-  st.dst = resolve(b, s.dst, st.elemSize);
-  st.sliceElems = std::max<size_t>(1, jobs_[st.job].sliceBytes / st.elemSize);
-  st.nslices = s.count == 0 ? 0 : (s.count + st.sliceElems - 1) / st.sliceElems;
-  st.posted = st.finished = st.sendsDone = 0;
   st.slices.clear();
   st.slices.resize(st.nslices);
-  bool reduces = s.kind == StepKind::RecvReduce || s.kind == StepKind::RecvReduceSend;
-  st.viaSlot = reduces && (s.dst.buffer == Buffer::Transient || overlaps(st.src, st.dst, bytes));
-
   if (s.kind == StepKind::Copy) {
+    size_t bytes = s.count * st.elemSize;
     if (bytes && st.src != st.dst) memmove(st.dst, st.src, bytes);
-    st.nslices = 0;
-    return;
-  }
-  if (s.kind == StepKind::Send) {
-    // Nothing to wait for: post every slice now.
-    for (size_t i = 0; i < st.nslices; ++i) {
-      SliceState& sl = st.slices[i];
-      sl.send = Transfer{st.src + st.sliceOffset(i) * st.elemSize, st.sliceCount(i) * st.elemSize};
-      conns_[static_cast<size_t>(s.sendPeer)]->postSend(&sl.send);
-    }
-    st.finished = st.nslices;
+  } else if (s.kind == StepKind::Send) {
+    for (size_t i = 0; i < st.nslices; ++i) st.slices[i].send = Transfer{st.src + st.sliceOffset(i) * st.elemSize,
+                                                                        st.sliceCount(i) * st.elemSize};
+    st.finished = st.nslices;  // nothing to receive: every slice is ready to send
   }
 }
 
-bool Executor::advanceStep(StepState& st) {
+// Posts receives and sends while this step holds the peer's turn (steps talk to one peer in schedule order,
+// so both ends match transfers one to one), reduces/copies received slices, and retires completed sends.
+bool Executor::advanceStep(size_t flat) {
+  StepState& st = steps_[flat];
   const Step& s = *st.step;
   bool moved = false;
   if (st.receives()) {
-    transport::Connection* in = conns_[static_cast<size_t>(s.recvPeer)];
+    auto peer = static_cast<size_t>(s.recvPeer);
+    transport::Connection* in = conns_[peer];
     const size_t window = static_cast<size_t>(std::max(1, jobs_[st.job].slicesInFlight));
-    while (st.posted < st.nslices && st.posted - st.finished < window) {
+    while (recvTurn_[peer] == flat && st.posted < st.nslices && st.posted - st.finished < window) {
       SliceState& sl = st.slices[st.posted];
       size_t bytes = st.sliceCount(st.posted) * st.elemSize;
       char* target;
@@ -157,7 +164,7 @@ bool Executor::advanceStep(StepState& st) {
       }
       sl.recv = Transfer{target, bytes};
       in->postRecv(&sl.recv);
-      ++st.posted;
+      if (++st.posted == st.nslices) recvTurn_[peer] = st.nextSameRecvPeer;
       moved = true;
     }
     const JobBuffers& b = jobs_[st.job].buffers;
@@ -172,7 +179,6 @@ bool Executor::advanceStep(StepState& st) {
       }
       if (st.sends()) {
         sl.send = Transfer{out, count * st.elemSize};
-        conns_[static_cast<size_t>(s.sendPeer)]->postSend(&sl.send);
       } else {
         releaseSlot(sl.slot);
       }
@@ -181,7 +187,13 @@ bool Executor::advanceStep(StepState& st) {
     }
   }
   if (st.sends()) {
-    while (st.sendsDone < st.finished && st.slices[st.sendsDone].send.complete) {
+    auto peer = static_cast<size_t>(s.sendPeer);
+    while (sendTurn_[peer] == flat && st.sendsPosted < st.finished) {
+      conns_[peer]->postSend(&st.slices[st.sendsPosted].send);
+      if (++st.sendsPosted == st.nslices) sendTurn_[peer] = st.nextSameSendPeer;
+      moved = true;
+    }
+    while (st.sendsDone < st.sendsPosted && st.slices[st.sendsDone].send.complete) {
       releaseSlot(st.slices[st.sendsDone].slot);
       ++st.sendsDone;
       moved = true;
@@ -243,7 +255,9 @@ void Executor::run(std::span<const Job> jobs, const ExecConfig& config) {
       st.step = &s;
       st.job = j;
       st.started = false;
-      st.nslices = st.posted = st.finished = st.sendsDone = 0;
+      st.posted = st.finished = st.sendsPosted = st.sendsDone = 0;
+      st.nextSameRecvPeer = st.nextSameSendPeer = kNoStep;
+      planStep(st);
       for (int p : {s.sendPeer, s.recvPeer}) {
         if (p >= 0 && !peerMark_[static_cast<size_t>(p)]) {
           peerMark_[static_cast<size_t>(p)] = 1;
@@ -253,6 +267,21 @@ void Executor::run(std::span<const Job> jobs, const ExecConfig& config) {
     }
   }
   for (int p : activePeers_) peerMark_[static_cast<size_t>(p)] = 0;
+  // Turn chains: per peer, the steps that move bytes to (from) it, in schedule order.
+  recvTurn_.assign(static_cast<size_t>(nranks_), kNoStep);
+  sendTurn_.assign(static_cast<size_t>(nranks_), kNoStep);
+  for (size_t i = total; i-- > 0;) {
+    StepState& st = steps_[i];
+    if (st.nslices == 0) continue;
+    if (st.receives()) {
+      st.nextSameRecvPeer = recvTurn_[static_cast<size_t>(st.step->recvPeer)];
+      recvTurn_[static_cast<size_t>(st.step->recvPeer)] = i;
+    }
+    if (st.sends()) {
+      st.nextSameSendPeer = sendTurn_[static_cast<size_t>(st.step->sendPeer)];
+      sendTurn_[static_cast<size_t>(st.step->sendPeer)] = i;
+    }
+  }
 
   size_t frontier = 0, firstLive = 0;
   auto lastMove = Clock::now();
@@ -263,9 +292,9 @@ void Executor::run(std::span<const Job> jobs, const ExecConfig& config) {
         startStep(frontier++);
         moved = true;
       }
-      for (size_t i = firstLive; i < frontier; ++i) moved |= advanceStep(steps_[i]);
+      for (size_t i = firstLive; i < frontier; ++i) moved |= advanceStep(i);
       for (int p : activePeers_) moved |= conns_[static_cast<size_t>(p)]->progress();
-      for (size_t i = firstLive; i < frontier; ++i) moved |= advanceStep(steps_[i]);
+      for (size_t i = firstLive; i < frontier; ++i) moved |= advanceStep(i);
       while (firstLive < frontier && stepDone(steps_[firstLive])) {
         finishJobIfDone(steps_[firstLive].job);
         ++firstLive;

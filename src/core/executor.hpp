@@ -7,6 +7,10 @@
 // be in flight then. Several jobs (the calls of one group) run one after another, except consecutive
 // point-to-point jobs of a group, which run together.
 //
+// Steps that are active together may talk to the same peer. Transfers on a connection match one to one in
+// posting order, so each peer has a send turn and a receive turn that pass from step to step in schedule
+// order: a step posts to a peer only while it holds that peer's turn.
+//
 // The executor runs on one thread (the caller's for a blocking call, the progress thread for async work).
 // When nothing moved it polls for COLLIE_SPIN_US, then sleeps in the Poller. If nothing moves for the
 // timeout it fails with Timeout naming the peers it waits on; a set abort flag ends it at once.
@@ -62,8 +66,9 @@ class Executor {
   struct StepState;
 
   bool canStart(size_t flat) const;
+  void planStep(StepState& st);
   void startStep(size_t flat);
-  bool advanceStep(StepState& st);
+  bool advanceStep(size_t flat);
   bool stepRecvsDone(const StepState& st) const;
   bool stepDone(const StepState& st) const;
   void finishJobIfDone(size_t job);
@@ -83,6 +88,8 @@ class Executor {
   std::vector<StepState> steps_;      // flattened over all jobs
   std::vector<size_t> jobFirstStep_;  // jobs_.size() + 1 entries
   std::vector<uint8_t> jobDone_;
+  std::vector<size_t> recvTurn_;  // by peer: the step allowed to post receives from it now
+  std::vector<size_t> sendTurn_;  // by peer: the step allowed to post sends to it now
   std::vector<int> activePeers_;
   std::vector<uint8_t> peerMark_;
   std::vector<char*> freeSlots_;
