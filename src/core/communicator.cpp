@@ -103,14 +103,17 @@ CommImpl::~CommImpl() {
 
 // ---- Failure ------------------------------------------------------------------------------------------------
 
+bool CommImpl::recordFailure(ErrorCode code, const std::string& message) {
+  std::lock_guard<std::mutex> lock(failMu_);
+  if (failCode_.load() != ErrorCode::Success) return false;
+  failMessage_ = message;
+  failCode_.store(code);
+  return true;
+}
+
+// Called on the thread that runs the executor, the only one that may touch the connections.
 void CommImpl::fail(ErrorCode code, const std::string& message) {
-  {
-    std::lock_guard<std::mutex> lock(failMu_);
-    if (failCode_.load() != ErrorCode::Success) return;
-    failMessage_ = message;
-    failCode_.store(code);
-  }
-  COLLIE_WARN(kLogColl, "%s rank %d failed: %s", name_.c_str(), rank_, message.c_str());
+  if (recordFailure(code, message)) COLLIE_WARN(kLogColl, "%s rank %d failed: %s", name_.c_str(), rank_, message.c_str());
   // Closing our connections makes peers that wait on us fail at once instead of at their timeout.
   for (auto& c : conns_)
     if (c) c->close();
@@ -121,10 +124,12 @@ std::string CommImpl::failureMessage() const {
   return failMessage_;
 }
 
+// Any thread: flags the abort and wakes the executor, which fails its call; the connections are closed by the
+// executing thread or by the destructor, never under a running call.
 void CommImpl::abort() {
+  recordFailure(ErrorCode::InvalidUsage, format("%s rank %d: the communicator was aborted", name_.c_str(), rank_));
   abort_.store(true);
   poller_.wake();
-  fail(ErrorCode::InvalidUsage, format("%s rank %d: the communicator was aborted", name_.c_str(), rank_));
 }
 
 // ---- Execution ------------------------------------------------------------------------------------------------

@@ -84,7 +84,8 @@ class CommImpl {
   void connectAll(const std::vector<transport::PeerInfo>& peers, const std::array<uint8_t, 16>& secret);
   void execute(const std::vector<OpDesc>& ops);
   const algorithms::Schedule& schedule(algorithms::Algorithm algo, const algorithms::ScheduleKey& key);
-  void fail(ErrorCode code, const std::string& message);
+  bool recordFailure(ErrorCode code, const std::string& message);  ///< true if this is the first failure
+  void fail(ErrorCode code, const std::string& message);           ///< record, then close every connection
   void progressLoop();
   void enqueue(std::vector<OpDesc> ops, std::shared_ptr<WorkState> work);
 
