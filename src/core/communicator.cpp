@@ -39,6 +39,22 @@ bool WorkState::test() {
 
 // ---- Creation ------------------------------------------------------------------------------------------------
 
+// The transports a communicator may use, in order of preference.
+std::vector<std::unique_ptr<transport::Transport>> makeTransports() {
+  std::vector<std::unique_ptr<transport::Transport>> list;
+  list.push_back(std::make_unique<transport::TcpTransport>());
+  return list;
+}
+
+transport::PeerInfo localPeerInfo(int rank) {
+  transport::PeerInfo self;
+  self.rank = rank;
+  self.pid = getpid();
+  self.hostHash = localHostHash();
+  gethostname(self.hostName, sizeof(self.hostName) - 1);
+  return self;
+}
+
 CommImpl::CommImpl(int rank, int nranks, const Options& options)
     : rank_(rank),
       nranks_(nranks),
@@ -51,13 +67,9 @@ std::unique_ptr<CommImpl> CommImpl::create(int nranks, const UniqueIdData& id, i
   validateAlgoParam();
   std::unique_ptr<CommImpl> comm(new CommImpl(rank, nranks, options));
   comm->secret_ = id.secret;
-  comm->tcp_ = std::make_unique<transport::TcpTransport>();
-  transport::PeerInfo self;
-  self.rank = rank;
-  self.pid = getpid();
-  self.hostHash = localHostHash();
-  gethostname(self.hostName, sizeof(self.hostName) - 1);
-  comm->tcp_->listen(self);
+  comm->transports_ = makeTransports();
+  transport::PeerInfo self = localPeerInfo(rank);
+  for (auto& t : comm->transports_) t->listen(self);
   auto peers = bootstrapExchange(id, rank, nranks, self, comm->timeout_);
   comm->connectAll(peers, id.secret);
   COLLIE_INFO(kLogInit, "%s rank %d of %d ready", comm->name_.c_str(), rank, nranks);
@@ -73,14 +85,26 @@ void CommImpl::connectAll(const std::vector<transport::PeerInfo>& peers, const s
   ctx.name = name_;
   ctx.timeout = timeout_;
   ctx.poller = &poller_;
-  std::vector<int> others;
-  for (int r = 0; r < nranks_; ++r)
-    if (r != rank_) others.push_back(r);
+  // For each peer the first transport that can connect wins; both sides decide from the same table.
+  std::vector<std::vector<int>> chosen(transports_.size());
+  for (int r = 0; r < nranks_; ++r) {
+    if (r == rank_) continue;
+    size_t t = 0;
+    while (t < transports_.size() &&
+           !transports_[t]->canConnect(peers[static_cast<size_t>(rank_)], peers[static_cast<size_t>(r)]))
+      ++t;
+    COLLIE_ENFORCE(t < transports_.size(), ErrorCode::InvalidUsage, "%s rank %d: no transport can reach rank %d",
+                   name_.c_str(), rank_, r);
+    chosen[t].push_back(r);
+  }
   conns_.clear();
   conns_.resize(static_cast<size_t>(nranks_));
-  if (!others.empty()) {
-    auto tcpConns = tcp_->connect(ctx, others);
-    for (size_t i = 0; i < others.size(); ++i) conns_[static_cast<size_t>(others[i])] = std::move(tcpConns[i]);
+  for (size_t t = 0; t < transports_.size(); ++t) {
+    if (chosen[t].empty()) continue;
+    auto conns = transports_[t]->connect(ctx, chosen[t]);
+    for (size_t i = 0; i < chosen[t].size(); ++i) conns_[static_cast<size_t>(chosen[t][i])] = std::move(conns[i]);
+    COLLIE_INFO(kLogInit, "%s rank %d: %zu peer(s) over %s", name_.c_str(), rank_, chosen[t].size(),
+                transports_[t]->name());
   }
   conns_[static_cast<size_t>(rank_)] = transport::makeSelfConnection(rank_);
   std::vector<transport::Connection*> raw;
@@ -113,7 +137,8 @@ bool CommImpl::recordFailure(ErrorCode code, const std::string& message) {
 
 // Called on the thread that runs the executor, the only one that may touch the connections.
 void CommImpl::fail(ErrorCode code, const std::string& message) {
-  if (recordFailure(code, message)) COLLIE_WARN(kLogColl, "%s rank %d failed: %s", name_.c_str(), rank_, message.c_str());
+  if (recordFailure(code, message))
+    COLLIE_WARN(kLogColl, "%s rank %d failed: %s", name_.c_str(), rank_, message.c_str());
   // Closing our connections makes peers that wait on us fail at once instead of at their timeout.
   for (auto& c : conns_)
     if (c) c->close();
@@ -303,15 +328,14 @@ std::unique_ptr<CommImpl> CommImpl::split(int color, int key, const Options& opt
                    "color=%d: expected a non-negative color or COLLIE_SPLIT_NOCOLOR", color);
   COLLIE_USAGE_CHECK(!inGroup(), "split called inside a group");
   const int epoch = splitCount_++;
-  // A new listener for the new communicator, published through an AllGather on this one.
-  auto tcp = std::make_unique<transport::TcpTransport>();
+  // New listeners for the new communicator, published through an AllGather on this one.
+  auto transports = makeTransports();
   SplitEntry mine{};
   mine.color = color;
   mine.key = key;
-  mine.info.pid = getpid();
-  mine.info.hostHash = localHostHash();
-  gethostname(mine.info.hostName, sizeof(mine.info.hostName) - 1);
-  if (color != COLLIE_SPLIT_NOCOLOR) tcp->listen(mine.info);
+  mine.info = localPeerInfo(-1);
+  if (color != COLLIE_SPLIT_NOCOLOR)
+    for (auto& t : transports) t->listen(mine.info);
   std::vector<SplitEntry> all(static_cast<size_t>(nranks_));
   OpDesc op;
   op.coll = Collective::AllGather;
@@ -346,7 +370,7 @@ std::unique_ptr<CommImpl> CommImpl::split(int color, int key, const Options& opt
     comm->secret_[i] ^= static_cast<uint8_t>(salt >> (8 * (i % 8)));
     salt = salt * 6364136223846793005ull + 1442695040888963407ull;
   }
-  comm->tcp_ = std::move(tcp);
+  comm->transports_ = std::move(transports);
   comm->connectAll(peers, comm->secret_);
   return comm;
 }

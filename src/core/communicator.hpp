@@ -96,8 +96,8 @@ class CommImpl {
   int splitCount_ = 0;
 
   Poller poller_;
-  std::unique_ptr<transport::Transport> tcp_;
-  std::vector<std::unique_ptr<transport::Connection>> conns_;  // by rank (self included)
+  std::vector<std::unique_ptr<transport::Transport>> transports_;  // in order of preference
+  std::vector<std::unique_ptr<transport::Connection>> conns_;      // by rank (self included)
   std::unique_ptr<Executor> executor_;
   std::atomic<bool> abort_{false};
 
@@ -124,6 +124,11 @@ class CommImpl {
   bool stop_ = false;
   std::thread progress_;
 };
+
+/// The transports a communicator may use, in order of preference (the first that can connect a pair wins).
+std::vector<std::unique_ptr<transport::Transport>> makeTransports();
+/// This process's PeerInfo before any transport has listened.
+transport::PeerInfo localPeerInfo(int rank);
 
 /// Thread-local group state (collieGroupStart/End).
 bool inGroup();

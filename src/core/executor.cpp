@@ -1,10 +1,10 @@
 #include "core/executor.hpp"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
-
-#include <sched.h>
 
 #include "core/errors.hpp"
 #include "core/log.hpp"
@@ -136,8 +136,8 @@ void Executor::startStep(size_t flat) {
     size_t bytes = s.count * st.elemSize;
     if (bytes && st.src != st.dst) memmove(st.dst, st.src, bytes);
   } else if (s.kind == StepKind::Send) {
-    for (size_t i = 0; i < st.nslices; ++i) st.slices[i].send = Transfer{st.src + st.sliceOffset(i) * st.elemSize,
-                                                                        st.sliceCount(i) * st.elemSize};
+    for (size_t i = 0; i < st.nslices; ++i)
+      st.slices[i].send = Transfer{st.src + st.sliceOffset(i) * st.elemSize, st.sliceCount(i) * st.elemSize};
     st.finished = st.nslices;  // nothing to receive: every slice is ready to send
   }
 }
@@ -226,9 +226,8 @@ void Executor::failTimeout() {
               waiting.empty() ? "?" : waiting.c_str());
 }
 
-void Executor::run(std::span<const Job> jobs, const ExecConfig& config) {
+void Executor::begin(std::span<const Job> jobs) {
   jobs_ = jobs;
-  config_ = config;
   size_t maxSlice = 0;
   for (const Job& j : jobs) maxSlice = std::max(maxSlice, j.sliceBytes);
   if (maxSlice > slotBytes_) {  // slots are sized for the largest slice seen; drop smaller ones
@@ -247,6 +246,7 @@ void Executor::run(std::span<const Job> jobs, const ExecConfig& config) {
   }
   steps_.resize(total);
   jobDone_.assign(jobs.size(), 0);
+  for (size_t j = 0; j < jobs.size(); ++j) jobDone_[j] = jobFirstStep_[j] == jobFirstStep_[j + 1];  // no steps
   activePeers_.clear();
   size_t flat = 0;
   for (size_t j = 0; j < jobs.size(); ++j) {
@@ -283,24 +283,44 @@ void Executor::run(std::span<const Job> jobs, const ExecConfig& config) {
     }
   }
 
-  size_t frontier = 0, firstLive = 0;
+  frontier_ = firstLive_ = 0;
+}
+
+bool Executor::step() {
+  const size_t total = steps_.size();
+  bool moved = false;
+  while (frontier_ < total && canStart(frontier_)) {
+    startStep(frontier_++);
+    moved = true;
+  }
+  for (size_t i = firstLive_; i < frontier_; ++i) moved |= advanceStep(i);
+  for (int p : activePeers_) moved |= conns_[static_cast<size_t>(p)]->progress();
+  for (size_t i = firstLive_; i < frontier_; ++i) moved |= advanceStep(i);
+  while (firstLive_ < frontier_ && stepDone(steps_[firstLive_])) {
+    finishJobIfDone(steps_[firstLive_].job);
+    ++firstLive_;
+    moved = true;
+  }
+  return moved;
+}
+
+bool Executor::done() const { return firstLive_ == steps_.size(); }
+
+void Executor::cancel() {
+  for (StepState& st : steps_)
+    for (SliceState& sl : st.slices) releaseSlot(sl.slot);
+  steps_.clear();
+  frontier_ = firstLive_ = 0;
+}
+
+void Executor::run(std::span<const Job> jobs, const ExecConfig& config) {
+  config_ = config;
+  begin(jobs);
   auto lastMove = Clock::now();
   try {
     while (true) {
-      bool moved = false;
-      while (frontier < total && canStart(frontier)) {
-        startStep(frontier++);
-        moved = true;
-      }
-      for (size_t i = firstLive; i < frontier; ++i) moved |= advanceStep(i);
-      for (int p : activePeers_) moved |= conns_[static_cast<size_t>(p)]->progress();
-      for (size_t i = firstLive; i < frontier; ++i) moved |= advanceStep(i);
-      while (firstLive < frontier && stepDone(steps_[firstLive])) {
-        finishJobIfDone(steps_[firstLive].job);
-        ++firstLive;
-      }
-      if (firstLive == total) break;
-      if (firstLive < total && firstLive == frontier) continue;  // the next step may start now
+      bool moved = step();
+      if (done()) break;
       if (abort_.load(std::memory_order_relaxed)) {
         COLLIE_FAIL(ErrorCode::InvalidUsage, "%s rank %d: the communicator was aborted", name_.c_str(), rank_);
       }
@@ -318,10 +338,8 @@ void Executor::run(std::span<const Job> jobs, const ExecConfig& config) {
       auto left = std::chrono::duration_cast<std::chrono::microseconds>(config_.timeout - idle);
       poller_.wait(std::min<std::chrono::microseconds>(left, std::chrono::milliseconds(100)));
     }
-    for (size_t j = 0; j < jobs.size(); ++j) finishJobIfDone(j);
   } catch (...) {
-    for (StepState& st : steps_)
-      for (SliceState& sl : st.slices) releaseSlot(sl.slot);
+    cancel();
     throw;
   }
 }

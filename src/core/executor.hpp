@@ -61,6 +61,14 @@ class Executor {
   /// Runs the jobs to completion. Throws collie::Error on failure (the connections are then unusable).
   void run(std::span<const Job> jobs, const ExecConfig& config);
 
+  // The same work one pass at a time, for drivers that interleave many executors on one thread (the
+  // simulator): begin(), then step() until done(). step() returns whether anything moved; it never waits.
+  void begin(std::span<const Job> jobs);
+  bool step();
+  bool done() const;
+  /// Drops the current run's state after a failure (posted transfers must no longer be progressed).
+  void cancel();
+
  private:
   struct SliceState;
   struct StepState;
@@ -86,6 +94,8 @@ class Executor {
   std::span<const Job> jobs_;
   ExecConfig config_;
   std::vector<StepState> steps_;      // flattened over all jobs
+  size_t frontier_ = 0;               // next step to start
+  size_t firstLive_ = 0;              // first step not yet done
   std::vector<size_t> jobFirstStep_;  // jobs_.size() + 1 entries
   std::vector<uint8_t> jobDone_;
   std::vector<size_t> recvTurn_;  // by peer: the step allowed to post receives from it now
