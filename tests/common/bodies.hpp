@@ -1,0 +1,58 @@
+// Test bodies shared by the launchers: each runs on every rank of a communicator and checks, element by
+// element, what this rank got. Every rank makes the same calls in the same order; a failed check is a
+// non-fatal gtest failure, so no rank leaves the sequence early and leaves the others waiting.
+#pragma once
+
+#include <collie/collie.hpp>
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "common/data.hpp"
+
+namespace collie::test {
+
+enum class Coll { AllReduce, Broadcast, Reduce, AllGather, ReduceScatter, AllToAll, SendRecv };
+inline const std::vector<Coll> kAllColls = {Coll::AllReduce,     Coll::Broadcast, Coll::Reduce,  Coll::AllGather,
+                                            Coll::ReduceScatter, Coll::AllToAll,  Coll::SendRecv};
+std::string collName(Coll coll);
+bool reduces(Coll coll);
+
+/// 1M+3 elements: several slices per ring chunk at every nranks, and a size no slice or chunk divides.
+inline constexpr size_t kLargeCount = (size_t{1} << 20) + 3;
+
+/// The cases one collective runs through.
+struct Matrix {
+  std::vector<DataType> types = kAllTypes;
+  std::vector<ReduceOp> ops = kAllOps;
+  std::vector<size_t> counts;  ///< duplicates run once
+  bool inPlace = true;         ///< also run the in-place form where the collective has one
+  bool verbose = false;        ///< rank 0 prints the time spent per count
+};
+
+/// One call of `coll` on this rank, checked: the result, the parts of every buffer the call must not write
+/// (send buffers, non-root outputs, guard zones). `count` is per rank where the C API says so (AllGather
+/// sendcount, ReduceScatter recvcount, AllToAll block). Out-of-place Broadcast passes the non-roots' own data as
+/// sendbuff (it must be ignored).
+void checkCase(Communicator& comm, Coll coll, DataType type, ReduceOp op, size_t count, bool inPlace, int root);
+
+/// Every case of the matrix, in the same order on every rank; Broadcast and Reduce alternate between root
+/// nranks-1 and root 0 from case to case.
+void runMatrix(Communicator& comm, Coll coll, const Matrix& matrix);
+
+/// Several allReduceAsync calls outstanding at once, mixed with blocking calls, waited for in order (and one
+/// polled with test()); each result checked.
+void asyncBody(Communicator& comm);
+/// Groups: a ring exchange in both directions, several collectives issued together, nested groups, and the
+/// async forms inside a group.
+void groupBody(Communicator& comm);
+/// split by rank parity with keys reversing the order: new ranks and sizes, an AllReduce and an AllGather on
+/// each new communicator, a NOCOLOR rank getting none, and the parent still working afterwards.
+void splitBody(Communicator& comm);
+/// Barriers between small collectives.
+void barrierBody(Communicator& comm);
+/// Bad arguments through the C++ API: the right error code, a message naming the argument, no buffer written,
+/// and the communicator still working afterwards.
+void badArgumentsBody(Communicator& comm);
+
+}  // namespace collie::test

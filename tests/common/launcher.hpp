@@ -1,0 +1,104 @@
+// One test body, many launchers (STYLE.md item 3). A test body is `void(collie::Communicator&)`: it runs on
+// every rank and checks what that rank sees. The launchers decide how the ranks exist:
+//   ThreadLauncher   one thread per rank in this process (Communicator::createAll); the first failure is
+//                    rethrown, naming its rank, after the other ranks were aborted so that none of them hangs.
+//   ProcessLauncher  one forked process per rank (UniqueId made in the parent, Communicator::create in each
+//                    child); a child that fails (gtest failure or exception) prints why, prefixed by its rank,
+//                    and exits non-zero; the parent collects every exit status under a deadline and can kill a
+//                    rank on purpose.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <sys/types.h>
+
+#include <atomic>
+#include <chrono>
+#include <collie/collie.hpp>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace collie::test {
+
+/// What every launcher runs on every rank.
+using TestBody = std::function<void(Communicator&)>;
+
+/// Runs a body on one thread per rank.
+class ThreadLauncher {
+ public:
+  /// Creates nranks communicators (createAll), runs body on each in its own thread, destroys them. When a rank
+  /// throws or records a fatal gtest failure, every communicator is aborted (blocked ranks return errors) and
+  /// the first exception is rethrown as std::runtime_error("rank R: ...").
+  static void run(int nranks, const TestBody& body, const Options& options = {});
+  /// The same on communicators that already exist (they stay alive).
+  static void runOn(const std::vector<std::unique_ptr<Communicator>>& comms, const TestBody& body);
+};
+
+/// How one child process ended.
+struct RankExit {
+  int rank = -1;
+  pid_t pid = -1;
+  bool exited = false;  ///< exited normally (then exitCode is set)
+  int exitCode = -1;    ///< valid when exited
+  int signal = 0;       ///< the signal that ended it, when !exited
+  bool killedAtDeadline = false;
+  double seconds = 0;  ///< from start() to its end as the parent saw it
+  bool ok() const { return exited && exitCode == 0; }
+  std::string describe() const;
+};
+
+/// Exit codes a child uses.
+inline constexpr int kChildGtestFailure = 1;
+inline constexpr int kChildException = 2;
+inline constexpr int kChildInitFailure = 3;
+
+/// A page of memory shared by the parent and every child (MAP_SHARED before fork), for tests that coordinate
+/// across processes: counters, timestamps, per-rank results.
+struct SharedArea {
+  std::atomic<int64_t> counters[16];
+  std::atomic<int64_t> perRank[64][8];
+};
+
+/// Runs a body in one forked process per rank.
+class ProcessLauncher {
+ public:
+  explicit ProcessLauncher(int nranks, Options options = {});
+  ~ProcessLauncher();  ///< kills and reaps children still running
+  ProcessLauncher(const ProcessLauncher&) = delete;
+  ProcessLauncher& operator=(const ProcessLauncher&) = delete;
+
+  /// Makes a UniqueId here and forks one child per rank; returns at once. Each child creates its communicator,
+  /// runs body, destroys the communicator and _exit()s: 0, or kChildGtestFailure / kChildException /
+  /// kChildInitFailure with the reason on stderr prefixed "[rank R] ".
+  void start(const TestBody& body);
+  /// The pid of each rank's child (after start).
+  const std::vector<pid_t>& pids() const { return pids_; }
+  /// Sends a signal to one rank's child.
+  void kill(int rank, int sig);
+  /// Waits for every child until `deadline` after start(); children still running then are SIGKILLed.
+  std::vector<RankExit> wait(std::chrono::milliseconds deadline = std::chrono::seconds(120));
+  /// Memory shared with the children (zeroed before start).
+  SharedArea& shared() { return *shared_; }
+
+  /// start() + wait().
+  static std::vector<RankExit> run(int nranks, const TestBody& body, const Options& options = {},
+                                   std::chrono::milliseconds deadline = std::chrono::seconds(120));
+
+ private:
+  int nranks_;
+  Options options_;
+  std::vector<pid_t> pids_;
+  std::vector<RankExit> exits_;
+  SharedArea* shared_ = nullptr;
+  std::chrono::steady_clock::time_point started_;
+};
+
+/// Success when every rank exited 0; otherwise lists each rank's ending.
+::testing::AssertionResult allRanksSucceeded(const std::vector<RankExit>& exits);
+
+/// Nanoseconds on CLOCK_MONOTONIC, comparable between the processes of one machine.
+int64_t monotonicNs();
+
+}  // namespace collie::test

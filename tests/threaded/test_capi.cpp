@@ -1,0 +1,219 @@
+// The C API (include/collie/collie.h) with every rank a thread: version and ids, init (InitAll, InitRank with a
+// config), every collective (blocking and async), groups, split, barrier, queries. Results are checked element
+// by element with tests/common/data.hpp. Bad arguments through the C API are in test_failures.cpp.
+#include <collie/collie.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/data.hpp"
+
+namespace collie::test {
+namespace {
+
+collieDataType_t cType(DataType t) { return static_cast<collieDataType_t>(t); }
+collieRedOp_t cOp(ReduceOp o) { return static_cast<collieRedOp_t>(o); }
+
+#define EXPECT_OK(call) EXPECT_EQ((call), collieSuccess) << #call << ": " << collieGetLastError(nullptr)
+
+// Makes n communicators with collieCommInitAll, runs fn(rank, comm) on one thread per rank, destroys them.
+void onThreads(int n, const std::function<void(int, collieComm_t)>& fn) {
+  std::vector<collieComm_t> comms(static_cast<size_t>(n), nullptr);
+  ASSERT_EQ(collieCommInitAll(comms.data(), n, nullptr), collieSuccess) << collieGetLastError(nullptr);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r)
+    threads.emplace_back([&, r] {
+      ::testing::ScopedTrace trace(__FILE__, __LINE__, "rank " + std::to_string(r));
+      fn(r, comms[static_cast<size_t>(r)]);
+    });
+  for (auto& t : threads) t.join();
+  for (collieComm_t c : comms) EXPECT_EQ(collieCommDestroy(c), collieSuccess);
+}
+
+TEST(CApi, VersionAndUniqueIdStrings) {
+  int v = 0;
+  EXPECT_OK(collieGetVersion(&v));
+  EXPECT_EQ(v, COLLIE_VERSION);
+  EXPECT_EQ(COLLIE_VERSION, COLLIE_MAJOR * 10000 + COLLIE_MINOR * 100 + COLLIE_PATCH);
+  collieUniqueId id, back;
+  EXPECT_OK(collieGetUniqueId(&id));
+  char text[2 * COLLIE_UNIQUE_ID_BYTES + 1];
+  EXPECT_OK(collieUniqueIdToString(&id, text, sizeof text));
+  EXPECT_EQ(strlen(text), 2u * COLLIE_UNIQUE_ID_BYTES);
+  EXPECT_OK(collieUniqueIdFromString(text, &back));
+  EXPECT_EQ(memcmp(&id, &back, sizeof id), 0);
+  EXPECT_EQ(collieUniqueIdToString(&id, text, sizeof text - 1), collieInvalidArgument);
+  EXPECT_EQ(collieUniqueIdFromString("abc", &back), collieInvalidArgument);
+  std::string bad(text);
+  bad[7] = 'g';
+  EXPECT_EQ(collieUniqueIdFromString(bad.c_str(), &back), collieInvalidArgument);
+}
+
+TEST(CApi, InitRankWithConfigFromThreads) {
+  constexpr int n = 3;
+  collieUniqueId id;
+  ASSERT_EQ(collieGetUniqueId(&id), collieSuccess);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      collieConfig_t config = COLLIE_CONFIG_INITIALIZER;
+      EXPECT_EQ(config.size, sizeof(collieConfig_t));
+      EXPECT_EQ(config.magic, COLLIE_CONFIG_MAGIC);
+      config.timeoutMs = 20000;
+      config.commName = "capi-config";
+      collieComm_t comm = nullptr;
+      ASSERT_EQ(collieCommInitRankConfig(&comm, n, id, r, &config), collieSuccess) << collieGetLastError(nullptr);
+      int rank = -1, count = -1;
+      EXPECT_OK(collieCommUserRank(comm, &rank));
+      EXPECT_OK(collieCommCount(comm, &count));
+      EXPECT_EQ(rank, r);
+      EXPECT_EQ(count, n);
+      int64_t x = r + 1, sum = 0;
+      EXPECT_OK(collieAllReduce(&x, &sum, 1, collieInt64, collieSum, comm, nullptr));
+      EXPECT_EQ(sum, n * (n + 1) / 2);
+      collieResult_t async = collieInternalError;
+      EXPECT_OK(collieCommGetAsyncError(comm, &async));
+      EXPECT_EQ(async, collieSuccess);
+      EXPECT_OK(collieCommDestroy(comm));
+    });
+  }
+  for (auto& t : threads) t.join();
+}
+
+class CApiCollectives : public ::testing::TestWithParam<int> {};
+
+TEST_P(CApiCollectives, EveryCollectiveChecked) {
+  const int n = GetParam();
+  onThreads(n, [n](int rank, collieComm_t comm) {
+    const size_t nr = static_cast<size_t>(n), me = static_cast<size_t>(rank);
+    for (DataType t : {DataType::Int8, DataType::Float16, DataType::Float32, DataType::Uint64}) {
+      for (size_t c : {size_t{0}, size_t{7}, size_t{100003}}) {
+        SCOPED_TRACE(typeName(t) + " count=" + std::to_string(c));
+        const collieDataType_t ct = cType(t);
+        for (ReduceOp op : kAllOps) {
+          Buffer in(t, c), out(t, c);
+          in.fillInput(0, c, op, rank, 0);
+          EXPECT_OK(collieAllReduce(in.data(), out.data(), c, ct, cOp(op), comm, nullptr));
+          EXPECT_TRUE(matchesReduced(out.data(), c, t, op, n, 0)) << "allReduce " << opName(op);
+          Buffer red(t, c);
+          EXPECT_OK(collieReduce(in.data(), red.data(), c, ct, cOp(op), n - 1, comm, nullptr));
+          if (rank == n - 1) EXPECT_TRUE(matchesReduced(red.data(), c, t, op, n, 0)) << "reduce " << opName(op);
+          if (rank != n - 1) EXPECT_TRUE(isSentinel(red.data(), c, t)) << "reduce, non-root";
+          Buffer rsIn(t, nr * c), rs(t, c);
+          rsIn.fillInput(0, nr * c, op, rank, 0);
+          EXPECT_OK(collieReduceScatter(rsIn.data(), rs.data(), c, ct, cOp(op), comm, nullptr));
+          EXPECT_TRUE(matchesReduced(rs.data(), c, t, op, n, me * c)) << "reduceScatter " << opName(op);
+        }
+        Buffer bc(t, c);
+        if (rank == 0) bc.fillInput(0, c, kNoReduction, 0, 0);
+        EXPECT_OK(collieBroadcast(bc.data(), bc.data(), c, ct, 0, comm, nullptr));
+        EXPECT_TRUE(matchesInput(bc.data(), c, t, kNoReduction, 0, 0)) << "broadcast";
+        Buffer ag(t, nr * c), aaIn(t, nr * c), aa(t, nr * c);
+        ag.fillInput(me * c, c, kNoReduction, rank, 0);
+        EXPECT_OK(collieAllGather(ag.at(me * c), ag.data(), c, ct, comm, nullptr));  // in place
+        aaIn.fillInput(0, nr * c, kNoReduction, rank, 0);
+        EXPECT_OK(collieAllToAll(aaIn.data(), aa.data(), c, ct, comm, nullptr));
+        for (int p = 0; p < n; ++p) {
+          const size_t pb = static_cast<size_t>(p) * c;
+          EXPECT_TRUE(matchesInput(ag.at(pb), c, t, kNoReduction, p, 0)) << "allGather block " << p;
+          EXPECT_TRUE(matchesInput(aa.at(pb), c, t, kNoReduction, p, me * c)) << "allToAll block " << p;
+        }
+        // Ring exchange in a group.
+        const int next = (rank + 1) % n, prev = (rank + n - 1) % n;
+        Buffer sendBuf(t, c), recvBuf(t, c);
+        sendBuf.fillInput(0, c, kNoReduction, rank, 0);
+        EXPECT_OK(collieGroupStart());
+        EXPECT_OK(collieSend(sendBuf.data(), c, ct, next, comm, nullptr));
+        EXPECT_OK(collieRecv(recvBuf.data(), c, ct, prev, comm, nullptr));
+        EXPECT_OK(collieGroupEnd());
+        EXPECT_TRUE(matchesInput(recvBuf.data(), c, t, kNoReduction, prev, 0)) << "send/recv";
+      }
+    }
+    EXPECT_OK(collieBarrier(comm));
+  });
+}
+
+TEST_P(CApiCollectives, AsyncRequests) {
+  const int n = GetParam();
+  onThreads(n, [n](int rank, collieComm_t comm) {
+    const size_t c = 50001, nr = static_cast<size_t>(n), me = static_cast<size_t>(rank);
+    const DataType t = DataType::Float32;
+    Buffer a(t, c), b(t, c), bc(t, c), red(t, c), agIn(t, c), ag(t, nr * c), rsIn(t, nr * c), rs(t, c), aaIn(t, nr * c),
+        aa(t, nr * c);
+    a.fillInput(0, c, ReduceOp::Sum, rank, 0);
+    b.fillInput(0, c, ReduceOp::Min, rank, 0);
+    if (rank == 0) bc.fillInput(0, c, kNoReduction, 0, 0);
+    red.fillInput(0, c, ReduceOp::Prod, rank, 0);
+    agIn.fillInput(0, c, kNoReduction, rank, 0);
+    rsIn.fillInput(0, nr * c, ReduceOp::Avg, rank, 0);
+    aaIn.fillInput(0, nr * c, kNoReduction, rank, 0);
+    std::vector<collieRequest_t> reqs(7, nullptr);
+    EXPECT_OK(collieAllReduceAsync(a.data(), a.data(), c, collieFloat32, collieSum, comm, &reqs[0]));
+    EXPECT_OK(collieAllReduceAsync(b.data(), b.data(), c, collieFloat32, collieMin, comm, &reqs[1]));
+    EXPECT_OK(collieBroadcastAsync(bc.data(), bc.data(), c, collieFloat32, 0, comm, &reqs[2]));
+    EXPECT_OK(collieReduceAsync(red.data(), red.data(), c, collieFloat32, collieProd, 0, comm, &reqs[3]));
+    EXPECT_OK(collieAllGatherAsync(agIn.data(), ag.data(), c, collieFloat32, comm, &reqs[4]));
+    EXPECT_OK(collieReduceScatterAsync(rsIn.data(), rs.data(), c, collieFloat32, collieAvg, comm, &reqs[5]));
+    EXPECT_OK(collieAllToAllAsync(aaIn.data(), aa.data(), c, collieFloat32, comm, &reqs[6]));
+    for (collieRequest_t r : reqs) ASSERT_NE(r, nullptr);
+    // The last one polled with collieTest, the first waited for, the rest freed without a wait.
+    int done = 0;
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (!done && std::chrono::steady_clock::now() < deadline) {
+      EXPECT_OK(collieTest(reqs[6], &done));
+      if (!done) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    EXPECT_EQ(done, 1);
+    EXPECT_OK(collieWait(reqs[0]));
+    EXPECT_OK(collieWait(reqs[0]));  // again: still its result
+    for (collieRequest_t r : reqs) EXPECT_OK(collieRequestFree(r));
+    EXPECT_TRUE(matchesReduced(a.data(), c, t, ReduceOp::Sum, n, 0)) << "allReduceAsync sum";
+    EXPECT_TRUE(matchesReduced(b.data(), c, t, ReduceOp::Min, n, 0)) << "allReduceAsync min";
+    EXPECT_TRUE(matchesInput(bc.data(), c, t, kNoReduction, 0, 0)) << "broadcastAsync";
+    if (rank == 0) EXPECT_TRUE(matchesReduced(red.data(), c, t, ReduceOp::Prod, n, 0)) << "reduceAsync";
+    EXPECT_TRUE(matchesReduced(rs.data(), c, t, ReduceOp::Avg, n, me * c)) << "reduceScatterAsync";
+    for (int p = 0; p < n; ++p) {
+      const size_t pb = static_cast<size_t>(p) * c;
+      EXPECT_TRUE(matchesInput(ag.at(pb), c, t, kNoReduction, p, 0)) << "allGatherAsync block " << p;
+      EXPECT_TRUE(matchesInput(aa.at(pb), c, t, kNoReduction, p, me * c)) << "allToAllAsync block " << p;
+    }
+  });
+}
+
+TEST_P(CApiCollectives, SplitByParity) {
+  const int n = GetParam();
+  onThreads(n, [n](int rank, collieComm_t comm) {
+    collieComm_t sub = nullptr;
+    collieConfig_t config = COLLIE_CONFIG_INITIALIZER;
+    config.commName = "parity";
+    EXPECT_OK(collieCommSplit(comm, rank % 2, n - rank, &sub, &config));
+    ASSERT_NE(sub, nullptr);
+    int subRank = -1, subSize = -1;
+    EXPECT_OK(collieCommUserRank(sub, &subRank));
+    EXPECT_OK(collieCommCount(sub, &subSize));
+    int members = 0, higher = 0;
+    for (int r = 0; r < n; ++r) {
+      if (r % 2 != rank % 2) continue;
+      ++members;
+      if (r > rank) ++higher;
+    }
+    EXPECT_EQ(subSize, members);
+    EXPECT_EQ(subRank, higher) << "keys n - rank reverse the order";
+    int32_t mine = rank, maxRank = -1;
+    EXPECT_OK(collieAllReduce(&mine, &maxRank, 1, collieInt32, collieMax, sub, nullptr));
+    EXPECT_EQ(maxRank, rank % 2 == 0 ? (n - 1) / 2 * 2 : (n % 2 == 0 ? n - 1 : n - 2));
+    EXPECT_OK(collieCommDestroy(sub));
+    collieComm_t none = reinterpret_cast<collieComm_t>(0x1);
+    EXPECT_OK(collieCommSplit(comm, COLLIE_SPLIT_NOCOLOR, 0, &none, nullptr));
+    EXPECT_EQ(none, nullptr);
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Threads, CApiCollectives, ::testing::Values(1, 2, 3, 4));
+
+}  // namespace
+}  // namespace collie::test

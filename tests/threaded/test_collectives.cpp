@@ -1,0 +1,186 @@
+// Every collective, with every rank a thread of this process (ThreadLauncher), checked element by element:
+// nranks {1,2,3,4,5,8} x collective, and inside each test every type x op x count x in-place/out-of-place
+// (tests/common/bodies.hpp), the large count (1M+3) included for every type and op: about 90 s in all on a
+// 2-core machine (RelWithDebInfo), the 8-rank ReduceScatter (8M+24 elements per rank, 100 calls) the longest at
+// about 20 s. COLLIE_TEST_VERBOSE=1 prints the time per count. Plus async calls, groups, split and barrier.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "common/bodies.hpp"
+#include "common/launcher.hpp"
+
+namespace collie::test {
+namespace {
+
+using namespace std::chrono_literals;
+
+Options testOptions() {
+  Options o;
+  o.timeout = 60s;  // a hang fails the test in a minute instead of COLLIE_TIMEOUT's five
+  o.name = "threaded";
+  return o;
+}
+
+bool envSet(const char* name) {
+  const char* v = std::getenv(name);
+  return v && *v && std::string(v) != "0";
+}
+
+class CollectiveMatrix : public ::testing::TestWithParam<std::tuple<int, Coll>> {};
+
+TEST_P(CollectiveMatrix, EveryTypeOpCountAndPlacement) {
+  const auto [nranks, coll] = GetParam();
+  Matrix m;
+  m.counts = {0, 1, 7, static_cast<size_t>(nranks - 1), kLargeCount};
+  m.verbose = envSet("COLLIE_TEST_VERBOSE");
+  ThreadLauncher::run(
+      nranks, [&](Communicator& comm) { runMatrix(comm, coll, m); }, testOptions());
+}
+
+std::string matrixName(const ::testing::TestParamInfo<std::tuple<int, Coll>>& info) {
+  return collName(std::get<1>(info.param)) + "_" + std::to_string(std::get<0>(info.param)) + "ranks";
+}
+
+INSTANTIATE_TEST_SUITE_P(Threads, CollectiveMatrix,
+                         ::testing::Combine(::testing::Values(1, 2, 3, 4, 5, 8), ::testing::ValuesIn(kAllColls)),
+                         matrixName);
+
+class Threaded : public ::testing::TestWithParam<int> {};
+
+TEST_P(Threaded, AsyncCallsOutstandingAndMixedWithBlocking) {
+  ThreadLauncher::run(GetParam(), asyncBody, testOptions());
+}
+
+TEST_P(Threaded, Groups) { ThreadLauncher::run(GetParam(), groupBody, testOptions()); }
+
+TEST_P(Threaded, SplitByParityWithReversedKeys) { ThreadLauncher::run(GetParam(), splitBody, testOptions()); }
+
+TEST_P(Threaded, BarrierHoldsEveryRankUntilAllArrive) {
+  const int n = GetParam();
+  std::atomic<int> arrived{0};
+  ThreadLauncher::run(
+      n,
+      [&](Communicator& comm) {
+        for (int round = 0; round < 10; ++round) {
+          if (comm.rank() == round % n) std::this_thread::sleep_for(std::chrono::milliseconds(5));  // a late rank
+          arrived.fetch_add(1);
+          comm.barrier();
+          const int seen = arrived.load();
+          // Everyone arrived for this round; nobody can be past the next barrier yet.
+          EXPECT_GE(seen, n * (round + 1)) << "round " << round;
+          EXPECT_LE(seen, n * (round + 2)) << "round " << round;
+        }
+        barrierBody(comm);
+      },
+      testOptions());
+}
+
+TEST_P(Threaded, SameCommunicatorsRunManyBodies) {
+  // Bodies run one after another on communicators that stay alive (ThreadLauncher::runOn).
+  auto comms = Communicator::createAll(GetParam(), testOptions());
+  for (Coll coll : kAllColls) {
+    ThreadLauncher::runOn(comms, [&](Communicator& comm) {
+      checkCase(comm, coll, DataType::Float32, ReduceOp::Sum, 100003, false, comm.size() - 1);
+    });
+  }
+  ThreadLauncher::runOn(comms, barrierBody);
+}
+
+INSTANTIATE_TEST_SUITE_P(Threads, Threaded, ::testing::Values(1, 2, 3, 4, 5, 8),
+                         [](const ::testing::TestParamInfo<int>& info) {
+                           return std::to_string(info.param) + "ranks";
+                         });
+
+// Two sends to the same peer in one group arrive in order, matched with the peer's two receives in order (as in
+// NCCL). Sizes: one slice, several slices with a short last one, and an exact multiple of the slice size (where
+// interleaved slices of the two messages would not even be caught by a size check).
+class SamePeerTwice : public ::testing::TestWithParam<size_t> {};
+
+// DISABLED: library bug, still open. Consecutive point-to-point jobs of a group run concurrently
+// (Job::concurrentWithPrevious, set in CommImpl::execute, honoured by Executor::canStart in src/core/executor.cpp),
+// and two jobs to the same peer in the same direction post their slices to the one ordered connection interleaved
+// (each posts up to slicesInFlight slices ahead). The receiver then matches slices of the two messages crosswise:
+// with 1M int32 the halves of the two messages arrive swapped, silently; with 200003 the size check catches it
+// ("message size mismatch", InternalError, communicator failed); with 1000 (one slice) it works. The same happens
+// on the self connection (a group sending twice to itself). Enable when fixed.
+TEST_P(SamePeerTwice, TwoSendsAndTwoRecvsInOneGroupMatchInOrder) {
+  const size_t count = GetParam();
+  ThreadLauncher::run(
+      2,
+      [count](Communicator& comm) {
+        const int rank = comm.rank(), peer = 1 - rank;
+        const DataType t = DataType::Int32;
+        Buffer a(t, count), b(t, count), x(t, count), y(t, count);
+        a.fillInput(0, count, kNoReduction, rank, 0);
+        b.fillInput(0, count, kNoReduction, rank, 5);  // differs from a
+        groupStart();
+        comm.send(a.data(), count, t, peer);
+        comm.send(b.data(), count, t, peer);
+        comm.recv(x.data(), count, t, peer);
+        comm.recv(y.data(), count, t, peer);
+        groupEnd();
+        EXPECT_TRUE(matchesInput(x.data(), count, t, kNoReduction, peer, 0)) << "first message";
+        EXPECT_TRUE(matchesInput(y.data(), count, t, kNoReduction, peer, 5)) << "second message";
+      },
+      testOptions());
+}
+
+INSTANTIATE_TEST_SUITE_P(Threads, SamePeerTwice, ::testing::Values(1000, 200003, 1 << 20));
+
+// A small call right after a larger one must not stall. Every socket of a communicator needs TCP_NODELAY: with
+// Nagle's algorithm on, the small segment waits for the peer's delayed ACK (~40 ms on Linux). The median of ten
+// such calls is compared, so a scheduling hiccup on a busy machine cannot fail the test.
+// DISABLED: library bug, still open. TcpTransport::connect (src/transport/tcp/tcp_transport.cpp) never sets
+// TCP_NODELAY on the sockets it accepts with accept4 (only the connecting side gets it, in core::connectWithRetry),
+// so the lower-ranked side of every pair runs Nagle's algorithm: a 4-byte AllReduce after a 4000-byte one takes
+// ~40-44 ms instead of ~0.05 ms (confirmed: an LD_PRELOAD that sets TCP_NODELAY after accept4 removes the stall).
+// Fix: core::setNoDelay(fd) on every data socket, e.g. next to setBufferSizes. Enable when fixed.
+TEST(ThreadedLatency, SmallCallAfterALargerOneDoesNotStall) {
+  ThreadLauncher::run(
+      2,
+      [](Communicator& comm) {
+        std::vector<float> medium(1000, 1.0f);
+        float one = 1.0f;
+        std::vector<double> ms;
+        for (int i = 0; i < 10; ++i) {
+          comm.allReduce(medium.data(), medium.data(), medium.size(), DataType::Float32, ReduceOp::Max);
+          auto t0 = std::chrono::steady_clock::now();
+          comm.allReduce(&one, &one, 1, DataType::Float32, ReduceOp::Max);
+          ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+        }
+        std::sort(ms.begin(), ms.end());
+        EXPECT_LT(ms[ms.size() / 2], 10.0) << "median latency of a 4-byte AllReduce after a 4000-byte one, in ms "
+                                              "(~40 ms means Nagle's algorithm is on for some socket)";
+      },
+      testOptions());
+}
+
+TEST(ThreadLauncher, RethrowsTheFirstFailureWithItsRankAndUnblocksTheOthers) {
+  // Rank 1 throws while ranks 0 and 2 wait in an AllReduce that can never complete; the launcher aborts them.
+  auto t0 = std::chrono::steady_clock::now();
+  try {
+    ThreadLauncher::run(
+        3,
+        [](Communicator& comm) {
+          if (comm.rank() == 1) throw std::runtime_error("deliberate failure");
+          int x = 1;
+          comm.allReduce(&x, &x, 1, DataType::Int32, ReduceOp::Sum);
+        },
+        testOptions());
+    ADD_FAILURE() << "no exception";
+  } catch (const std::runtime_error& e) {
+    EXPECT_STREQ(e.what(), "rank 1: deliberate failure");
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 20s) << "the blocked ranks were not released promptly";
+}
+
+}  // namespace
+}  // namespace collie::test
