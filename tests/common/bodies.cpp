@@ -310,9 +310,8 @@ void groupBody(Communicator& comm) {
   const int next = (rank + 1) % n, prev = (rank + n - 1) % n;
   const DataType t = DataType::Float32;
   const size_t count = 200003;
-  // Both directions of the ring at once. With 1 or 2 ranks next == prev, so this would be two sends to the same
-  // peer in one group: SamePeerTwice (tests/threaded/test_collectives.cpp) tests that case on its own.
-  if (n >= 3) {
+  // Both directions of the ring at once (with 1 or 2 ranks, next == prev: two sends to one peer in a group).
+  {
     Buffer out(t, count), fromPrev(t, count), fromNext(t, count);
     out.fillInput(0, count, kNoReduction, rank, 0);
     grouped([&] {

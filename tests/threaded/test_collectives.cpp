@@ -104,13 +104,6 @@ INSTANTIATE_TEST_SUITE_P(Threads, Threaded, ::testing::Values(1, 2, 3, 4, 5, 8),
 // interleaved slices of the two messages would not even be caught by a size check).
 class SamePeerTwice : public ::testing::TestWithParam<size_t> {};
 
-// DISABLED: library bug, still open. Consecutive point-to-point jobs of a group run concurrently
-// (Job::concurrentWithPrevious, set in CommImpl::execute, honoured by Executor::canStart in src/core/executor.cpp),
-// and two jobs to the same peer in the same direction post their slices to the one ordered connection interleaved
-// (each posts up to slicesInFlight slices ahead). The receiver then matches slices of the two messages crosswise:
-// with 1M int32 the halves of the two messages arrive swapped, silently; with 200003 the size check catches it
-// ("message size mismatch", InternalError, communicator failed); with 1000 (one slice) it works. The same happens
-// on the self connection (a group sending twice to itself). Enable when fixed.
 TEST_P(SamePeerTwice, TwoSendsAndTwoRecvsInOneGroupMatchInOrder) {
   const size_t count = GetParam();
   ThreadLauncher::run(
@@ -138,11 +131,6 @@ INSTANTIATE_TEST_SUITE_P(Threads, SamePeerTwice, ::testing::Values(1000, 200003,
 // A small call right after a larger one must not stall. Every socket of a communicator needs TCP_NODELAY: with
 // Nagle's algorithm on, the small segment waits for the peer's delayed ACK (~40 ms on Linux). The median of ten
 // such calls is compared, so a scheduling hiccup on a busy machine cannot fail the test.
-// DISABLED: library bug, still open. TcpTransport::connect (src/transport/tcp/tcp_transport.cpp) never sets
-// TCP_NODELAY on the sockets it accepts with accept4 (only the connecting side gets it, in core::connectWithRetry),
-// so the lower-ranked side of every pair runs Nagle's algorithm: a 4-byte AllReduce after a 4000-byte one takes
-// ~40-44 ms instead of ~0.05 ms (confirmed: an LD_PRELOAD that sets TCP_NODELAY after accept4 removes the stall).
-// Fix: core::setNoDelay(fd) on every data socket, e.g. next to setBufferSizes. Enable when fixed.
 TEST(ThreadedLatency, SmallCallAfterALargerOneDoesNotStall) {
   ThreadLauncher::run(
       2,
