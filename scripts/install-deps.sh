@@ -3,6 +3,8 @@
 set -euo pipefail
 packages=(build-essential cmake ninja-build pkg-config googletest libgtest-dev libgmock-dev libbenchmark-dev
           iproute2 clang-format)
+# LibTorch for collie_torch, the DDP tests and examples/ddp_train; PyTorch for perf/ddp_bench_torch.py (large).
+packages+=(libtorch-dev python3-torch)
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

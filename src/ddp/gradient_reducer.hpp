@@ -1,0 +1,71 @@
+// The state behind collie::ddp::GradientReducer (include/collie/ddp.hpp).
+//
+// Layout: every bucket is one contiguous, zero-initialised host allocation of a single type; parameter i lives
+// at bucket bucketOf[i], element offsetOf[i]. The layout changes once at most (the rebuild after the first
+// iteration), which increments layoutVersion.
+//
+// One iteration: ready[i] goes None -> Used (markReady) or Unused (markUnused / found by finalize with
+// findUnusedParameters); each bucket counts the parameters it still waits for; buckets launch strictly in
+// index order (nextLaunch), so the collectives are issued in the same order on every rank. finalize() waits
+// for every bucket in order and runs its hook's `then`.
+#pragma once
+
+#include <chrono>
+#include <collie/ddp.hpp>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+namespace collie::ddp {
+
+struct GradientReducer::Impl {
+  enum class Ready : uint8_t { None = 0, Used = 1, Unused = 2 };
+
+  struct Bucket {
+    GradBucket face;  // what hooks see; face.data_ points into mem
+    std::unique_ptr<std::byte[]> mem;
+    Device device;
+    size_t pending = 0;  // parameters not yet ready in this iteration
+    bool launched = false;
+    PendingReduction reduction;
+  };
+
+  Impl(Communicator& c, std::vector<Parameter> p, ReducerOptions o)
+      : comm(c), params(std::move(p)), opts(std::move(o)) {}
+
+  /// Builds buckets for `assignment`, copying each parameter's current slot from the old layout if any.
+  void layout(const std::vector<std::vector<size_t>>& assignment);
+  void beginIteration();
+  void launchReady();  // launches buckets nextLaunch.. whose gradients are all ready
+  /// Waits for everything launched (errors ignored) and ends the iteration; for error paths and destruction.
+  void abandon() noexcept;
+  void rebuild();
+  void* slot(size_t i) const;
+  size_t elemSize(size_t i) const;
+
+  Communicator& comm;
+  std::vector<Parameter> params;
+  ReducerOptions opts;
+  CommHook hook;
+
+  std::vector<std::unique_ptr<Bucket>> buckets;
+  std::vector<size_t> bucketOf, offsetOf;  // per parameter
+  uint64_t layoutVersion = 0;
+  bool rebuilt = false;
+
+  mutable std::mutex mu;
+  bool requireSync = true;
+  bool active = false;
+  std::vector<Ready> ready;                   // per parameter, this iteration
+  std::vector<void*> writeBack;               // per parameter: where finalize() writes the average (may be null)
+  std::vector<std::vector<std::byte>> saved;  // gradient-as-bucket-view: slots of locally unused parameters
+  std::vector<int32_t> used;                  // per parameter after finalize(): used on some rank
+  size_t nextLaunch = 0;
+  std::vector<size_t> readyOrder;  // the first iteration's, for the rebuild
+  std::chrono::steady_clock::time_point firstLaunch;
+  bool anyLaunched = false;
+  ReducerStats stats;
+};
+
+}  // namespace collie::ddp
