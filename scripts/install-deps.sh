@@ -2,7 +2,7 @@
 # Installs the Debian packages collie needs to build, test and benchmark. Idempotent; uses sudo when not root.
 set -euo pipefail
 packages=(build-essential cmake ninja-build pkg-config googletest libgtest-dev libgmock-dev libbenchmark-dev
-          iproute2 clang-format)
+          iproute2 clang-format libhwloc-dev)
 # LibTorch for collie_torch, the DDP tests and examples/ddp_train; PyTorch for perf/ddp_bench_torch.py (large).
 packages+=(libtorch-dev python3-torch)
 missing=()

@@ -4,10 +4,12 @@
 //
 //   collie-info             everything
 //   collie-info --params    the parameter table only
+//   collie-info --topo      the machine (NUMA nodes, cores, GPUs, NICs) and the transport each peer pair gets
 //   collie-info --version   the version only
 //
 // Each section is one entry of kSections; a new one (--topo, --tuner, ...) is a new entry and a function.
 #include <collie/config.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <collie/collie.hpp>
@@ -16,8 +18,10 @@
 #include <string>
 #include <vector>
 
+#include "core/communicator.hpp"
 #include "core/datatypes.hpp"
 #include "core/params.hpp"
+#include "core/topology.hpp"
 
 namespace {
 
@@ -61,12 +65,58 @@ void printParams() {
   }
 }
 
+// The local topology, then the transport each kind of peer pair gets: the communicator's own list
+// (makeTransports) asked in order, the first that can connect winning, as at init. Peers are described, not
+// met: a same-host peer publishes what this process would, an other-host peer differs in its host hash.
+void printTopo() {
+  using collie::core::localTopology;
+  const collie::core::Topology& topo = localTopology();
+  std::printf("Topology:\n%s", collie::core::describeTopology(topo).c_str());
+  int cpu = sched_getcpu();
+  std::printf("  this process: CPU %d, NUMA node %d; progress thread %s\n", cpu, collie::core::currentNumaNode(),
+              collie::core::params::pinThreads() ? "bound to the CPUs of the creating thread's NUMA node"
+                                                 : "not bound (COLLIE_PIN_THREADS=0)");
+  std::printf("\nTransport per peer pair (first in the list that can connect wins):\n");
+  auto transports = collie::core::makeTransports();
+  std::string order;
+  for (auto& t : transports) order += (order.empty() ? "" : ", ") + std::string(t->name());
+  std::printf("  transports, in order: %s\n", order.c_str());
+  collie::transport::PeerInfo self = collie::core::localPeerInfo(0);
+  for (auto& t : transports) {
+    try {
+      t->listen(self);
+    } catch (const collie::Error& e) {
+      std::printf("  %s: cannot listen here: %s\n", t->name(), e.what());
+    }
+  }
+  struct Pair {
+    const char* what;
+    collie::transport::PeerInfo peer;
+  };
+  Pair pairs[] = {{"same host", self}, {"same host, other network namespace", self}, {"other host", self}};
+  pairs[1].peer.netNs ^= 1;
+  pairs[2].peer.hostHash ^= 1;
+  for (Pair& p : pairs) {
+    p.peer.rank = 1;
+    const char* chosen = "none (no transport can reach it)";
+    for (auto& t : transports) {
+      if (t->canConnect(self, p.peer)) {
+        chosen = t->name();
+        break;
+      }
+    }
+    std::printf("  %-36s %s\n", p.what, chosen);
+  }
+}
+
 void printAll() {
   printVersion();
   std::printf("\n");
   printBuild();
   std::printf("\n");
   printParams();
+  std::printf("\n");
+  printTopo();
 }
 
 struct Section {
@@ -78,6 +128,8 @@ struct Section {
 const Section kSections[] = {
     {"--version", "print the version only", printVersion},
     {"--params", "print the COLLIE_* parameters only: default, current value, description", printParams},
+    {"--topo", "print the topology (NUMA nodes, cores, GPUs, NICs) and the transport of each kind of peer pair",
+     printTopo},
 };
 
 void usage(FILE* out, const char* prog) {

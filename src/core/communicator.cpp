@@ -8,7 +8,9 @@
 #include "core/errors.hpp"
 #include "core/log.hpp"
 #include "core/params.hpp"
+#include "core/topology.hpp"
 #include "core/tuner.hpp"
+#include "transport/shm/shm_transport.hpp"
 #include "transport/tcp/tcp_transport.hpp"
 
 namespace collie::core {
@@ -42,6 +44,7 @@ bool WorkState::test() {
 // The transports a communicator may use, in order of preference.
 std::vector<std::unique_ptr<transport::Transport>> makeTransports() {
   std::vector<std::unique_ptr<transport::Transport>> list;
+  if (params::shmDisable() == 0) list.push_back(std::make_unique<transport::ShmTransport>());  // same host
   list.push_back(std::make_unique<transport::TcpTransport>());
   return list;
 }
@@ -264,7 +267,14 @@ void CommImpl::enqueue(std::vector<OpDesc> ops, std::shared_ptr<WorkState> work)
   std::lock_guard<std::mutex> lock(qmu_);
   queue_.push_back(Batch{std::move(ops), std::move(work)});
   ++pending_;
-  if (!progress_.joinable()) progress_ = std::thread([this] { progressLoop(); });
+  if (!progress_.joinable()) {
+    // COLLIE_PIN_THREADS: the progress thread runs on the NUMA node of the rank's (calling) thread, near its memory.
+    const int node = params::pinThreads() ? currentNumaNode() : -1;
+    progress_ = std::thread([this, node] {
+      if (node >= 0) bindThreadToNode(node);
+      progressLoop();
+    });
+  }
   qcv_.notify_all();
 }
 

@@ -32,7 +32,19 @@ namespace collie::core::params {
   X(rootAddr, Str, "COLLIE_ROOT_ADDR", "",                                                                       \
     "host:port of the bootstrap root for env init without COLLIE_UNIQUE_ID (default MASTER_ADDR:MASTER_PORT+1)") \
   X(secret, Str, "COLLIE_SECRET", "",                                                                            \
-    "shared secret for env init without COLLIE_UNIQUE_ID; ranks must agree (default: derived from the job)")
+    "shared secret for env init without COLLIE_UNIQUE_ID; ranks must agree (default: derived from the job)")     \
+  X(shmDisable, Int, "COLLIE_SHM_DISABLE", "0",                                                                  \
+    "1: never use the shared-memory transport (same-host peers then use tcp)")                                   \
+  X(shmSlots, Int, "COLLIE_SHM_SLOTS", "8", "slots in the ring of each same-host peer pair and direction")       \
+  X(shmSlotBytes, Int, "COLLIE_SHM_SLOT_BYTES", "65536", "payload bytes per shm ring slot (rounded up to 64)")   \
+  X(shmSingleCopy, Int, "COLLIE_SHM_SINGLE_COPY", "1",                                                           \
+    "1: large shm messages move in one copy (process_vm_readv, or memcpy between threads) where allowed")        \
+  X(shmSingleCopyMinBytes, Int, "COLLIE_SHM_SINGLE_COPY_MIN_BYTES", "65536",                                     \
+    "shm messages at least this large take the single-copy path (when available)")                               \
+  X(shmBacking, Str, "COLLIE_SHM_BACKING", "memfd",                                                              \
+    "shm segments: memfd (anonymous, never in /dev/shm) or devshm (shm_open in /dev/shm, unlinked at once)")     \
+  X(pinThreads, Int, "COLLIE_PIN_THREADS", "0",                                                                  \
+    "1: bind the progress thread to the CPUs of the NUMA node the communicator was created on")
 
 #define COLLIE_PARAM_DECLARE_Int(name) int64_t name();
 #define COLLIE_PARAM_DECLARE_Str(name) const std::string& name();

@@ -4,6 +4,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 
 #include "core/errors.hpp"
@@ -35,7 +36,26 @@ void Poller::add(int fd) {
 
 void Poller::remove(int fd) { epoll_ctl(epollFd_, EPOLL_CTL_DEL, fd, nullptr); }
 
+void Poller::addSleepHook(SleepHook* hook) { hooks_.push_back(hook); }
+
+void Poller::removeSleepHook(SleepHook* hook) {
+  hooks_.erase(std::remove(hooks_.begin(), hooks_.end(), hook), hooks_.end());
+}
+
 void Poller::wait(std::chrono::microseconds timeout) {
+  // Every hook announces the sleep and re-checks; one that finds work cancels the sleep (the hooks already
+  // prepared are finished all the same).
+  size_t prepared = 0;
+  bool sleep = true;
+  while (prepared < hooks_.size() && sleep) sleep = hooks_[prepared++]->prepareToSleep();
+  struct Finish {
+    std::vector<SleepHook*>& hooks;
+    size_t& n;
+    ~Finish() {
+      for (size_t i = 0; i < n; ++i) hooks[i]->finishSleep();
+    }
+  } finish{hooks_, prepared};
+  if (!sleep) return;
   epoll_event events[32];
   int ms = static_cast<int>((timeout.count() + 999) / 1000);
   int n = epoll_wait(epollFd_, events, 32, ms < 0 ? 0 : ms);

@@ -37,6 +37,8 @@ struct PeerInfo {
   uint64_t hostHash = 0;                 ///< same value for ranks on the same host
   sockaddr_storage tcpAddr{};            ///< where this rank's TCP transport listens
   char hostName[64] = {0};
+  uint64_t netNs = 0;                    ///< inode of /proc/self/ns/net (abstract unix sockets are per namespace)
+  char shmAddr[48] = {0};                ///< abstract unix socket of this rank's shm transport; empty: no shm
 };
 
 /// One posted send or receive. The executor owns it and keeps it alive (and unmoved) until complete.

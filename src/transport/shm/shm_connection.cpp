@@ -1,0 +1,327 @@
+// shm data path.
+//
+// Each direction of a pair is a ring of slots owned by the receiver (shm_segment.hpp). The sender fills slots
+// in order; the receiver consumes them in order into its posted receives:
+//   - a message of up to 32 bytes travels inline in the slot header's cache line (one line moves per message);
+//   - a larger one is cut into slot-sized parts, copied in by the sender and out by the receiver;
+//   - a message of at least directMinBytes, when the peer can read our memory, is one kSlotDirect slot holding
+//     its address: the receiver copies it straight from the sender's buffer with process_vm_readv (or memcpy
+//     when both ranks are threads of one process) and then releases the slot. The send completes when the
+//     receiver's head passes that slot, so the buffer stays untouched until it was read (single copy).
+// Every slot carries the message number and size, which the receiver checks against what it posted.
+//
+// Waking. The executor polls progress() for a while, then sleeps in Poller::wait (epoll), which first asks
+// ShmWaker::prepareToSleep(). That stores 1 in this rank's RankControl::sleeping, issues a full fence, and
+// re-checks every ring (wouldMove). A peer, after publishing a slot or advancing a head, issues a full fence and
+// loads the sleeping flag of the rank on the other end; if it is set, it clears it and writes the rank's poller
+// eventfd (a duplicate received at connect time), which is in the rank's epoll set. Store-fence-load on both
+// sides: the sleeper sees the data, or the peer sees the flag, so no wake-up is lost, and a peer never makes a
+// syscall while the other side is awake. One epoll set thus waits for tcp sockets and shm peers alike.
+//
+// Failure. The peer's closed flags (set by its close()) are read when progress() is idle and busy; its
+// handshake socket, kept open and in the epoll set, tells (EOF/HUP) when the peer process died, which wakes a
+// sleeping rank at once and is checked at most every millisecond while spinning. Either ends every pending
+// transfer with RemoteError naming the peer, after whatever it sent before is consumed.
+#include "transport/shm/shm_connection.hpp"
+
+#include <poll.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "core/errors.hpp"
+#include "core/log.hpp"
+
+namespace collie::transport::shm {
+
+// ---- ShmWaker --------------------------------------------------------------------------------------------------
+
+ShmWaker::ShmWaker(Segment control, core::Poller* poller) : control_(std::move(control)), poller_(poller) {}
+
+ShmWaker::~ShmWaker() {
+  if (poller_ && !conns_.empty()) poller_->removeSleepHook(this);
+}
+
+void ShmWaker::add(ShmConnection* c) {
+  if (poller_ && conns_.empty()) poller_->addSleepHook(this);
+  conns_.push_back(c);
+}
+
+void ShmWaker::remove(ShmConnection* c) {
+  auto it = std::find(conns_.begin(), conns_.end(), c);
+  if (it == conns_.end()) return;
+  conns_.erase(it);
+  if (poller_ && conns_.empty()) poller_->removeSleepHook(this);
+}
+
+bool ShmWaker::prepareToSleep() {
+  control()->sleeping.store(1, std::memory_order_seq_cst);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  for (ShmConnection* c : conns_) {
+    if (c->wouldMove()) {
+      control()->sleeping.store(0, std::memory_order_relaxed);
+      return false;
+    }
+  }
+  return true;
+}
+
+void ShmWaker::finishSleep() { control()->sleeping.store(0, std::memory_order_relaxed); }
+
+// ---- ShmConnection ---------------------------------------------------------------------------------------------
+
+ShmConnection::ShmConnection(ShmLink link, std::shared_ptr<ShmWaker> waker)
+    : rank_(link.rank), peer_(link.peer), link_(std::move(link)), waker_(std::move(waker)) {
+  in_ = RingView::of(link_.recvRing.data());
+  out_ = RingView::of(link_.sendRing.data());
+  peerCtl_ = static_cast<RankControl*>(link_.peerControl.data());
+  directMin_ = link_.peerReadsUs ? std::max<size_t>(link_.directMinBytes, 1) : SIZE_MAX;
+  if (waker_) waker_->add(this);
+  if (waker_ && waker_->poller() && link_.socket.get() >= 0) waker_->poller()->add(link_.socket.get());
+}
+
+ShmConnection::~ShmConnection() { close(); }
+
+void ShmConnection::close() {
+  if (closed_) return;
+  closed_ = true;
+  // Tell the peer (it may be asleep waiting for us), then let go of everything.
+  in_.consumer->closed.store(1, std::memory_order_release);
+  out_.producer->closed.store(1, std::memory_order_release);
+  wakePeer();
+  if (waker_) {
+    if (waker_->poller() && link_.socket.get() >= 0) waker_->poller()->remove(link_.socket.get());
+    waker_->remove(this);
+    waker_.reset();
+  }
+  link_.socket.reset();
+  link_.peerWake.reset();
+  link_.recvRing.reset();
+  link_.sendRing.reset();
+  link_.peerControl.reset();
+  sends_.clear();
+  recvs_.clear();
+  directs_.clear();
+  pending_ = 0;
+}
+
+void ShmConnection::check(bool ok, const char* what) const {
+  COLLIE_INTERNAL_CHECK(ok, "shm connection of rank %d to peer %d: %s", rank_, peer_, what);
+}
+
+void ShmConnection::postSend(Transfer* t) {
+  COLLIE_USAGE_CHECK(!closed_, "send posted on the closed shm connection of rank %d to peer %d", rank_, peer_);
+  COLLIE_INTERNAL_CHECK(t->kind == MemoryKind::Host,
+                        "shm connection to peer %d: send of a device buffer (device buffers must be staged)", peer_);
+  COLLIE_INTERNAL_CHECK(t->bytes == 0 || t->buf != nullptr, "shm connection to peer %d: send of %zu bytes from null",
+                        peer_, t->bytes);
+  t->complete = false;
+  sends_.push_back(SendOp{t, 0, t->bytes >= directMin_});
+  ++pending_;
+}
+
+void ShmConnection::postRecv(Transfer* t) {
+  COLLIE_USAGE_CHECK(!closed_, "receive posted on the closed shm connection of rank %d to peer %d", rank_, peer_);
+  COLLIE_INTERNAL_CHECK(t->kind == MemoryKind::Host,
+                        "shm connection to peer %d: receive into a device buffer (device buffers must be staged)",
+                        peer_);
+  COLLIE_INTERNAL_CHECK(t->bytes == 0 || t->buf != nullptr, "shm connection to peer %d: receive of %zu bytes into null",
+                        peer_, t->bytes);
+  t->complete = false;
+  recvs_.push_back(RecvOp{t, 0});
+  ++pending_;
+}
+
+bool ShmConnection::progress() {
+  if (error_) std::rethrow_exception(error_);
+  if (pending_ == 0 || closed_) return false;
+  try {
+    bool moved = false;
+    if (!recvs_.empty()) moved |= pumpRecv();
+    if (!sends_.empty() || !directs_.empty()) moved |= pumpSend();
+    if (moved) {
+      wakePeer();
+    } else {
+      checkPeer();
+    }
+    return moved;
+  } catch (...) {
+    error_ = std::current_exception();
+    throw;
+  }
+}
+
+bool ShmConnection::pumpRecv() {
+  bool moved = false;
+  while (!recvs_.empty()) {
+    SlotHeader* s = in_.slot(head_);
+    if (s->seq.load(std::memory_order_acquire) != head_ + 1) break;
+    RecvOp& r = recvs_.front();
+    Transfer* t = r.t;
+    if (s->msgSeq != recvSeq_ || s->msgBytes != t->bytes) {
+      COLLIE_FAIL(ErrorCode::InternalError,
+                  "message mismatch from peer %d over shm: expected message #%u of %zu bytes, got #%u of %llu bytes",
+                  peer_, recvSeq_, t->bytes, s->msgSeq, static_cast<unsigned long long>(s->msgBytes));
+    }
+    if (s->kind == kSlotData) {
+      check(s->bytes <= in_.slotBytes && s->bytes <= t->bytes - r.off, "corrupt slot (payload larger than expected)");
+      if (s->bytes)
+        std::memcpy(static_cast<char*>(t->buf) + r.off, s->inlined ? s->inl : RingView::payload(s), s->bytes);
+      r.off += s->bytes;
+    } else {
+      check(s->kind == kSlotDirect && r.off == 0, "corrupt slot (unknown kind)");
+      readPeer(t->buf, s->addr, t->bytes);
+      r.off = t->bytes;
+    }
+    ++head_;
+    in_.consumer->head.store(head_, std::memory_order_release);
+    moved = true;
+    if (r.off == t->bytes) {
+      t->complete = true;
+      recvs_.pop_front();
+      ++recvSeq_;
+      --pending_;
+    }
+  }
+  return moved;
+}
+
+bool ShmConnection::pumpSend() {
+  bool moved = false;
+  const uint64_t nslots = out_.mask + 1;
+  if (!directs_.empty()) {
+    headSeen_ = out_.consumer->head.load(std::memory_order_acquire);
+    while (!directs_.empty() && headSeen_ > directs_.front().ticket) {
+      directs_.front().t->complete = true;
+      directs_.pop_front();
+      --pending_;
+      moved = true;
+    }
+  }
+  while (!sends_.empty()) {
+    if (tail_ - headSeen_ >= nslots) {
+      headSeen_ = out_.consumer->head.load(std::memory_order_acquire);
+      if (tail_ - headSeen_ >= nslots) break;  // full
+    }
+    SendOp& op = sends_.front();
+    Transfer* t = op.t;
+    SlotHeader* s = out_.slot(tail_);
+    s->msgSeq = sendSeq_;
+    s->msgBytes = t->bytes;
+    if (op.direct) {
+      s->kind = kSlotDirect;
+      s->bytes = 0;
+      s->inlined = 0;
+      s->addr = reinterpret_cast<uint64_t>(t->buf);
+      s->seq.store(tail_ + 1, std::memory_order_release);
+      directs_.push_back(DirectOp{t, tail_});
+      ++tail_;
+      ++sendSeq_;
+      sends_.pop_front();
+      moved = true;
+      continue;
+    }
+    const size_t chunk = std::min<size_t>(out_.slotBytes, t->bytes - op.off);
+    const char* src = static_cast<const char*>(t->buf) + op.off;
+    s->kind = kSlotData;
+    s->bytes = static_cast<uint32_t>(chunk);
+    s->inlined = chunk <= kInlineBytes ? 1 : 0;
+    if (chunk) std::memcpy(s->inlined ? s->inl : RingView::payload(s), src, chunk);
+    s->seq.store(tail_ + 1, std::memory_order_release);
+    ++tail_;
+    op.off += chunk;
+    moved = true;
+    if (op.off == t->bytes) {
+      t->complete = true;
+      sends_.pop_front();
+      ++sendSeq_;
+      --pending_;
+    }
+  }
+  return moved;
+}
+
+void ShmConnection::readPeer(void* dst, uint64_t addr, size_t bytes) {
+  if (bytes == 0) return;
+  if (link_.sameProcess) {
+    std::memcpy(dst, reinterpret_cast<const void*>(addr), bytes);
+    return;
+  }
+  size_t done = 0;
+  while (done < bytes) {
+    iovec local{static_cast<char*>(dst) + done, bytes - done};
+    iovec remote{reinterpret_cast<void*>(addr + done), bytes - done};
+    ssize_t n = process_vm_readv(link_.peerPid, &local, 1, &remote, 1, 0);
+    if (n < 0) {
+      int err = errno;
+      if (err == EINTR) continue;
+      if (err == ESRCH) failGone("exited (its memory can no longer be read)");
+      COLLIE_FAIL(ErrorCode::SystemError, "shm: rank %d could not read %zu bytes from peer %d (pid %d): %s", rank_,
+                  bytes, peer_, static_cast<int>(link_.peerPid), core::errnoString(err).c_str());
+    }
+    check(n > 0, "process_vm_readv made no progress");
+    done += static_cast<size_t>(n);
+  }
+}
+
+void ShmConnection::wakePeer() {
+  // Pairs with ShmWaker::prepareToSleep on the peer: our slot/head stores above, then the fence, then the
+  // flag load; the peer stores the flag, fences, then loads our slots/head.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  std::atomic<uint32_t>& flag = peerCtl_->sleeping;
+  if (flag.load(std::memory_order_relaxed) != 0 && flag.exchange(0, std::memory_order_acq_rel) != 0 &&
+      link_.peerWake.get() >= 0) {
+    uint64_t one = 1;
+    ssize_t rc = ::write(link_.peerWake.get(), &one, sizeof(one));
+    (void)rc;  // EAGAIN: a wake-up is pending already
+  }
+}
+
+bool ShmConnection::peerClosed() const {
+  return in_.producer->closed.load(std::memory_order_acquire) != 0 ||
+         out_.consumer->closed.load(std::memory_order_acquire) != 0;
+}
+
+bool ShmConnection::peerGone() {
+  if (link_.socket.get() < 0) return false;
+  pollfd p{link_.socket.get(), POLLIN | POLLRDHUP, 0};
+  int rc = ::poll(&p, 1, 0);
+  return rc > 0 && (p.revents & (POLLHUP | POLLRDHUP | POLLERR | POLLIN)) != 0;
+}
+
+void ShmConnection::failGone(const char* why) {
+  COLLIE_FAIL(ErrorCode::RemoteError,
+              "peer %d %s while rank %d waited on its shm connection (%zu receive(s), %zu send(s) pending)", peer_, why,
+              rank_, recvs_.size(), sends_.size() + directs_.size());
+}
+
+void ShmConnection::checkPeer() {
+  bool closed = peerClosed();
+  bool gone = false;
+  if (!closed) {
+    auto now = std::chrono::steady_clock::now();
+    if (now - lastLivenessCheck_ < std::chrono::milliseconds(1)) return;
+    lastLivenessCheck_ = now;
+    gone = peerGone();
+    if (!gone) return;
+  }
+  // Take what the peer sent before it went; anything still pending after that can never complete.
+  pumpRecv();
+  if (pending_ > 0) failGone(closed ? "closed the connection (it may have failed or been aborted)" : "exited or died");
+}
+
+bool ShmConnection::wouldMove() {
+  if (closed_ || error_ || pending_ == 0) return false;
+  if (!recvs_.empty() && in_.slot(head_)->seq.load(std::memory_order_acquire) == head_ + 1) return true;
+  if (!sends_.empty() || !directs_.empty()) {
+    uint64_t head = out_.consumer->head.load(std::memory_order_acquire);
+    if (!directs_.empty() && head > directs_.front().ticket) return true;
+    if (!sends_.empty() && tail_ - head <= out_.mask) return true;
+  }
+  return peerClosed() || peerGone();
+}
+
+}  // namespace collie::transport::shm

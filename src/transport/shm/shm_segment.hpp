@@ -1,0 +1,173 @@
+// Shared memory of the shm transport: what lives in it (the ring of one direction of a peer pair, and one
+// control line per rank) and how a segment is made.
+//
+// Segments are anonymous: a memfd (default) or a /dev/shm file unlinked right after shm_open
+// (COLLIE_SHM_BACKING=devshm). Either way no name stays behind, so nothing is left in /dev/shm when a rank
+// exits or is killed; the memory goes away when the last process that maps it unmaps it or dies. Peers get
+// the segment's fd over the transport's unix socket (SCM_RIGHTS). Every segment is reserved in full
+// (fallocate) when it is made, so a full tmpfs or an exhausted memory limit is a clear error at init, never a
+// SIGBUS later.
+//
+// Ring layout (one per direction of each pair, owned and reserved by the receiving rank, on its NUMA node):
+//   [0]    RingHeader      written once by the owner before the fd is handed over
+//   [128]  ConsumerLine    head (slots consumed) and the receiver's closed flag: written by the receiver only
+//   [256]  ProducerLine    the sender's closed flag: written by the sender only
+//   [384]  slots           nslots x (64-byte SlotHeader + slotBytes payload)
+// Counters written by different sides sit 128 bytes apart (a pair of lines, which x86 prefetches together).
+// A slot is full when its header's seq equals its ticket + 1 (the producer's running slot count), written
+// last with release; the receiver never clears it, since the next use of the slot has a larger ticket.
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace collie::transport::shm {
+
+constexpr uint32_t kRingMagic = 0x434c5352;     // "CLSR"
+constexpr uint32_t kControlMagic = 0x434c5343;  // "CLSC"
+constexpr uint32_t kLayoutVersion = 1;
+constexpr size_t kInlineBytes = 32;  ///< payloads up to this size travel in the slot header's cache line
+
+enum SlotKind : uint32_t {
+  kSlotData = 1,    ///< payload (or a part of one) in the slot
+  kSlotDirect = 2,  ///< the receiver copies the whole message from the sender's address
+};
+
+struct alignas(64) SlotHeader {
+  std::atomic<uint64_t> seq;  ///< ticket + 1 once full
+  uint64_t msgBytes;          ///< size of the whole message
+  uint32_t msgSeq;            ///< the message's number on this ring
+  uint32_t bytes;             ///< payload bytes in this slot (kSlotData)
+  uint32_t kind;
+  uint32_t inlined;  ///< 1: the payload is in inl[]
+  union {
+    uint64_t addr;  ///< kSlotDirect: the message in the sender's address space
+    char inl[kInlineBytes];
+  };
+};
+static_assert(sizeof(SlotHeader) == 64);
+static_assert(std::atomic<uint64_t>::is_always_lock_free && std::atomic<uint32_t>::is_always_lock_free,
+              "atomics in shared memory must be lock-free (address-free)");
+
+struct RingHeader {
+  uint32_t magic;
+  uint32_t version;
+  uint32_t slots;      ///< a power of two
+  uint32_t slotBytes;  ///< a multiple of 64
+  uint64_t bytes;      ///< size of the whole segment
+  int32_t owner;       ///< rank that receives from this ring
+  int32_t writer;      ///< rank that sends into it
+};
+
+struct ConsumerLine {
+  std::atomic<uint64_t> head;
+  std::atomic<uint32_t> closed;
+};
+
+struct ProducerLine {
+  std::atomic<uint32_t> closed;
+};
+
+/// One per rank (per shm transport): what its peers read before deciding to wake it.
+struct RankControl {
+  uint32_t magic;
+  int32_t rank;
+  alignas(128) std::atomic<uint32_t> sleeping;  ///< 1 while the rank sleeps (or is about to) in its poller
+};
+
+constexpr size_t kConsumerOffset = 128;
+constexpr size_t kProducerOffset = 256;
+constexpr size_t kSlotsOffset = 384;
+constexpr size_t kControlBytes = 4096;
+
+/// Bytes of a ring segment (rounded up to whole pages).
+size_t ringBytes(uint32_t slots, uint32_t slotBytes);
+
+/// A view of a mapped ring.
+struct RingView {
+  RingHeader* header = nullptr;
+  ConsumerLine* consumer = nullptr;
+  ProducerLine* producer = nullptr;
+  char* slots = nullptr;
+  uint64_t mask = 0;  ///< slots - 1
+  size_t stride = 0;  ///< 64 + slotBytes
+  uint32_t slotBytes = 0;
+
+  static RingView of(void* base);
+  SlotHeader* slot(uint64_t ticket) const {
+    return reinterpret_cast<SlotHeader*>(slots + static_cast<size_t>(ticket & mask) * stride);
+  }
+  static char* payload(SlotHeader* s) { return reinterpret_cast<char*>(s + 1); }
+};
+
+/// A mapped segment; unmapped on destruction. Move-only.
+class Segment {
+ public:
+  Segment() = default;
+  Segment(void* addr, size_t bytes) : addr_(addr), bytes_(bytes) {}
+  ~Segment() { reset(); }
+  Segment(Segment&& o) noexcept : addr_(o.addr_), bytes_(o.bytes_) { o.addr_ = nullptr; }
+  Segment& operator=(Segment&& o) noexcept;
+  Segment(const Segment&) = delete;
+  Segment& operator=(const Segment&) = delete;
+
+  void* data() const { return addr_; }
+  size_t size() const { return bytes_; }
+  explicit operator bool() const { return addr_ != nullptr; }
+  void reset();
+
+ private:
+  void* addr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+/// An owned file descriptor. Move-only.
+class UniqueFd {
+ public:
+  UniqueFd() = default;
+  explicit UniqueFd(int fd) : fd_(fd) {}
+  ~UniqueFd() { reset(); }
+  UniqueFd(UniqueFd&& o) noexcept : fd_(o.release()) {}
+  UniqueFd& operator=(UniqueFd&& o) noexcept;
+  UniqueFd(const UniqueFd&) = delete;
+  UniqueFd& operator=(const UniqueFd&) = delete;
+
+  int get() const { return fd_; }
+  int release() {
+    int fd = fd_;
+    fd_ = -1;
+    return fd;
+  }
+  void reset(int fd = -1);
+
+ private:
+  int fd_ = -1;
+};
+
+enum class Backing { Memfd, DevShm };
+
+/// Parses COLLIE_SHM_BACKING ("memfd" or "devshm"); throws InvalidArgument naming the variable otherwise.
+Backing parseBacking(const std::string& text);
+
+/// What a failed reservation should say: who needs the memory and how much in all.
+struct SegmentPurpose {
+  int rank = 0;
+  std::string what;       ///< e.g. "the ring from rank 3"
+  size_t totalBytes = 0;  ///< all the shared memory this rank needs for this connect
+  int peers = 0;
+};
+
+/// Creates a segment of `bytes`, places it on `numaNode` (when >= 0 and the machine has several), reserves it
+/// in full and maps it read-write into *out. Returns its fd (for the peers). Fails with SystemError saying how
+/// much was needed and how to fix it when the memory cannot be reserved.
+UniqueFd createSegment(Backing backing, size_t bytes, int numaNode, const SegmentPurpose& purpose, Segment* out);
+/// Checks that /dev/shm has room for `purpose.totalBytes` (devshm backing only); fails like createSegment.
+void checkDevShmRoom(const SegmentPurpose& purpose);
+/// Maps a peer's segment; checks that the fd holds at least `bytes`.
+Segment mapSegment(int fd, size_t bytes, const std::string& what);
+
+}  // namespace collie::transport::shm

@@ -1,0 +1,75 @@
+// The shared-memory transport: links ranks on the same host (same hostHash and network namespace) through
+// rings in shared memory, with large messages in a single copy where the kernel allows it. See
+// shm_transport.cpp for the handshake, shm_connection.cpp for the data path and waking, shm_segment.hpp for
+// the shared layout.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "transport/shm/shm_segment.hpp"
+#include "transport/transport.hpp"
+
+namespace collie::transport::shm {
+
+class ShmWaker;
+
+/// Settings of a ShmTransport; the defaults come from the params registry. Ring sizes are the receiver's
+/// choice (the sender learns them at connect time), so they may differ between ranks.
+struct ShmOptions {
+  int slots = 0;               ///< 0: COLLIE_SHM_SLOTS (rounded up to a power of two)
+  int64_t slotBytes = 0;       ///< 0: COLLIE_SHM_SLOT_BYTES (rounded up to 64)
+  int singleCopy = -1;         ///< < 0: COLLIE_SHM_SINGLE_COPY
+  int64_t singleCopyMin = -1;  ///< < 0: COLLIE_SHM_SINGLE_COPY_MIN_BYTES
+  std::string backing;         ///< empty: COLLIE_SHM_BACKING
+  /// Tests: read a peer that is a thread of this process with process_vm_readv too (not memcpy).
+  bool crossMemoryForThreads = false;
+};
+
+class ShmTransport : public Transport {
+ public:
+  explicit ShmTransport(const ShmOptions& options = {});
+  ~ShmTransport() override;
+  ShmTransport(const ShmTransport&) = delete;
+  ShmTransport& operator=(const ShmTransport&) = delete;
+
+  const char* name() const override { return "shm"; }
+  /// Listens on an abstract unix socket (nothing in the filesystem); publishes its name in self.shmAddr and
+  /// this process's network namespace in self.netNs.
+  void listen(PeerInfo& self) override;
+  /// Both ranks listen on shm, run on the same host (hostHash) and share a network namespace.
+  bool canConnect(const PeerInfo& local, const PeerInfo& peer) const override;
+  /// Higher ranks connect to lower ranks' sockets; each side sends a hello carrying ctx.secret and, over
+  /// SCM_RIGHTS, the fd of the ring it receives on, of its control line and of its poller's eventfd; then
+  /// each says whether it can read the other's memory. Fails with Timeout naming the missing ranks when a
+  /// peer does not show up within ctx.timeout.
+  std::vector<std::unique_ptr<Connection>> connect(const CommContext& ctx, const std::vector<int>& peers) override;
+
+  uint32_t slots() const { return slots_; }
+  uint32_t slotBytes() const { return slotBytes_; }
+
+ private:
+  struct Stashed;
+
+  ShmOptions options_;
+  uint32_t slots_;
+  uint32_t slotBytes_;
+  bool singleCopy_;
+  size_t singleCopyMin_;
+  Backing backing_;
+  int listenFd_ = -1;
+  int rank_ = -1;
+  Segment control_;  ///< this rank's RankControl (moved into the waker at the first connect)
+  UniqueFd controlFd_;
+  std::shared_ptr<ShmWaker> waker_;
+  std::vector<Stashed> stash_;
+};
+
+}  // namespace collie::transport::shm
+
+namespace collie::transport {
+using shm::ShmOptions;
+using shm::ShmTransport;
+}  // namespace collie::transport
