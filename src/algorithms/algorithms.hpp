@@ -1,20 +1,36 @@
 // The algorithm registry: which builders exist and how to call one.
 #pragma once
 
+#include <string>
+
 #include "algorithms/schedule.hpp"
 
 namespace collie::algorithms {
 
-enum class Algorithm : uint8_t { Ring, Direct };
+/// Ring (ring.cpp), Direct exchange for AllToAll and Send/Recv (direct.cpp), double binary Tree (tree.cpp),
+/// recursive HalvingDoubling (rhd.cpp).
+enum class Algorithm : uint8_t { Ring, Direct, Tree, HalvingDoubling };
+inline constexpr int kNumAlgorithms = 4;
+inline constexpr Algorithm kAllAlgorithms[kNumAlgorithms] = {Algorithm::Ring, Algorithm::Direct, Algorithm::Tree,
+                                                             Algorithm::HalvingDoubling};
+/// "ring", "direct", "tree", "rhd".
 const char* algorithmName(Algorithm algo);
+/// Parses an algorithmName (case-insensitive; "halving_doubling" is accepted for "rhd"). False if unknown.
+bool parseAlgorithm(const std::string& name, Algorithm* algo);
+
+/// Parses a collective name as used by COLLIE_ALGO and the tools: "allreduce", "broadcast", "reduce",
+/// "allgather", "reducescatter", "alltoall", "send", "recv" (case-insensitive, '_' ignored). False if unknown.
+bool parseCollective(const std::string& name, Collective* coll);
 
 /// Whether `algo` implements `coll`.
 bool supports(Algorithm algo, Collective coll);
-/// Builds this rank's schedule; the algorithm must support the collective.
+/// Builds this rank's schedule; the algorithm must support the collective. Steps that move nothing are dropped.
 Schedule build(Algorithm algo, const ScheduleKey& key);
 
-// One builder per algorithm (ring.cpp, direct.cpp).
+// One builder per algorithm; build() calls them.
 Schedule buildRing(const ScheduleKey& key);
 Schedule buildDirect(const ScheduleKey& key);
+Schedule buildTree(const ScheduleKey& key);
+Schedule buildHalvingDoubling(const ScheduleKey& key);
 
 }  // namespace collie::algorithms

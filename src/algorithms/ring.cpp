@@ -71,14 +71,17 @@ Schedule allReduce(const ScheduleKey& k) {
   }
   ChunkSplit chunks{k.count, n};
   auto chunk = [&](int delta) { return ringAdd(r, delta, n); };
+  // Empty chunks (count < n) make no steps at all: at thousands of ranks most of them are empty.
   sch.steps.push_back(sendStep(next, in(chunks.offset(r)), chunks.size(r), /*overlapNext=*/true));
   for (int s = 1; s <= n - 1; ++s) {
     int c = chunk(-s);
+    if (chunks.size(c) == 0) continue;
     sch.steps.push_back(
         recvStep(StepKind::RecvReduceSend, prev, next, in(chunks.offset(c)), out(chunks.offset(c)), chunks.size(c)));
   }
   for (int s = 1; s <= n - 2; ++s) {
     int c = chunk(1 - s);
+    if (chunks.size(c) == 0) continue;
     sch.steps.push_back(recvStep(StepKind::RecvCopySend, prev, next, {}, out(chunks.offset(c)), chunks.size(c)));
   }
   int last = chunk(2);

@@ -1,6 +1,9 @@
 #include "algorithms/schedule.hpp"
 
+#include <cctype>
 #include <cstdio>
+#include <string>
+#include <vector>
 
 #include "algorithms/algorithms.hpp"
 
@@ -28,15 +31,107 @@ const char* collectiveName(Collective coll) {
   return "?";
 }
 
-const char* algorithmName(Algorithm algo) { return algo == Algorithm::Ring ? "ring" : "direct"; }
-
-bool supports(Algorithm algo, Collective coll) {
-  bool p2p = coll == Collective::AllToAll || coll == Collective::Send || coll == Collective::Recv;
-  return algo == Algorithm::Direct ? p2p : !p2p;
+const char* algorithmName(Algorithm algo) {
+  switch (algo) {
+    case Algorithm::Ring:
+      return "ring";
+    case Algorithm::Direct:
+      return "direct";
+    case Algorithm::Tree:
+      return "tree";
+    case Algorithm::HalvingDoubling:
+      return "rhd";
+  }
+  return "?";
 }
 
+namespace {
+std::string normalized(const std::string& name) {
+  std::string s;
+  for (char c : name) {
+    if (c == '_' || c == '-' || c == ' ') continue;
+    s += static_cast<char>(tolower(static_cast<unsigned char>(c)));
+  }
+  return s;
+}
+}  // namespace
+
+bool parseAlgorithm(const std::string& name, Algorithm* algo) {
+  std::string s = normalized(name);
+  if (s == "halvingdoubling" || s == "recursivehalvingdoubling") s = "rhd";
+  for (Algorithm a : kAllAlgorithms) {
+    if (s == algorithmName(a)) {
+      *algo = a;
+      return true;
+    }
+  }
+  return false;
+}
+
+bool parseCollective(const std::string& name, Collective* coll) {
+  static const Collective all[] = {Collective::AllReduce, Collective::Broadcast,     Collective::Reduce,
+                                   Collective::AllGather, Collective::ReduceScatter, Collective::AllToAll,
+                                   Collective::Send,      Collective::Recv};
+  std::string s = normalized(name);
+  for (Collective c : all) {
+    if (s == normalized(collectiveName(c))) {
+      *coll = c;
+      return true;
+    }
+  }
+  return false;
+}
+
+bool supports(Algorithm algo, Collective coll) {
+  switch (algo) {
+    case Algorithm::Direct:
+      return coll == Collective::AllToAll || coll == Collective::Send || coll == Collective::Recv;
+    case Algorithm::Ring:
+      return coll == Collective::AllReduce || coll == Collective::Broadcast || coll == Collective::Reduce ||
+             coll == Collective::AllGather || coll == Collective::ReduceScatter;
+    case Algorithm::Tree:
+      return coll == Collective::AllReduce || coll == Collective::Broadcast || coll == Collective::Reduce;
+    case Algorithm::HalvingDoubling:
+      return coll == Collective::AllReduce || coll == Collective::AllGather || coll == Collective::ReduceScatter;
+  }
+  return false;
+}
+
+namespace {
+// Drops the steps that move nothing. Equivalent for the executor: an empty step starts and completes at once,
+// so the step after it starts exactly when it would have. sliceAfter indices are renumbered.
+void dropEmptySteps(Schedule& sch) {
+  std::vector<int> newIndex(sch.steps.size(), -1);
+  size_t kept = 0;
+  for (size_t i = 0; i < sch.steps.size(); ++i) {
+    Step s = sch.steps[i];
+    if (s.count == 0) continue;
+    if (s.sliceAfter >= 0) s.sliceAfter = newIndex[static_cast<size_t>(s.sliceAfter)];
+    newIndex[i] = static_cast<int>(kept);
+    sch.steps[kept++] = s;
+  }
+  sch.steps.resize(kept);
+}
+}  // namespace
+
 Schedule build(Algorithm algo, const ScheduleKey& key) {
-  return algo == Algorithm::Ring ? buildRing(key) : buildDirect(key);
+  Schedule sch;
+  switch (algo) {
+    case Algorithm::Ring:
+      sch = buildRing(key);
+      break;
+    case Algorithm::Direct:
+      sch = buildDirect(key);
+      break;
+    case Algorithm::Tree:
+      sch = buildTree(key);
+      break;
+    case Algorithm::HalvingDoubling:
+      sch = buildHalvingDoubling(key);
+      break;
+  }
+  dropEmptySteps(sch);
+  return sch;
 }
 
 namespace {
@@ -57,7 +152,19 @@ const char* kindName(StepKind kind) {
   }
   return "?";
 }
-const char* bufferName(Buffer b) { return b == Buffer::Input ? "in" : b == Buffer::Output ? "out" : "slot"; }
+const char* bufferName(Buffer b) {
+  switch (b) {
+    case Buffer::Input:
+      return "in";
+    case Buffer::Output:
+      return "out";
+    case Buffer::Transient:
+      return "slot";
+    case Buffer::Scratch:
+      return "scratch";
+  }
+  return "?";
+}
 }  // namespace
 
 std::string describe(const Schedule& schedule) {
@@ -65,10 +172,15 @@ std::string describe(const Schedule& schedule) {
   char line[256];
   int i = 0;
   for (const Step& s : schedule.steps) {
-    snprintf(line, sizeof(line), "%3d %-15s recv<-%-3d send->%-3d src=%s+%zu dst=%s+%zu count=%zu%s\n", i++,
+    snprintf(line, sizeof(line), "%3d %-15s recv<-%-4d send->%-4d src=%s+%zu dst=%s+%zu count=%zu%s", i++,
              kindName(s.kind), s.recvPeer, s.sendPeer, bufferName(s.src.buffer), s.src.offset, bufferName(s.dst.buffer),
              s.dst.offset, s.count, s.overlapNext ? " overlap" : "");
     out += line;
+    if (s.sliceAfter >= 0) {
+      snprintf(line, sizeof(line), " after=%d", s.sliceAfter);
+      out += line;
+    }
+    out += "\n";
   }
   return out;
 }

@@ -41,6 +41,7 @@ struct Executor::StepState {
   size_t sendsDone = 0;               // sends completed, in order
   size_t nextSameRecvPeer = kNoStep;  // the next step that receives from the same peer
   size_t nextSameSendPeer = kNoStep;  // the next step that sends to the same peer
+  size_t after = kNoStep;             // step.sliceAfter as a flat index: its slice j must be finished first
   std::vector<SliceState> slices;
 
   bool receives() const { return step->recvPeer >= 0; }
@@ -51,9 +52,10 @@ struct Executor::StepState {
 
 namespace {
 
-char* resolve(const JobBuffers& b, const algorithms::Range& r, size_t elemSize) {
+char* resolve(const JobBuffers& b, char* scratch, const algorithms::Range& r, size_t elemSize) {
   if (r.buffer == Buffer::Input) return const_cast<char*>(static_cast<const char*>(b.input)) + r.offset * elemSize;
   if (r.buffer == Buffer::Output) return static_cast<char*>(b.output) + r.offset * elemSize;
+  if (r.buffer == Buffer::Scratch) return scratch + r.offset * elemSize;
   return nullptr;
 }
 
@@ -73,6 +75,7 @@ Executor::Executor(int rank, int nranks, std::vector<transport::Connection*> con
 
 Executor::~Executor() {
   for (char* s : allSlots_) free(s);
+  free(scratch_);
 }
 
 char* Executor::acquireSlot() {
@@ -118,8 +121,9 @@ void Executor::planStep(StepState& st) {
   const Job& job = jobs_[st.job];
   st.elemSize = dataTypeSize(job.buffers.type);
   const size_t bytes = s.count * st.elemSize;
-  st.src = resolve(job.buffers, s.src, st.elemSize);
-  st.dst = resolve(job.buffers, s.dst, st.elemSize);
+  char* scratch = scratch_ + jobScratch_[st.job];
+  st.src = resolve(job.buffers, scratch, s.src, st.elemSize);
+  st.dst = resolve(job.buffers, scratch, s.dst, st.elemSize);
   st.sliceElems = std::max<size_t>(1, job.sliceBytes / st.elemSize);
   st.nslices = (s.kind == StepKind::Copy || s.count == 0) ? 0 : (s.count + st.sliceElems - 1) / st.sliceElems;
   bool reduces = s.kind == StepKind::RecvReduce || s.kind == StepKind::RecvReduceSend;
@@ -138,7 +142,8 @@ void Executor::startStep(size_t flat) {
   } else if (s.kind == StepKind::Send) {
     for (size_t i = 0; i < st.nslices; ++i)
       st.slices[i].send = Transfer{st.src + st.sliceOffset(i) * st.elemSize, st.sliceCount(i) * st.elemSize};
-    st.finished = st.nslices;  // nothing to receive: every slice is ready to send
+    // Nothing to receive: every slice is ready to send, or, after another step, once that step finished it.
+    st.finished = st.after == kNoStep ? st.nslices : 0;
   }
 }
 
@@ -168,7 +173,8 @@ bool Executor::advanceStep(size_t flat) {
       moved = true;
     }
     const JobBuffers& b = jobs_[st.job].buffers;
-    while (st.finished < st.posted && st.slices[st.finished].recv.complete) {
+    const size_t ready = st.after == kNoStep ? st.nslices : steps_[st.after].finished;
+    while (st.finished < st.posted && st.finished < ready && st.slices[st.finished].recv.complete) {
       SliceState& sl = st.slices[st.finished];
       const size_t off = st.sliceOffset(st.finished) * st.elemSize;
       const size_t count = st.sliceCount(st.finished);
@@ -186,6 +192,10 @@ bool Executor::advanceStep(size_t flat) {
       moved = true;
     }
   }
+  if (!st.receives() && st.after != kNoStep && st.finished < steps_[st.after].finished) {
+    st.finished = steps_[st.after].finished;  // a Send after another step: its slices are ready now
+    moved = true;
+  }
   if (st.sends()) {
     auto peer = static_cast<size_t>(s.sendPeer);
     while (sendTurn_[peer] == flat && st.sendsPosted < st.finished) {
@@ -202,14 +212,14 @@ bool Executor::advanceStep(size_t flat) {
   return moved;
 }
 
+// Steps retire in order (firstLive_), so a job is done once firstLive_ has passed its last step: checking that
+// is O(1), where scanning the job's steps at every retirement was quadratic in the steps of a job.
 void Executor::finishJobIfDone(size_t job) {
-  if (jobDone_[job]) return;
-  for (size_t i = jobFirstStep_[job]; i < jobFirstStep_[job + 1]; ++i)
-    if (!stepDone(steps_[i])) return;
+  if (jobDone_[job] || firstLive_ < jobFirstStep_[job + 1]) return;
   jobDone_[job] = 1;
   const Job& j = jobs_[job];
   if (j.buffers.op == ReduceOp::Avg && j.schedule->resultCount > 0) {
-    char* res = resolve(j.buffers, j.schedule->result, dataTypeSize(j.buffers.type));
+    char* res = resolve(j.buffers, scratch_ + jobScratch_[job], j.schedule->result, dataTypeSize(j.buffers.type));
     divideInPlace(res, j.schedule->resultCount, j.buffers.type, nranks_);
   }
 }
@@ -237,6 +247,22 @@ void Executor::begin(std::span<const Job> jobs) {
     slotBytes_ = maxSlice;
   }
 
+  // Scratch areas of the jobs, one allocation (kept for later runs).
+  jobScratch_.assign(jobs.size(), 0);
+  size_t scratchTotal = 0;
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    jobScratch_[j] = scratchTotal;
+    size_t bytes = jobs[j].schedule->scratchCount * dataTypeSize(jobs[j].buffers.type);
+    scratchTotal += (bytes + 63) / 64 * 64;
+  }
+  if (scratchTotal > scratchBytes_) {
+    free(scratch_);
+    scratch_ = static_cast<char*>(aligned_alloc(64, scratchTotal));
+    COLLIE_ENFORCE(scratch_ != nullptr, ErrorCode::SystemError, "out of memory allocating %zu bytes of scratch",
+                   scratchTotal);
+    scratchBytes_ = scratchTotal;
+  }
+
   // Flatten the steps of all jobs; collect the peers we talk to.
   jobFirstStep_.assign(1, 0);
   size_t total = 0;
@@ -257,6 +283,14 @@ void Executor::begin(std::span<const Job> jobs) {
       st.started = false;
       st.posted = st.finished = st.sendsPosted = st.sendsDone = 0;
       st.nextSameRecvPeer = st.nextSameSendPeer = kNoStep;
+      st.after = kNoStep;
+      if (s.sliceAfter >= 0) {
+        st.after = jobFirstStep_[j] + static_cast<size_t>(s.sliceAfter);
+        const Step& a = jobs[j].schedule->steps[static_cast<size_t>(s.sliceAfter)];
+        COLLIE_INTERNAL_CHECK(st.after + 1 < flat && a.count == s.count && a.kind != StepKind::Copy,
+                              "schedule step %zu: sliceAfter=%d must name an earlier non-Copy step of equal count",
+                              flat - 1 - jobFirstStep_[j], s.sliceAfter);
+      }
       planStep(st);
       for (int p : {s.sendPeer, s.recvPeer}) {
         if (p >= 0 && !peerMark_[static_cast<size_t>(p)]) {
@@ -297,8 +331,8 @@ bool Executor::step() {
   for (int p : activePeers_) moved |= conns_[static_cast<size_t>(p)]->progress();
   for (size_t i = firstLive_; i < frontier_; ++i) moved |= advanceStep(i);
   while (firstLive_ < frontier_ && stepDone(steps_[firstLive_])) {
-    finishJobIfDone(steps_[firstLive_].job);
     ++firstLive_;
+    finishJobIfDone(steps_[firstLive_ - 1].job);
     moved = true;
   }
   return moved;

@@ -11,6 +11,10 @@
 // posting order, so each peer has a send turn and a receive turn that pass from step to step in schedule
 // order: a step posts to a peer only while it holds that peer's turn.
 //
+// A step with sliceAfter (schedule.hpp) processes slice j only once the named earlier step has finished its
+// slice j: a receiving step reduces/copies/forwards it then, a Send posts it then. With steps that all start at
+// once, this pipelines slice j through several steps (a tree node reducing from two children, then sending).
+//
 // The executor runs on one thread (the caller's for a blocking call, the progress thread for async work).
 // When nothing moved it polls for COLLIE_SPIN_US, then sleeps in the Poller. If nothing moves for the
 // timeout it fails with Timeout naming the peers it waits on; a set abort flag ends it at once.
@@ -105,6 +109,9 @@ class Executor {
   std::vector<char*> freeSlots_;
   std::vector<char*> allSlots_;
   size_t slotBytes_ = 0;
+  char* scratch_ = nullptr;  // Buffer::Scratch of every job (grows, kept between runs)
+  size_t scratchBytes_ = 0;
+  std::vector<size_t> jobScratch_;  // byte offset of each job's scratch in scratch_
 };
 
 }  // namespace collie::core
