@@ -124,6 +124,8 @@ struct ReducerStats {
   size_t launchedEarly = 0;          ///< buckets launched before finalize() in the last iteration
   double finalizeSeconds = 0;        ///< wall time of the last finalize()
   double waitSeconds = 0;            ///< part of it spent waiting for communication
+  double writeBackSeconds = 0;       ///< part of it spent copying averages back to the gradients
+  double copyInSeconds = 0;          ///< markReady's copies into the buckets in the last iteration (during backward)
   double firstLaunchToFinalize = 0;  ///< from the first bucket launch to the start of finalize()
 };
 

@@ -183,6 +183,7 @@ void GradientReducer::Impl::beginIteration() {
   }
   nextLaunch = 0;
   anyLaunched = false;
+  copyIn = 0;
 }
 
 void GradientReducer::Impl::launchReady() {
@@ -208,6 +209,16 @@ void GradientReducer::Impl::abandon() noexcept {
     b->reduction = {};
   }
   active = false;
+}
+
+void GradientReducer::Impl::writeBackOne(size_t i) {
+  void* src = slot(i);
+  const size_t bytes = params[i].count * elemSize(i);
+  if (opts.findUnusedParameters && !used[i]) {  // unused everywhere: the gradient stays as it was
+    if (opts.gradientAsBucketView && !saved[i].empty()) std::memcpy(src, saved[i].data(), bytes);
+    return;
+  }
+  if (writeBack[i] && writeBack[i] != src) std::memcpy(writeBack[i], src, bytes);
 }
 
 void GradientReducer::Impl::rebuild() {
@@ -286,7 +297,11 @@ void GradientReducer::markReady(size_t i, void* grad) {
                      "forward pass still gets one gradient, so mark it once, after backward accumulated it",
                      i, s.params[i].name.c_str());
   void* dst = s.slot(i);
-  if (grad != dst) std::memcpy(dst, grad, s.params[i].count * s.elemSize(i));
+  if (grad != dst) {
+    const auto t0 = Clock::now();
+    std::memcpy(dst, grad, s.params[i].count * s.elemSize(i));
+    s.copyIn += secondsSince(t0);
+  }
   s.ready[i] = Impl::Ready::Used;
   s.writeBack[i] = grad;
   if (!s.rebuilt && s.readyOrder.size() < s.params.size()) s.readyOrder.push_back(i);
@@ -375,15 +390,32 @@ void GradientReducer::finalize() {
       usedWork =
           s.comm.allReduceAsync(localUsed.data(), s.used.data(), s.params.size(), DataType::Int32, ReduceOp::Max);
     }
-    const auto tw = Clock::now();
+    // Each bucket's averages are written back as soon as it is done, while later buckets still communicate.
+    // With findUnusedParameters the write-back needs the used map, which completes last.
+    double waited = 0, wroteBack = 0;
     for (auto& b : s.buckets) {
+      const auto tw = Clock::now();
       if (b->reduction.work.valid()) b->reduction.work.wait();
+      waited += secondsSince(tw);
       if (b->reduction.then) b->reduction.then();
       b->launched = false;
       b->reduction = {};
+      if (!s.opts.findUnusedParameters) {
+        const auto twb = Clock::now();
+        for (size_t i : b->face.params_) s.writeBackOne(i);
+        wroteBack += secondsSince(twb);
+      }
     }
-    if (usedWork.valid()) usedWork.wait();
-    s.stats.waitSeconds = std::chrono::duration<double>(Clock::now() - tw).count();
+    if (usedWork.valid()) {
+      const auto tw = Clock::now();
+      usedWork.wait();
+      waited += secondsSince(tw);
+      const auto twb = Clock::now();
+      for (size_t i = 0; i < s.params.size(); ++i) s.writeBackOne(i);
+      wroteBack += secondsSince(twb);
+    }
+    s.stats.waitSeconds = waited;
+    s.stats.writeBackSeconds = wroteBack;
   } catch (...) {
     s.abandon();
     if (usedWork.valid()) try {
@@ -393,15 +425,7 @@ void GradientReducer::finalize() {
     throw;
   }
 
-  for (size_t i = 0; i < s.params.size(); ++i) {
-    void* src = s.slot(i);
-    size_t bytes = s.params[i].count * s.elemSize(i);
-    if (s.opts.findUnusedParameters && !s.used[i]) {  // unused everywhere: the gradient stays as it was
-      if (s.opts.gradientAsBucketView && !s.saved[i].empty()) std::memcpy(src, s.saved[i].data(), bytes);
-      continue;
-    }
-    if (s.writeBack[i] && s.writeBack[i] != src) std::memcpy(s.writeBack[i], src, bytes);
-  }
+  s.stats.copyInSeconds = s.copyIn;
   for (auto& v : s.saved) v.clear();
   s.active = false;
   ++s.stats.iterations;

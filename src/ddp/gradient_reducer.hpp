@@ -41,6 +41,7 @@ struct GradientReducer::Impl {
   /// Waits for everything launched (errors ignored) and ends the iteration; for error paths and destruction.
   void abandon() noexcept;
   void rebuild();
+  void writeBackOne(size_t i);  // the average of parameter i to its gradient (finalize)
   void* slot(size_t i) const;
   size_t elemSize(size_t i) const;
 
@@ -65,6 +66,7 @@ struct GradientReducer::Impl {
   std::vector<size_t> readyOrder;  // the first iteration's, for the rebuild
   std::chrono::steady_clock::time_point firstLaunch;
   bool anyLaunched = false;
+  double copyIn = 0;  // seconds of markReady copies in this iteration
   ReducerStats stats;
 };
 
