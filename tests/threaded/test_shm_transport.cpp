@@ -3,6 +3,7 @@
 // by process_vm_readv), ordering, size checks, peer close, sleeping ranks woken through the poller without lost
 // wake-ups, and clean-up of the shared memory. Each rank has its own Poller and CommContext, built by hand the
 // way the communicator builds them. Processes (crashes, /dev/shm) are in tests/multiproc/test_shm_proc.cpp.
+#include <dirent.h>
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -194,8 +195,18 @@ ShmOptions opts(int slots, int64_t slotBytes, int singleCopy, int64_t minBytes, 
 
 class ShmExchange : public ::testing::TestWithParam<Shape> {};
 
+int openFds() {
+  int n = 0;
+  if (DIR* d = opendir("/proc/self/fd")) {
+    while (readdir(d)) ++n;
+    closedir(d);
+  }
+  return n;
+}
+
 TEST_P(ShmExchange, SizesThroughEveryPath) {
   const Shape& shape = GetParam();
+  const int fdsBefore = openFds();
   {
     Cluster cluster(shape.nranks, shape.options);
     cluster.connectAll();
@@ -203,6 +214,7 @@ TEST_P(ShmExchange, SizesThroughEveryPath) {
     EXPECT_GT(shmMappings(), 0);
   }
   EXPECT_EQ(shmMappings(), 0) << "every segment must be unmapped once transports and connections are gone";
+  EXPECT_EQ(openFds(), fdsBefore) << "every socket, segment and eventfd must be closed";
 }
 
 INSTANTIATE_TEST_SUITE_P(Paths, ShmExchange,
@@ -389,6 +401,33 @@ TEST(ShmTransport, PeerCloseGivesRemoteErrorAfterItsLastData) {
     } catch (const Error& e) {
       EXPECT_EQ(e.code(), ErrorCode::RemoteError);
       EXPECT_NE(std::string(e.what()).find("peer 0"), std::string::npos) << e.what();
+    }
+  }
+}
+
+// A sender whose call failed closes its connection and may free its buffers: a message it sent by address and
+// that is not read yet must never be read afterwards (the receiver fails instead), for threads (memcpy) and
+// processes (process_vm_readv) alike.
+TEST(ShmTransport, MessageSentByAddressIsNotReadAfterTheSenderClosed) {
+  for (bool cma : {false, true}) {
+    Cluster cluster(2, opts(4, 1024, 1, 1, cma));
+    cluster.connectAll();
+    auto big = std::make_unique<std::vector<uint8_t>>(1 << 20, 5);
+    Transfer send{big->data(), big->size()};
+    cluster.ranks[0]->conns[1]->postSend(&send);
+    EXPECT_TRUE(cluster.ranks[0]->conns[1]->progress());  // the slot with its address is published
+    EXPECT_FALSE(send.complete);
+    cluster.ranks[0]->conns[1]->close();
+    big.reset();  // what a user may do once the failed call returned
+    std::vector<uint8_t> in(1 << 20);
+    Transfer recv{in.data(), in.size()};
+    cluster.ranks[1]->conns[0]->postRecv(&recv);
+    try {
+      drive(*cluster.ranks[1], {&recv}, 10s);
+      FAIL() << "expected a RemoteError";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::RemoteError);
+      EXPECT_NE(std::string(e.what()).find("before its message was read"), std::string::npos) << e.what();
     }
   }
 }

@@ -21,10 +21,14 @@
 // Failure. The peer's closed flags (set by its close()) are read when progress() is idle and busy; its
 // handshake socket, kept open and in the epoll set, tells (EOF/HUP) when the peer process died, which wakes a
 // sleeping rank at once and is checked at most every millisecond while spinning. Either ends every pending
-// transfer with RemoteError naming the peer, after whatever it sent before is consumed.
+// transfer with RemoteError naming the peer, after whatever it sent before is consumed. A sender that closes
+// with messages sent by address still unread (its call failed; the user may free the buffers next) waits until
+// the receiver is not copying from them, and a receiver never starts such a copy once the sender closed
+// (ConsumerFlags::reading), so no buffer is read after its owner gave up on it.
 #include "transport/shm/shm_connection.hpp"
 
 #include <poll.h>
+#include <sched.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -89,9 +93,16 @@ void ShmConnection::close() {
   if (closed_) return;
   closed_ = true;
   // Tell the peer (it may be asleep waiting for us), then let go of everything.
-  in_.consumer->closed.store(1, std::memory_order_release);
-  out_.producer->closed.store(1, std::memory_order_release);
+  in_.flags->closed.store(1, std::memory_order_release);
+  out_.producer->closed.store(1, std::memory_order_seq_cst);
   wakePeer();
+  // Our buffers may go away once we return: wait until the peer is not copying from one (a copy of one
+  // message; bounded in case the peer is stopped, when its reads can no longer harm us anyway).
+  if (!directs_.empty()) {
+    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+    while (out_.flags->reading.load(std::memory_order_seq_cst) != 0 && std::chrono::steady_clock::now() < until)
+      sched_yield();
+  }
   if (waker_) {
     if (waker_->poller() && link_.socket.get() >= 0) waker_->poller()->remove(link_.socket.get());
     waker_->remove(this);
@@ -246,6 +257,14 @@ bool ShmConnection::pumpSend() {
 
 void ShmConnection::readPeer(void* dst, uint64_t addr, size_t bytes) {
   if (bytes == 0) return;
+  // The sender's buffer is only ours to read while the sender has not closed (see ConsumerFlags::reading).
+  in_.flags->reading.store(1, std::memory_order_seq_cst);
+  struct Done {
+    std::atomic<uint32_t>& reading;
+    ~Done() { reading.store(0, std::memory_order_release); }
+  } done_{in_.flags->reading};
+  if (in_.producer->closed.load(std::memory_order_seq_cst) != 0)
+    failGone("closed the connection (it may have failed or been aborted) before its message was read");
   if (link_.sameProcess) {
     std::memcpy(dst, reinterpret_cast<const void*>(addr), bytes);
     return;
@@ -282,7 +301,7 @@ void ShmConnection::wakePeer() {
 
 bool ShmConnection::peerClosed() const {
   return in_.producer->closed.load(std::memory_order_acquire) != 0 ||
-         out_.consumer->closed.load(std::memory_order_acquire) != 0;
+         out_.flags->closed.load(std::memory_order_acquire) != 0;
 }
 
 bool ShmConnection::peerGone() {

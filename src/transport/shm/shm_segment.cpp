@@ -91,6 +91,7 @@ RingView RingView::of(void* base) {
   v.header = reinterpret_cast<RingHeader*>(b);
   v.consumer = reinterpret_cast<ConsumerLine*>(b + kConsumerOffset);
   v.producer = reinterpret_cast<ProducerLine*>(b + kProducerOffset);
+  v.flags = reinterpret_cast<ConsumerFlags*>(b + kConsumerFlagsOffset);
   v.slots = b + kSlotsOffset;
   v.mask = v.header->slots - 1;
   v.slotBytes = v.header->slotBytes;

@@ -10,10 +10,13 @@
 //
 // Ring layout (one per direction of each pair, owned and reserved by the receiving rank, on its NUMA node):
 //   [0]    RingHeader      written once by the owner before the fd is handed over
-//   [128]  ConsumerLine    head (slots consumed) and the receiver's closed flag: written by the receiver only
+//   [128]  ConsumerLine    head (slots consumed): written by the receiver only, read by the sender when the ring
+//                          is full or a message sent by address awaits its copy
 //   [256]  ProducerLine    the sender's closed flag: written by the sender only
-//   [384]  slots           nslots x (64-byte SlotHeader + slotBytes payload)
-// Counters written by different sides sit 128 bytes apart (a pair of lines, which x86 prefetches together).
+//   [384]  ConsumerFlags   the receiver's closed and reading flags: written by the receiver only
+//   [512]  slots           nslots x (64-byte SlotHeader + slotBytes payload)
+// Words written by different sides, and hot words apart from flags read while idle, sit 128 bytes apart (a
+// pair of lines, which x86 prefetches together).
 // A slot is full when its header's seq equals its ticket + 1 (the producer's running slot count), written
 // last with release; the receiver never clears it, since the next use of the slot has a larger ticket.
 #pragma once
@@ -29,7 +32,7 @@ namespace collie::transport::shm {
 
 constexpr uint32_t kRingMagic = 0x434c5352;     // "CLSR"
 constexpr uint32_t kControlMagic = 0x434c5343;  // "CLSC"
-constexpr uint32_t kLayoutVersion = 1;
+constexpr uint32_t kLayoutVersion = 2;
 constexpr size_t kInlineBytes = 32;  ///< payloads up to this size travel in the slot header's cache line
 
 enum SlotKind : uint32_t {
@@ -65,7 +68,14 @@ struct RingHeader {
 
 struct ConsumerLine {
   std::atomic<uint64_t> head;
+};
+
+struct ConsumerFlags {
   std::atomic<uint32_t> closed;
+  /// 1 while the receiver copies a message straight from the sender's buffer (kSlotDirect). A sender that
+  /// closes (its call failed, its buffers may go away) first sets ProducerLine::closed, then waits for this to
+  /// be 0; the receiver sets it, then checks closed, so it never reads a buffer after the sender gave up on it.
+  std::atomic<uint32_t> reading;
 };
 
 struct ProducerLine {
@@ -81,7 +91,8 @@ struct RankControl {
 
 constexpr size_t kConsumerOffset = 128;
 constexpr size_t kProducerOffset = 256;
-constexpr size_t kSlotsOffset = 384;
+constexpr size_t kConsumerFlagsOffset = 384;
+constexpr size_t kSlotsOffset = 512;
 constexpr size_t kControlBytes = 4096;
 
 /// Bytes of a ring segment (rounded up to whole pages).
@@ -92,6 +103,7 @@ struct RingView {
   RingHeader* header = nullptr;
   ConsumerLine* consumer = nullptr;
   ProducerLine* producer = nullptr;
+  ConsumerFlags* flags = nullptr;
   char* slots = nullptr;
   uint64_t mask = 0;  ///< slots - 1
   size_t stride = 0;  ///< 64 + slotBytes

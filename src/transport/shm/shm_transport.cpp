@@ -244,7 +244,6 @@ void ShmTransport::listen(PeerInfo& self) {
   COLLIE_SYSCHECK(::bind(fd, reinterpret_cast<sockaddr*>(&addr), len), "bind of the shm transport's unix socket");
   COLLIE_SYSCHECK(::listen(fd, 4096), "listen on the shm transport's unix socket");
   listenFd_ = guard.release();
-  rank_ = self.rank;
   self.netNs = netNamespaceId();
   std::snprintf(self.shmAddr, sizeof(self.shmAddr), "%s", name.c_str());
   COLLIE_INFO(core::kLogNet, "shm: rank %d listening on @%s", self.rank, name.c_str());
@@ -287,7 +286,7 @@ std::vector<std::unique_ptr<Connection>> ShmTransport::connect(const CommContext
   purpose.peers = others;
   purpose.totalBytes = static_cast<size_t>(others) * myRingBytes + (waker_ ? 0 : kControlBytes);
   if (backing_ == Backing::DevShm && others > 0) checkDevShmRoom(purpose);
-  if (!waker_) {
+  if (!waker_ && others > 0) {
     purpose.what = "its control line";
     Segment control;
     controlFd_ = createSegment(backing_, kControlBytes, -1, purpose, &control);

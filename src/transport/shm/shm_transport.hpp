@@ -60,7 +60,6 @@ class ShmTransport : public Transport {
   size_t singleCopyMin_;
   Backing backing_;
   int listenFd_ = -1;
-  int rank_ = -1;
   Segment control_;  ///< this rank's RankControl (moved into the waker at the first connect)
   UniqueFd controlFd_;
   std::shared_ptr<ShmWaker> waker_;
