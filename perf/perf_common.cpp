@@ -58,6 +58,7 @@ struct Options {
   std::vector<TypeInfo> types{kTypes[7]};  // float
   std::vector<OpInfo> ops{kOps[0]};        // sum
   std::string json;
+  std::string algo;  // -A: ring, tree, rhd or auto (sets COLLIE_ALGO before init); empty: COLLIE_ALGO as set
 };
 
 bool ParseSize(const char* s, size_t* out) {
@@ -114,6 +115,7 @@ void Usage(const char* prog) {
       "\t[-z,--blocking <0/1>] 1: a barrier after each timed call (host calls always complete before returning)\n"
       "\t[-a,--average <0/1/2/3>] combine per-rank times: 0=rank 0, 1=avg, 2=min, 3=max (default 1)\n"
       "\t[-J,--json <file>] write the results as JSON (rank 0)\n"
+      "\t[-A,--algo <ring/tree/rhd/auto>] force an algorithm (sets COLLIE_ALGO; auto: the tuner picks)\n"
       "\t[-h,--help]\n",
       prog, prog);
 }
@@ -135,6 +137,7 @@ int ParseArgs(int argc, char** argv, Options* o) {
                                  {"blocking", required_argument, nullptr, 'z'},
                                  {"average", required_argument, nullptr, 'a'},
                                  {"json", required_argument, nullptr, 'J'},
+                                 {"algo", required_argument, nullptr, 'A'},
                                  {"help", no_argument, nullptr, 'h'},
                                  {nullptr, 0, nullptr, 0}};
   const char* prog = argv[0];
@@ -145,7 +148,7 @@ int ParseArgs(int argc, char** argv, Options* o) {
     return 2;
   };
   int c;
-  while ((c = getopt_long(argc, argv, "t:g:b:e:i:f:n:w:c:o:d:r:z:a:J:h", kLong, nullptr)) != -1) {
+  while ((c = getopt_long(argc, argv, "t:g:b:e:i:f:n:w:c:o:d:r:z:a:J:A:h", kLong, nullptr)) != -1) {
     switch (c) {
       case 't':
         if (!ParseInt(optarg, &o->nThreads)) return bad("-t", optarg);
@@ -187,6 +190,10 @@ int ParseArgs(int argc, char** argv, Options* o) {
         break;
       case 'J':
         o->json = optarg;
+        break;
+      case 'A':
+        o->algo = optarg;
+        if (o->algo != "ring" && o->algo != "tree" && o->algo != "rhd" && o->algo != "auto") return bad("algo", optarg);
         break;
       case 'o': {
         o->ops.clear();
@@ -547,6 +554,7 @@ void PrintHeader(const Options& o, const std::vector<RankInfo>& ranks) {
       "validation: %d graph: 0\n",
       o.nThreads, o.nGpus, o.minBytes, o.maxBytes, factor ? o.stepFactor : o.stepBytes, factor ? "factor" : "bytes",
       o.warmup, o.iters, o.check);
+  std::printf("# Algorithm: %s\n", o.algo.c_str());
   if (o.blocking) std::printf("# Blocking Enabled: wait for completion and barrier after each collective \n");
   std::printf("#\n# Using devices\n");
   for (const RankInfo& r : ranks)
@@ -584,9 +592,9 @@ void WriteJson(FILE* f, const Collective& coll, const Options& o, int nranks, co
   std::fprintf(f,
                "  \"params\": {\"minBytes\": %zu, \"maxBytes\": %zu, \"stepBytes\": %zu, \"stepFactor\": %zu, "
                "\"iters\": %d, \"warmup_iters\": %d, \"check\": %d, \"average\": %d, \"blocking\": %d, "
-               "\"root\": %d},\n",
+               "\"root\": %d, \"algo\": %s},\n",
                o.minBytes, o.maxBytes, o.stepBytes, o.stepFactor, o.iters, o.warmup, o.check, o.average, o.blocking,
-               coll.hasRoot ? o.root : -1);
+               coll.hasRoot ? o.root : -1, JsonString(o.algo.c_str()).c_str());
   std::fprintf(f, "  \"rows\": [");
   for (size_t i = 0; i < rows.size(); ++i) {
     const Row& r = rows[i];
@@ -610,6 +618,14 @@ int RunPerf(int argc, char** argv, const Collective& coll) {
   g_prog = argv[0];
   Options opt;
   if (const int rc = ParseArgs(argc, argv, &opt); rc >= 0) return rc;
+
+  // -A forces the algorithm through COLLIE_ALGO, which the library reads at init; auto leaves the choice to it.
+  if (opt.algo == "auto") {
+    unsetenv("COLLIE_ALGO");
+  } else if (!opt.algo.empty()) {
+    setenv("COLLIE_ALGO", opt.algo.c_str(), 1);
+  }
+  if (opt.algo.empty()) opt.algo = getenv("COLLIE_ALGO") && *getenv("COLLIE_ALGO") ? getenv("COLLIE_ALGO") : "auto";
 
   // Under a launcher, one rank per process; run bare (no launcher's variables), a single rank, as nccl-tests does.
   bool launched = false;

@@ -5,6 +5,8 @@
 //   collie-info             everything
 //   collie-info --params    the parameter table only
 //   collie-info --topo      the machine (NUMA nodes, cores, GPUs, NICs) and the transport each peer pair gets
+//   collie-info --tuner [--nranks N] [--transport tcp|shm]
+//                           the algorithm and slice size the tuner picks per collective and message size
 //   collie-info --version   the version only
 //
 // Each section is one entry of kSections; a new one (--topo, --tuner, ...) is a new entry and a function.
@@ -14,6 +16,7 @@
 #include <algorithm>
 #include <collie/collie.hpp>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -22,6 +25,7 @@
 #include "core/datatypes.hpp"
 #include "core/params.hpp"
 #include "core/topology.hpp"
+#include "core/tuner.hpp"
 
 namespace {
 
@@ -109,6 +113,66 @@ void printTopo() {
   }
 }
 
+// --tuner: what the tuner picks for N ranks whose links are of one transport kind, with the costs of
+// COLLIE_TUNE_FILE when it has that kind, else the built-in ones (a communicator measures its own at init).
+int gTunerRanks = 8;
+std::string gTunerTransport = "tcp";
+
+std::string sizeName(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB"};
+  int u = 0;
+  while (bytes >= 1024 && u < 3) bytes /= 1024, ++u;
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.0f %s", bytes, units[u]);
+  return buf;
+}
+
+std::string timeName(double s) {
+  char buf[32];
+  if (s < 1e-3)
+    std::snprintf(buf, sizeof(buf), "%.1f us", s * 1e6);
+  else if (s < 1)
+    std::snprintf(buf, sizeof(buf), "%.2f ms", s * 1e3);
+  else
+    std::snprintf(buf, sizeof(buf), "%.2f s", s);
+  return buf;
+}
+
+void printTuner() {
+  using collie::algorithms::Algorithm;
+  using collie::algorithms::Collective;
+  namespace core = collie::core;
+  core::MeasuredCosts costs;
+  const std::string& file = core::params::tuneFile();
+  bool fromFile = !file.empty() && core::readTuneFile(file, &costs) && costs.find(gTunerTransport) != nullptr;
+  core::CostModel model = costs.modelFor({gTunerTransport});
+  core::Tuner tuner(model, core::currentAlgoSelection());
+  std::printf("Tuner for %d ranks over %s (alpha %.2f us, %.2f GB/s, reduction %.2f GB/s; %s%s%s)\n", gTunerRanks,
+              gTunerTransport.c_str(), model.link.alpha * 1e6, 1e-9 / model.link.beta, 1e-9 / model.gamma,
+              fromFile ? "from " : "built-in costs", fromFile ? file.c_str() : "",
+              core::params::algo().empty() ? "" : (", COLLIE_ALGO=" + core::params::algo()).c_str());
+  const Collective colls[] = {Collective::AllReduce, Collective::Broadcast, Collective::Reduce, Collective::AllGather,
+                              Collective::ReduceScatter};
+  std::printf("  %-9s", "size");
+  for (Collective c : colls) std::printf("  %-17s", collie::algorithms::collectiveName(c));
+  std::printf("  AllReduce estimates: ring / tree / rhd\n");
+  for (double bytes = 8; bytes <= 1024.0 * 1024 * 1024; bytes *= 4) {
+    auto b = static_cast<size_t>(bytes);
+    std::printf("  %-9s", sizeName(bytes).c_str());
+    for (Collective c : colls) {
+      core::TunedPlan plan = tuner.choose(c, gTunerRanks, b);
+      std::string cell = std::string(collie::algorithms::algorithmName(plan.algorithm)) + " " +
+                         sizeName(static_cast<double>(plan.sliceBytes)) + "/" + std::to_string(plan.slicesInFlight);
+      std::printf("  %-17s", cell.c_str());
+    }
+    std::printf("  %s / %s / %s\n",
+                timeName(tuner.cost(Collective::AllReduce, Algorithm::Ring, gTunerRanks, b)).c_str(),
+                timeName(tuner.cost(Collective::AllReduce, Algorithm::Tree, gTunerRanks, b)).c_str(),
+                timeName(tuner.cost(Collective::AllReduce, Algorithm::HalvingDoubling, gTunerRanks, b)).c_str());
+  }
+  std::printf("  (cells: algorithm, slice size / slices in flight; sizes per rank for AllGather and ReduceScatter)\n");
+}
+
 void printAll() {
   printVersion();
   std::printf("\n");
@@ -128,6 +192,10 @@ struct Section {
 const Section kSections[] = {
     {"--version", "print the version only", printVersion},
     {"--params", "print the COLLIE_* parameters only: default, current value, description", printParams},
+    {"--tuner",
+     "print the tuner's algorithm and slicing per collective and size (with --nranks N, default 8, and "
+     "--transport tcp|shm, default tcp)",
+     printTuner},
     {"--topo", "print the topology (NUMA nodes, cores, GPUs, NICs) and the transport of each kind of peer pair",
      printTopo},
 };
@@ -149,6 +217,18 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
       usage(stdout, prog);
       return 0;
+    }
+    if ((std::strcmp(argv[i], "--nranks") == 0 || std::strcmp(argv[i], "--transport") == 0) && i + 1 < argc) {
+      if (argv[i][2] == 'n') {
+        gTunerRanks = std::atoi(argv[++i]);
+        if (gTunerRanks < 1) {
+          std::fprintf(stderr, "%s: --nranks %s: expected a positive number\n", prog, argv[i]);
+          return 2;
+        }
+      } else {
+        gTunerTransport = argv[++i];
+      }
+      continue;
     }
     const Section* match = nullptr;
     for (const Section& s : kSections) {

@@ -169,18 +169,26 @@ const char* bufferName(Buffer b) {
 
 std::string describe(const Schedule& schedule) {
   std::string out;
-  char line[256];
+  char buf[96];
   int i = 0;
   for (const Step& s : schedule.steps) {
-    snprintf(line, sizeof(line), "%3d %-15s recv<-%-4d send->%-4d src=%s+%zu dst=%s+%zu count=%zu%s", i++,
-             kindName(s.kind), s.recvPeer, s.sendPeer, bufferName(s.src.buffer), s.src.offset, bufferName(s.dst.buffer),
-             s.dst.offset, s.count, s.overlapNext ? " overlap" : "");
-    out += line;
-    if (s.sliceAfter >= 0) {
-      snprintf(line, sizeof(line), " after=%d", s.sliceAfter);
-      out += line;
-    }
-    out += "\n";
+    const bool readsSrc = s.kind == StepKind::Send || s.kind == StepKind::Copy || s.kind == StepKind::RecvReduce ||
+                          s.kind == StepKind::RecvReduceSend;
+    snprintf(buf, sizeof(buf), "%3d %-15s", i++, kindName(s.kind));
+    std::string line = buf;
+    auto field = [&](const char* fmt, auto... args) {
+      snprintf(buf, sizeof(buf), fmt, args...);
+      line += buf;
+    };
+    std::string from = s.recvPeer >= 0 ? "from " + std::to_string(s.recvPeer) : "";
+    std::string to = s.sendPeer >= 0 ? "to " + std::to_string(s.sendPeer) : "";
+    field(" %-10s %-8s", from.c_str(), to.c_str());
+    if (readsSrc) field(" src=%s+%zu", bufferName(s.src.buffer), s.src.offset);
+    if (s.kind != StepKind::Send) field(" dst=%s+%zu", bufferName(s.dst.buffer), s.dst.offset);
+    field(" count=%zu", s.count);
+    if (s.sliceAfter >= 0) field(" after=%d", s.sliceAfter);
+    if (s.overlapNext) line += " overlap";
+    out += line + "\n";
   }
   return out;
 }

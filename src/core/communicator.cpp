@@ -67,14 +67,16 @@ CommImpl::CommImpl(int rank, int nranks, const Options& options)
 std::unique_ptr<CommImpl> CommImpl::create(int nranks, const UniqueIdData& id, int rank, const Options& options) {
   COLLIE_ARG_CHECK(nranks >= 1, "nranks=%d: expected at least 1", nranks);
   COLLIE_ARG_CHECK(rank >= 0 && rank < nranks, "rank=%d: expected 0 <= rank < nranks=%d", rank, nranks);
-  validateAlgoParam();
+  AlgoSelection selection = currentAlgoSelection();  // a bad COLLIE_ALGO fails here, naming the variable
   std::unique_ptr<CommImpl> comm(new CommImpl(rank, nranks, options));
   comm->secret_ = id.secret;
   comm->transports_ = makeTransports();
   transport::PeerInfo self = localPeerInfo(rank);
   for (auto& t : comm->transports_) t->listen(self);
   auto peers = bootstrapExchange(id, rank, nranks, self, comm->timeout_);
+  comm->tuner_ = Tuner(comm->measured_.modelFor(comm->kindsInUse(peers)), std::move(selection));
   comm->connectAll(peers, id.secret);
+  comm->calibrate(peers);
   COLLIE_INFO(kLogInit, "%s rank %d of %d ready", comm->name_.c_str(), rank, nranks);
   return comm;
 }
@@ -187,7 +189,10 @@ void CommImpl::execute(const std::vector<OpDesc>& ops) {
   bool prevP2P = false;
   for (const OpDesc& op : ops) {
     algorithms::ScheduleKey key{op.coll, rank_, nranks_, op.count, op.root};
-    TunedPlan plan = tune(op.coll, nranks_, op.count * dataTypeSize(op.type));
+    TunedPlan plan = tuner_.choose(op.coll, nranks_, op.count * dataTypeSize(op.type));
+    COLLIE_TRACE(kLogTune, "%s rank %d: %s of %zu x %s: %s, %zu-byte slices, %d in flight", name_.c_str(), rank_,
+                 algorithms::collectiveName(op.coll), op.count, dataTypeName(op.type),
+                 algorithms::algorithmName(plan.algorithm), plan.sliceBytes, plan.slicesInFlight);
     Job job;
     job.schedule = &schedule(plan.algorithm, key);
     job.buffers = JobBuffers{op.send, op.recv, op.type, op.op};
@@ -381,6 +386,8 @@ std::unique_ptr<CommImpl> CommImpl::split(int color, int key, const Options& opt
     salt = salt * 6364136223846793005ull + 1442695040888963407ull;
   }
   comm->transports_ = std::move(transports);
+  comm->measured_ = measured_;  // the parent's measurements, for the kinds the new communicator uses
+  comm->tuner_ = Tuner(measured_.modelFor(comm->kindsInUse(peers)), tuner_.selection());
   comm->connectAll(peers, comm->secret_);
   return comm;
 }

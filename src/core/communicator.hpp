@@ -20,6 +20,7 @@
 #include "core/bootstrap.hpp"
 #include "core/executor.hpp"
 #include "core/poller.hpp"
+#include "core/tuner.hpp"
 #include "transport/transport.hpp"
 
 namespace collie::core {
@@ -82,6 +83,11 @@ class CommImpl {
  private:
   CommImpl(int rank, int nranks, const Options& options);
   void connectAll(const std::vector<transport::PeerInfo>& peers, const std::array<uint8_t, 16>& secret);
+  // Tuning (calibrate.cpp): the transport kinds in use, and their costs measured at init (or read from
+  // COLLIE_TUNE_FILE) by rank 0 and broadcast, so that every rank's tuner decides alike.
+  std::vector<std::string> kindsInUse(const std::vector<transport::PeerInfo>& peers) const;
+  void calibrate(const std::vector<transport::PeerInfo>& peers);
+  void pingPong(int peer, double* alpha, double* beta);
   void execute(const std::vector<OpDesc>& ops);
   const algorithms::Schedule& schedule(algorithms::Algorithm algo, const algorithms::ScheduleKey& key);
   bool recordFailure(ErrorCode code, const std::string& message);  ///< true if this is the first failure
@@ -99,6 +105,8 @@ class CommImpl {
   std::vector<std::unique_ptr<transport::Transport>> transports_;  // in order of preference
   std::vector<std::unique_ptr<transport::Connection>> conns_;      // by rank (self included)
   std::unique_ptr<Executor> executor_;
+  Tuner tuner_;
+  MeasuredCosts measured_;  // per transport kind, as agreed at init (inherited by split)
   std::atomic<bool> abort_{false};
 
   struct KeyHash {

@@ -29,6 +29,10 @@ namespace collie::core::params {
     "receive slices posted ahead per step; 0 lets the tuner choose")                                             \
   X(spinUs, Int, "COLLIE_SPIN_US", "20", "microseconds a waiting rank polls before it sleeps")                   \
   X(algo, Str, "COLLIE_ALGO", "", "force an algorithm (NCCL grammar: ring, ^tree, allreduce:ring;...)")          \
+  X(tuneFile, Str, "COLLIE_TUNE_FILE", "",                                                                       \
+    "file of measured link costs per transport and reduction cost: read at init if present, else written")       \
+  X(tuneMeasure, Int, "COLLIE_TUNE_MEASURE", "1",                                                                \
+    "1: measure alpha/beta (ping-pong) and gamma at init where no tuning file has them; 0: built-in costs")      \
   X(rootAddr, Str, "COLLIE_ROOT_ADDR", "",                                                                       \
     "host:port of the bootstrap root for env init without COLLIE_UNIQUE_ID (default MASTER_ADDR:MASTER_PORT+1)") \
   X(secret, Str, "COLLIE_SECRET", "",                                                                            \

@@ -1,7 +1,16 @@
 #include "core/tuner.hpp"
 
-#include <algorithm>
+#include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstdio>
+#include <mutex>
+#include <vector>
+
+#include "algorithms/patterns/halving_doubling.hpp"
+#include "algorithms/patterns/tree.hpp"
 #include "core/errors.hpp"
 #include "core/params.hpp"
 
@@ -10,29 +19,301 @@ namespace collie::core {
 using algorithms::Algorithm;
 using algorithms::Collective;
 
-void validateAlgoParam() {
-  const std::string& algo = params::algo();
-  if (algo.empty()) return;
-  // NCCL grammar: a list of names, or "coll:names;coll:names". Only the ring exists today.
-  std::string names = algo;
-  for (char& c : names) c = static_cast<char>(tolower(static_cast<unsigned char>(c)));
-  bool onlyRing = names.find("ring") != std::string::npos && names.find("tree") == std::string::npos &&
-                  names.find("rhd") == std::string::npos && names.find('^') == std::string::npos;
-  COLLIE_ARG_CHECK(onlyRing, "COLLIE_ALGO='%s': only 'ring' is available in this build", algo.c_str());
+namespace {
+std::string trimmed(const std::string& s) {
+  size_t a = 0, b = s.size();
+  while (a < b && isspace(static_cast<unsigned char>(s[a]))) ++a;
+  while (b > a && isspace(static_cast<unsigned char>(s[b - 1]))) --b;
+  return s.substr(a, b - a);
+}
+}  // namespace
+
+// ---- Costs -------------------------------------------------------------------------------------------------------
+
+CostModel CostModel::defaults(const std::string& transport) {
+  CostModel m;
+  m.transport = transport;
+  if (transport == "shm") {
+    m.link = {3e-6, 1.0 / 8e9};  // a few microseconds, one memory copy at ~8 GB/s
+  } else {
+    m.link = {30e-6, 1.0 / 2e9};  // loopback or a fast network: tens of microseconds, ~2 GB/s
+  }
+  m.gamma = 1.0 / 8e9;  // host reduction of float32 sums at ~8 GB/s
+  return m;
 }
 
-TunedPlan tune(Collective coll, int nranks, size_t bytes) {
-  TunedPlan plan;
-  bool p2p = coll == Collective::AllToAll || coll == Collective::Send || coll == Collective::Recv;
-  plan.algorithm = p2p ? Algorithm::Direct : Algorithm::Ring;
-  // Slices: small enough that a ring of n ranks has several slices per chunk in flight, large enough that
-  // per-slice overhead (a syscall, a reduction call) stays small.
-  size_t chunk = std::max<size_t>(bytes / static_cast<size_t>(std::max(1, nranks)), 1);
-  size_t slice = std::clamp<size_t>(chunk / 4, 64 * 1024, 1024 * 1024);
+const LinkCost* MeasuredCosts::find(const std::string& kind) const {
+  for (const auto& [name, cost] : links)
+    if (name == kind) return &cost;
+  return nullptr;
+}
+
+void MeasuredCosts::set(const std::string& kind, LinkCost cost) {
+  for (auto& [name, c] : links) {
+    if (name == kind) {
+      c = cost;
+      return;
+    }
+  }
+  links.emplace_back(kind, cost);
+}
+
+CostModel MeasuredCosts::modelFor(const std::vector<std::string>& kinds) const {
+  CostModel model = CostModel::defaults(kinds.empty() ? "shm" : kinds[0]);
+  if (gamma > 0) model.gamma = gamma;
+  bool first = true;
+  for (const std::string& kind : kinds) {
+    const LinkCost* m = find(kind);
+    LinkCost c = m ? *m : CostModel::defaults(kind).link;
+    if (first || c.beta > model.link.beta) model.transport = kind;
+    model.link.alpha = first ? c.alpha : std::max(model.link.alpha, c.alpha);
+    model.link.beta = first ? c.beta : std::max(model.link.beta, c.beta);
+    first = false;
+  }
+  return model;
+}
+
+bool readTuneFile(const std::string& path, MeasuredCosts* costs) {
+  FILE* f = fopen(path.c_str(), "r");
+  if (!f) return false;
+  char buf[512];
+  int lineNo = 0;
+  std::string error;
+  while (error.empty() && fgets(buf, sizeof(buf), f)) {
+    ++lineNo;
+    std::string line = buf;
+    if (size_t hash = line.find('#'); hash != std::string::npos) line.resize(hash);
+    char name[64] = {0};
+    double a = 0, b = 0;
+    if (trimmed(line).empty()) continue;
+    if (sscanf(line.c_str(), " reduce gamma_ns_per_byte=%lf", &a) == 1 && a >= 0) {
+      costs->gamma = a * 1e-9;
+    } else if (sscanf(line.c_str(), " %63s alpha_us=%lf beta_ns_per_byte=%lf", name, &a, &b) == 3 && a >= 0 && b >= 0) {
+      costs->set(name, LinkCost{a * 1e-6, b * 1e-9});
+    } else {
+      error = format(
+          "%s:%d: expected '<transport> alpha_us=<x> beta_ns_per_byte=<y>' or "
+          "'reduce gamma_ns_per_byte=<z>', got '%s'",
+          path.c_str(), lineNo, trimmed(line).c_str());
+    }
+  }
+  fclose(f);
+  COLLIE_ARG_CHECK(error.empty(), "COLLIE_TUNE_FILE: %s", error.c_str());
+  return true;
+}
+
+void writeTuneFile(const std::string& path, const MeasuredCosts& costs) {
+  std::string tmp = path + ".tmp." + std::to_string(getpid());
+  FILE* f = fopen(tmp.c_str(), "w");
+  COLLIE_ENFORCE(f != nullptr, ErrorCode::SystemError, "COLLIE_TUNE_FILE: cannot write %s: %s", tmp.c_str(),
+                 errnoString(errno).c_str());
+  fprintf(f, "# collie tuning file (COLLIE_TUNE_FILE): measured costs, read by every communicator's rank 0\n");
+  for (const auto& [name, c] : costs.links)
+    fprintf(f, "%s alpha_us=%.3f beta_ns_per_byte=%.5f\n", name.c_str(), c.alpha * 1e6, c.beta * 1e9);
+  if (costs.gamma > 0) fprintf(f, "reduce gamma_ns_per_byte=%.5f\n", costs.gamma * 1e9);
+  bool ok = fclose(f) == 0;
+  ok = ok && rename(tmp.c_str(), path.c_str()) == 0;
+  if (!ok) unlink(tmp.c_str());
+  COLLIE_ENFORCE(ok, ErrorCode::SystemError, "COLLIE_TUNE_FILE: cannot write %s: %s", path.c_str(),
+                 errnoString(errno).c_str());
+}
+
+double estimate(const CostModel& model, const CostTerms& t) {
+  return t.steps * model.link.alpha + t.bytes * model.link.beta + t.reducedBytes * model.gamma;
+}
+
+CostTerms costTerms(Collective coll, Algorithm algo, int nranks, size_t bytes, size_t sliceBytes) {
+  CostTerms t;
+  if (nranks <= 1) return t;
+  const double n = nranks, S = static_cast<double>(bytes), slice = static_cast<double>(std::max<size_t>(sliceBytes, 1));
+  const double depth = algorithms::patterns::treeDepth(nranks);
+  const algorithms::patterns::HalvingDoubling hd(nranks);
+  const double p = hd.pof2, logp = algorithms::patterns::treeDepth(hd.pof2), fold = hd.extra > 0 ? 1 : 0;
+  switch (coll) {
+    case Collective::AllReduce:
+      if (algo == Algorithm::Ring) {
+        t = {2 * (n - 1), 2 * (n - 1) / n * S, (n - 1) / n * S};
+      } else if (algo == Algorithm::Tree) {
+        // Up and down overlap; an inner node moves 2S through each port; the pipeline fills over 2 x depth
+        // levels, two slices per level at a node with two children.
+        t = {2 * depth, 2 * S + 4 * depth * std::min(slice, S / 2), S};
+      } else if (algo == Algorithm::HalvingDoubling) {
+        t = {2 * logp + 2 * fold, 2 * (p - 1) / p * S + fold * S, (p - 1) / p * S + fold * S};
+      }
+      break;
+    case Collective::Broadcast:
+    case Collective::Reduce: {
+      const double reduced = coll == Collective::Reduce ? S : 0;
+      if (algo == Algorithm::Ring) {
+        t = {n - 1, S + (n - 2) * std::min(slice, S), reduced};  // a chain, pipelined
+      } else if (algo == Algorithm::Tree) {
+        t = {depth + 1, S + 2 * (depth + 1) * std::min(slice, S / 2), reduced};
+      }
+      break;
+    }
+    case Collective::AllGather:
+    case Collective::ReduceScatter: {
+      const double reduce = coll == Collective::ReduceScatter ? 1 : 0;
+      if (algo == Algorithm::Ring) {
+        t = {n - 1, (n - 1) * S, reduce * (n - 1) * S};
+      } else if (algo == Algorithm::HalvingDoubling) {
+        // The rank that absorbs an extra one also moves the extra rank's whole buffer.
+        t = {logp + 2 * fold, (n - 1) * S + fold * n * S, reduce * ((n - 1) * S + fold * n * S)};
+      }
+      break;
+    }
+    case Collective::AllToAll:
+      t = {n - 1, (n - 1) * S, 0};
+      break;
+    case Collective::Send:
+    case Collective::Recv:
+      t = {1, S, 0};
+      break;
+  }
+  return t;
+}
+
+// ---- Slicing -----------------------------------------------------------------------------------------------------
+
+void chooseSlicing(Collective coll, Algorithm algo, const std::string& transport, int nranks, size_t bytes,
+                   size_t* sliceBytes, int* slicesInFlight) {
+  const size_t n = static_cast<size_t>(std::max(1, nranks));
+  // The piece one step moves, and how many slices it should be cut into so that the next hop can start early.
+  size_t piece = bytes, parts = 4, lo = 64 * 1024, hi = 1024 * 1024;
+  switch (algo) {
+    case Algorithm::Ring:
+      if (coll == Collective::AllReduce) piece = bytes / n;
+      if (coll == Collective::Broadcast || coll == Collective::Reduce) parts = 8;  // a chain of n-1 hops
+      break;
+    case Algorithm::Tree:
+      piece = bytes / 2;  // half on each tree
+      parts = 8;          // the pipeline is 2 x depth levels deep
+      lo = 32 * 1024;
+      hi = 512 * 1024;
+      break;
+    case Algorithm::HalvingDoubling:
+      piece = coll == Collective::AllReduce ? bytes / 2 : bytes * n / 2;  // the first round moves half
+      break;
+    case Algorithm::Direct:
+      break;
+  }
+  int inflight = 4;
+  if (transport == "shm") {
+    inflight = 4;
+  }
+  size_t slice = std::clamp<size_t>(std::max<size_t>(piece, 1) / parts, lo, hi);
   int64_t forced = params::sliceBytes();
-  plan.sliceBytes = forced > 0 ? static_cast<size_t>(forced) : slice;
-  int64_t inflight = params::slicesInFlight();
-  plan.slicesInFlight = inflight > 0 ? static_cast<int>(inflight) : 4;
+  *sliceBytes = forced > 0 ? static_cast<size_t>(forced) : slice;
+  int64_t forcedInflight = params::slicesInFlight();
+  *slicesInFlight = forcedInflight > 0 ? static_cast<int>(forcedInflight) : inflight;
+}
+
+// ---- COLLIE_ALGO ---------------------------------------------------------------------------------------------
+
+namespace {
+
+std::string trim(const std::string& s) { return trimmed(s); }
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> parts;
+  size_t start = 0;
+  while (true) {
+    size_t at = s.find(sep, start);
+    parts.push_back(trim(s.substr(start, at == std::string::npos ? std::string::npos : at - start)));
+    if (at == std::string::npos) break;
+    start = at + 1;
+  }
+  return parts;
+}
+
+uint8_t bit(Algorithm a) { return static_cast<uint8_t>(1u << static_cast<unsigned>(a)); }
+
+std::mutex gOverrideMu;
+std::optional<std::string> gOverride;
+
+}  // namespace
+
+AlgoSelection AlgoSelection::parse(const std::string& spec) {
+  AlgoSelection sel;
+  sel.spec_ = spec;
+  uint8_t global = 0xff;
+  int explicitMask[kColls];
+  std::fill(explicitMask, explicitMask + kColls, -1);
+  for (const std::string& section : split(spec, ';')) {
+    if (section.empty()) continue;
+    size_t colon = section.find(':');
+    std::string collName = colon == std::string::npos ? "" : trim(section.substr(0, colon));
+    std::string list = colon == std::string::npos ? section : trim(section.substr(colon + 1));
+    bool negate = !list.empty() && list[0] == '^';
+    if (negate) list = trim(list.substr(1));
+    uint8_t mask = 0;
+    for (const std::string& name : split(list, ',')) {
+      Algorithm a;
+      COLLIE_ARG_CHECK(algorithms::parseAlgorithm(name, &a),
+                       "COLLIE_ALGO='%s': unknown algorithm '%s' (known: ring, tree, rhd, direct)", spec.c_str(),
+                       name.c_str());
+      mask |= bit(a);
+    }
+    if (negate) mask = static_cast<uint8_t>(~mask);
+    if (collName.empty()) {
+      global = mask;
+    } else {
+      Collective c;
+      COLLIE_ARG_CHECK(algorithms::parseCollective(collName, &c),
+                       "COLLIE_ALGO='%s': unknown collective '%s' (known: allreduce, broadcast, reduce, allgather, "
+                       "reducescatter, alltoall)",
+                       spec.c_str(), collName.c_str());
+      explicitMask[static_cast<int>(c)] = mask;
+    }
+  }
+  for (int c = 0; c < kColls; ++c) sel.mask_[c] = explicitMask[c] >= 0 ? static_cast<uint8_t>(explicitMask[c]) : global;
+  return sel;
+}
+
+bool AlgoSelection::allowed(Collective coll, Algorithm algo) const {
+  return (mask_[static_cast<int>(coll)] & bit(algo)) != 0;
+}
+
+AlgoSelection currentAlgoSelection() {
+  {
+    std::lock_guard<std::mutex> lock(gOverrideMu);
+    if (gOverride) return AlgoSelection::parse(*gOverride);
+  }
+  return AlgoSelection::parse(params::algo());
+}
+
+void setAlgoOverride(const std::optional<std::string>& spec) {
+  if (spec) AlgoSelection::parse(*spec);
+  std::lock_guard<std::mutex> lock(gOverrideMu);
+  gOverride = spec;
+}
+
+void validateAlgoParam() { AlgoSelection::parse(params::algo()); }
+
+// ---- Choice --------------------------------------------------------------------------------------------------
+
+double Tuner::cost(Collective coll, Algorithm algo, int nranks, size_t bytes) const {
+  size_t slice = 0;
+  int inflight = 0;
+  chooseSlicing(coll, algo, model_.transport, nranks, bytes, &slice, &inflight);
+  return estimate(model_, costTerms(coll, algo, nranks, bytes, slice));
+}
+
+TunedPlan Tuner::choose(Collective coll, int nranks, size_t bytes) const {
+  TunedPlan plan;
+  bool found = false;
+  for (int pass = 0; pass < 2 && !found; ++pass) {  // pass 1: COLLIE_ALGO allows nothing that implements coll
+    for (Algorithm a : algorithms::kAllAlgorithms) {
+      if (!algorithms::supports(a, coll) || (pass == 0 && !selection_.allowed(coll, a))) continue;
+      double c = cost(coll, a, nranks, bytes);
+      if (!found || c < plan.estimatedSeconds) {
+        plan.algorithm = a;
+        plan.estimatedSeconds = c;
+        found = true;
+      }
+    }
+  }
+  chooseSlicing(coll, plan.algorithm, model_.transport, nranks, bytes, &plan.sliceBytes, &plan.slicesInFlight);
   return plan;
 }
 

@@ -1,25 +1,129 @@
-// The tuner: which algorithm runs a call and how it is pipelined. Every choice depends only on what all ranks
-// of the call agree on (collective, nranks, bytes, params), so both ends of every link decide alike.
-// Today: ring for the reductions and gathers, direct exchange for AllToAll and Send/Recv; COLLIE_ALGO can
-// only name "ring" until the other algorithms land.
+// The tuner: which algorithm runs a call and how it is pipelined.
+//
+// Cost model (one formula for every collective and algorithm, with terms from costTerms()):
+//   time = steps x alpha + bytes x beta + reducedBytes x gamma
+// steps: message hops on the critical path; bytes: bytes through the busiest rank's port, plus the pipeline
+// fill of pipelined algorithms (depth x slice); reducedBytes: bytes the busiest rank reduces. alpha and beta
+// belong to the transport kind the communicator's collectives are limited by (its slowest, measured at init by
+// a ping-pong or read from COLLIE_TUNE_FILE), gamma to the host reduction. The cheapest algorithm that
+// implements the collective and that COLLIE_ALGO allows wins.
+//
+// Every choice depends only on what all ranks agree on (collective, nranks, bytes, the cost model that rank 0
+// measured and broadcast, COLLIE_ALGO), so both ends of every link decide alike.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "algorithms/algorithms.hpp"
 
 namespace collie::core {
 
+/// Costs of one transport kind.
+struct LinkCost {
+  double alpha = 0;  ///< seconds per message hop (latency and per-message overhead)
+  double beta = 0;   ///< seconds per byte
+};
+
+/// What the cost model knows about a communicator.
+struct CostModel {
+  std::string transport = "tcp";  ///< the kind whose costs are used (the slowest the communicator uses)
+  LinkCost link;
+  double gamma = 0;  ///< seconds per byte reduced on the host
+  /// Built-in costs of a transport kind ("tcp", "shm", anything else gets tcp's): used until measured.
+  static CostModel defaults(const std::string& transport);
+};
+
+/// Costs per transport kind and of the host reduction, as measured at init or read from a tuning file.
+struct MeasuredCosts {
+  std::vector<std::pair<std::string, LinkCost>> links;  ///< by transport kind name
+  double gamma = 0;                                     ///< 0: unknown
+  const LinkCost* find(const std::string& kind) const;
+  void set(const std::string& kind, LinkCost cost);
+  /// The model of a communicator whose links use `kinds`: alpha and beta of the slowest kind (each the largest
+  /// over the kinds), built-in defaults for kinds not measured. Empty `kinds` (one rank): shm's defaults.
+  CostModel modelFor(const std::vector<std::string>& kinds) const;
+};
+
+/// Tuning file (COLLIE_TUNE_FILE), one line per transport kind and one for the reduction:
+///   tcp alpha_us=28.5 beta_ns_per_byte=0.41
+///   reduce gamma_ns_per_byte=0.09
+/// '#' starts a comment. readTuneFile returns false when the file does not exist; a malformed line throws
+/// InvalidArgument naming the file and the line.
+bool readTuneFile(const std::string& path, MeasuredCosts* costs);
+/// Writes every entry of `costs` (atomically: a temporary file renamed over `path`).
+void writeTuneFile(const std::string& path, const MeasuredCosts& costs);
+
+/// The terms of the cost formula for one call (see the file comment).
+struct CostTerms {
+  double steps = 0;
+  double bytes = 0;
+  double reducedBytes = 0;
+};
+/// `bytes` is the user-visible size (count x element size; per rank for AllGather/ReduceScatter/AllToAll).
+CostTerms costTerms(algorithms::Collective coll, algorithms::Algorithm algo, int nranks, size_t bytes,
+                    size_t sliceBytes);
+double estimate(const CostModel& model, const CostTerms& terms);
+
+/// COLLIE_ALGO in NCCL's grammar: "ring", "tree,ring", "^tree" (all but), "allreduce:rhd;broadcast:tree"
+/// (per collective; collectives not named are free). Names: ring, tree, rhd, direct; collectives: allreduce,
+/// broadcast, reduce, allgather, reducescatter, alltoall. A collective whose allowed algorithms implement none
+/// of it falls back to the free choice.
+class AlgoSelection {
+ public:
+  /// Throws InvalidArgument naming COLLIE_ALGO and the bad part.
+  static AlgoSelection parse(const std::string& spec);
+  bool allowed(algorithms::Collective coll, algorithms::Algorithm algo) const;
+  /// The spec it was parsed from.
+  const std::string& spec() const { return spec_; }
+
+ private:
+  static constexpr int kColls = 8;
+  uint8_t mask_[kColls] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff};  // bit per Algorithm
+  std::string spec_;
+};
+
+/// The COLLIE_ALGO selection new communicators use: the test override if set, else the environment.
+AlgoSelection currentAlgoSelection();
+/// Tests: replaces COLLIE_ALGO for communicators created from now on (nullopt: back to the environment).
+/// Parsed at once (throws InvalidArgument).
+void setAlgoOverride(const std::optional<std::string>& spec);
+/// Checks COLLIE_ALGO; throws InvalidArgument naming the variable if it asks for something unknown.
+void validateAlgoParam();
+
 struct TunedPlan {
   algorithms::Algorithm algorithm = algorithms::Algorithm::Ring;
   size_t sliceBytes = 0;
   int slicesInFlight = 0;
+  double estimatedSeconds = 0;
 };
 
-/// `bytes`: the user-visible message size (count x element size, per rank for gathers/scatters).
-TunedPlan tune(algorithms::Collective coll, int nranks, size_t bytes);
+/// Slice size and slices in flight for an algorithm on a transport kind (COLLIE_SLICE_BYTES and
+/// COLLIE_SLICES_IN_FLIGHT override them).
+void chooseSlicing(algorithms::Collective coll, algorithms::Algorithm algo, const std::string& transport, int nranks,
+                   size_t bytes, size_t* sliceBytes, int* slicesInFlight);
 
-/// Checks COLLIE_ALGO once; throws InvalidArgument naming the variable if it asks for something unknown.
-void validateAlgoParam();
+class Tuner {
+ public:
+  Tuner() : Tuner(CostModel::defaults("tcp"), AlgoSelection{}) {}
+  Tuner(CostModel model, AlgoSelection selection) : model_(std::move(model)), selection_(std::move(selection)) {}
+
+  /// The plan for one call: the cheapest allowed algorithm, and its slicing.
+  TunedPlan choose(algorithms::Collective coll, int nranks, size_t bytes) const;
+  /// The model's time for one algorithm (which must implement coll), with the slicing it would get.
+  double cost(algorithms::Collective coll, algorithms::Algorithm algo, int nranks, size_t bytes) const;
+
+  const CostModel& model() const { return model_; }
+  void setModel(CostModel model) { model_ = std::move(model); }
+  const AlgoSelection& selection() const { return selection_; }
+
+ private:
+  CostModel model_;
+  AlgoSelection selection_;
+};
 
 }  // namespace collie::core

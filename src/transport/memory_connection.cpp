@@ -120,10 +120,14 @@ struct MemoryFabric::State {
     p.t = t;
     p.bytes = t->bytes;
     p.posted = now;
-    double busy = cost.overhead + static_cast<double>(t->bytes) * cost.beta;
-    double start = std::max({now, outFree[a], inFree[b]});
-    outFree[a] = inFree[b] = start + busy;
-    p.arrival = start + cost.alpha + static_cast<double>(t->bytes) * cost.beta;
+    // The sender's port serializes its messages, the receiver's port its incoming ones; a message waits for a
+    // busy receiving port without holding the sender's (a switch buffers it).
+    const double busy = cost.overhead + static_cast<double>(t->bytes) * cost.beta;
+    const double depart = std::max(now, outFree[a]);
+    outFree[a] = depart + busy;
+    const double enter = std::max(depart + cost.alpha, inFree[b]);
+    inFree[b] = enter + busy;
+    p.arrival = enter + busy;
     t->complete = false;
     l->sends.push_back(p);
     ++l->sendsPosted;

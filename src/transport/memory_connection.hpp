@@ -4,9 +4,10 @@
 // match (a mismatch throws InternalError naming both ranks and the transfer's index).
 //
 // Time model. The fabric has a clock; nothing is delivered before its time comes:
-//   - a send posted at time t leaves when a's outbound port and b's inbound port are free (each port carries one
-//     message at a time): start = max(t, out[a], in[b]); both ports are then busy for overhead + bytes * beta,
-//     and the message arrives alpha + bytes * beta after it started (alpha is latency, so messages pipeline);
+//   - a send posted at time t leaves when a's outbound port is free (depart = max(t, out[a])) and holds it for
+//     overhead + bytes * beta; alpha later it reaches b's inbound port, waits there until that port is free
+//     (enter = max(depart + alpha, in[b])), holds it as long, and has arrived when it leaves it. Ports carry one
+//     message at a time; alpha is latency, so consecutive messages pipeline;
 //   - it is delivered (copied into the receive, both transfers complete) at max(arrival, time the receive was
 //     posted);
 //   - a receive marked as reduced (setReduceMarks) completes gamma * bytes later, the reductions of a rank one

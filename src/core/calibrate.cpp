@@ -1,0 +1,182 @@
+// Calibration of a communicator's tuner at init. Rank 0 decides the costs and broadcasts them, so every rank's
+// tuner makes the same choices:
+//   1. rank 0 reads COLLIE_TUNE_FILE (if set and present) and broadcasts what it knows;
+//   2. for each transport kind rank 0 uses (tcp, shm, ...) and the file does not cover, rank 0 and its first
+//      peer over that kind ping-pong: 8 bytes (alpha = half the round trip) and 4 MiB (beta = what the one-way
+//      time adds per byte; large enough to leave the caches); rank 0 times the host reduction of 4 MiB
+//      (gamma); a second broadcast shares the results and rank 0 writes them to COLLIE_TUNE_FILE. About 15 ms
+//      over loopback TCP, a few over shm.
+// COLLIE_TUNE_MEASURE=0 skips step 2 (built-in costs where the file has none).
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <vector>
+
+#include "core/communicator.hpp"
+#include "core/errors.hpp"
+#include "core/log.hpp"
+#include "core/params.hpp"
+
+namespace collie::core {
+
+using algorithms::Collective;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr int kMaxKinds = 8;
+
+// What rank 0 broadcasts (plain data).
+struct Wire {
+  uint32_t measure = 0;  // 1: measure what `have` lacks
+  uint32_t have[kMaxKinds] = {};
+  double alpha[kMaxKinds] = {};
+  double beta[kMaxKinds] = {};
+  double gamma = 0;  // 0: unknown
+};
+
+double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+double timeReduce() {
+  constexpr size_t kCount = 1024 * 1024;
+  std::vector<float> a(kCount, 1.0f), b(kCount, 2.0f);
+  reduce(a.data(), a.data(), b.data(), kCount, DataType::Float32, ReduceOp::Sum);  // warm up
+  constexpr int kIters = 3;
+  auto start = Clock::now();
+  for (int i = 0; i < kIters; ++i) reduce(a.data(), a.data(), b.data(), kCount, DataType::Float32, ReduceOp::Sum);
+  return seconds(Clock::now() - start) / kIters / static_cast<double>(kCount * sizeof(float));
+}
+
+}  // namespace
+
+std::vector<std::string> CommImpl::kindsInUse(const std::vector<transport::PeerInfo>& peers) const {
+  std::vector<std::string> kinds;
+  for (int r = 1; r < nranks_ && kinds.size() < transports_.size(); ++r) {
+    for (const auto& t : transports_) {
+      if (!t->canConnect(peers[0], peers[static_cast<size_t>(r)])) continue;
+      if (std::find(kinds.begin(), kinds.end(), std::string(t->name())) == kinds.end()) kinds.push_back(t->name());
+      break;
+    }
+  }
+  return kinds;
+}
+
+void CommImpl::calibrate(const std::vector<transport::PeerInfo>& peers) {
+  const std::vector<std::string> kinds = kindsInUse(peers);
+  COLLIE_INTERNAL_CHECK(kinds.size() <= kMaxKinds, "%zu transport kinds", kinds.size());
+  if (kinds.empty()) {  // one rank: nothing to measure
+    tuner_.setModel(measured_.modelFor(kinds));
+    return;
+  }
+  // The peer rank 0 measures each kind with: its first peer over that kind (every rank computes the same).
+  std::vector<int> partner(kinds.size(), -1);
+  for (int r = 1; r < nranks_; ++r) {
+    for (const auto& t : transports_) {
+      if (!t->canConnect(peers[0], peers[static_cast<size_t>(r)])) continue;
+      auto k = static_cast<size_t>(std::find(kinds.begin(), kinds.end(), std::string(t->name())) - kinds.begin());
+      if (partner[k] < 0) partner[k] = r;
+      break;
+    }
+  }
+
+  Wire w;
+  MeasuredCosts file;
+  const std::string& path = params::tuneFile();
+  if (rank_ == 0) {
+    try {
+      if (!path.empty() && readTuneFile(path, &file))
+        COLLIE_INFO(kLogTune, "%s: tuning costs read from %s", name_.c_str(), path.c_str());
+    } catch (const Error& e) {
+      COLLIE_WARN(kLogTune, "%s: ignoring the tuning file: %s", name_.c_str(), e.what());
+      file = MeasuredCosts{};
+    }
+    for (size_t k = 0; k < kinds.size(); ++k) {
+      if (const LinkCost* c = file.find(kinds[k])) {
+        w.have[k] = 1;
+        w.alpha[k] = c->alpha;
+        w.beta[k] = c->beta;
+      }
+    }
+    w.gamma = file.gamma;
+    w.measure = params::tuneMeasure() != 0 ? 1 : 0;
+  }
+  auto broadcastWire = [&] {
+    OpDesc op;
+    op.coll = Collective::Broadcast;
+    op.send = op.recv = &w;
+    op.count = sizeof(w);
+    op.type = DataType::Uint8;
+    op.root = 0;
+    run(op);
+  };
+  broadcastWire();
+
+  bool measuring = false;
+  if (w.measure) {
+    for (size_t k = 0; k < kinds.size(); ++k) {
+      if (w.have[k]) continue;
+      measuring = true;
+      if (rank_ == 0 || rank_ == partner[k]) pingPong(rank_ == 0 ? partner[k] : 0, &w.alpha[k], &w.beta[k]);
+    }
+    if (w.gamma == 0) {
+      measuring = true;
+      if (rank_ == 0) w.gamma = timeReduce();
+    }
+  }
+  if (measuring) {
+    broadcastWire();
+    if (rank_ == 0 && !path.empty()) {
+      for (size_t k = 0; k < kinds.size(); ++k) file.set(kinds[k], LinkCost{w.alpha[k], w.beta[k]});
+      file.gamma = w.gamma;
+      try {
+        writeTuneFile(path, file);
+      } catch (const Error& e) {
+        COLLIE_WARN(kLogTune, "%s: %s", name_.c_str(), e.what());
+      }
+    }
+  }
+  for (size_t k = 0; k < kinds.size(); ++k)
+    if (w.have[k] || measuring) measured_.set(kinds[k], LinkCost{w.alpha[k], w.beta[k]});
+  measured_.gamma = w.gamma;
+  tuner_.setModel(measured_.modelFor(kinds));
+  const CostModel& m = tuner_.model();
+  COLLIE_INFO(kLogTune, "%s: cost model (%s): alpha %.2f us, beta %.4f ns/B (%.2f GB/s), gamma %.4f ns/B",
+              name_.c_str(), m.transport.c_str(), m.link.alpha * 1e6, m.link.beta * 1e9,
+              m.link.beta > 0 ? 1e-9 / m.link.beta : 0.0, m.gamma * 1e9);
+}
+
+// Rank 0 (the initiator) and `peer` bounce messages; the initiator gets alpha and beta.
+void CommImpl::pingPong(int peer, double* alpha, double* beta) {
+  const bool initiator = rank_ == 0;
+  std::vector<char> buf(4 << 20, 0);
+  auto bounce = [&](size_t bytes, int iters) {
+    OpDesc send, recv;
+    send.coll = Collective::Send;
+    recv.coll = Collective::Recv;
+    send.send = buf.data();
+    recv.recv = buf.data();
+    send.count = recv.count = bytes;
+    send.type = recv.type = DataType::Uint8;
+    send.root = recv.root = peer;
+    auto start = Clock::now();
+    for (int i = 0; i < iters; ++i) {
+      if (initiator) {
+        run(send);
+        run(recv);
+      } else {
+        run(recv);
+        run(send);
+      }
+    }
+    return seconds(Clock::now() - start) / iters / 2;  // one way
+  };
+  bounce(8, 2);  // warm up
+  double small = bounce(8, 10);
+  bounce(buf.size(), 1);
+  double large = bounce(buf.size(), 2);
+  if (!initiator) return;
+  *alpha = small;
+  *beta = large > small ? (large - small) / static_cast<double>(buf.size()) : CostModel::defaults("tcp").link.beta;
+}
+
+}  // namespace collie::core

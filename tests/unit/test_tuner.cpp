@@ -1,0 +1,180 @@
+// The tuner's decisions with fixed costs (src/core/tuner.hpp): latency-bound calls go to the tree or halving-
+// doubling, bandwidth-bound calls to the ring or halving-doubling as the model says, folding penalises
+// halving-doubling for non-powers of two, COLLIE_ALGO's grammar forces and excludes, and the tuner's choice is
+// within reach of the best algorithm the simulator finds. Plus the tuning file.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "algorithms/simulator.hpp"
+#include "core/tuner.hpp"
+
+namespace collie::core {
+namespace {
+
+using algorithms::Algorithm;
+using algorithms::Collective;
+
+// A 10 GB/s network with 10 us hops and a 20 GB/s host reduction.
+CostModel fixedModel() {
+  CostModel m;
+  m.transport = "tcp";
+  m.link = {10e-6, 1e-10};
+  m.gamma = 5e-11;
+  return m;
+}
+
+Algorithm pick(Collective coll, int n, size_t bytes, const std::string& spec = "") {
+  Tuner t(fixedModel(), AlgoSelection::parse(spec));
+  return t.choose(coll, n, bytes).algorithm;
+}
+
+TEST(Tuner, SmallMessagesAvoidTheRingAtScale) {
+  for (int n : {16, 64, 96, 1000, 4096}) {
+    for (size_t bytes : {size_t{8}, size_t{1024}, size_t{16384}}) {
+      EXPECT_NE(pick(Collective::AllReduce, n, bytes), Algorithm::Ring) << n << " ranks, " << bytes << " B";
+      EXPECT_EQ(pick(Collective::Broadcast, n, bytes), Algorithm::Tree) << n << " ranks, " << bytes << " B";
+      EXPECT_EQ(pick(Collective::Reduce, n, bytes), Algorithm::Tree) << n << " ranks, " << bytes << " B";
+      EXPECT_EQ(pick(Collective::AllGather, n, bytes / n + 1), Algorithm::HalvingDoubling) << n << " ranks";
+    }
+  }
+}
+
+TEST(Tuner, LargeMessagesAvoidFoldingAndTreeFill) {
+  // Non-powers of two: halving-doubling moves the extra ranks' whole buffers, so the ring wins large calls.
+  for (int n : {3, 6, 12, 96}) {
+    EXPECT_EQ(pick(Collective::AllReduce, n, size_t{256} << 20), Algorithm::Ring) << n;
+    EXPECT_EQ(pick(Collective::AllGather, n, size_t{16} << 20), Algorithm::Ring) << n;
+    EXPECT_EQ(pick(Collective::ReduceScatter, n, size_t{16} << 20), Algorithm::Ring) << n;
+  }
+  // A chain broadcast streams the buffer once with the least pipeline fill at small n.
+  EXPECT_EQ(pick(Collective::Broadcast, 4, size_t{256} << 20), Algorithm::Ring);
+  // Powers of two: halving-doubling sends as few bytes as the ring in far fewer steps.
+  EXPECT_EQ(pick(Collective::AllReduce, 64, size_t{256} << 20), Algorithm::HalvingDoubling);
+}
+
+TEST(Tuner, PointToPointAndOneRank) {
+  EXPECT_EQ(pick(Collective::AllToAll, 8, 1 << 20), Algorithm::Direct);
+  EXPECT_EQ(pick(Collective::Send, 2, 1 << 20), Algorithm::Direct);
+  EXPECT_EQ(pick(Collective::AllToAll, 8, 1 << 20, "tree"), Algorithm::Direct);  // nothing else implements it
+  EXPECT_EQ(pick(Collective::AllReduce, 1, 1 << 20), Algorithm::Ring);
+}
+
+TEST(Tuner, SlowReductionFavoursFewerReducedBytes) {
+  CostModel m = fixedModel();
+  m.gamma = 1e-8;  // 100 MB/s: reductions dominate; the ring reduces (n-1)/n of the buffer, the tree all of it
+  Tuner t(m, AlgoSelection{});
+  EXPECT_NE(t.choose(Collective::AllReduce, 6, size_t{64} << 20).algorithm, Algorithm::Tree);
+}
+
+TEST(Tuner, ForcedAndExcluded) {
+  for (size_t bytes : {size_t{8}, size_t{1} << 20, size_t{256} << 20}) {
+    EXPECT_EQ(pick(Collective::AllReduce, 8, bytes, "tree"), Algorithm::Tree);
+    EXPECT_EQ(pick(Collective::AllReduce, 8, bytes, "RING"), Algorithm::Ring);
+    EXPECT_EQ(pick(Collective::AllReduce, 8, bytes, "allreduce:rhd;broadcast:tree"), Algorithm::HalvingDoubling);
+    EXPECT_EQ(pick(Collective::Broadcast, 8, bytes, "allreduce:rhd;broadcast:tree"), Algorithm::Tree);
+    EXPECT_NE(pick(Collective::AllReduce, 8, bytes, "^ring"), Algorithm::Ring);
+    EXPECT_NE(pick(Collective::AllReduce, 8, bytes, "^ring,rhd"), Algorithm::HalvingDoubling);
+    EXPECT_EQ(pick(Collective::AllReduce, 8, bytes, "^ring,rhd"), Algorithm::Tree);
+    // A global list with a per-collective exception.
+    EXPECT_EQ(pick(Collective::AllReduce, 8, bytes, "ring;allreduce:tree"), Algorithm::Tree);
+    EXPECT_EQ(pick(Collective::Reduce, 8, bytes, "ring;allreduce:tree"), Algorithm::Ring);
+  }
+  // Forcing an algorithm that does not implement the collective leaves the choice free.
+  EXPECT_EQ(pick(Collective::AllGather, 8, 8, "tree"), pick(Collective::AllGather, 8, 8));
+  EXPECT_EQ(pick(Collective::Broadcast, 8, 8, "rhd"), pick(Collective::Broadcast, 8, 8));
+}
+
+TEST(Tuner, CollieAlgoGrammarErrorsNameTheVariable) {
+  for (const char* bad : {"trees", "ring,", "allreduce:bogus", "gather:ring", "^"}) {
+    try {
+      AlgoSelection::parse(bad);
+      ADD_FAILURE() << "'" << bad << "' must be rejected";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::InvalidArgument);
+      EXPECT_NE(std::string(e.what()).find("COLLIE_ALGO"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_NO_THROW(AlgoSelection::parse(""));
+  EXPECT_NO_THROW(AlgoSelection::parse(" allreduce : tree , ring ; reduce_scatter:rhd "));
+  EXPECT_NO_THROW(AlgoSelection::parse("halving_doubling"));
+}
+
+TEST(Tuner, SlicingDependsOnAlgorithmAndSize) {
+  size_t ring = 0, tree = 0, small = 0;
+  int inflight = 0;
+  chooseSlicing(Collective::AllReduce, Algorithm::Ring, "tcp", 8, size_t{64} << 20, &ring, &inflight);
+  chooseSlicing(Collective::AllReduce, Algorithm::Tree, "tcp", 8, size_t{64} << 20, &tree, &inflight);
+  chooseSlicing(Collective::AllReduce, Algorithm::Ring, "tcp", 8, 4096, &small, &inflight);
+  EXPECT_GT(inflight, 0);
+  EXPECT_LT(tree, ring);  // the tree's pipeline is deeper
+  EXPECT_LT(small, ring);
+  EXPECT_GE(small, size_t{4096});
+}
+
+// The tuner's pick, simulated, is close to the best simulated algorithm (the simulator runs the real schedules
+// with the same alpha-beta-gamma costs, pipelining and port contention included).
+TEST(Tuner, ChoiceIsNearTheSimulatedBest) {
+  const CostModel m = fixedModel();
+  Tuner t(m, AlgoSelection{});
+  for (int n : {4, 6, 8, 24, 64}) {
+    for (size_t bytes : {size_t{64}, size_t{64} << 10, size_t{4} << 20}) {
+      double best = 0, chosen = 0;
+      const Algorithm pickAlgo = t.choose(Collective::AllReduce, n, bytes).algorithm;
+      for (Algorithm a : {Algorithm::Ring, Algorithm::Tree, Algorithm::HalvingDoubling}) {
+        algorithms::SimOptions o;
+        o.coll = Collective::AllReduce;
+        o.algo = a;
+        o.nranks = n;
+        o.count = bytes / 4;
+        o.type = DataType::Float32;
+        o.checkData = false;
+        o.cost = {m.link.alpha, m.link.beta, m.gamma, 0};
+        int inflight = 0;
+        chooseSlicing(o.coll, a, "tcp", n, bytes, &o.sliceBytes, &inflight);
+        o.slicesInFlight = inflight;
+        algorithms::SimResult r = algorithms::simulate(o);
+        ASSERT_TRUE(r.ok) << r.error;
+        if (best == 0 || r.seconds < best) best = r.seconds;
+        if (a == pickAlgo) chosen = r.seconds;
+      }
+      EXPECT_LE(chosen, 1.25 * best) << n << " ranks, " << bytes << " B: picked "
+                                     << algorithms::algorithmName(pickAlgo);
+    }
+  }
+}
+
+TEST(TuneFile, RoundTripsAndRejectsGarbage) {
+  char path[] = "/tmp/collie_tune_XXXXXX";
+  int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  close(fd);
+  MeasuredCosts in;
+  in.set("tcp", {25e-6, 4e-10});
+  in.set("shm", {2e-6, 1e-10});
+  in.gamma = 8e-11;
+  writeTuneFile(path, in);
+  MeasuredCosts out;
+  ASSERT_TRUE(readTuneFile(path, &out));
+  ASSERT_NE(out.find("tcp"), nullptr);
+  EXPECT_NEAR(out.find("tcp")->alpha, 25e-6, 1e-9);
+  EXPECT_NEAR(out.find("shm")->beta, 1e-10, 1e-14);
+  EXPECT_NEAR(out.gamma, 8e-11, 1e-14);
+  // The model of a communicator on both kinds is limited by the slower one.
+  CostModel both = out.modelFor({"shm", "tcp"});
+  EXPECT_EQ(both.transport, "tcp");
+  EXPECT_NEAR(both.link.alpha, 25e-6, 1e-9);
+  {
+    std::ofstream f(path);
+    f << "# comment\ntcp alpha_us=1 beta_ns_per_byte=oops\n";
+  }
+  EXPECT_THROW(readTuneFile(path, &out), Error);
+  unlink(path);
+  EXPECT_FALSE(readTuneFile(path, &out));
+}
+
+}  // namespace
+}  // namespace collie::core
