@@ -99,8 +99,17 @@ collieResult_t withComm(collieComm_t handle, F&& body) {
   return guarded(comm, [&] { body(*comm); });
 }
 
-collie::DataType dt(collieDataType_t t) { return static_cast<collie::DataType>(t); }
-collie::ReduceOp rop(collieRedOp_t o) { return static_cast<collie::ReduceOp>(o); }
+// A C caller may pass any int as an enum (42 as a datatype, say); loading it as the C enum type would be undefined
+// behaviour in C++, so the bits are read as an int and validated later on the C++ side (whose enums are int-based).
+template <typename E>
+int rawEnum(const E& e) {
+  static_assert(sizeof(E) == sizeof(int));
+  int v;
+  memcpy(&v, &e, sizeof(v));
+  return v;
+}
+collie::DataType dt(const collieDataType_t& t) { return static_cast<collie::DataType>(rawEnum(t)); }
+collie::ReduceOp rop(const collieRedOp_t& o) { return static_cast<collie::ReduceOp>(rawEnum(o)); }
 
 void checkStream(collieStream_t stream) {
   COLLIE_USAGE_CHECK(stream == nullptr,
