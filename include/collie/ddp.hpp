@@ -108,7 +108,7 @@ using CommHook = std::function<PendingReduction(Communicator& comm, GradBucket& 
 
 /// The hooks that come with collie.
 namespace hooks {
-/// The default: AllReduce with ReduceOp::Avg, in place.
+/// AllReduce with ReduceOp::Avg, in place: the built-in mean as a hook (to wrap or compose).
 COLLIE_EXPORT CommHook allReduceMean();
 /// float32 buckets travel as fp16: divided by the world size, rounded to fp16, summed in fp16, widened back.
 /// Other types use allReduceMean. Halves the bytes; the result is within fp16 rounding of the exact mean.
@@ -141,12 +141,15 @@ class COLLIE_EXPORT GradientReducer {
   GradientReducer(const GradientReducer&) = delete;
   GradientReducer& operator=(const GradientReducer&) = delete;
 
-  /// Replaces the communication hook (hooks::allReduceMean by default). Only between iterations.
+  /// Replaces the built-in mean with a communication hook. Only between iterations. The built-in mean divides
+  /// float32/float64 gradients by the world size while copying them into the bucket (one pass, as PyTorch's
+  /// reducer) and sums the buckets; a hook sees the gradients as they are and must average them itself.
   void registerCommHook(CommHook hook);
 
   /// The gradient of parameter i is ready at grad (host memory, parameter(i).count elements): it is copied into
-  /// its bucket (nothing is copied when grad == bucketView(i)), and finalize() writes the average back to grad.
-  /// The first call of an iteration starts it. Marking a parameter twice in one iteration is an error.
+  /// its bucket (in place when grad == bucketView(i); the built-in mean divides float gradients by the world size
+  /// on the way), and finalize() writes the average back to grad. The first call of an iteration starts it.
+  /// Marking a parameter twice in one iteration is an error.
   void markReady(size_t i, void* grad);
   /// The gradient is already in bucketView(i) (gradient-as-bucket-view, or staged there by the adapter).
   void markReady(size_t i) { markReady(i, bucketView(i)); }

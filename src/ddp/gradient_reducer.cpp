@@ -183,7 +183,7 @@ void GradientReducer::Impl::beginIteration() {
   }
   nextLaunch = 0;
   anyLaunched = false;
-  copyIn = 0;
+  copyInTime = 0;
 }
 
 void GradientReducer::Impl::launchReady() {
@@ -193,7 +193,11 @@ void GradientReducer::Impl::launchReady() {
       anyLaunched = true;
       firstLaunch = Clock::now();
     }
-    b.reduction = hook(comm, b.face);
+    if (hook)
+      b.reduction = hook(comm, b.face);
+    else
+      b.reduction.work = comm.allReduceAsync(b.face.data_, b.face.data_, b.face.count_, b.face.type_,
+                                             prescaled(b) ? ReduceOp::Sum : ReduceOp::Avg);
     b.launched = true;
   }
 }
@@ -209,6 +213,26 @@ void GradientReducer::Impl::abandon() noexcept {
     b->reduction = {};
   }
   active = false;
+}
+
+void GradientReducer::Impl::copyIn(size_t i, void* dst, const void* src) {
+  const size_t n = params[i].count;
+  if (!prescaled(*buckets[bucketOf[i]])) {
+    if (dst != src) std::memcpy(dst, src, n * elemSize(i));
+    return;
+  }
+  const int ranks = comm.size();
+  if (params[i].type == DataType::Float32) {
+    const float f = static_cast<float>(ranks);
+    auto* d = static_cast<float*>(dst);
+    const auto* x = static_cast<const float*>(src);
+    for (size_t k = 0; k < n; ++k) d[k] = x[k] / f;
+  } else {
+    const double f = static_cast<double>(ranks);
+    auto* d = static_cast<double*>(dst);
+    const auto* x = static_cast<const double*>(src);
+    for (size_t k = 0; k < n; ++k) d[k] = x[k] / f;
+  }
 }
 
 void GradientReducer::Impl::writeBackOne(size_t i) {
@@ -262,7 +286,6 @@ GradientReducer::GradientReducer(Communicator& comm, std::vector<Parameter> para
       if (p.data) bufs.push_back({p.data, p.count, p.type});
     broadcastCoalesced(comm, bufs, 0);
   }
-  s.hook = hooks::allReduceMean();
   s.ready.assign(s.params.size(), Impl::Ready::None);
   s.writeBack.assign(s.params.size(), nullptr);
   s.saved.resize(s.params.size());
@@ -296,12 +319,9 @@ void GradientReducer::markReady(size_t i, void* grad) {
                      "parameter %zu (%s) was marked ready twice in one iteration; a parameter used twice in a "
                      "forward pass still gets one gradient, so mark it once, after backward accumulated it",
                      i, s.params[i].name.c_str());
-  void* dst = s.slot(i);
-  if (grad != dst) {
-    const auto t0 = Clock::now();
-    std::memcpy(dst, grad, s.params[i].count * s.elemSize(i));
-    s.copyIn += secondsSince(t0);
-  }
+  const auto t0 = Clock::now();
+  s.copyIn(i, s.slot(i), grad);
+  s.copyInTime += secondsSince(t0);
   s.ready[i] = Impl::Ready::Used;
   s.writeBack[i] = grad;
   if (!s.rebuilt && s.readyOrder.size() < s.params.size()) s.readyOrder.push_back(i);
@@ -425,7 +445,7 @@ void GradientReducer::finalize() {
     throw;
   }
 
-  s.stats.copyInSeconds = s.copyIn;
+  s.stats.copyInSeconds = s.copyInTime;
   for (auto& v : s.saved) v.clear();
   s.active = false;
   ++s.stats.iterations;

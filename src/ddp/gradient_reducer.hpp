@@ -48,7 +48,15 @@ struct GradientReducer::Impl {
   Communicator& comm;
   std::vector<Parameter> params;
   ReducerOptions opts;
-  CommHook hook;
+  CommHook hook;  // a user's hook; empty: the built-in mean (below)
+  // The built-in mean divides float32/float64 gradients by the world size while copying them into the bucket
+  // (one pass, as PyTorch's reducer does) and sums them; other types use ReduceOp::Avg.
+  bool prescaled(const Bucket& b) const {
+    return !hook && (b.face.type_ == DataType::Float32 || b.face.type_ == DataType::Float64);
+  }
+  /// Copies count elements of parameter i's type from src to dst (may be equal), divided by the world size
+  /// when its bucket is prescaled.
+  void copyIn(size_t i, void* dst, const void* src);
 
   std::vector<std::unique_ptr<Bucket>> buckets;
   std::vector<size_t> bucketOf, offsetOf;  // per parameter
@@ -66,7 +74,7 @@ struct GradientReducer::Impl {
   std::vector<size_t> readyOrder;  // the first iteration's, for the rebuild
   std::chrono::steady_clock::time_point firstLaunch;
   bool anyLaunched = false;
-  double copyIn = 0;  // seconds of markReady copies in this iteration
+  double copyInTime = 0;  // seconds of markReady copies in this iteration
   ReducerStats stats;
 };
 
