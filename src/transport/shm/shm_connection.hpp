@@ -119,6 +119,7 @@ class ShmConnection final : public Connection {
   bool closed_ = false;
   std::exception_ptr error_;
   std::chrono::steady_clock::time_point lastLivenessCheck_{};
+  uint32_t idleChecks_ = 0;
 };
 
 }  // namespace collie::transport::shm
