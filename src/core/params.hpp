@@ -42,7 +42,8 @@ namespace collie::core::params {
   X(shmSlots, Int, "COLLIE_SHM_SLOTS", "8", "slots in the ring of each same-host peer pair and direction")       \
   X(shmSlotBytes, Int, "COLLIE_SHM_SLOT_BYTES", "65536", "payload bytes per shm ring slot (rounded up to 64)")   \
   X(shmSingleCopy, Int, "COLLIE_SHM_SINGLE_COPY", "1",                                                           \
-    "1: large shm messages move in one copy (process_vm_readv, or memcpy between threads) where allowed")        \
+    "large shm messages in one copy: 0 never, 1 between threads and where process_vm_readv beats 2 memcpy, 2 "   \
+    "wherever process_vm_readv is allowed")                                                                      \
   X(shmSingleCopyMinBytes, Int, "COLLIE_SHM_SINGLE_COPY_MIN_BYTES", "65536",                                     \
     "shm messages at least this large take the single-copy path (when available)")                               \
   X(shmBacking, Str, "COLLIE_SHM_BACKING", "memfd",                                                              \

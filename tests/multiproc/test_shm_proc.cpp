@@ -129,7 +129,7 @@ enum PerRank { kIterations = 0, kCodePlusOne = 1, kErrorAfterNs = 2, kNamesVicti
 void allReduceUntilError(Communicator& comm, SharedArea& sh, int victim) {
   const int r = comm.rank();
   EXPECT_GT(shmMappings(), 0);
-  std::vector<float> buf(1 << 18, 1.0f);  // 1 MiB: slices take the single-copy path
+  std::vector<float> buf(1 << 18, 1.0f);  // 1 MiB: slices take the single-copy path where it pays
   for (;;) {
     try {
       comm.allReduce(buf.data(), buf.data(), buf.size(), DataType::Float32, ReduceOp::Max);

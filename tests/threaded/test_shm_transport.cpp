@@ -222,8 +222,9 @@ INSTANTIATE_TEST_SUITE_P(Paths, ShmExchange,
                                            Shape{"slots_only_tiny_ring", 2, opts(2, 64, 0, 0, false)},
                                            Shape{"slots_only_odd_slot_count", 3, opts(3, 4096, 0, 0, false)},
                                            Shape{"memcpy_between_threads_from_1_byte", 3, opts(4, 1024, 1, 1, false)},
-                                           Shape{"process_vm_readv_from_1_byte", 2, opts(4, 1024, 1, 1, true)},
-                                           Shape{"process_vm_readv_default_threshold", 4, opts(0, 0, 1, -1, true)},
+                                           Shape{"process_vm_readv_from_1_byte", 2, opts(4, 1024, 2, 1, true)},
+                                           Shape{"process_vm_readv_default_threshold", 4, opts(0, 0, 2, -1, true)},
+                                           Shape{"process_vm_readv_where_it_pays", 2, opts(0, 0, 1, 1, true)},
                                            Shape{"devshm_backing", 2, opts(0, 0, -1, -1, false, "devshm")}),
                          [](const ::testing::TestParamInfo<Shape>& info) { return std::string(info.param.name); });
 
@@ -249,7 +250,7 @@ TEST(ShmTransport, SingleCopyPathIsChosenWhereAllowed) {
   Cluster threads(2, opts(0, 0, 1, -1, false));
   threads.connectAll();
   EXPECT_TRUE(dynamic_cast<shm::ShmConnection&>(*threads.ranks[0]->conns[1]).singleCopy());
-  Cluster cma(2, opts(0, 0, 1, -1, true));
+  Cluster cma(2, opts(0, 0, 2, -1, true));
   cma.connectAll();
   // process_vm_readv on our own pid is allowed wherever it exists at all.
   EXPECT_TRUE(dynamic_cast<shm::ShmConnection&>(*cma.ranks[0]->conns[1]).singleCopy());
@@ -410,7 +411,7 @@ TEST(ShmTransport, PeerCloseGivesRemoteErrorAfterItsLastData) {
 // processes (process_vm_readv) alike.
 TEST(ShmTransport, MessageSentByAddressIsNotReadAfterTheSenderClosed) {
   for (bool cma : {false, true}) {
-    Cluster cluster(2, opts(4, 1024, 1, 1, cma));
+    Cluster cluster(2, opts(4, 1024, 2, 1, cma));
     cluster.connectAll();
     auto big = std::make_unique<std::vector<uint8_t>>(1 << 20, 5);
     Transfer send{big->data(), big->size()};

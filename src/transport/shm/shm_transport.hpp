@@ -21,7 +21,7 @@ class ShmWaker;
 struct ShmOptions {
   int slots = 0;               ///< 0: COLLIE_SHM_SLOTS (rounded up to a power of two)
   int64_t slotBytes = 0;       ///< 0: COLLIE_SHM_SLOT_BYTES (rounded up to 64)
-  int singleCopy = -1;         ///< < 0: COLLIE_SHM_SINGLE_COPY
+  int singleCopy = -1;         ///< 0 off, 1 auto, 2 wherever allowed; < 0: COLLIE_SHM_SINGLE_COPY
   int64_t singleCopyMin = -1;  ///< < 0: COLLIE_SHM_SINGLE_COPY_MIN_BYTES
   std::string backing;         ///< empty: COLLIE_SHM_BACKING
   /// Tests: read a peer that is a thread of this process with process_vm_readv too (not memcpy).
@@ -56,7 +56,7 @@ class ShmTransport : public Transport {
   ShmOptions options_;
   uint32_t slots_;
   uint32_t slotBytes_;
-  bool singleCopy_;
+  int singleCopy_;  ///< 0 off, 1 auto (threads; processes where process_vm_readv pays), 2 wherever allowed
   size_t singleCopyMin_;
   Backing backing_;
   int listenFd_ = -1;
