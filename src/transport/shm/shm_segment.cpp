@@ -10,6 +10,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <map>
+#include <mutex>
 
 #include "core/errors.hpp"
 #include "core/log.hpp"
@@ -78,6 +80,56 @@ UniqueFd openAnonymous(Backing backing) {
   COLLIE_FAIL(ErrorCode::SystemError, "shm_open: no free name in /dev/shm after 16 attempts");
 }
 
+// One mapping per segment per process, shared (and counted) by the Segments of ranks that are threads of this
+// process. Besides saving address space, this keeps every shared word at one address in the process, which is
+// how ThreadSanitizer tracks synchronisation: two mappings of one page would look unsynchronised to it.
+struct FileKey {
+  dev_t dev;
+  ino_t ino;
+  bool operator<(const FileKey& o) const { return dev != o.dev ? dev < o.dev : ino < o.ino; }
+};
+struct Mapping {
+  FileKey key;
+  size_t bytes;
+  int refs;
+};
+struct Registry {
+  std::mutex mu;
+  std::map<void*, Mapping> byAddr;
+  std::map<FileKey, void*> byFile;
+};
+Registry& registry() {
+  static Registry* r = new Registry;  // never destroyed: Segments may outlive static destruction order
+  return *r;
+}
+
+FileKey keyOf(int fd) {
+  struct stat st {};
+  COLLIE_SYSCHECK(fstat(fd, &st), "fstat of a shm segment");
+  return FileKey{st.st_dev, st.st_ino};
+}
+
+/// Maps fd (or shares this process's mapping of it, when large enough) and counts the reference.
+void* mapShared(int fd, size_t bytes, const FileKey& key) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  auto found = r.byFile.find(key);
+  if (found != r.byFile.end()) {
+    Mapping& m = r.byAddr.at(found->second);
+    if (m.bytes >= bytes) {
+      ++m.refs;
+      return found->second;
+    }
+  }
+  void* addr = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (addr == MAP_FAILED) COLLIE_SYSCHECK(-1, "mmap of a shm segment");
+  if (found == r.byFile.end()) {  // else the smaller mapping stays where it is and this one is private to us
+    r.byFile[key] = addr;
+  }
+  r.byAddr[addr] = Mapping{key, bytes, 1};
+  return addr;
+}
+
 }  // namespace
 
 size_t ringBytes(uint32_t slots, uint32_t slotBytes) {
@@ -110,7 +162,22 @@ Segment& Segment::operator=(Segment&& o) noexcept {
 }
 
 void Segment::reset() {
-  if (addr_) munmap(addr_, bytes_);
+  if (!addr_) return;
+  Registry& r = registry();
+  {
+    std::lock_guard<std::mutex> lock(r.mu);
+    auto it = r.byAddr.find(addr_);
+    if (it != r.byAddr.end()) {
+      if (--it->second.refs == 0) {
+        munmap(addr_, it->second.bytes);
+        auto f = r.byFile.find(it->second.key);
+        if (f != r.byFile.end() && f->second == addr_) r.byFile.erase(f);
+        r.byAddr.erase(it);
+      }
+    } else {
+      munmap(addr_, bytes_);
+    }
+  }
   addr_ = nullptr;
   bytes_ = 0;
 }
@@ -141,8 +208,7 @@ void checkDevShmRoom(const SegmentPurpose& purpose) {
 UniqueFd createSegment(Backing backing, size_t bytes, int numaNode, const SegmentPurpose& purpose, Segment* out) {
   UniqueFd fd = openAnonymous(backing);
   COLLIE_SYSCHECK(ftruncate(fd.get(), static_cast<off_t>(bytes)), "ftruncate of a shm segment");
-  void* addr = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
-  if (addr == MAP_FAILED) COLLIE_SYSCHECK(-1, "mmap of a shm segment");
+  void* addr = mapShared(fd.get(), bytes, keyOf(fd.get()));
   Segment seg(addr, bytes);
   // The policy goes on the file's pages before any is allocated, so the reservation below already lands on
   // the receiver's node.
@@ -169,9 +235,7 @@ Segment mapSegment(int fd, size_t bytes, const std::string& what) {
   COLLIE_ENFORCE(static_cast<size_t>(st.st_size) >= bytes, ErrorCode::InternalError,
                  "shm transport: %s is %lld bytes, expected at least %zu", what.c_str(),
                  static_cast<long long>(st.st_size), bytes);
-  void* addr = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (addr == MAP_FAILED) COLLIE_SYSCHECK(-1, "mmap of a peer's shm segment");
-  return Segment(addr, bytes);
+  return Segment(mapShared(fd, bytes, FileKey{st.st_dev, st.st_ino}), bytes);
 }
 
 }  // namespace collie::transport::shm

@@ -116,7 +116,8 @@ struct RingView {
   static char* payload(SlotHeader* s) { return reinterpret_cast<char*>(s + 1); }
 };
 
-/// A mapped segment; unmapped on destruction. Move-only.
+/// A mapped segment; unmapped on destruction. Move-only. A process maps each segment once: mapSegment() of a
+/// segment this process already maps (ranks that are threads of one process) shares that mapping, counted.
 class Segment {
  public:
   Segment() = default;
