@@ -4,7 +4,8 @@
 // in order; the receiver consumes them in order into its posted receives:
 //   - a message of up to 32 bytes travels inline in the slot header's cache line (one line moves per message);
 //   - a larger one is cut into slot-sized parts, copied in by the sender and out by the receiver;
-//   - a message of at least directMinBytes, when the peer can read our memory, is one kSlotDirect slot holding
+//   - a message of at least directMinBytes, when the peer reads our memory (threads of one process; processes
+//     where process_vm_readv is allowed and pays, see shm_transport.cpp), is one kSlotDirect slot holding
 //     its address: the receiver copies it straight from the sender's buffer with process_vm_readv (or memcpy
 //     when both ranks are threads of one process) and then releases the slot. The send completes when the
 //     receiver's head passes that slot, so the buffer stays untouched until it was read (single copy).
