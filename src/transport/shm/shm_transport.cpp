@@ -14,9 +14,10 @@
 // Threads of one process (same pid and process token) read each other with memcpy. Between processes,
 // COLLIE_SHM_SINGLE_COPY=1 (the default) uses process_vm_readv only where it is at least half as fast as
 // memcpy (measured once per process, crossMemoryPays): in some VMs pinning the peer's pages costs more than
-// the copy it saves. The socket stays open
-// after the handshake: it is how a rank learns that its peer died (EOF), and it sits in the poller's epoll
-// set so that this also ends a sleep. Every wait ends at ctx.timeout with a Timeout naming the missing ranks.
+// the copy it saves.
+// The socket stays open after the handshake: it is how a rank learns that its peer died (EOF), and it sits in
+// the poller's epoll set so that this also ends a sleep. Every wait ends at ctx.timeout with a Timeout naming
+// the missing ranks.
 #include "transport/shm/shm_transport.hpp"
 
 #include <fcntl.h>
