@@ -2,6 +2,7 @@
 # run_sweep.sh: the standard single-node sweep, appended as a dated section to perf/RESULTS.md.
 #
 #   perf/run_sweep.sh [BUILD_DIR]      (default: build; needs perf/memcpy_bw, perf/all_reduce_perf, tools/collierun)
+#   SWEEP_LABEL="tcp forced" COLLIE_SHM_DISABLE=1 perf/run_sweep.sh   (COLLIE_* variables reach every rank)
 #
 # Runs memcpy_bw (single-thread copy bandwidth: the ceiling of a shared-memory transport) and
 # `collierun -n R all_reduce_perf -b 8 -e 64M -f 2` for R in 2 4, then appends: date, `uname -a`, the CPU model,
@@ -51,12 +52,14 @@ ratio() {
 
 {
   echo
-  echo "## all_reduce_perf sweep, $(date -u '+%Y-%m-%d %H:%M UTC')"
+  echo "## all_reduce_perf sweep${SWEEP_LABEL:+ ($SWEEP_LABEL)}, $(date -u '+%Y-%m-%d %H:%M UTC')"
   echo
   echo "- date: \`$(date)\`"
   echo "- uname -a: \`$(uname -a)\`"
   echo "- CPU: \`$(lscpu | grep 'Model name' | sed -E 's/[[:space:]]+/ /g')\`"
   echo "- build: \`$build\` at \`$(git -C "$here" describe --always --dirty 2>/dev/null || echo unknown)\`"
+  echo "- environment: \`$(env | grep '^COLLIE_' | tr '\n' ' ')\`"
+  echo "- load average (1, 5, 15 min) after the runs: \`$(cut -d' ' -f1-3 /proc/loadavg)\`"
   echo
   echo "### memcpy_bw"
   echo
