@@ -291,8 +291,13 @@ int currentNumaNode() {
 }
 
 bool placeOnNode(void* addr, size_t bytes, int node) {
-  const Topology& topo = localTopology();
-  if (topo.numaNodes.size() <= 1 || node < 0 || node >= 1024) return false;
+  // The node count from sysfs, not localTopology(): this runs at every shm connect, and a full discovery
+  // would only be needed to answer "more than one node?".
+  static const size_t nodes = [] {
+    size_t n = parseCpuList(readLine("/sys/devices/system/node/online")).size();
+    return n > 0 ? n : size_t{1};
+  }();
+  if (nodes <= 1 || node < 0 || node >= 1024) return false;
   constexpr int kMpolPreferred = 1;  // <numaif.h> MPOL_PREFERRED, without needing libnuma's headers
   unsigned long mask[1024 / (8 * sizeof(unsigned long))] = {0};
   mask[static_cast<size_t>(node) / (8 * sizeof(unsigned long))] |= 1ul << (node % (8 * sizeof(unsigned long)));
