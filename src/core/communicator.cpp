@@ -1,5 +1,6 @@
 #include "core/communicator.hpp"
 
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -82,6 +83,12 @@ std::unique_ptr<CommImpl> CommImpl::create(int nranks, const UniqueIdData& id, i
 }
 
 void CommImpl::connectAll(const std::vector<transport::PeerInfo>& peers, const std::array<uint8_t, 16>& secret) {
+  // More ranks of this communicator on this host than CPUs for them: waiting ranks must yield when they spin.
+  int localRanks = 0;
+  for (const auto& p : peers) localRanks += p.hostHash == peers[static_cast<size_t>(rank_)].hostHash ? 1 : 0;
+  cpu_set_t cpus;
+  int ncpus = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+  oversubscribed_ = localRanks > ncpus;
   transport::CommContext ctx;
   ctx.rank = rank_;
   ctx.nranks = nranks_;
@@ -206,6 +213,7 @@ void CommImpl::execute(const std::vector<OpDesc>& ops) {
   ExecConfig config;
   config.timeout = timeout_;
   config.spin = std::chrono::microseconds(params::spinUs());
+  config.yieldWhileSpinning = oversubscribed_;
   try {
     executor_->run(jobs_, config);
   } catch (const Error& e) {

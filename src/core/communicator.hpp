@@ -98,6 +98,7 @@ class CommImpl {
   const int rank_, nranks_;
   std::string name_;
   std::chrono::milliseconds timeout_;
+  bool oversubscribed_ = true;  // more ranks on this host than CPUs: spin politely
   std::array<uint8_t, 16> secret_{};
   int splitCount_ = 0;
 

@@ -350,7 +350,11 @@ void Executor::cancel() {
 void Executor::run(std::span<const Job> jobs, const ExecConfig& config) {
   config_ = config;
   begin(jobs);
+  // Idle passes spin (reading the clock only every 16th pass) for config.spin, then sleep in the poller. The
+  // spin yields the CPU only when this host has more ranks than CPUs; otherwise a yield costs more than the
+  // wait it is meant to cover.
   auto lastMove = Clock::now();
+  unsigned idlePasses = 0;
   try {
     while (true) {
       bool moved = step();
@@ -358,17 +362,27 @@ void Executor::run(std::span<const Job> jobs, const ExecConfig& config) {
       if (abort_.load(std::memory_order_relaxed)) {
         COLLIE_FAIL(ErrorCode::InvalidUsage, "%s rank %d: the communicator was aborted", name_.c_str(), rank_);
       }
-      auto now = Clock::now();
       if (moved) {
-        lastMove = now;
+        idlePasses = 0;
         continue;
       }
-      auto idle = now - lastMove;
+      if (idlePasses++ == 0) {
+        lastMove = Clock::now();  // the first idle pass after a move stamps the time of that move
+        continue;
+      }
+      if (idlePasses % 16 != 0) {
+        if (config_.yieldWhileSpinning) {
+          sched_yield();
+        } else {
+#if defined(__x86_64__) || defined(__i386__)
+          __builtin_ia32_pause();
+#endif
+        }
+        continue;
+      }
+      auto idle = Clock::now() - lastMove;
       if (idle > config_.timeout) failTimeout();
-      if (idle < config_.spin) {
-        sched_yield();  // a peer rank may need this core (ranks often outnumber cores)
-        continue;
-      }
+      if (idle < config_.spin) continue;
       auto left = std::chrono::duration_cast<std::chrono::microseconds>(config_.timeout - idle);
       poller_.wait(std::min<std::chrono::microseconds>(left, std::chrono::milliseconds(100)));
     }
