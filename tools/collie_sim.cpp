@@ -44,6 +44,7 @@ void usage(FILE* out, const char* prog) {
                "  --alpha-us X      latency per message hop, microseconds\n"
                "  --gbps X          port bandwidth, GB/s\n"
                "  --reduce-gbps X   host reduction speed, GB/s\n"
+               "  --overhead-us X   time a message holds the ports besides its bytes (default 0), microseconds\n"
                "  --check           full scale with per-rank data; verify every rank's result\n"
                "  --trace           print the plan (schedule) of one rank; --rank R picks it (default 0)\n"
                "  --help\n",
@@ -118,7 +119,7 @@ int main(int argc, char** argv) {
   size_t bytes = 0, slice = 0;
   int nranks = 0, root = 0, inflight = 0, traceRank = 0;
   bool check = false, trace = false, bytesGiven = false;
-  double alphaUs = -1, gbps = -1, reduceGbps = -1;
+  double alphaUs = -1, gbps = -1, reduceGbps = -1, overheadUs = 0;
   DataType type = DataType::Float32;
   bool typeGiven = false;
   ReduceOp op = ReduceOp::Sum;
@@ -174,6 +175,8 @@ int main(int argc, char** argv) {
       gbps = std::atof(need(i));
     } else if (a == "--reduce-gbps") {
       reduceGbps = std::atof(need(i));
+    } else if (a == "--overhead-us") {
+      overheadUs = std::atof(need(i));
     } else if (a == "--check") {
       check = true;
     } else if (a == "--trace") {
@@ -253,7 +256,7 @@ int main(int argc, char** argv) {
       o.op = op;
       o.sliceBytes = run.slice;
       o.slicesInFlight = run.inflight;
-      o.cost = {model.link.alpha, model.link.beta, model.gamma, 0};
+      o.cost = {model.link.alpha, model.link.beta, model.gamma, overheadUs * 1e-6};
       o.checkData = check;
       if (!check) {  // scale down while slices stay >= 256 bytes and every rank keeps >= 16 elements of a chunk
         while (run.slice / (2 * run.scale) >= 256 && count / (2 * run.scale) >= 16 * static_cast<size_t>(nranks))
