@@ -2,7 +2,7 @@
 // gradients' AllReduce alone, for several bucket caps. perf/ddp_bench_torch.py measures the same under PyTorch
 // DDP + Gloo; perf/run_ddp_bench.sh runs both and prints them side by side.
 //
-//   collierun -n 2 ./ddp_bench [--layers 1024,2048,2048,2048,10] [--batch 8] [--rounds 7] [--steps 4]
+//   collierun -n 2 ./ddp_bench [--layers 1024,2048,2048,2048,10] [--batch 8] [--rounds 9] [--steps 4]
 //                              [--warmup 3] [--bucket-mb 1,5,25,50] [--threads 1] [--bucket-view 0|1]
 //
 // Per bucket cap the model is wrapped in DistributedDataParallel, and --rounds rounds each time three phases
@@ -12,9 +12,10 @@
 //   allreduce  the AllReduce of as many float32 elements as the model has parameters, in messages of the bucket
 //              cap (all launched, then waited for): the communication DDP has to do, without compute
 // Alternating the phases keeps a changing machine load from favouring one of them; each number is the median
-// over the rounds of the slower rank's mean. Derived: overhead = ddp - compute; hidden = 1 - overhead /
-// allreduce, clamped to [0, 1]: the share of the AllReduce time that does not show in the step time (the bucket
-// copies count as overhead too, so it is a lower bound). Rank 0 prints a table and one "RESULT ..." line per cap.
+// over the rounds of the slower rank's mean. overhead = the median over the rounds of (ddp - compute) of the same
+// round; hidden = 1 - overhead / allreduce, clamped to [0, 1]: the share of the AllReduce time that does not show
+// in the step time (the bucket copies count as overhead too, so it is a lower bound). Rank 0 prints a table and
+// one "RESULT ..." line per cap.
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -33,7 +34,7 @@ using Clock = std::chrono::steady_clock;
 struct Args {
   std::vector<int64_t> layers = {1024, 2048, 2048, 2048, 10};
   int64_t batch = 8;
-  int rounds = 7, steps = 4, warmup = 3, threads = 1;
+  int rounds = 9, steps = 4, warmup = 3, threads = 1;
   std::vector<double> bucketMb = {1, 5, 25, 50};
   bool bucketView = false;
 };
@@ -177,8 +178,10 @@ int main(int argc, char** argv) {
       }
     }
     for (auto& p : model->parameters()) p.mutable_grad() = torch::Tensor();  // no gradient views left behind
+    std::vector<double> paired;  // ddp - compute of the same round: machine load drifts cancel out
+    for (size_t r = 0; r < compute.size(); ++r) paired.push_back(ddpStep[r] - compute[r]);
     const double c = median(compute), d = median(ddpStep), ar = median(allreduce), w = median(wait);
-    const double overhead = d - c;
+    const double overhead = median(paired);
     const double hidden = std::clamp(1.0 - overhead / ar, 0.0, 1.0);
     if (root) {
       std::printf("%-8s %10.1f %10.2f %10.2f %12.2f %12.2f %7.0f%% %14.2f\n", "collie", mb, c * 1e3, d * 1e3,

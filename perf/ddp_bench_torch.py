@@ -4,14 +4,14 @@
 Run one process per rank with RANK and WORLD_SIZE set (collierun sets both) and a free TCP port:
 
     collierun -n 2 python3 perf/ddp_bench_torch.py --port 29511 [--layers 1024,2048,2048,2048,10] [--batch 8]
-        [--rounds 7] [--steps 4] [--warmup 3] [--bucket-mb 1,5,25,50] [--threads 1] [--bucket-view 0|1]
+        [--rounds 9] [--steps 4] [--warmup 3] [--bucket-mb 1,5,25,50] [--threads 1] [--bucket-view 0|1]
 
 Per bucket cap the model is wrapped in torch.nn.parallel.DistributedDataParallel (backend gloo, bucket_cap_mb =
 cap), and --rounds rounds each time three phases of --steps steps, all ranks together: compute (forward + backward
 + SGD step under ddp.no_sync()), ddp (the same step synchronised), allreduce (dist.all_reduce of as many float32
 elements as the model has parameters, in cap-sized tensors, all launched async then waited for). Each number is
-the median over the rounds of the slower rank's mean; overhead = ddp - compute, hidden = 1 - overhead / allreduce
-clamped to [0, 1]. Rank 0 prints a table and RESULT lines.
+the median over the rounds of the slower rank's mean; overhead = the median over the rounds of (ddp - compute)
+of the same round, hidden = 1 - overhead / allreduce clamped to [0, 1]. Rank 0 prints a table and RESULT lines.
 """
 import argparse
 import os
@@ -27,7 +27,7 @@ def parse():
     p.add_argument("--port", type=int, default=29511)
     p.add_argument("--layers", default="1024,2048,2048,2048,10")
     p.add_argument("--batch", type=int, default=8)
-    p.add_argument("--rounds", type=int, default=7)
+    p.add_argument("--rounds", type=int, default=9)
     p.add_argument("--steps", type=int, default=4)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--bucket-mb", default="1,5,25,50")
@@ -121,7 +121,7 @@ def main():
         for p in model.parameters():
             p.grad = None
         c, d, a = median(compute), median(ddp_step), median(allreduce)
-        overhead = d - c
+        overhead = median([dd - cc for dd, cc in zip(ddp_step, compute)])  # paired by round: load drifts cancel
         hidden = min(1.0, max(0.0, 1.0 - overhead / a))
         if rank == 0:
             print(f"{'pytorch':8} {mb:10.1f} {c * 1e3:10.2f} {d * 1e3:10.2f} {overhead * 1e3:12.2f} {a * 1e3:12.2f} "
