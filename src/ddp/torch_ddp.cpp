@@ -235,9 +235,18 @@ void DistributedDataParallel::prepareForBackward(const std::vector<torch::Tensor
     for (const auto& e : n->next_edges())
       if (e.function && !seen.count(e.function.get())) stack.push_back(e.function.get());
   }
-  std::lock_guard<std::mutex> lock(s.mu);
-  for (size_t i = 0; i < s.params.size(); ++i)
-    if (!seen.count(s.accumulators[i].get())) s.reducer->markUnused(i, nullptr);
+  size_t unused = 0;
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    for (size_t i = 0; i < s.params.size(); ++i)
+      if (!seen.count(s.accumulators[i].get())) {
+        s.reducer->markUnused(i, nullptr);
+        ++unused;
+      }
+  }
+  // No parameter will see a gradient, so no hook will queue the end of the iteration: end it now (the other ranks
+  // end theirs after backward; the collectives are the same).
+  if (unused == s.params.size() && unused > 0) s.finalizeBackward();
 }
 
 GradientReducer::NoSync DistributedDataParallel::noSync() { return state_->reducer->noSync(); }
