@@ -18,6 +18,7 @@
 #include "algorithms/patterns/ring.hpp"
 
 #include "algorithms/algorithms.hpp"
+#include "algorithms/steps.hpp"
 
 namespace collie::algorithms {
 namespace {
@@ -25,39 +26,15 @@ namespace {
 using patterns::ChunkSplit;
 using patterns::ringAdd;
 
-Step copyStep(Range src, Range dst, size_t count) {
-  Step s;
-  s.kind = StepKind::Copy;
-  s.src = src;
-  s.dst = dst;
-  s.count = count;
+using steps::in;
+using steps::out;
+using steps::transient;
+
+// A step that lets the next one start before it has finished.
+Step overlapping(Step s) {
+  s.overlapNext = true;
   return s;
 }
-
-Step sendStep(int peer, Range src, size_t count, bool overlapNext) {
-  Step s;
-  s.kind = StepKind::Send;
-  s.sendPeer = peer;
-  s.src = src;
-  s.count = count;
-  s.overlapNext = overlapNext;
-  return s;
-}
-
-Step recvStep(StepKind kind, int recvPeer, int sendPeer, Range src, Range dst, size_t count) {
-  Step s;
-  s.kind = kind;
-  s.recvPeer = recvPeer;
-  s.sendPeer = sendPeer;
-  s.src = src;
-  s.dst = dst;
-  s.count = count;
-  return s;
-}
-
-Range in(size_t offset) { return {Buffer::Input, offset}; }
-Range out(size_t offset) { return {Buffer::Output, offset}; }
-Range transient() { return {Buffer::Transient, 0}; }
 
 Schedule allReduce(const ScheduleKey& k) {
   Schedule sch;
@@ -66,26 +43,25 @@ Schedule allReduce(const ScheduleKey& k) {
   sch.result = out(0);
   sch.resultCount = k.count;
   if (n == 1) {
-    sch.steps.push_back(copyStep(in(0), out(0), k.count));
+    sch.steps.push_back(steps::copy(in(0), out(0), k.count));
     return sch;
   }
   ChunkSplit chunks{k.count, n};
   auto chunk = [&](int delta) { return ringAdd(r, delta, n); };
   // Empty chunks (count < n) make no steps at all: at thousands of ranks most of them are empty.
-  sch.steps.push_back(sendStep(next, in(chunks.offset(r)), chunks.size(r), /*overlapNext=*/true));
+  sch.steps.push_back(overlapping(steps::send(next, in(chunks.offset(r)), chunks.size(r))));
   for (int s = 1; s <= n - 1; ++s) {
     int c = chunk(-s);
     if (chunks.size(c) == 0) continue;
-    sch.steps.push_back(
-        recvStep(StepKind::RecvReduceSend, prev, next, in(chunks.offset(c)), out(chunks.offset(c)), chunks.size(c)));
+    sch.steps.push_back(steps::recvReduce(prev, next, in(chunks.offset(c)), out(chunks.offset(c)), chunks.size(c)));
   }
   for (int s = 1; s <= n - 2; ++s) {
     int c = chunk(1 - s);
     if (chunks.size(c) == 0) continue;
-    sch.steps.push_back(recvStep(StepKind::RecvCopySend, prev, next, {}, out(chunks.offset(c)), chunks.size(c)));
+    sch.steps.push_back(steps::recvCopySend(prev, next, out(chunks.offset(c)), chunks.size(c)));
   }
   int last = chunk(2);
-  sch.steps.push_back(recvStep(StepKind::Recv, prev, -1, {}, out(chunks.offset(last)), chunks.size(last)));
+  sch.steps.push_back(steps::recv(prev, out(chunks.offset(last)), chunks.size(last)));
   return sch;
 }
 
@@ -99,15 +75,15 @@ Schedule reduceScatter(const ScheduleKey& k) {
   sch.result = out(0);
   sch.resultCount = block;
   if (n == 1) {
-    sch.steps.push_back(copyStep(in(0), out(0), block));
+    sch.steps.push_back(steps::copy(in(0), out(0), block));
     return sch;
   }
   auto at = [&](int delta) { return static_cast<size_t>(ringAdd(r, delta, n)) * block; };
-  sch.steps.push_back(sendStep(next, in(at(-1)), block, /*overlapNext=*/true));
+  sch.steps.push_back(overlapping(steps::send(next, in(at(-1)), block)));
   for (int s = 0; s <= n - 3; ++s) {
-    sch.steps.push_back(recvStep(StepKind::RecvReduceSend, prev, next, in(at(-2 - s)), transient(), block));
+    sch.steps.push_back(steps::recvReduce(prev, next, in(at(-2 - s)), transient(), block));
   }
-  sch.steps.push_back(recvStep(StepKind::RecvReduce, prev, -1, in(at(0)), out(0), block));
+  sch.steps.push_back(steps::recvReduce(prev, -1, in(at(0)), out(0), block));
   return sch;
 }
 
@@ -119,13 +95,13 @@ Schedule allGather(const ScheduleKey& k) {
   sch.inputCount = block;
   sch.outputCount = block * static_cast<size_t>(n);
   auto at = [&](int delta) { return static_cast<size_t>(ringAdd(r, delta, n)) * block; };
-  sch.steps.push_back(copyStep(in(0), out(at(0)), block));
+  sch.steps.push_back(steps::copy(in(0), out(at(0)), block));
   if (n == 1) return sch;
-  sch.steps.push_back(sendStep(next, in(0), block, /*overlapNext=*/true));
+  sch.steps.push_back(overlapping(steps::send(next, in(0), block)));
   for (int s = 1; s <= n - 2; ++s) {
-    sch.steps.push_back(recvStep(StepKind::RecvCopySend, prev, next, {}, out(at(-s)), block));
+    sch.steps.push_back(steps::recvCopySend(prev, next, out(at(-s)), block));
   }
-  sch.steps.push_back(recvStep(StepKind::Recv, prev, -1, {}, out(at(1)), block));
+  sch.steps.push_back(steps::recv(prev, out(at(1)), block));
   return sch;
 }
 
@@ -136,12 +112,12 @@ Schedule broadcast(const ScheduleKey& k) {
   sch.inputCount = pos == 0 ? k.count : 0;
   sch.outputCount = k.count;
   if (pos == 0) {
-    sch.steps.push_back(copyStep(in(0), out(0), k.count));
-    if (n > 1) sch.steps.push_back(sendStep(next, in(0), k.count, false));
+    sch.steps.push_back(steps::copy(in(0), out(0), k.count));
+    if (n > 1) sch.steps.push_back(steps::send(next, in(0), k.count));
   } else if (pos < n - 1) {
-    sch.steps.push_back(recvStep(StepKind::RecvCopySend, prev, next, {}, out(0), k.count));
+    sch.steps.push_back(steps::recvCopySend(prev, next, out(0), k.count));
   } else {
-    sch.steps.push_back(recvStep(StepKind::Recv, prev, -1, {}, out(0), k.count));
+    sch.steps.push_back(steps::recv(prev, out(0), k.count));
   }
   return sch;
 }
@@ -157,13 +133,13 @@ Schedule reduce(const ScheduleKey& k) {
     sch.resultCount = k.count;
   }
   if (n == 1) {
-    sch.steps.push_back(copyStep(in(0), out(0), k.count));
+    sch.steps.push_back(steps::copy(in(0), out(0), k.count));
   } else if (pos == 0) {
-    sch.steps.push_back(sendStep(next, in(0), k.count, false));
+    sch.steps.push_back(steps::send(next, in(0), k.count));
   } else if (pos < n - 1) {
-    sch.steps.push_back(recvStep(StepKind::RecvReduceSend, prev, next, in(0), transient(), k.count));
+    sch.steps.push_back(steps::recvReduce(prev, next, in(0), transient(), k.count));
   } else {
-    sch.steps.push_back(recvStep(StepKind::RecvReduce, prev, -1, in(0), out(0), k.count));
+    sch.steps.push_back(steps::recvReduce(prev, -1, in(0), out(0), k.count));
   }
   return sch;
 }
