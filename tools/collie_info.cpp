@@ -35,13 +35,15 @@ void printBuild() {
   struct Option {
     const char* name;
     int on;
+    const char* note;  // what ON means today
   };
-  const Option options[] = {{"COLLIE_WITH_CUDA", COLLIE_WITH_CUDA},
-                            {"COLLIE_WITH_IBVERBS", COLLIE_WITH_IBVERBS},
-                            {"COLLIE_WITH_HWLOC", COLLIE_WITH_HWLOC},
-                            {"COLLIE_WITH_TORCH", COLLIE_WITH_TORCH}};
+  const Option options[] = {
+      {"COLLIE_WITH_CUDA", COLLIE_WITH_CUDA, " (nvcc found; device buffers are not implemented yet)"},
+      {"COLLIE_WITH_IBVERBS", COLLIE_WITH_IBVERBS, " (rdma-core found; the verbs transport is not implemented yet)"},
+      {"COLLIE_WITH_HWLOC", COLLIE_WITH_HWLOC, ""},
+      {"COLLIE_WITH_TORCH", COLLIE_WITH_TORCH, ""}};
   std::printf("Build options:\n");
-  for (const Option& o : options) std::printf("  %-20s %s\n", o.name, o.on ? "ON" : "OFF");
+  for (const Option& o : options) std::printf("  %-20s %s%s\n", o.name, o.on ? "ON" : "OFF", o.on ? o.note : "");
   std::printf("  %-20s %s\n", "host kernels", collie::core::kernelIsaName(collie::core::kernelIsa()));
 }
 
