@@ -21,6 +21,7 @@
 #include <tuple>
 #include <vector>
 
+#include "common/transport_harness.hpp"
 #include "core/errors.hpp"
 #include "core/poller.hpp"
 #include "transport/shm/shm_connection.hpp"
@@ -31,24 +32,10 @@ namespace {
 
 using namespace std::chrono_literals;
 using SteadyClock = std::chrono::steady_clock;
-
-void runRanks(int n, const std::function<void(int)>& fn) {
-  std::mutex mu;
-  std::exception_ptr first;
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        fn(r);
-      } catch (...) {
-        std::lock_guard<std::mutex> lock(mu);
-        if (!first) first = std::current_exception();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  if (first) std::rethrow_exception(first);
-}
+using collie::testing::drive;
+using collie::testing::exchange;
+using collie::testing::pattern;
+using collie::testing::runRanks;
 
 struct Rank {
   core::Poller poller;  // first: outlives the transport and the connections
@@ -96,73 +83,6 @@ struct Cluster {
       if (p != r) ranks[r]->conns[p] = std::move(conns[p]);
   }
 };
-
-/// Progresses `rank` until every transfer is complete; sleeps in the poller (for `sleep`, long, so that a lost
-/// wake-up shows as a stall and is counted) after every progress pass that moved nothing.
-void drive(Rank& rank, const std::vector<Transfer*>& transfers, std::chrono::seconds limit = 60s,
-           std::chrono::microseconds sleep = 2s) {
-  auto deadline = SteadyClock::now() + limit;
-  for (;;) {
-    bool done = true;
-    for (Transfer* t : transfers) done = done && t->complete;
-    if (done) return;
-    bool moved = false;
-    for (auto& c : rank.conns)
-      if (c) moved |= c->progress();
-    if (!moved) {
-      auto t0 = SteadyClock::now();
-      rank.poller.wait(sleep);
-      if (SteadyClock::now() - t0 >= sleep - 50ms) ++rank.longSleeps;
-    }
-    if (SteadyClock::now() > deadline) throw std::runtime_error("transfers did not complete in time");
-  }
-}
-
-uint8_t pattern(int from, int to, int msg, size_t i) {
-  return static_cast<uint8_t>((from * 131 + to * 31 + msg * 7 + i * 13 + (i >> 12)) & 0xff);
-}
-
-void exchange(Cluster& cluster, const std::vector<size_t>& sizes) {
-  int n = static_cast<int>(cluster.ranks.size());
-  runRanks(n, [&](int r) {
-    Rank& rank = *cluster.ranks[r];
-    std::vector<std::vector<uint8_t>> out, in;
-    std::vector<Transfer> sends, recvs;
-    sends.reserve(sizes.size() * n);
-    recvs.reserve(sizes.size() * n);
-    std::vector<Transfer*> all;
-    for (int p = 0; p < n; ++p) {
-      if (p == r) continue;
-      for (size_t m = 0; m < sizes.size(); ++m) {
-        out.emplace_back(sizes[m]);
-        for (size_t i = 0; i < sizes[m]; ++i) out.back()[i] = pattern(r, p, static_cast<int>(m), i);
-        in.emplace_back(sizes[m], 0xEE);
-        sends.push_back(Transfer{out.back().data(), sizes[m]});
-        recvs.push_back(Transfer{in.back().data(), sizes[m]});
-        rank.conns[p]->postRecv(&recvs.back());
-        rank.conns[p]->postSend(&sends.back());
-        all.push_back(&recvs.back());
-        all.push_back(&sends.back());
-      }
-    }
-    EXPECT_TRUE(rank.conns[r == 0 ? 1 : 0]->busy());
-    drive(rank, all);
-    size_t k = 0;
-    for (int p = 0; p < n; ++p) {
-      if (p == r) continue;
-      EXPECT_FALSE(rank.conns[p]->busy());
-      for (size_t m = 0; m < sizes.size(); ++m, ++k) {
-        for (size_t i = 0; i < sizes[m]; ++i) {
-          if (in[k][i] != pattern(p, r, static_cast<int>(m), i)) {
-            ADD_FAILURE() << "rank " << r << " from " << p << " message " << m << " (" << sizes[m] << " bytes) byte "
-                          << i << " wrong";
-            break;
-          }
-        }
-      }
-    }
-  });
-}
 
 /// Mappings of shm segments in this process (memfd or deleted /dev/shm files).
 int shmMappings() {

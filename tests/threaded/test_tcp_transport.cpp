@@ -17,6 +17,7 @@
 #include <tuple>
 #include <vector>
 
+#include "common/transport_harness.hpp"
 #include "core/errors.hpp"
 #include "core/poller.hpp"
 #include "core/socket.hpp"
@@ -27,31 +28,17 @@ namespace {
 
 using namespace std::chrono_literals;
 using SteadyClock = std::chrono::steady_clock;
-
-/// Runs fn(rank) on n threads; rethrows the first failure.
-void runRanks(int n, const std::function<void(int)>& fn) {
-  std::mutex mu;
-  std::exception_ptr first;
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        fn(r);
-      } catch (...) {
-        std::lock_guard<std::mutex> lock(mu);
-        if (!first) first = std::current_exception();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  if (first) std::rethrow_exception(first);
-}
+using collie::testing::drive;
+using collie::testing::exchange;
+using collie::testing::pattern;
+using collie::testing::runRanks;
 
 struct Rank {
   std::unique_ptr<TcpTransport> transport;
   core::Poller poller;
   CommContext ctx;
   std::vector<std::unique_ptr<Connection>> conns;  // indexed by peer rank (null for self)
+  int longSleeps = 0;                              // waits that ran into their (long) timeout
 };
 
 /// n ranks listening on 127.0.0.1 with a shared secret.
@@ -97,68 +84,6 @@ struct Cluster {
     for (size_t i = 0; i < peers.size(); ++i) ranks[r]->conns[peers[i]] = std::move(conns[i]);
   }
 };
-
-/// Progresses every connection of `rank` until all transfers are complete; sleeps in the poller (for long, so
-/// that a lost edge-triggered wake-up shows as a stall) only after a progress() that moved nothing.
-void drive(Rank& rank, const std::vector<Transfer*>& transfers, std::chrono::seconds limit = 60s) {
-  auto deadline = SteadyClock::now() + limit;
-  for (;;) {
-    bool done = true;
-    for (Transfer* t : transfers) done = done && t->complete;
-    if (done) return;
-    bool moved = false;
-    for (auto& c : rank.conns)
-      if (c) moved |= c->progress();
-    if (!moved) rank.poller.wait(std::chrono::microseconds(2s));
-    if (SteadyClock::now() > deadline) throw std::runtime_error("transfers did not complete in time");
-  }
-}
-
-uint8_t pattern(int from, int to, int msg, size_t i) {
-  return static_cast<uint8_t>((from * 131 + to * 31 + msg * 7 + i * 13 + (i >> 12)) & 0xff);
-}
-
-/// Every rank sends each of `sizes` to every other rank, all posted at once, and checks what it receives.
-void exchange(Cluster& cluster, const std::vector<size_t>& sizes) {
-  int n = static_cast<int>(cluster.ranks.size());
-  runRanks(n, [&](int r) {
-    Rank& rank = *cluster.ranks[r];
-    std::vector<std::vector<uint8_t>> out, in;
-    std::vector<Transfer> sends, recvs;
-    sends.reserve(sizes.size() * n);
-    recvs.reserve(sizes.size() * n);
-    std::vector<Transfer*> all;
-    for (int p = 0; p < n; ++p) {
-      if (p == r) continue;
-      for (size_t m = 0; m < sizes.size(); ++m) {
-        out.emplace_back(sizes[m]);
-        for (size_t i = 0; i < sizes[m]; ++i) out.back()[i] = pattern(r, p, static_cast<int>(m), i);
-        in.emplace_back(sizes[m], 0xEE);
-        sends.push_back(Transfer{out.back().data(), sizes[m]});
-        recvs.push_back(Transfer{in.back().data(), sizes[m]});
-        rank.conns[p]->postRecv(&recvs.back());
-        rank.conns[p]->postSend(&sends.back());
-        all.push_back(&recvs.back());
-        all.push_back(&sends.back());
-      }
-    }
-    EXPECT_TRUE(rank.conns[r == 0 ? 1 : 0]->busy());
-    drive(rank, all);
-    size_t k = 0;
-    for (int p = 0; p < n; ++p) {
-      if (p == r) continue;
-      EXPECT_FALSE(rank.conns[p]->busy());
-      for (size_t m = 0; m < sizes.size(); ++m, ++k) {
-        for (size_t i = 0; i < sizes[m]; ++i) {
-          if (in[k][i] != pattern(p, r, static_cast<int>(m), i)) {
-            ADD_FAILURE() << "rank " << r << " from " << p << " message " << m << " byte " << i << " wrong";
-            break;
-          }
-        }
-      }
-    }
-  });
-}
 
 // (nranks, sockets per peer, stripe threshold)
 class TcpExchange : public ::testing::TestWithParam<std::tuple<int, int, int64_t>> {};

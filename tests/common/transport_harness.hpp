@@ -1,0 +1,115 @@
+// Helpers shared by the transport-level tests (tests/threaded/test_*_transport.cpp): ranks as threads, a
+// progress loop that sleeps in the poller only after a pass that moved nothing (so a lost wake-up shows as a
+// stall), and an all-to-all exchange of patterned messages checked byte by byte. Each test file keeps its own
+// Rank and Cluster (the transport's setup differs); these templates need `conns`, `poller` and `longSleeps` on a
+// rank and `ranks` (unique_ptrs) on a cluster.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "transport/transport.hpp"
+
+namespace collie::testing {
+
+/// Runs fn(rank) on n threads; rethrows the first failure.
+inline void runRanks(int n, const std::function<void(int)>& fn) {
+  std::mutex mu;
+  std::exception_ptr first;
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        fn(r);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (!first) first = std::current_exception();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  if (first) std::rethrow_exception(first);
+}
+
+/// Byte i of message `msg` from rank `from` to rank `to`.
+inline uint8_t pattern(int from, int to, int msg, size_t i) {
+  return static_cast<uint8_t>((from * 131 + to * 31 + msg * 7 + i * 13 + (i >> 12)) & 0xff);
+}
+
+/// Progresses `rank` until every transfer is complete. After a pass that moved nothing it sleeps in the poller
+/// for `sleep` (long, so that a lost wake-up shows as a stall and is counted in rank.longSleeps).
+template <typename RankT>
+void drive(RankT& rank, const std::vector<transport::Transfer*>& transfers,
+           std::chrono::seconds limit = std::chrono::seconds(60),
+           std::chrono::microseconds sleep = std::chrono::seconds(2)) {
+  using Clock = std::chrono::steady_clock;
+  auto deadline = Clock::now() + limit;
+  for (;;) {
+    bool done = true;
+    for (transport::Transfer* t : transfers) done = done && t->complete;
+    if (done) return;
+    bool moved = false;
+    for (auto& c : rank.conns)
+      if (c) moved |= c->progress();
+    if (!moved) {
+      auto t0 = Clock::now();
+      rank.poller.wait(sleep);
+      if (Clock::now() - t0 >= sleep - std::chrono::milliseconds(50)) ++rank.longSleeps;
+    }
+    if (Clock::now() > deadline) throw std::runtime_error("transfers did not complete in time");
+  }
+}
+
+/// Every rank sends each of `sizes` to every other rank, all posted at once, and checks what it receives.
+template <typename ClusterT>
+void exchange(ClusterT& cluster, const std::vector<size_t>& sizes) {
+  int n = static_cast<int>(cluster.ranks.size());
+  runRanks(n, [&](int r) {
+    auto& rank = *cluster.ranks[r];
+    std::vector<std::vector<uint8_t>> out, in;
+    std::vector<transport::Transfer> sends, recvs;
+    sends.reserve(sizes.size() * n);
+    recvs.reserve(sizes.size() * n);
+    std::vector<transport::Transfer*> all;
+    for (int p = 0; p < n; ++p) {
+      if (p == r) continue;
+      for (size_t m = 0; m < sizes.size(); ++m) {
+        out.emplace_back(sizes[m]);
+        for (size_t i = 0; i < sizes[m]; ++i) out.back()[i] = pattern(r, p, static_cast<int>(m), i);
+        in.emplace_back(sizes[m], 0xEE);
+        sends.push_back(transport::Transfer{out.back().data(), sizes[m]});
+        recvs.push_back(transport::Transfer{in.back().data(), sizes[m]});
+        rank.conns[p]->postRecv(&recvs.back());
+        rank.conns[p]->postSend(&sends.back());
+        all.push_back(&recvs.back());
+        all.push_back(&sends.back());
+      }
+    }
+    EXPECT_TRUE(rank.conns[r == 0 ? 1 : 0]->busy());
+    drive(rank, all);
+    size_t k = 0;
+    for (int p = 0; p < n; ++p) {
+      if (p == r) continue;
+      EXPECT_FALSE(rank.conns[p]->busy());
+      for (size_t m = 0; m < sizes.size(); ++m, ++k) {
+        for (size_t i = 0; i < sizes[m]; ++i) {
+          if (in[k][i] != pattern(p, r, static_cast<int>(m), i)) {
+            ADD_FAILURE() << "rank " << r << " from " << p << " message " << m << " (" << sizes[m] << " bytes) byte "
+                          << i << " wrong";
+            break;
+          }
+        }
+      }
+    }
+  });
+}
+
+}  // namespace collie::testing
