@@ -1,0 +1,400 @@
+#!/usr/bin/env bash
+# run_testbed_tests.sh: the CTest cases of the multi-host test bed (label testbed; see testbed.sh for the bed).
+#
+#   run_testbed_tests.sh CASE COLLIERUN PERF_DIR
+#
+# Each case makes its own bed of 4 hosts (prefix ctb<pid>, so runs at once cannot collide), runs collie across it
+# and removes the bed in an EXIT trap, so also when a check fails or the case is stopped by SIGINT/SIGTERM. A bed
+# left by a run that was SIGKILLed (ctb<pid> whose process is gone) is removed at the start of the next run.
+# Exit 77 (CTest's skip) with the reason when namespaces cannot be made here. Cases:
+#   collectives  every *_perf, 4 ranks on 4 hosts (TCP only), sizes 4 B..4 MiB, checked: exit 0, #wrong 0
+#   algorithms   all_reduce_perf, 8 ranks, two per host (shm inside a host, TCP between), -A ring/tree/rhd/auto
+#   ifname       COLLIE_SOCKET_IFNAME unset, tb and =tb0 work and bind 10.213.0.x (collie's own log says so);
+#                =nosuch0 fails on every rank, quickly, naming the variable
+#   ratelimit    2-rank 64 MiB all_reduce: a 1gbit host pair stays under 0.14 GB/s, a 10gbit pair under 1.45 GB/s
+#                and faster than the 1gbit pair
+#   cleanup      a rank SIGKILLed mid-run, then down: no namespace or interface of the bed is left; the same after
+#                a case that fails on purpose and after one stopped by SIGTERM (nested runs of this script)
+set -euo pipefail
+
+usage() {
+  echo "usage: $0 collectives|algorithms|ifname|ratelimit|cleanup COLLIERUN PERF_DIR" >&2
+  exit 2
+}
+(($# == 3)) || usage
+case_name=$1
+collierun=$2
+perf_dir=$3
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+tb="$here/testbed.sh"
+readonly root_port=29500
+readonly subnet=10.213.0
+
+failures=0
+ok() { echo "ok: $*"; }
+fail() {
+  echo "FAIL: $*"
+  failures=$((failures + 1))
+}
+
+# ---- The bed ----------------------------------------------------------------------------------------------------
+
+# Beds of runs that were SIGKILLed (CTest's timeout) cannot clean up after themselves: remove those whose pid is gone.
+remove_stale_beds() {
+  local p pid
+  for p in $(ip netns list 2>/dev/null | sed -nE 's/^(ctb[0-9]+[a-z]?)-(h[0-9]+|sw)( .*)?$/\1/p' | sort -u); do
+    pid=${p#ctb}
+    pid=${pid%[a-z]}
+    if ! kill -0 "$pid" 2>/dev/null; then
+      echo "removing the stale bed $p (its run, pid $pid, is gone)"
+      "$tb" down "$p"
+    fi
+  done
+}
+
+# What the cases set is all they get: no COLLIE_* variable of the caller's (an interface filter, an algorithm...),
+# and the bed's default rates and rank placement.
+while read -r v; do unset "$v"; done < <(compgen -e | grep '^COLLIE_' || true)
+unset TESTBED_RATES TESTBED_RANK_HOSTS
+
+rc=0
+"$tb" check || rc=$?
+((rc == 0)) || exit "$rc"  # 77 (skip) with the reason on stderr
+for f in "$collierun" "$perf_dir/all_reduce_perf"; do [[ -x $f ]] || { echo "not built: $f" >&2; exit 2; }; done
+
+prefix=${TESTBED_PREFIX:-ctb$$}
+work=$(mktemp -d "${TMPDIR:-/tmp}/testbed.XXXXXX")
+finish() {
+  local rc=$?
+  "$tb" down "$prefix"
+  rm -rf "$work"
+  exit "$rc"
+}
+trap finish EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+remove_stale_beds
+"$tb" up "$prefix"
+
+# ---- Running jobs -----------------------------------------------------------------------------------------------
+
+# job NAME NRANKS ROOT_HOST prog args...: collierun with one rank per host in turn (TESTBED_RANK_HOSTS, if set, says
+# which hosts), the bootstrap root on ROOT_HOST; output in $work/NAME.out, exit code in job_rc, wall time in job_s.
+job_rc=0
+job_s=0
+job() {
+  local name=$1 n=$2 root_host=$3 start
+  shift 3
+  echo "run: $name: collierun -n $n -- testbed.sh rank-exec $prefix -- $(basename "$1") ${*:2}"
+  start=$(date +%s.%N)
+  job_rc=0
+  # In the background, so that a SIGTERM to us is handled at once (bash runs traps only between commands).
+  COLLIE_ROOT_ADDR="$subnet.$((root_host + 1)):$root_port" COLLIE_TIMEOUT=${COLLIE_TIMEOUT:-30000} \
+    "$collierun" -n "$n" --timeout 60 -- "$tb" rank-exec "$prefix" -- "$@" >"$work/$name.out" 2>&1 &
+  wait $! || job_rc=$?
+  job_s=$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+}
+
+show() { sed 's/^/    /' "$work/$1.out"; }
+
+# check_perf NAME ROWS: the job exited 0, rank 0's table has ROWS rows, every #wrong column reads 0 (or N/A for an
+# in-place column the collective does not have) and the summary says OK.
+check_perf() {
+  local name=$1 rows=$2 got bad
+  got=$(awk '$1 == "[0]" && $2 ~ /^[0-9]+$/ { n++ } END { print n + 0 }' "$work/$name.out")
+  bad=$(awk '$1 == "[0]" && $2 ~ /^[0-9]+$/ && ($10 != "0" || ($14 != "0" && $14 != "N/A")) { n++ } END { print n + 0 }' \
+    "$work/$name.out")
+  if ((job_rc != 0)); then
+    fail "$name: exit code $job_rc"
+  elif ((got != rows)); then
+    fail "$name: $got table rows, expected $rows"
+  elif ((bad != 0)); then
+    fail "$name: $bad rows with a non-zero #wrong"
+  elif ! grep -q '^\[0\] # Out of bounds values : 0 OK' "$work/$name.out"; then
+    fail "$name: no 'Out of bounds values : 0 OK' summary"
+  else
+    ok "$name: exit 0, $rows sizes, #wrong 0 in every row ($job_s s)"
+    return 0
+  fi
+  show "$name"
+  return 1
+}
+
+# check_transports NAME NRANKS SHM TCP: collie's INIT log of every rank says SHM peers over shm (none: no such line)
+# and TCP peers over tcp, i.e. the ranks sit on the hosts rank-exec meant.
+check_transports() {
+  local name=$1 n=$2 shm=$3 tcp=$4 r bad=0
+  for ((r = 0; r < n; ++r)); do
+    if ((shm == 0)); then
+      ! grep -qE "^\[$r\] .* collie INFO comm rank $r: [0-9]+ peer\(s\) over shm\$" "$work/$name.out" || bad=$((bad + 1))
+    else
+      grep -qE "^\[$r\] .* collie INFO comm rank $r: $shm peer\(s\) over shm\$" "$work/$name.out" || bad=$((bad + 1))
+    fi
+    grep -qE "^\[$r\] .* collie INFO comm rank $r: $tcp peer\(s\) over tcp\$" "$work/$name.out" || bad=$((bad + 1))
+  done
+  if ((bad == 0)); then
+    ok "$name: every rank: $shm peer(s) over shm, $tcp over tcp"
+  else
+    fail "$name: $bad of $((2 * n)) transport counts are not $shm over shm and $tcp over tcp"
+    grep ' peer(s) over ' "$work/$name.out" | sed 's/^/    /' || true
+  fi
+}
+
+# algbw NAME: the larger of rank 0's out-of-place and in-place algbw (GB/s) in the first table row.
+algbw() {
+  awk '$1 == "[0]" && $2 ~ /^[0-9]+$/ { a = $8 + 0; b = ($12 == "N/A") ? 0 : $12 + 0; print (a > b ? a : b); exit }' \
+    "$work/$1.out"
+}
+
+# ---- The cases --------------------------------------------------------------------------------------------------
+
+readonly sweep=(-b 4 -e 4M -f 4 -c 1 -w 1 -n 3)
+readonly sweep_rows=11  # 4 B, 16 B, ..., 4 MiB
+
+case_collectives() {
+  local c
+  for c in all_reduce all_gather broadcast reduce reduce_scatter alltoall sendrecv; do
+    COLLIE_DEBUG=INFO COLLIE_DEBUG_SUBSYS=INIT job "${c}_4hosts" 4 0 "$perf_dir/${c}_perf" "${sweep[@]}"
+    if check_perf "${c}_4hosts" "$sweep_rows"; then check_transports "${c}_4hosts" 4 0 3; fi
+  done
+}
+
+case_algorithms() {
+  local a name
+  for a in ring tree rhd auto; do
+    name="all_reduce_8ranks_$a"
+    COLLIE_DEBUG=INFO COLLIE_DEBUG_SUBSYS=INIT job "$name" 8 0 "$perf_dir/all_reduce_perf" "${sweep[@]}" -A "$a"
+    check_perf "$name" "$sweep_rows" || continue
+    if ! grep -q "^\[0\] # Algorithm: $a\$" "$work/$name.out"; then
+      fail "$name: the table header does not say '# Algorithm: $a'"
+    fi
+    # Two ranks per host: each rank has its host mate over shm and the 6 ranks of the other hosts over tcp.
+    check_transports "$name" 8 1 6
+  done
+}
+
+case_ifname() {
+  local filter name r addr n start elapsed rc secret pids=()
+  # Unset (first non-loopback interface), a prefix and an exact name: each rank must bind its own host's address.
+  for filter in unset tb =tb0; do
+    name="ifname_${filter#=}"
+    [[ $filter == =* ]] && name="ifname_exact_${filter#=}"
+    if [[ $filter == unset ]]; then
+      COLLIE_DEBUG=INFO COLLIE_DEBUG_SUBSYS=NET job "$name" 4 0 "$perf_dir/all_reduce_perf" -b 1M -e 1M -c 1 -w 1 -n 2
+    else
+      COLLIE_SOCKET_IFNAME=$filter COLLIE_DEBUG=INFO COLLIE_DEBUG_SUBSYS=NET \
+        job "$name" 4 0 "$perf_dir/all_reduce_perf" -b 1M -e 1M -c 1 -w 1 -n 2
+    fi
+    check_perf "$name" 1 || continue
+    n=0
+    for r in 0 1 2 3; do
+      addr="$subnet.$((r + 1))"
+      if grep -qE "^\[$r\] .* collie INFO using interface tb0 address ${addr//./\\.}:0\$" "$work/$name.out" &&
+        grep -qE "^\[$r\] .* collie INFO tcp: rank $r listening on ${addr//./\\.}:[0-9]+\$" "$work/$name.out"; then
+        n=$((n + 1))
+      else
+        fail "$name: rank $r's log does not say 'using interface tb0 address $addr' and 'listening on $addr:PORT'"
+      fi
+    done
+    if grep -qE 'collie INFO (using interface lo |tcp: rank [0-9]+ listening on 127\.)' "$work/$name.out"; then
+      fail "$name: a rank used loopback"
+      n=0
+    fi
+    if ((n == 4)); then
+      ok "$name: COLLIE_SOCKET_IFNAME $filter: every rank bound tb0 at its host's $subnet.x address, none loopback"
+    else
+      grep -E 'using interface|listening on' "$work/$name.out" | sed 's/^/    /' || true
+    fi
+  done
+
+  # A name that matches nothing: every rank must fail on its own (so no collierun, which stops the others after the
+  # first failure), well within COLLIE_TIMEOUT, naming the variable.
+  echo "run: ifname_nosuch0: 4 ranks started by hand, COLLIE_SOCKET_IFNAME==nosuch0 COLLIE_TIMEOUT=5000"
+  secret=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')
+  start=$(date +%s)
+  for r in 0 1 2 3; do
+    env -u RANK -u WORLD_SIZE -u LOCAL_RANK -u OMPI_COMM_WORLD_RANK -u SLURM_PROCID -u COLLIE_UNIQUE_ID \
+      COLLIE_RANK=$r COLLIE_NRANKS=4 COLLIE_LOCAL_RANK=0 COLLIE_ROOT_ADDR="$subnet.1:$root_port" COLLIE_SECRET="$secret" \
+      COLLIE_TIMEOUT=5000 COLLIE_SOCKET_IFNAME==nosuch0 \
+      timeout 30 "$tb" rank-exec "$prefix" -- "$perf_dir/all_reduce_perf" -b 8 -e 8 >"$work/nosuch0.$r.out" 2>&1 &
+    pids+=($!)
+  done
+  n=0
+  for r in 0 1 2 3; do
+    rc=0
+    wait "${pids[r]}" || rc=$?
+    if ((rc == 0)); then
+      fail "ifname_nosuch0: rank $r exited 0"
+    elif ((rc == 124)); then
+      fail "ifname_nosuch0: rank $r still ran after 30 s"
+    elif ! grep -q "COLLIE_SOCKET_IFNAME='=nosuch0'" "$work/nosuch0.$r.out"; then
+      fail "ifname_nosuch0: rank $r (exit $rc) did not name COLLIE_SOCKET_IFNAME='=nosuch0':"
+      sed 's/^/    /' "$work/nosuch0.$r.out"
+    else
+      n=$((n + 1))
+    fi
+  done
+  elapsed=$(($(date +%s) - start))
+  if ((n == 4 && elapsed <= 20)); then
+    ok "ifname_nosuch0: all 4 ranks failed in ${elapsed} s, each saying: $(grep -ho 'no usable network interface[^(]*([^)]*)' \
+      "$work/nosuch0.0.out" | head -1)"
+  elif ((n == 4)); then
+    fail "ifname_nosuch0: the ranks took $elapsed s to fail (at most 20 expected)"
+  fi
+}
+
+case_ratelimit() {
+  local slow fast i names=(ratelimit_1gbit ratelimit_10gbit) rcs=() args=(-b 64M -e 64M -c 0 -w 1 -n 2)
+  # Hosts 2 and 3 have 1gbit links, hosts 0 and 1 10gbit (testbed.sh's default rates). A 2-rank AllReduce moves the
+  # whole buffer each way, so algbw cannot exceed the link rate: 0.125 GB/s at 1gbit, 1.25 GB/s at 10gbit. Only
+  # these ceilings (plus a margin for tbf's 10 ms burst) are asserted, and that the 10gbit pair beats the 1gbit one.
+  TESTBED_RANK_HOSTS="2 3" job ratelimit_1gbit 2 2 "$perf_dir/all_reduce_perf" "${args[@]}"
+  rcs+=("$job_rc")
+  TESTBED_RANK_HOSTS="0 1" job ratelimit_10gbit 2 0 "$perf_dir/all_reduce_perf" "${args[@]}"
+  rcs+=("$job_rc")
+  for i in 0 1; do
+    if ((rcs[i] != 0)) || [[ -z $(algbw "${names[i]}") ]]; then
+      fail "${names[i]}: the job exited ${rcs[i]} or printed no table row"
+      show "${names[i]}"
+      return 0
+    fi
+  done
+  slow=$(algbw ratelimit_1gbit)
+  fast=$(algbw ratelimit_10gbit)
+  if awk -v s="$slow" 'BEGIN { exit !(s < 0.14) }'; then
+    ok "ratelimit: 1gbit pair (hosts 2, 3): algbw $slow GB/s < 0.14"
+  else
+    fail "ratelimit: 1gbit pair (hosts 2, 3): algbw $slow GB/s, not under 0.14: the rate limit does not bite"
+  fi
+  if awk -v f="$fast" 'BEGIN { exit !(f < 1.45) }'; then
+    ok "ratelimit: 10gbit pair (hosts 0, 1): algbw $fast GB/s < 1.45"
+  else
+    fail "ratelimit: 10gbit pair (hosts 0, 1): algbw $fast GB/s, not under 1.45: the rate limit does not bite"
+  fi
+  if awk -v s="$slow" -v f="$fast" 'BEGIN { exit !(f > s) }'; then
+    ok "ratelimit: the 10gbit pair ($fast GB/s) is faster than the 1gbit pair ($slow GB/s)"
+  else
+    fail "ratelimit: the 10gbit pair ($fast GB/s) is not faster than the 1gbit pair ($slow GB/s)"
+  fi
+}
+
+# leftovers P: prints what of bed P is still there (namespaces, interfaces in our namespace), nothing if none.
+leftovers() {
+  ip netns list | awk -v p="$1" 'index($1, p "-") == 1 { print "namespace " $1 }'
+  ip -o link show | awk -F': ' -v p="$1" 'index($2, p "-") == 1 { print "interface " $2 }'
+}
+
+# expect_gone P WHAT: asserts that nothing of bed P is left.
+expect_gone() {
+  local left
+  left=$(leftovers "$1")
+  if [[ -z $left ]]; then
+    ok "$2: no namespace or interface named $1-* is left"
+  else
+    fail "$2: left behind: $(echo "$left" | tr '\n' ' ')"
+  fi
+}
+
+case_cleanup() {
+  local pid="" i rc out sub
+  # The bed is all there before anything is removed.
+  local ns ports
+  ns=$(ip netns list | awk -v p="$prefix" 'index($1, p "-") == 1' | wc -l)
+  ports=$(ip -n "$prefix-sw" -o link show master br0 | wc -l)
+  if ((ns == 5 && ports == 4)); then ok "cleanup: the bed has 5 namespaces and 4 bridge ports"; else
+    fail "cleanup: the bed has $ns namespaces (5 expected) and $ports bridge ports (4 expected)"
+  fi
+
+  # 1. A rank SIGKILLed in the middle of a job: collierun must say so and fail; down must leave nothing.
+  echo "run: cleanup_kill: 4-rank all_reduce_perf at 64 MiB; rank 2 (host 2) gets SIGKILL"
+  COLLIE_ROOT_ADDR="$subnet.1:$root_port" COLLIE_TIMEOUT=10000 "$collierun" -n 4 --timeout 60 -- \
+    "$tb" rank-exec "$prefix" -- "$perf_dir/all_reduce_perf" -b 64M -e 64M -c 0 -w 1 -n 50 >"$work/kill.out" 2>&1 &
+  local job_pid=$!
+  for ((i = 0; i < 100; ++i)); do  # up to 10 s for rank 2 to start and reach its first AllReduce
+    pid=$(ip netns pids "$prefix-h2" 2>/dev/null | head -1)
+    [[ -n $pid ]] && grep -q '^\[0\] #  Rank  3' "$work/kill.out" && break
+    pid=""
+    sleep 0.1
+  done
+  if [[ -z $pid ]]; then
+    fail "cleanup_kill: rank 2 never ran in $prefix-h2"
+    kill "$job_pid" 2>/dev/null || true
+  else
+    sleep 0.5
+    kill -KILL "$pid" 2>/dev/null || true
+  fi
+  rc=0
+  wait "$job_pid" || rc=$?
+  if [[ -n $pid ]]; then
+    if ((rc != 0 && rc != 124)) && grep -q 'collierun: rank 2 killed by signal SIGKILL' "$work/kill.out"; then
+      ok "cleanup_kill: collierun exited $rc naming rank 2 killed by SIGKILL"
+    else
+      fail "cleanup_kill: collierun exited $rc without naming rank 2's SIGKILL"
+      tail -20 "$work/kill.out" | sed 's/^/    /'
+    fi
+  fi
+  "$tb" down "$prefix"
+  expect_gone "$prefix" "cleanup_kill: after down"
+  rc=0
+  out=$("$tb" down "$prefix" 2>&1) || rc=$?
+  if ((rc == 0)) && [[ -z $out ]]; then ok "cleanup: a second down is quiet and exits 0"; else
+    fail "cleanup: a second down exited $rc, saying '$out'"
+  fi
+
+  # 2. A case that fails on purpose (a nested run of this script): its EXIT trap must remove its bed.
+  sub="${prefix}f"
+  echo "run: cleanup_fail: a nested case that fails on purpose, bed $sub"
+  rc=0
+  TESTBED_PREFIX=$sub "$0" _fail_on_purpose "$collierun" "$perf_dir" >"$work/fail.out" 2>&1 || rc=$?
+  if ((rc != 0)) && grep -q 'failing on purpose' "$work/fail.out" && grep -q "^ok: the bed $sub is up" "$work/fail.out"
+  then
+    ok "cleanup_fail: the nested case made its bed and failed (exit $rc)"
+  else
+    fail "cleanup_fail: the nested case exited $rc:"
+    sed 's/^/    /' "$work/fail.out"
+  fi
+  expect_gone "$sub" "cleanup_fail: after the failed case"
+
+  # 3. A case stopped by SIGTERM while it waits (as a timeout would stop it): the same.
+  sub="${prefix}t"
+  echo "run: cleanup_term: a nested case stopped by SIGTERM, bed $sub"
+  TESTBED_PREFIX=$sub "$0" _wait_for_term "$collierun" "$perf_dir" >"$work/term.out" 2>&1 &
+  local sub_pid=$!
+  for ((i = 0; i < 100; ++i)); do
+    grep -q 'waiting for SIGTERM' "$work/term.out" 2>/dev/null && break
+    sleep 0.1
+  done
+  kill -TERM "$sub_pid"
+  rc=0
+  wait "$sub_pid" || rc=$?
+  if ((rc == 143)); then ok "cleanup_term: the nested case exited 143 on SIGTERM"; else
+    fail "cleanup_term: the nested case exited $rc (143 expected):"
+    sed 's/^/    /' "$work/term.out"
+  fi
+  expect_gone "$sub" "cleanup_term: after SIGTERM"
+}
+
+# Nested cases for case_cleanup: both leave their bed to the EXIT trap.
+case__fail_on_purpose() {
+  [[ -n $(ip netns list | awk -v p="$prefix-h3" '$1 == p') ]] && ok "the bed $prefix is up"
+  echo "failing on purpose"
+  return 1
+}
+case__wait_for_term() {
+  local sleeper
+  sleep 60 &
+  sleeper=$!
+  trap 'kill "$sleeper"; exit 143' TERM
+  echo "waiting for SIGTERM"
+  wait "$sleeper"
+}
+
+case $case_name in
+  collectives | algorithms | ifname | ratelimit | cleanup | _fail_on_purpose | _wait_for_term) "case_$case_name" ;;
+  *) usage ;;
+esac
+if ((failures)); then
+  echo "$case_name: $failures check(s) FAILED"
+  exit 1
+fi
+echo "$case_name: all checks passed"
