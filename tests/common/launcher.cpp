@@ -183,12 +183,86 @@ ProcessLauncher::~ProcessLauncher() {
       waitpid(pids_[r], &status, 0);
     }
   }
+  stopRoot();
   munmap(shared_, sizeof(SharedArea));
 }
 
+// The helper: makes the UniqueId (its bootstrap root thread lives here), hands the id to the parent through a
+// pipe and waits to be killed. The parent never runs a second thread, so every rank is forked from a
+// single-threaded process.
+UniqueId ProcessLauncher::startRoot() {
+  int fds[2];
+  if (pipe(fds) != 0) throw std::runtime_error(std::string("pipe failed: ") + strerror(errno));
+  fflush(stdout);
+  fflush(stderr);
+  const pid_t parent = getpid();
+  const pid_t pid = fork();
+  if (pid < 0) {
+    int err = errno;
+    close(fds[0]);
+    close(fds[1]);
+    throw std::runtime_error(std::string("fork failed: ") + strerror(err));
+  }
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(kChildInitFailure);
+    close(fds[0]);
+    try {
+      UniqueId id = UniqueId::create();
+      if (write(fds[1], &id.raw, sizeof(id.raw)) != static_cast<ssize_t>(sizeof(id.raw))) _exit(kChildInitFailure);
+    } catch (const std::exception& e) {
+      fprintf(stderr, "[root] UniqueId::create failed: %s\n", e.what());
+      _exit(kChildInitFailure);
+    }
+    for (;;) pause();
+  }
+  close(fds[1]);
+  rootPid_ = pid;
+  UniqueId id;
+  size_t got = 0;
+  auto* bytes = reinterpret_cast<char*>(&id.raw);
+  while (got < sizeof(id.raw)) {
+    ssize_t n = read(fds[0], bytes + got, sizeof(id.raw) - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    got += static_cast<size_t>(n);
+  }
+  close(fds[0]);
+  if (got != sizeof(id.raw)) {
+    stopRoot();
+    throw std::runtime_error("the bootstrap root helper process failed before handing over a UniqueId");
+  }
+  return id;
+}
+
+void ProcessLauncher::stopRoot() {
+  if (rootPid_ <= 0) return;
+  ::kill(rootPid_, SIGKILL);
+  int status = 0;
+  waitpid(rootPid_, &status, 0);
+  rootPid_ = -1;
+}
+
+namespace {
+int threadsInThisProcess() {
+  FILE* f = fopen("/proc/self/status", "r");
+  if (!f) return -1;
+  char line[256];
+  int threads = -1;
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "Threads: %d", &threads) == 1) break;
+  fclose(f);
+  return threads;
+}
+}  // namespace
+
 void ProcessLauncher::start(const TestBody& body) {
   if (!pids_.empty()) throw std::logic_error("ProcessLauncher::start called twice");
-  UniqueId id = UniqueId::create();  // the bootstrap root runs as a thread of this (the parent) process
+  if (int threads = threadsInThisProcess(); threads > 1)
+    throw std::logic_error("ProcessLauncher::start: this process runs " + std::to_string(threads) +
+                           " threads; ranks must be forked from a single-threaded process (a child inherits the "
+                           "locks other threads hold at fork and can hang on them)");
+  const UniqueId id = startRoot();
   fflush(stdout);
   fflush(stderr);
   const pid_t parent = getpid();
@@ -199,6 +273,7 @@ void ProcessLauncher::start(const TestBody& body) {
     if (pid < 0) {
       int err = errno;
       for (pid_t p : pids_) ::kill(p, SIGKILL);
+      stopRoot();
       throw std::runtime_error(std::string("fork failed: ") + strerror(err));
     }
     if (pid == 0) childMain(r, nranks_, id, options_, body, parent);
@@ -253,6 +328,7 @@ std::vector<RankExit> ProcessLauncher::wait(std::chrono::milliseconds deadline) 
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
+  stopRoot();
   return exits_;
 }
 

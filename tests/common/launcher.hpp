@@ -2,10 +2,13 @@
 // every rank and checks what that rank sees. The launchers decide how the ranks exist:
 //   ThreadLauncher   one thread per rank in this process (Communicator::createAll); the first failure is
 //                    rethrown, naming its rank, after the other ranks were aborted so that none of them hangs.
-//   ProcessLauncher  one forked process per rank (UniqueId made in the parent, Communicator::create in each
-//                    child); a child that fails (gtest failure or exception) prints why, prefixed by its rank,
-//                    and exits non-zero; the parent collects every exit status under a deadline and can kill a
-//                    rank on purpose.
+//   ProcessLauncher  one forked process per rank (Communicator::create in each child); a child that fails
+//                    (gtest failure or exception) prints why, prefixed by its rank, and exits non-zero; the
+//                    parent collects every exit status under a deadline and can kill a rank on purpose.
+//                    The UniqueId, and with it the bootstrap root thread, is made in a forked helper process, so
+//                    that the parent stays single-threaded: a child forked from a multi-threaded process inherits
+//                    any lock another thread held at that moment (the sanitizers' allocator locks included) and
+//                    can hang on it for ever.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -69,8 +72,8 @@ class ProcessLauncher {
   ProcessLauncher(const ProcessLauncher&) = delete;
   ProcessLauncher& operator=(const ProcessLauncher&) = delete;
 
-  /// Makes a UniqueId here and forks one child per rank; returns at once. Each child creates its communicator,
-  /// runs body, destroys the communicator and _exit()s: 0, or kChildGtestFailure / kChildException /
+  /// Forks the root helper (which makes the UniqueId) and one child per rank; returns at once. Each child creates its
+  /// communicator, runs body, destroys the communicator and _exit()s: 0, or kChildGtestFailure / kChildException /
   /// kChildInitFailure with the reason on stderr prefixed "[rank R] ".
   void start(const TestBody& body);
   /// The pid of each rank's child (after start).
@@ -92,7 +95,11 @@ class ProcessLauncher {
   std::vector<pid_t> pids_;
   std::vector<RankExit> exits_;
   SharedArea* shared_ = nullptr;
+  pid_t rootPid_ = -1;  ///< the helper process that hosts the bootstrap root
   std::chrono::steady_clock::time_point started_;
+
+  UniqueId startRoot();
+  void stopRoot();
 };
 
 /// Success when every rank exited 0; otherwise lists each rank's ending.
