@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "core/communicator.hpp"
+#include "core/device_stager.hpp"
 #include "core/errors.hpp"
 
 using collie::ErrorCode;
@@ -111,17 +112,12 @@ int rawEnum(const E& e) {
 collie::DataType dt(const collieDataType_t& t) { return static_cast<collie::DataType>(rawEnum(t)); }
 collie::ReduceOp rop(const collieRedOp_t& o) { return static_cast<collie::ReduceOp>(rawEnum(o)); }
 
-void checkStream(collieStream_t stream) {
-  COLLIE_USAGE_CHECK(stream == nullptr,
-                     "a CUDA stream was passed, but this build of collie supports host buffers only (pass NULL as "
-                     "stream)");
-}
-
-// A blocking call on host buffers: the stream must be NULL.
+// A call with a stream argument: on host buffers (stream NULL) it blocks until done; on device buffers it is
+// enqueued on `stream` (NULL: the default stream) and returns at once (src/core/device_stager.hpp).
 template <typename F>
-collieResult_t hostCall(collieComm_t handle, collieStream_t stream, F&& body) {
+collieResult_t streamCall(collieComm_t handle, collieStream_t stream, F&& body) {
   return withComm(handle, [&](collie::Communicator& c) {
-    checkStream(stream);
+    collie::core::StreamScope scope(stream);
     body(c);
   });
 }
@@ -220,15 +216,18 @@ collieResult_t collieCommInitRankConfig(collieComm_t* comm, int nranks, collieUn
   return initRank(comm, nranks, commId, rank, config);
 }
 
-collieResult_t collieCommInitAll(collieComm_t* comms, int ndev, const int* /*devlist*/) {
+collieResult_t collieCommInitAll(collieComm_t* comms, int ndev, const int* devlist) {
   if (!comms) return argError("comms is NULL");
   if (ndev < 1) return argError("ndev must be at least 1");
+  for (int i = 0; devlist && i < ndev; ++i)
+    if (devlist[i] < 0) return argError("devlist holds a negative device number");
   std::vector<std::unique_ptr<collie::Communicator>> all;
   collieResult_t r = guarded(nullptr, [&] { all = collie::Communicator::createAll(ndev); });
   if (r != collieSuccess) return r;
   for (int i = 0; i < ndev; ++i) {
     comms[i] = new collieComm;
     comms[i]->comm = std::move(all[static_cast<size_t>(i)]);
+    if (devlist) comms[i]->comm->impl().bindDevice(devlist[i]);  // several ranks may share a GPU
   }
   return collieSuccess;
 }
@@ -333,45 +332,49 @@ const char* collieGetLastError(collieComm_t handle) {
 
 collieResult_t collieAllReduce(const void* sendbuff, void* recvbuff, size_t count, collieDataType_t datatype,
                                collieRedOp_t op, collieComm_t comm, collieStream_t stream) {
-  return hostCall(comm, stream,
-                  [&](collie::Communicator& c) { c.allReduce(sendbuff, recvbuff, count, dt(datatype), rop(op)); });
+  return streamCall(comm, stream,
+                    [&](collie::Communicator& c) { c.allReduce(sendbuff, recvbuff, count, dt(datatype), rop(op)); });
 }
 
 collieResult_t collieBroadcast(const void* sendbuff, void* recvbuff, size_t count, collieDataType_t datatype, int root,
                                collieComm_t comm, collieStream_t stream) {
-  return hostCall(comm, stream, [&](collie::Communicator& c) { c.broadcast(sendbuff, recvbuff, count, dt(datatype), root); });
+  return streamCall(comm, stream,
+                    [&](collie::Communicator& c) { c.broadcast(sendbuff, recvbuff, count, dt(datatype), root); });
 }
 
 collieResult_t collieReduce(const void* sendbuff, void* recvbuff, size_t count, collieDataType_t datatype,
                             collieRedOp_t op, int root, collieComm_t comm, collieStream_t stream) {
-  return hostCall(comm, stream,
-                  [&](collie::Communicator& c) { c.reduce(sendbuff, recvbuff, count, dt(datatype), rop(op), root); });
+  return streamCall(comm, stream,
+                    [&](collie::Communicator& c) { c.reduce(sendbuff, recvbuff, count, dt(datatype), rop(op), root); });
 }
 
 collieResult_t collieAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, collieDataType_t datatype,
                                collieComm_t comm, collieStream_t stream) {
-  return hostCall(comm, stream, [&](collie::Communicator& c) { c.allGather(sendbuff, recvbuff, sendcount, dt(datatype)); });
+  return streamCall(comm, stream,
+                    [&](collie::Communicator& c) { c.allGather(sendbuff, recvbuff, sendcount, dt(datatype)); });
 }
 
 collieResult_t collieReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, collieDataType_t datatype,
                                    collieRedOp_t op, collieComm_t comm, collieStream_t stream) {
-  return hostCall(
-      comm, stream, [&](collie::Communicator& c) { c.reduceScatter(sendbuff, recvbuff, recvcount, dt(datatype), rop(op)); });
+  return streamCall(comm, stream, [&](collie::Communicator& c) {
+    c.reduceScatter(sendbuff, recvbuff, recvcount, dt(datatype), rop(op));
+  });
 }
 
 collieResult_t collieAllToAll(const void* sendbuff, void* recvbuff, size_t count, collieDataType_t datatype,
                               collieComm_t comm, collieStream_t stream) {
-  return hostCall(comm, stream, [&](collie::Communicator& c) { c.allToAll(sendbuff, recvbuff, count, dt(datatype)); });
+  return streamCall(comm, stream,
+                    [&](collie::Communicator& c) { c.allToAll(sendbuff, recvbuff, count, dt(datatype)); });
 }
 
 collieResult_t collieSend(const void* sendbuff, size_t count, collieDataType_t datatype, int peer, collieComm_t comm,
                           collieStream_t stream) {
-  return hostCall(comm, stream, [&](collie::Communicator& c) { c.send(sendbuff, count, dt(datatype), peer); });
+  return streamCall(comm, stream, [&](collie::Communicator& c) { c.send(sendbuff, count, dt(datatype), peer); });
 }
 
 collieResult_t collieRecv(void* recvbuff, size_t count, collieDataType_t datatype, int peer, collieComm_t comm,
                           collieStream_t stream) {
-  return hostCall(comm, stream, [&](collie::Communicator& c) { c.recv(recvbuff, count, dt(datatype), peer); });
+  return streamCall(comm, stream, [&](collie::Communicator& c) { c.recv(recvbuff, count, dt(datatype), peer); });
 }
 
 collieResult_t collieBarrier(collieComm_t comm) {

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/cuda_plugin.hpp"
+#include "core/device_stager.hpp"
 #include "core/errors.hpp"
 #include "core/log.hpp"
 #include "core/params.hpp"
@@ -133,6 +135,7 @@ CommImpl::~CommImpl() {
   }
   qcv_.notify_all();
   if (progress_.joinable()) progress_.join();
+  stager_.reset();  // every staged call was released by the progress thread
   for (auto& c : conns_)
     if (c) c->close();
 }
@@ -226,7 +229,11 @@ void CommImpl::execute(const std::vector<OpDesc>& ops) {
 }
 
 void CommImpl::run(OpDesc op) {
+  op.stream = StreamScope::stream();
+  op.streamOrdered = StreamScope::active();
   validate(op);
+  classifyMemory(op);
+  if (op.device) return runDevice(std::move(op));
   if (inGroup()) {
     groupAdd(this, std::move(op));
     return;
@@ -259,8 +266,20 @@ void CommImpl::run(OpDesc op) {
 
 std::shared_ptr<WorkState> CommImpl::runAsync(OpDesc op) {
   validate(op);
+  classifyMemory(op);  // device buffers: on the default stream; the Work completes once the result is back
   auto work = std::make_shared<WorkState>();
   op.work = work;
+  if (op.device) {
+    std::lock_guard<std::mutex> lock(deviceMu_);
+    stageDevice(op);
+    if (inGroup()) {
+      groupAdd(this, std::move(op));
+    } else {
+      std::vector<OpDesc> ops{std::move(op)};
+      enqueue(std::move(ops), work);
+    }
+    return work;
+  }
   if (inGroup()) {
     groupAdd(this, std::move(op));
     return work;
@@ -268,6 +287,85 @@ std::shared_ptr<WorkState> CommImpl::runAsync(OpDesc op) {
   std::vector<OpDesc> ops{std::move(op)};
   enqueue(std::move(ops), work);
   return work;
+}
+
+// ---- Device buffers (device_stager.hpp) ------------------------------------------------------------------------
+
+// Under deviceMu_: makes the stager on first use, then enqueues the call's copies.
+void CommImpl::stageDevice(OpDesc& op) {
+  const CollieCudaPlugin& plugin = cuda::requirePlugin("a call on device buffers");
+  if (!stager_) {
+    stager_ = std::make_unique<DeviceStager>(plugin, op.deviceOrdinal >= 0 ? op.deviceOrdinal : boundDevice_);
+  } else if (op.deviceOrdinal >= 0 && op.deviceOrdinal != stager_->device()) {
+    COLLIE_FAIL(ErrorCode::InvalidUsage, "%s on rank %d: the buffers are on GPU %d, but this communicator uses GPU %d",
+                algorithms::collectiveName(op.coll), rank_, op.deviceOrdinal, stager_->device());
+  }
+  try {
+    op.staged = stager_->stage(op, rank_, nranks_, op.stream, op.streamOrdered);
+  } catch (const Error& e) {
+    // This rank's part of the collective will not run: the communicator cannot be used any more.
+    if (isFatal(e.code())) recordFailure(e.code(), e.what());
+    throw;
+  }
+}
+
+// Calls on device buffers never run on the calling thread: they wait for the caller's stream.
+void CommImpl::runDevice(OpDesc op) {
+  const bool streamOrdered = op.streamOrdered;
+  auto work = std::make_shared<WorkState>();
+  {
+    std::lock_guard<std::mutex> lock(deviceMu_);
+    stageDevice(op);
+    if (inGroup()) {
+      groupAdd(this, std::move(op));
+      return;
+    }
+    enqueue({std::move(op)}, work);
+  }
+  if (streamOrdered) return;  // a C API call: it completes in stream order; failures come out asynchronously
+  work->wait();
+  if (work->code != ErrorCode::Success) throw Error(work->code, work->message);
+}
+
+// On the progress thread.
+void CommImpl::runBatch(std::vector<OpDesc>& ops) {
+  if (failCode_.load() != ErrorCode::Success) throw Error(failCode_.load(), failureMessage());
+  for (const OpDesc& op : ops) {
+    if (!op.staged) continue;
+    try {
+      stager_->waitStaged(*op.staged, abort_);
+    } catch (const Error& e) {
+      fail(e.code(), e.what());  // peers waiting on this rank fail now rather than at their timeout
+      throw;
+    }
+  }
+  execute(ops);
+}
+
+// On the progress thread, after runBatch succeeded or failed: lets every staged copy-back run, records a failure
+// of a stream-ordered call on the communicator (its caller has returned already), and, for calls whose
+// completion is their result in device memory, waits for the copy-back.
+void CommImpl::finishDevice(std::vector<OpDesc>& ops, ErrorCode& code, std::string& message) {
+  bool ordered = false;
+  for (OpDesc& op : ops) {
+    if (!op.staged) continue;
+    DeviceStager::release(*op.staged);
+    ordered = ordered || op.streamOrdered;
+  }
+  if (code != ErrorCode::Success && ordered && recordFailure(code, message))
+    COLLIE_WARN(kLogColl, "%s rank %d: a call on device buffers failed: %s", name_.c_str(), rank_, message.c_str());
+  if (code != ErrorCode::Success) return;
+  for (OpDesc& op : ops) {
+    if (!op.staged || !op.staged->waitCopyBack) continue;
+    try {
+      stager_->waitDone(*op.staged);
+    } catch (const Error& e) {
+      code = e.code();
+      message = e.what();
+      recordFailure(code, message);
+      return;
+    }
+  }
 }
 
 std::shared_ptr<WorkState> CommImpl::submitBatch(std::vector<OpDesc> ops) {
@@ -304,7 +402,7 @@ void CommImpl::progressLoop() {
     ErrorCode code = ErrorCode::Success;
     std::string message;
     try {
-      execute(batch.ops);
+      runBatch(batch.ops);
     } catch (const Error& e) {
       code = e.code();
       message = e.what();
@@ -312,6 +410,7 @@ void CommImpl::progressLoop() {
       code = ErrorCode::InternalError;
       message = e.what();
     }
+    finishDevice(batch.ops, code, message);
     for (OpDesc& op : batch.ops)
       if (op.work && op.work != batch.work) op.work->complete(code, message);
     batch.work->complete(code, message);

@@ -25,6 +25,9 @@
 
 namespace collie::core {
 
+struct StagedOp;
+class DeviceStager;
+
 /// Completion state shared by a Work handle and the communicator.
 struct WorkState {
   std::mutex mu;
@@ -48,6 +51,12 @@ struct OpDesc {
   ReduceOp op = ReduceOp::Sum;
   int root = 0;                     ///< root, or peer for Send/Recv
   std::shared_ptr<WorkState> work;  ///< set for async calls and calls deferred by a group
+  // Device buffers (device_stager.hpp). Set by run/runAsync, not by callers.
+  void* stream = nullptr;            ///< cudaStream_t of a C API call (StreamScope); NULL: the default stream
+  bool streamOrdered = false;        ///< a C API call: enqueue on `stream` and return at once
+  bool device = false;               ///< the buffers are device memory (classifyMemory)
+  int deviceOrdinal = -1;            ///< their GPU (-1: pinned host memory passed with a stream)
+  std::shared_ptr<StagedOp> staged;  ///< the pinned copies and events, once staged
 };
 
 class CommImpl {
@@ -62,6 +71,12 @@ class CommImpl {
 
   /// Throws InvalidArgument / InvalidUsage (naming the argument) or the communicator's earlier failure.
   void validate(const OpDesc& op) const;
+  /// Sets op.device and op.deviceOrdinal from the buffers' memory kinds (loading the CUDA plugin only when a
+  /// stream was passed or CUDA is in use in this process); throws InvalidUsage, naming the buffer, for host and
+  /// device buffers mixed in one call, a stream with pageable host buffers, or buffers on another GPU.
+  void classifyMemory(OpDesc& op) const;
+  /// Binds the communicator to a GPU (collieCommInitAll's devlist); device buffers elsewhere are refused.
+  void bindDevice(int device) { boundDevice_ = device; }
   /// Validates, then runs the call (or defers it when this thread is inside a group).
   void run(OpDesc op);
   /// Validates, then queues the call; the returned state completes when it is done.
@@ -89,6 +104,11 @@ class CommImpl {
   void calibrate(const std::vector<transport::PeerInfo>& peers);
   void pingPong(int peer, double* alpha, double* beta);
   void execute(const std::vector<OpDesc>& ops);
+  // Device buffers (device_stager.hpp).
+  void stageDevice(OpDesc& op);
+  void runDevice(OpDesc op);
+  void runBatch(std::vector<OpDesc>& ops);
+  void finishDevice(std::vector<OpDesc>& ops, ErrorCode& code, std::string& message);
   const algorithms::Schedule& schedule(algorithms::Algorithm algo, const algorithms::ScheduleKey& key);
   bool recordFailure(ErrorCode code, const std::string& message);  ///< true if this is the first failure
   void fail(ErrorCode code, const std::string& message);           ///< record, then close every connection
@@ -132,6 +152,12 @@ class CommImpl {
   bool inlineRunning_ = false;
   bool stop_ = false;
   std::thread progress_;
+
+  // Device buffers: the staging machinery, made on the first call on device buffers. deviceMu_ orders staging
+  // and queueing between calling threads.
+  std::mutex deviceMu_;
+  std::unique_ptr<DeviceStager> stager_;
+  int boundDevice_ = -1;
 };
 
 /// The transports a communicator may use, in order of preference (the first that can connect a pair wins).

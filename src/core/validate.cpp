@@ -3,6 +3,7 @@
 #include <limits>
 
 #include "core/communicator.hpp"
+#include "core/cuda_plugin.hpp"
 #include "core/errors.hpp"
 
 namespace collie::core {
@@ -88,6 +89,68 @@ void CommImpl::validate(const OpDesc& op) const {
                      : op.coll == Collective::AllToAll ? " (AllToAll is out of place only)"
                                                        : "; in place means sendbuff == recvbuff");
   }
+}
+
+// Memory kinds. Host calls in a process without CUDA cost one cheap check (cuda::driverLoaded) and never load the
+// CUDA plugin. With a stream, pinned host memory counts as device memory (the device can copy it in stream order);
+// without one, only device and managed memory do.
+void CommImpl::classifyMemory(OpDesc& op) const {
+  op.device = false;
+  op.deviceOrdinal = -1;
+  const bool hasStream = op.stream != nullptr;
+  if (op.count == 0) return;  // nothing moves, on any stream
+  if (!hasStream && !cuda::driverLoaded()) return;
+  const char* what = algorithms::collectiveName(op.coll);
+  if (hasStream && !cuda::driverLoaded()) {
+    COLLIE_FAIL(ErrorCode::InvalidUsage,
+                "%s on rank %d: a CUDA stream was passed, but this process has not initialised CUDA, so no buffer "
+                "can be device memory (pass NULL as stream for host buffers)",
+                what, rank_);
+  }
+  if (hasStream) cuda::requirePlugin(format("%s on rank %d: a CUDA stream was passed", what, rank_).c_str());
+  bool needSend = true, needRecv = true;
+  if (op.coll == Collective::Broadcast) needSend = rank_ == op.root;
+  if (op.coll == Collective::Reduce) needRecv = rank_ == op.root;
+  if (op.coll == Collective::Send) needRecv = false;
+  if (op.coll == Collective::Recv) needSend = false;
+  int sendDev = -1, recvDev = -1;
+  const int sendKind = needSend ? cuda::memoryKind(op.send, &sendDev) : -1;
+  const int recvKind = needRecv ? cuda::memoryKind(op.recv, &recvDev) : -1;
+  auto isDevice = [](int kind) { return kind == kCollieCudaMemoryDevice || kind == kCollieCudaMemoryManaged; };
+  // Pinned memory goes with the device when a stream was passed or the other buffer is on the device.
+  const bool pinnedIsDevice = hasStream || isDevice(sendKind) || isDevice(recvKind);
+  auto onDevice = [&](int kind) { return isDevice(kind) || (pinnedIsDevice && kind == kCollieCudaMemoryPinned); };
+  const bool sendOnDevice = needSend && onDevice(sendKind);
+  const bool recvOnDevice = needRecv && onDevice(recvKind);
+  if (needSend && needRecv && sendOnDevice != recvOnDevice) {
+    COLLIE_FAIL(ErrorCode::InvalidUsage,
+                "%s on rank %d: sendbuff is %s but recvbuff is %s; one call takes host buffers or device buffers, "
+                "not both",
+                what, rank_, cuda::memoryKindName(sendKind, sendDev).c_str(),
+                cuda::memoryKindName(recvKind, recvDev).c_str());
+  }
+  if (!sendOnDevice && !recvOnDevice) {
+    if (hasStream) {
+      const char* which = needSend ? "sendbuff" : "recvbuff";
+      COLLIE_FAIL(ErrorCode::InvalidUsage,
+                  "%s on rank %d: a CUDA stream was passed, but %s is pageable host memory (pass NULL as stream for "
+                  "host buffers, or pass device or pinned memory)",
+                  what, rank_, which);
+    }
+    return;
+  }
+  int ordinal = sendOnDevice ? sendDev : recvDev;
+  if (sendOnDevice && recvOnDevice && sendDev >= 0 && recvDev >= 0 && sendDev != recvDev) {
+    COLLIE_FAIL(ErrorCode::InvalidUsage, "%s on rank %d: sendbuff is on GPU %d but recvbuff on GPU %d", what, rank_,
+                sendDev, recvDev);
+  }
+  if (ordinal < 0) ordinal = sendOnDevice && sendDev >= 0 ? sendDev : recvDev;
+  if (boundDevice_ >= 0 && ordinal >= 0 && ordinal != boundDevice_) {
+    COLLIE_FAIL(ErrorCode::InvalidUsage, "%s on rank %d: the buffers are on GPU %d, but this communicator uses GPU %d",
+                what, rank_, ordinal, boundDevice_);
+  }
+  op.device = true;
+  op.deviceOrdinal = ordinal >= 0 ? ordinal : boundDevice_;
 }
 
 }  // namespace collie::core
