@@ -99,6 +99,16 @@ DeviceMem::~DeviceMem() {
   if (ptr_) cudaFree(ptr_);
 }
 
+PinnedMem::PinnedMem(size_t bytes) : bytes_(bytes) {
+  void* p = nullptr;
+  check(cudaMallocHost(&p, bytes), "cudaMallocHost");
+  ptr_ = static_cast<uint8_t*>(p);
+}
+
+PinnedMem::~PinnedMem() {
+  if (ptr_) cudaFreeHost(ptr_);
+}
+
 Stream::Stream() { check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags"); }
 
 Stream::~Stream() {

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 
@@ -35,6 +36,23 @@ class DeviceMem {
 
  private:
   char* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+/// Page-locked host memory (cudaMallocHost / cudaFreeHost). Tests copy through it rather than through pageable
+/// memory: a copy from or to pageable memory can block its thread inside the driver while the stream waits for
+/// another rank of the process, and that rank's next CUDA call can then wait for the driver (a deadlock).
+class PinnedMem {
+ public:
+  explicit PinnedMem(size_t bytes);
+  ~PinnedMem();
+  PinnedMem(const PinnedMem&) = delete;
+  PinnedMem& operator=(const PinnedMem&) = delete;
+  uint8_t* get() const { return ptr_; }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  uint8_t* ptr_ = nullptr;
   size_t bytes_ = 0;
 };
 

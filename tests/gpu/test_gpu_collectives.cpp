@@ -7,9 +7,9 @@
 // with the same call on host buffers (the oracle: the host path, tested element by element elsewhere). The
 // device path stages through the same host executor, so the bytes must match exactly.
 //
-// Device memory is allocated once per rank before the first call and freed after the last one (every stream
-// drained and a barrier passed): cudaFree synchronises the whole device, which would wait for the other ranks'
-// staged calls, which may wait for this rank.
+// Device and pinned memory are allocated once per rank before the first call and freed after the last one (every
+// stream drained and a barrier passed): cudaFree synchronises the whole device, which would wait for the other
+// ranks' staged calls, which may wait for this rank. Copies go through pinned memory (see PinnedMem).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -97,8 +97,10 @@ void fillInput(std::vector<uint8_t>& img, size_t firstElem, size_t n, DataType t
 
 // Per rank: the device regions (as large as the largest case), the stream, and the host images.
 struct Rig {
-  explicit Rig(size_t maxBytes) : send(maxBytes), recv(maxBytes) {}
+  explicit Rig(size_t maxBytes)
+      : send(maxBytes), recv(maxBytes), inA(maxBytes), inB(maxBytes), outA(maxBytes), outB(maxBytes) {}
   DeviceMem send, recv;
+  gpu::PinnedMem inA, inB, outA, outB;  // the images on their way in and out
   Stream stream;
 };
 
@@ -123,24 +125,29 @@ void runCase(Communicator& comm, Rig& rig, Coll coll, DataType t, ReduceOp op, s
   char* db = rig.recv.get();
   ASSERT_LE(a.size(), rig.send.bytes());
   ASSERT_LE(b.size(), rig.recv.bytes());
-  CUDA_ASSERT(cudaMemcpyAsync(da, a.data(), a.size(), cudaMemcpyHostToDevice, st));
-  if (!single) CUDA_ASSERT(cudaMemcpyAsync(db, b.data(), b.size(), cudaMemcpyHostToDevice, st));
+  std::memcpy(rig.inA.get(), a.data(), a.size());
+  std::memcpy(rig.inB.get(), b.data(), b.size());
+  CUDA_ASSERT(cudaMemcpyAsync(da, rig.inA.get(), a.size(), cudaMemcpyHostToDevice, st));
+  if (!single) CUDA_ASSERT(cudaMemcpyAsync(db, rig.inB.get(), b.size(), cudaMemcpyHostToDevice, st));
   {
     core::StreamScope scope(st);
     const void* dsend = da + kGuardBytes + s.sendOffset * es;
     void* drecv = single ? static_cast<void*>(da + kGuardBytes + s.recvOffset * es) : db + kGuardBytes;
     call(comm, coll, dsend, drecv, count, t, op, root);
   }
-  std::vector<uint8_t> da2(a.size()), db2(b.size());
-  CUDA_ASSERT(cudaMemcpyAsync(da2.data(), da, a.size(), cudaMemcpyDeviceToHost, st));
-  if (!single) CUDA_ASSERT(cudaMemcpyAsync(db2.data(), db, b.size(), cudaMemcpyDeviceToHost, st));
+  CUDA_ASSERT(cudaMemcpyAsync(rig.outA.get(), da, a.size(), cudaMemcpyDeviceToHost, st));
+  if (!single) CUDA_ASSERT(cudaMemcpyAsync(rig.outB.get(), db, b.size(), cudaMemcpyDeviceToHost, st));
 
   // The oracle on host buffers, while the device works.
   call(comm, coll, sendIn(a.data()), single ? recvIn(a.data()) : b.data() + kGuardBytes, count, t, op, root);
 
   CUDA_ASSERT(cudaStreamSynchronize(st));
-  EXPECT_TRUE(da2 == a) << "the device's " << (single ? "buffer" : "sendbuff") << " image differs from the host's";
-  if (!single) EXPECT_TRUE(db2 == b) << "the device's recvbuff image differs from the host's";
+  EXPECT_EQ(std::memcmp(rig.outA.get(), a.data(), a.size()), 0)
+      << "the device's " << (single ? "buffer" : "sendbuff") << " image differs from the host's";
+  if (!single) {
+    EXPECT_EQ(std::memcmp(rig.outB.get(), b.data(), b.size()), 0)
+        << "the device's recvbuff image differs from the host's";
+  }
 }
 
 // Every case of one collective on this rank, in the same order on every rank.

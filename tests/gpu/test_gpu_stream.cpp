@@ -38,7 +38,7 @@ void streamOrderBody(Communicator& comm) {
   input.fillInput(0, count, ReduceOp::Sum, comm.rank(), 0);
   Buffer expected(DataType::Float32, count);
   comm.allReduce(input.data(), expected.data(), count, DataType::Float32, ReduceOp::Sum);  // host oracle
-  std::vector<float> got(count);
+  gpu::PinnedMem got(bytes);  // pinned: a copy to pageable memory could block inside the driver (see PinnedMem)
   {
     DeviceMem ready(bytes), send(bytes), recv(bytes), check(bytes);
     Stream stream;
@@ -63,11 +63,11 @@ void streamOrderBody(Communicator& comm) {
       comm.allReduce(check.get(), check.get(), count, DataType::Float32, ReduceOp::Max);
       comm.allReduce(check.get(), check.get(), count, DataType::Float32, ReduceOp::Avg);
     }
-    CUDA_ASSERT(cudaMemcpyAsync(got.data(), check.get(), bytes, cudaMemcpyDeviceToHost, st));
+    CUDA_ASSERT(cudaMemcpyAsync(got.get(), check.get(), bytes, cudaMemcpyDeviceToHost, st));
     CUDA_ASSERT(cudaStreamSynchronize(st));
     comm.barrier();
   }
-  EXPECT_EQ(std::memcmp(got.data(), expected.data(), bytes), 0) << "the stream-ordered result differs";
+  EXPECT_EQ(std::memcmp(got.get(), expected.data(), bytes), 0) << "the stream-ordered result differs";
 }
 
 TEST(GpuStream, KernelWritesCallKernelReadsWithoutHostSyncThreads) {
