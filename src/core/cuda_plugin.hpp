@@ -23,7 +23,7 @@ extern "C" {
 /// The symbol libcollie looks up: int collieCudaPluginGet(unsigned abi, CollieCudaPlugin* table, size_t size).
 #define COLLIE_CUDA_PLUGIN_SYMBOL "collieCudaPluginGet"
 
-/// What a pointer points at, as cudaPointerGetAttributes sees it.
+/// What a pointer points at, as the driver's cuPointerGetAttributes sees it (asking creates no CUDA context).
 enum CollieCudaMemory : int {
   kCollieCudaMemoryPageable = 0,  ///< ordinary host memory, unknown to CUDA
   kCollieCudaMemoryPinned = 1,    ///< page-locked host memory (cudaHostAlloc / cudaHostRegister)

@@ -2,12 +2,14 @@
 // runtime, which is linked in statically. Only collieCudaPluginGet is exported (plugin.map), so the runtime's
 // own symbols can never bind to another copy of the runtime in the process.
 //
-// Every wrapper returns the CUDA error code and clears the runtime's last-error state on failure, so that one
-// failed query (a pointer CUDA does not know, say) is not reported again by a later, unrelated call.
+// Pointer kinds come from the driver's cuPointerGetAttributes (no runtime initialisation, no context), the rest
+// from the runtime. Every wrapper returns the CUDA error code and clears the runtime's last-error state on failure, so
+// that one failed query (a pointer CUDA does not know, say) is not reported again by a later, unrelated call.
 // cuStreamWaitValue32 comes from the driver through cudaGetDriverEntryPointByVersion; driver errors are
 // returned as kDriverErrorBase + CUresult and named by errorString like runtime errors.
 #include <cuda.h>
 #include <cuda_runtime_api.h>
+#include <dlfcn.h>
 
 #include <cstdio>
 #include <cstring>
@@ -93,9 +95,41 @@ int deviceCount(int* count) {
 int getDevice(int* device) { return ret(cudaGetDevice(device)); }
 int setDevice(int device) { return ret(cudaSetDevice(device)); }
 
+// cuPointerGetAttributes from the driver already loaded in the process: unlike cudaPointerGetAttributes it
+// initialises no runtime and creates no context, so asking about the host buffers of a process that uses CUDA
+// for something else costs no GPU memory. Null when the driver is not loaded.
+using PointerAttributesFn = CUresult (*)(unsigned int, CUpointer_attribute*, void**, CUdeviceptr);
+PointerAttributesFn pointerAttributes() {
+  static PointerAttributesFn fn = [] {
+    void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    return lib ? reinterpret_cast<PointerAttributesFn>(dlsym(lib, "cuPointerGetAttributes")) : nullptr;
+  }();
+  return fn;
+}
+
 int pointerKind(const void* ptr, int* kind, int* device) {
   *kind = kCollieCudaMemoryPageable;
   *device = -1;
+  if (PointerAttributesFn fn = pointerAttributes()) {
+    unsigned int memoryType = 0, managed = 0;
+    int ordinal = -1;
+    CUpointer_attribute attrs[3] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_IS_MANAGED,
+                                    CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL};
+    void* data[3] = {&memoryType, &managed, &ordinal};
+    CUresult r = fn(3, attrs, data, reinterpret_cast<CUdeviceptr>(ptr));
+    if (r == CUDA_ERROR_NOT_INITIALIZED || r == CUDA_ERROR_INVALID_VALUE) return 0;  // no CUDA memory here
+    if (r != CUDA_SUCCESS) return kDriverErrorBase + static_cast<int>(r);
+    if (managed != 0) {
+      *kind = kCollieCudaMemoryManaged;
+      *device = ordinal;
+    } else if (memoryType == CU_MEMORYTYPE_HOST) {
+      *kind = kCollieCudaMemoryPinned;
+    } else if (memoryType == CU_MEMORYTYPE_DEVICE || memoryType == CU_MEMORYTYPE_ARRAY) {
+      *kind = kCollieCudaMemoryDevice;
+      *device = ordinal;
+    }
+    return 0;
+  }
   cudaPointerAttributes a{};
   cudaError_t e = cudaPointerGetAttributes(&a, ptr);
   if (e == cudaErrorInvalidValue) {  // a pointer CUDA does not know (older drivers): host memory
