@@ -58,7 +58,7 @@ struct Options {
   std::vector<TypeInfo> types{kTypes[7]};  // float
   std::vector<OpInfo> ops{kOps[0]};        // sum
   std::string json;
-  std::string algo;  // -A: ring, tree, rhd or auto (sets COLLIE_ALGO before init); empty: COLLIE_ALGO as set
+  std::string algo;  // -A: ring, tree, rhd, direct or auto (sets COLLIE_ALGO before init); empty: COLLIE_ALGO as set
 };
 
 bool ParseSize(const char* s, size_t* out) {
@@ -115,7 +115,7 @@ void Usage(const char* prog) {
       "\t[-z,--blocking <0/1>] 1: a barrier after each timed call (host calls always complete before returning)\n"
       "\t[-a,--average <0/1/2/3>] combine per-rank times: 0=rank 0, 1=avg, 2=min, 3=max (default 1)\n"
       "\t[-J,--json <file>] write the results as JSON (rank 0)\n"
-      "\t[-A,--algo <ring/tree/rhd/auto>] force an algorithm (sets COLLIE_ALGO; auto: the tuner picks)\n"
+      "\t[-A,--algo <ring/tree/rhd/direct/auto>] force an algorithm (sets COLLIE_ALGO; auto: the tuner picks)\n"
       "\t[-h,--help]\n",
       prog, prog);
 }
@@ -193,7 +193,8 @@ int ParseArgs(int argc, char** argv, Options* o) {
         break;
       case 'A':
         o->algo = optarg;
-        if (o->algo != "ring" && o->algo != "tree" && o->algo != "rhd" && o->algo != "auto") return bad("algo", optarg);
+        if (o->algo != "ring" && o->algo != "tree" && o->algo != "rhd" && o->algo != "direct" && o->algo != "auto")
+          return bad("algo", optarg);
         break;
       case 'o': {
         o->ops.clear();

@@ -157,7 +157,7 @@ void printTuner() {
                               Collective::ReduceScatter};
   std::printf("  %-9s", "size");
   for (Collective c : colls) std::printf("  %-17s", collie::algorithms::collectiveName(c));
-  std::printf("  AllReduce estimates: ring / tree / rhd\n");
+  std::printf("  AllReduce estimates: ring / tree / rhd / direct\n");
   for (double bytes = 8; bytes <= 1024.0 * 1024 * 1024; bytes *= 4) {
     auto b = static_cast<size_t>(bytes);
     std::printf("  %-9s", sizeName(bytes).c_str());
@@ -167,10 +167,11 @@ void printTuner() {
                          sizeName(static_cast<double>(plan.sliceBytes)) + "/" + std::to_string(plan.slicesInFlight);
       std::printf("  %-17s", cell.c_str());
     }
-    std::printf("  %s / %s / %s\n",
+    std::printf("  %s / %s / %s / %s\n",
                 timeName(tuner.cost(Collective::AllReduce, Algorithm::Ring, gTunerRanks, b)).c_str(),
                 timeName(tuner.cost(Collective::AllReduce, Algorithm::Tree, gTunerRanks, b)).c_str(),
-                timeName(tuner.cost(Collective::AllReduce, Algorithm::HalvingDoubling, gTunerRanks, b)).c_str());
+                timeName(tuner.cost(Collective::AllReduce, Algorithm::HalvingDoubling, gTunerRanks, b)).c_str(),
+                timeName(tuner.cost(Collective::AllReduce, Algorithm::Direct, gTunerRanks, b)).c_str());
   }
   std::printf("  (cells: algorithm, slice size / slices in flight; sizes per rank for AllGather and ReduceScatter)\n");
 }

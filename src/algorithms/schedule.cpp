@@ -85,7 +85,8 @@ bool parseCollective(const std::string& name, Collective* coll) {
 bool supports(Algorithm algo, Collective coll) {
   switch (algo) {
     case Algorithm::Direct:
-      return coll == Collective::AllToAll || coll == Collective::Send || coll == Collective::Recv;
+      return coll == Collective::AllReduce || coll == Collective::AllToAll || coll == Collective::Send ||
+             coll == Collective::Recv;
     case Algorithm::Ring:
       return coll == Collective::AllReduce || coll == Collective::Broadcast || coll == Collective::Reduce ||
              coll == Collective::AllGather || coll == Collective::ReduceScatter;

@@ -139,6 +139,9 @@ CostTerms costTerms(Collective coll, Algorithm algo, int nranks, size_t bytes, s
         t = {2 * depth, 2 * S + 4 * depth * std::min(slice, S / 2), S};
       } else if (algo == Algorithm::HalvingDoubling) {
         t = {2 * logp + 2 * fold, 2 * (p - 1) / p * S + fold * S, (p - 1) / p * S + fold * S};
+      } else if (algo == Algorithm::Direct) {
+        // One round, but n-1 messages out and in, each with its own per-message cost.
+        t = {n - 1, (n - 1) * S, (n - 1) * S};
       }
       break;
     case Collective::Broadcast:

@@ -1,6 +1,7 @@
 // The collectives under each forced algorithm, with every rank a thread of this process (ThreadLauncher):
 // COLLIE_ALGO=tree for AllReduce, Broadcast and Reduce, COLLIE_ALGO=rhd for AllReduce, AllGather and
-// ReduceScatter (forced through core::setAlgoOverride, which is what COLLIE_ALGO sets for a whole process), for
+// ReduceScatter, COLLIE_ALGO=direct for AllReduce (the one-exchange algorithm for tiny messages; forced here at
+// every size) (forced through core::setAlgoOverride, which is what COLLIE_ALGO sets for a whole process), for
 // 2..8 ranks (powers of two and not: halving-doubling folds the extra ranks), three types x three ops x counts
 // from 0 to 300001 (several slices per step), in place and out of place, checked element by element; plus
 // async calls and groups under each algorithm.
@@ -43,8 +44,8 @@ struct Case {
 };
 
 std::vector<Case> cases() {
-  return {{"tree", Coll::AllReduce}, {"tree", Coll::Broadcast},    {"tree", Coll::Reduce},
-          {"rhd", Coll::AllReduce},  {"rhd", Coll::ReduceScatter}, {"rhd", Coll::AllGather}};
+  return {{"tree", Coll::AllReduce},    {"tree", Coll::Broadcast}, {"tree", Coll::Reduce},     {"rhd", Coll::AllReduce},
+          {"rhd", Coll::ReduceScatter}, {"rhd", Coll::AllGather},  {"direct", Coll::AllReduce}};
 }
 
 class AlgorithmMatrix : public ::testing::TestWithParam<std::tuple<Case, int>> {};
@@ -93,7 +94,7 @@ std::string bodyName(const ::testing::TestParamInfo<std::tuple<std::string, int>
 }
 
 INSTANTIATE_TEST_SUITE_P(Forced, AlgorithmBodies,
-                         ::testing::Combine(::testing::Values("tree", "rhd",
+                         ::testing::Combine(::testing::Values("tree", "rhd", "direct",
                                                               "allreduce:rhd;broadcast:tree;reduce:tree"),
                                             ::testing::Values(3, 4, 6)),
                          bodyName);
