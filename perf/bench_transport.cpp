@@ -4,6 +4,10 @@
 //
 //   PingPong/<transport>/<bytes>   a message there and back; one_way_us = half the round trip
 //   Stream/<transport>/<bytes>     64 messages posted with 4 in flight, then a 1-byte ack: bytes_per_second
+//   Exchange/<transport>/<bytes>   both processes send 64 messages to each other at once, 4 in flight each way:
+//                                  bytes_per_second counts one direction. This is the ceiling of a 2-rank ring
+//                                  step (each rank sends and receives a half), hence of 2-rank AllReduce busbw:
+//                                  on 2 cores the two directions share the CPUs a one-way Stream has to itself.
 //
 // Transports: tcp (127.0.0.1, default sockets and striping), shm (default: slots, single copy from
 // COLLIE_SHM_SINGLE_COPY_MIN_BYTES), shm_slots (single copy off: every byte through the ring). Both processes
@@ -36,7 +40,7 @@ using collie::transport::Transfer;
 enum Kind { kTcp = 0, kShm = 1, kShmSlots = 2, kKinds = 3 };
 const char* kKindNames[kKinds] = {"tcp", "shm", "shm_slots"};
 
-enum Op : uint32_t { kPingPong = 1, kStream = 2, kQuit = 3 };
+enum Op : uint32_t { kPingPong = 1, kStream = 2, kExchange = 3, kQuit = 4 };
 struct Cmd {
   uint32_t op;
   uint32_t window;
@@ -123,6 +127,19 @@ void drive(Connection& c, std::initializer_list<Transfer*> ts) {
   }
 }
 
+/// One burst of an exchange, the same on both sides: `count` messages each way, `window` in flight each way.
+void exchangeBurst(Connection& c, char* in, char* out, size_t bytes, uint64_t window, uint64_t count) {
+  std::vector<Transfer> rs(count), ss(count);
+  for (uint64_t i = 0; i < count; ++i) {
+    if (i >= window) drive(c, {&rs[i - window], &ss[i - window]});
+    rs[i] = Transfer{in + (i % window) * bytes, bytes};
+    ss[i] = Transfer{out + (i % window) * bytes, bytes};
+    c.postRecv(&rs[i]);
+    c.postSend(&ss[i]);
+  }
+  for (uint64_t i = count > window ? count - window : 0; i < count; ++i) drive(c, {&rs[i], &ss[i]});
+}
+
 [[noreturn]] void serve(Side& side) {
   std::vector<char> buf;
   Cmd cmds[kKinds];
@@ -167,6 +184,10 @@ void drive(Connection& c, std::initializer_list<Transfer*> ts) {
         c.postSend(&a);
         drive(c, {&a});
       }
+    } else if (cmd.op == kExchange) {
+      std::vector<char> out(cmd.bytes * cmd.window, 4);
+      for (uint64_t b = 0; b < cmd.bursts; ++b)
+        exchangeBurst(c, buf.data(), out.data(), cmd.bytes, cmd.window, cmd.count);
     }
     cmdT[k] = Transfer{&cmds[k], sizeof(Cmd)};
     c.postRecv(&cmdT[k]);
@@ -216,6 +237,15 @@ void stream(benchmark::State& state, Kind k) {
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * kStreamBurst * bytes));
 }
 
+void exchange(benchmark::State& state, Kind k) {
+  Connection& c = *gSide->conns[k];
+  const size_t bytes = static_cast<size_t>(state.range(0));
+  std::vector<char> in(bytes * kStreamWindow, 5), out(bytes * kStreamWindow, 6);
+  sendCmd(c, Cmd{kExchange, kStreamWindow, bytes, kStreamBurst, static_cast<uint64_t>(state.max_iterations)});
+  for (auto _ : state) exchangeBurst(c, in.data(), out.data(), bytes, kStreamWindow, kStreamBurst);
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * kStreamBurst * bytes));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -243,6 +273,11 @@ int main(int argc, char** argv) {
         ->UseRealTime();
     benchmark::RegisterBenchmark((std::string("Stream/") + kKindNames[k]).c_str(),
                                  [kind](benchmark::State& s) { stream(s, kind); })
+        ->RangeMultiplier(4)
+        ->Range(4 << 10, 4 << 20)
+        ->UseRealTime();
+    benchmark::RegisterBenchmark((std::string("Exchange/") + kKindNames[k]).c_str(),
+                                 [kind](benchmark::State& s) { exchange(s, kind); })
         ->RangeMultiplier(4)
         ->Range(4 << 10, 4 << 20)
         ->UseRealTime();
