@@ -38,7 +38,8 @@ void printBuild() {
     const char* note;  // what ON means today
   };
   const Option options[] = {
-      {"COLLIE_WITH_CUDA", COLLIE_WITH_CUDA, " (nvcc found; device buffers are not implemented yet)"},
+      {"COLLIE_WITH_CUDA", COLLIE_WITH_CUDA,
+       " (libcollie_cuda.so built: device buffers staged through pinned host memory; never run on a GPU yet)"},
       {"COLLIE_WITH_IBVERBS", COLLIE_WITH_IBVERBS, " (rdma-core found; the verbs transport is not implemented yet)"},
       {"COLLIE_WITH_HWLOC", COLLIE_WITH_HWLOC, ""},
       {"COLLIE_WITH_TORCH", COLLIE_WITH_TORCH, ""}};

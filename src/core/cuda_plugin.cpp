@@ -12,6 +12,7 @@
 
 #include "core/errors.hpp"
 #include "core/log.hpp"
+#include "core/params.hpp"
 
 namespace collie::core::cuda {
 namespace {
@@ -47,9 +48,10 @@ std::string ownDirectory() {
 Loaded load() {
   Loaded out;
   std::vector<std::string> candidates;
-  const char* env = std::getenv("COLLIE_CUDA_PLUGIN");
-  if (env && *env) {
-    candidates.push_back(env);  // an explicit choice: nothing else is tried
+  const std::string& forced = params::cudaPlugin();
+  const char* env = forced.c_str();
+  if (*env) {
+    candidates.push_back(forced);  // an explicit choice: nothing else is tried
   } else {
     std::string dir = ownDirectory();
     if (!dir.empty()) candidates.push_back(dir + "libcollie_cuda.so");
@@ -64,9 +66,8 @@ Loaded load() {
     errors += format("%s%s", errors.empty() ? "" : "; ", e ? e : c.c_str());
   }
   if (!handle) {
-    out.why =
-        format("the CUDA plugin libcollie_cuda.so could not be loaded (%s)%s", errors.c_str(),
-               env && *env ? "" : "; set COLLIE_CUDA_PLUGIN to its path, or build collie with COLLIE_WITH_CUDA=ON");
+    out.why = format("the CUDA plugin libcollie_cuda.so could not be loaded (%s)%s", errors.c_str(),
+                     *env ? "" : "; set COLLIE_CUDA_PLUGIN to its path, or build collie with COLLIE_WITH_CUDA=ON");
     return out;
   }
   auto get = reinterpret_cast<CollieCudaPluginGetFn>(dlsym(handle, COLLIE_CUDA_PLUGIN_SYMBOL));

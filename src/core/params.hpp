@@ -49,7 +49,9 @@ namespace collie::core::params {
   X(shmBacking, Str, "COLLIE_SHM_BACKING", "memfd",                                                              \
     "shm segments: memfd (anonymous, never in /dev/shm) or devshm (shm_open in /dev/shm, unlinked at once)")     \
   X(pinThreads, Int, "COLLIE_PIN_THREADS", "0",                                                                  \
-    "1: bind the progress thread to the CPUs of the NUMA node the communicator was created on")
+    "1: bind the progress thread to the CPUs of the NUMA node the communicator was created on")                  \
+  X(cudaPlugin, Str, "COLLIE_CUDA_PLUGIN", "",                                                                   \
+    "path of libcollie_cuda.so (default: next to libcollie, then the loader's search path)")
 
 #define COLLIE_PARAM_DECLARE_Int(name) int64_t name();
 #define COLLIE_PARAM_DECLARE_Str(name) const std::string& name();
