@@ -17,10 +17,10 @@ Counts GetCounts(size_t count, int nranks) {
 double BusFactor(int nranks) { return static_cast<double>(nranks - 1) / nranks; }
 
 collieResult_t Run(const void* sendbuff, void* recvbuff, size_t count, collieDataType_t type, collieRedOp_t op,
-                   int root, collieComm_t comm) {
+                   int root, collieComm_t comm, collieStream_t stream) {
   (void)op;
   (void)root;
-  return collieAllGather(sendbuff, recvbuff, count, type, comm, nullptr);
+  return collieAllGather(sendbuff, recvbuff, count, type, comm, stream);
 }
 
 double Expected(const CheckContext& ctx, size_t j) {

@@ -17,9 +17,9 @@ Counts GetCounts(size_t count, int nranks) {
 double BusFactor(int nranks) { return 2.0 * (nranks - 1) / nranks; }
 
 collieResult_t Run(const void* sendbuff, void* recvbuff, size_t count, collieDataType_t type, collieRedOp_t op,
-                   int root, collieComm_t comm) {
+                   int root, collieComm_t comm, collieStream_t stream) {
   (void)root;
-  return collieAllReduce(sendbuff, recvbuff, count, type, op, comm, nullptr);
+  return collieAllReduce(sendbuff, recvbuff, count, type, op, comm, stream);
 }
 
 double Expected(const CheckContext& ctx, size_t j) { return ctx.Reduced(j); }

@@ -20,9 +20,9 @@ double BusFactor(int nranks) {
 }
 
 collieResult_t Run(const void* sendbuff, void* recvbuff, size_t count, collieDataType_t type, collieRedOp_t op,
-                   int root, collieComm_t comm) {
+                   int root, collieComm_t comm, collieStream_t stream) {
   (void)op;
-  return collieBroadcast(sendbuff, recvbuff, count, type, root, comm, nullptr);
+  return collieBroadcast(sendbuff, recvbuff, count, type, root, comm, stream);
 }
 
 double Expected(const CheckContext& ctx, size_t j) { return ctx.Input(ctx.root(), j); }

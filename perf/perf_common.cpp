@@ -11,6 +11,12 @@
  * Rank 0 prints the nccl-tests header, table and summary, and with -J writes the rows as JSON.
  * Exit code: 0 when every check passed, 1 when any element was wrong, 2 on a usage or collie error.
  *
+ * With -g 1 the buffers are device memory (perf_cuda.hpp: GPU local rank % device count, its own stream) and every
+ * call is enqueued on that stream. The check fills page-locked host images exactly as above and copies them in;
+ * the output is copied back and checked on the host by the same code. Timing: CUDA events recorded on the stream
+ * around the -n calls (after a cudaStreamSynchronize and the barrier; -z 1 synchronizes the stream before each
+ * barrier). Everything else, the table included, is the host path's.
+ *
  * Input data (op-dependent, always >= 1 so that a zeroed output never passes):
  *   sum: 1..k with k = min(8, 120 / nranks): the sum stays <= 120, exact in int8, half and bfloat16;
  *   prod: 1 with a 2 where (i + rank) % 7 == 0: at most ceil(nranks / 7) factors of 2;
@@ -32,9 +38,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <exception>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "perf_cuda.hpp"
 #include "perf_types.hpp"
 
 namespace collie_perf {
@@ -44,7 +53,7 @@ namespace {
 
 struct Options {
   int nThreads = 1;
-  int nGpus = 1;
+  int nGpus = 0;               // -g: 0 host buffers, 1 device buffers
   size_t minBytes = 32 << 20;  // nccl-tests' defaults
   size_t maxBytes = 32 << 20;
   size_t stepBytes = 1 << 20;
@@ -101,7 +110,8 @@ void Usage(const char* prog) {
   std::printf(
       "USAGE: %s (run one process per rank: collierun -n 4 %s -b 8 -e 64M -f 2)\n"
       "\t[-t,--nthreads <1>] threads per process (only 1)\n"
-      "\t[-g,--ngpus <0/1>] 1 (default) or 0: host buffers; device buffers are not supported yet\n"
+      "\t[-g,--ngpus <0/1>] GPUs per rank: 0 (default) host buffers; 1 device buffers on GPU local rank %% device\n"
+      "\t\tcount (COLLIE_LOCAL_RANK / LOCAL_RANK), calls on a stream, timed with CUDA events (CUDA builds only)\n"
       "\t[-b,--minbytes <min size in bytes, K/M/G suffix>] (default 32M)\n"
       "\t[-e,--maxbytes <max size in bytes>] (default 32M)\n"
       "\t[-i,--stepbytes <increment size>] step by adding this (when -f is absent or 1)\n"
@@ -112,7 +122,7 @@ void Usage(const char* prog) {
       "\t[-o,--op <sum/prod/min/max/avg/all>] (default sum)\n"
       "\t[-d,--datatype <int8/uint8/int32/uint32/int64/uint64/half/float/double/bfloat16/all>] (default float)\n"
       "\t[-r,--root <root>] (default 0)\n"
-      "\t[-z,--blocking <0/1>] 1: a barrier after each timed call (host calls always complete before returning)\n"
+      "\t[-z,--blocking <0/1>] 1: wait for completion (-g 1: cudaStreamSynchronize) and barrier after each call\n"
       "\t[-a,--average <0/1/2/3>] combine per-rank times: 0=rank 0, 1=avg, 2=min, 3=max (default 1)\n"
       "\t[-J,--json <file>] write the results as JSON (rank 0)\n"
       "\t[-A,--algo <ring/tree/rhd/direct/auto>] force an algorithm (sets COLLIE_ALGO; auto: the tuner picks)\n"
@@ -241,8 +251,8 @@ int ParseArgs(int argc, char** argv, Options* o) {
   }
   if (o->nGpus != 0 && o->nGpus != 1) {
     std::fprintf(stderr,
-                 "%s: -g %d: device (GPU) buffers are not supported by the perf tools yet; they run one rank per "
-                 "process on host buffers (-g 1, the default, or -g 0)\n",
+                 "%s: -g %d: one GPU per rank at most; run one process per GPU (collierun -n N ... -g 1), or -g 0 "
+                 "for host buffers\n",
                  prog, o->nGpus);
     return 2;
   }
@@ -382,9 +392,24 @@ struct Row {
 struct RankInfo {  // gathered to rank 0 for the "# Using devices" lines
   int32_t rank;
   int32_t pid;
+  int32_t device;  // the GPU with -g 1, else 0
   char host[64];
-  char cpu[96];
+  char what[96];  // "[cpu] <model>", or with -g 1 "[0x1b] <GPU name>"
 };
+
+/** The buffers' size: the largest of the sweep, in whole pages. */
+size_t BufferBytes(const Options& o) { return std::max<size_t>((o.maxBytes + 4095) / 4096 * 4096, 4096); }
+
+/** This rank's index among the ranks on its host: from the launcher, else counted from the gathered host names. */
+int LocalRank(const std::vector<RankInfo>& all, int rank) {
+  for (const char* var : {"COLLIE_LOCAL_RANK", "LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"}) {
+    int v = 0;
+    if (const char* s = getenv(var); s && ParseInt(s, &v) && v >= 0) return v;
+  }
+  int local = 0;
+  for (int r = 0; r < rank; ++r) local += std::strcmp(all[r].host, all[rank].host) == 0;
+  return local;
+}
 
 std::string CpuModel() {
   std::string model = "cpu";
@@ -423,9 +448,17 @@ std::string JsonString(const std::string& s) {
 
 class Runner {
  public:
-  Runner(const Collective& coll, const Options& opt, collieComm_t comm, int rank, int nranks)
-      : coll_(coll), opt_(opt), comm_(comm), rank_(rank), nranks_(nranks) {
-    bufBytes_ = std::max<size_t>((opt.maxBytes + 4095) / 4096 * 4096, 4096);
+  /** dev: the rank's GPU with -g 1 (its buffers are used), else null (host buffers). */
+  Runner(const Collective& coll, const Options& opt, collieComm_t comm, int rank, int nranks, Device* dev)
+      : coll_(coll), opt_(opt), comm_(comm), rank_(rank), nranks_(nranks), dev_(dev), bufBytes_(BufferBytes(opt)) {
+    if (dev_) {
+      send_ = dev_->hostSend();
+      recv_ = dev_->hostRecv();
+      callSend_ = dev_->send();
+      callRecv_ = dev_->recv();
+      stream_ = dev_->stream();
+      return;
+    }
     send_ = static_cast<char*>(std::aligned_alloc(4096, bufBytes_));
     recv_ = static_cast<char*>(std::aligned_alloc(4096, bufBytes_));
     if (!send_ || !recv_) {
@@ -434,8 +467,11 @@ class Runner {
     }
     std::memset(send_, 0, bufBytes_);  // touch every page before timing
     std::memset(recv_, 0, bufBytes_);
+    callSend_ = send_;
+    callRecv_ = recv_;
   }
   ~Runner() {
+    if (dev_) return;  // the Device owns its buffers
     std::free(send_);
     std::free(recv_);
   }
@@ -466,35 +502,69 @@ class Runner {
 
  private:
   Result Measure(const TypeInfo& t, collieRedOp_t op, const Counts& c, size_t bytes, bool inPlace) {
-    char* sendp = inPlace ? recv_ + rank_ * c.sendInplaceOff * t.size : send_;
-    char* recvp = inPlace ? recv_ + rank_ * c.recvInplaceOff * t.size : recv_;
+    // Byte offsets into the send / receive buffer; in place both lie in the receive buffer. Host images (send_,
+    // recv_) and the buffers of the call (callSend_, callRecv_) have the same layout; with host buffers they are
+    // the same memory.
+    const size_t sendOff = inPlace ? rank_ * c.sendInplaceOff * t.size : 0;
+    const size_t recvOff = inPlace ? rank_ * c.recvInplaceOff * t.size : 0;
+    char* const sendp = (inPlace ? callRecv_ : callSend_) + sendOff;
+    char* const recvp = callRecv_ + recvOff;
     const int root = coll_.hasRoot ? opt_.root : 0;
-    auto call = [&] { PERF_CHECK(coll_.run(sendp, recvp, c.param, t.type, op, root, comm_)); };
+    auto call = [&] { PERF_CHECK(coll_.run(sendp, recvp, c.param, t.type, op, root, comm_, stream_)); };
     Result res;
     res.valid = true;
     if (opt_.check > 0) {
       const CheckContext ctx(rank_, nranks_, root, op, coll_.hasOp, c);
-      std::memset(recv_, 0, std::max(c.send, c.recv) * t.size);
-      FillInput(sendp, t, c.send, ctx);
+      const size_t span = std::max(c.send, c.recv) * t.size;
+      std::memset(recv_, 0, span);
+      FillInput((inPlace ? recv_ : send_) + sendOff, t, c.send, ctx);
+      if (dev_) {  // the same bytes on the device
+        dev_->Copy(callRecv_, recv_, span);
+        if (!inPlace) dev_->Copy(callSend_, send_, c.send * t.size);
+      }
       call();
-      int64_t wrong = CountWrong(recvp, t, coll_, ctx, op);
+      if (dev_) {
+        dev_->Copy(recv_, callRecv_, span);
+        Synchronize();
+      }
+      int64_t wrong = CountWrong(recv_ + recvOff, t, coll_, ctx, op);
       if (wrong) ++failedChecks_;
       PERF_CHECK(collieAllReduce(&wrong, &wrong, 1, collieInt64, collieSum, comm_, nullptr));
       res.wrong = wrong;
     }
     for (int i = 0; i < opt_.warmup; ++i) call();
+    if (dev_) Synchronize();
     PERF_CHECK(collieBarrier(comm_));
     const auto t0 = std::chrono::steady_clock::now();
+    if (dev_) dev_->RecordStart();
     for (int i = 0; i < opt_.iters; ++i) {
       call();
-      if (opt_.blocking) PERF_CHECK(collieBarrier(comm_));
+      if (opt_.blocking) {
+        if (dev_) Synchronize();
+        PERF_CHECK(collieBarrier(comm_));
+      }
     }
-    double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / opt_.iters;
+    double sec = 0;
+    if (dev_) {
+      dev_->RecordStop();
+      Synchronize();
+      sec = dev_->ElapsedSeconds() / opt_.iters;
+    } else {
+      sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / opt_.iters;
+    }
     CombineTime(&sec);
     res.us = sec * 1e6;
     res.algbw = sec > 0 ? static_cast<double>(bytes) / 1e9 / sec : 0;
     res.busbw = res.algbw * coll_.busFactor(nranks_);
     return res;
+  }
+
+  /** -g 1: waits for the stream; a collective that failed on it (reported asynchronously) ends the run. */
+  void Synchronize() {
+    dev_->Synchronize();
+    collieResult_t async = collieSuccess;
+    PERF_CHECK(collieCommGetAsyncError(comm_, &async));
+    if (async != collieSuccess) Die("a collective on device buffers", async);
   }
 
   void CombineTime(double* sec) {
@@ -541,9 +611,13 @@ class Runner {
   const Options& opt_;
   collieComm_t comm_;
   int rank_, nranks_;
+  Device* dev_;
   size_t bufBytes_;
-  char* send_;
-  char* recv_;
+  char* send_ = nullptr;  // host buffers: those of the call, or with -g 1 the images copied in and out
+  char* recv_ = nullptr;
+  char* callSend_ = nullptr;  // what the call is given: send_ / recv_, or the device buffers
+  char* callRecv_ = nullptr;
+  collieStream_t stream_ = nullptr;
   std::vector<Row> rows_;
   int64_t failedChecks_ = 0;
 };
@@ -559,7 +633,7 @@ void PrintHeader(const Options& o, const std::vector<RankInfo>& ranks) {
   if (o.blocking) std::printf("# Blocking Enabled: wait for completion and barrier after each collective \n");
   std::printf("#\n# Using devices\n");
   for (const RankInfo& r : ranks)
-    std::printf("#  Rank %2d Group %2d Pid %6d on %10s device %2d [cpu] %s\n", r.rank, 0, r.pid, r.host, 0, r.cpu);
+    std::printf("#  Rank %2d Group %2d Pid %6d on %10s device %2d %s\n", r.rank, 0, r.pid, r.host, r.device, r.what);
   std::printf("#\n");
   std::printf("# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          \n", "", "",
               "", "", "");
@@ -593,9 +667,9 @@ void WriteJson(FILE* f, const Collective& coll, const Options& o, int nranks, co
   std::fprintf(f,
                "  \"params\": {\"minBytes\": %zu, \"maxBytes\": %zu, \"stepBytes\": %zu, \"stepFactor\": %zu, "
                "\"iters\": %d, \"warmup_iters\": %d, \"check\": %d, \"average\": %d, \"blocking\": %d, "
-               "\"root\": %d, \"algo\": %s},\n",
+               "\"root\": %d, \"algo\": %s, \"ngpus\": %d},\n",
                o.minBytes, o.maxBytes, o.stepBytes, o.stepFactor, o.iters, o.warmup, o.check, o.average, o.blocking,
-               coll.hasRoot ? o.root : -1, JsonString(o.algo.c_str()).c_str());
+               coll.hasRoot ? o.root : -1, JsonString(o.algo.c_str()).c_str(), o.nGpus);
   std::fprintf(f, "  \"rows\": [");
   for (size_t i = 0; i < rows.size(); ++i) {
     const Row& r = rows[i];
@@ -649,9 +723,27 @@ int RunPerf(int argc, char** argv, const Collective& coll) {
   mine.rank = g_rank;
   mine.pid = static_cast<int32_t>(getpid());
   gethostname(mine.host, sizeof mine.host - 1);
-  std::snprintf(mine.cpu, sizeof mine.cpu, "%s", CpuModel().c_str());
+  std::snprintf(mine.what, sizeof mine.what, "[cpu] %s", CpuModel().c_str());
   std::vector<RankInfo> all(nranks);
   PERF_CHECK(collieAllGather(&mine, all.data(), sizeof(RankInfo), collieUint8, g_comm, nullptr));
+
+  // -g 1: every rank opens its GPU; if any cannot, each says why and all stop.
+  std::unique_ptr<Device> dev;
+  if (opt.nGpus > 0) {
+    std::string why;
+    dev = OpenDevice(LocalRank(all, g_rank), BufferBytes(opt), &why);
+    int ok = dev != nullptr;
+    if (!ok) std::fprintf(stderr, "%s: rank %d: %s\n", g_prog, g_rank, why.c_str());
+    PERF_CHECK(collieAllReduce(&ok, &ok, 1, collieInt32, collieMin, g_comm, nullptr));
+    if (!ok) {
+      dev.reset();
+      PERF_CHECK(collieCommDestroy(g_comm));
+      return 2;
+    }
+    mine.device = dev->ordinal();
+    std::snprintf(mine.what, sizeof mine.what, "%s", dev->description().c_str());
+    PERF_CHECK(collieAllGather(&mine, all.data(), sizeof(RankInfo), collieUint8, g_comm, nullptr));
+  }
 
   // Open the JSON file up front so that a bad path fails every rank before the sweep.
   FILE* json = nullptr;
@@ -670,10 +762,16 @@ int RunPerf(int argc, char** argv, const Collective& coll) {
   }
 
   if (g_rank == 0) PrintHeader(opt, all);
-  Runner runner(coll, opt, g_comm, g_rank, nranks);
+  Runner runner(coll, opt, g_comm, g_rank, nranks, dev.get());
   const std::vector<OpInfo> noOp{{"none", collieSum}};
-  for (const TypeInfo& t : opt.types)
-    for (const OpInfo& op : coll.hasOp ? opt.ops : noOp) runner.Sweep(t, op);
+  try {
+    for (const TypeInfo& t : opt.types)
+      for (const OpInfo& op : coll.hasOp ? opt.ops : noOp) runner.Sweep(t, op);
+  } catch (const std::exception& e) {  // a CUDA call failed (perf_cuda.hpp)
+    std::fprintf(stderr, "%s: rank %d: %s\n", g_prog, g_rank, e.what());
+    std::fflush(stdout);
+    std::exit(2);
+  }
 
   int64_t errors = runner.failedChecks();
   PERF_CHECK(collieAllReduce(&errors, &errors, 1, collieInt64, collieSum, g_comm, nullptr));

@@ -5,7 +5,8 @@
  * it, what every received element must hold) and hands it to RunPerf, which does the rest: the nccl-tests CLI
  * (-b -e -f -i -n -w -c -o -d -a -z -r -t -g -J -h), the communicator (collieCommInitFromEnv, so run the tools
  * under collierun, mpirun, srun or torchrun), the size sweep, the data check, timing and the nccl-tests table.
- * Only the public C API (<collie/collie.h>) is used; buffers are host memory.
+ * Only the public C API (<collie/collie.h>) is used. Buffers are host memory, or with -g 1 device memory on GPU
+ * (local rank % device count), the calls then enqueued on a stream of the rank's own (perf_cuda.hpp).
  *
  * Size semantics follow nccl-tests: for a sweep size S of T-typed elements, count = S / sizeof(T); the table's
  * size column is the larger of the send and receive buffers in bytes and its count column is the count passed
@@ -60,8 +61,9 @@ struct Collective {
   bool inPlace;      ///< has an in-place form; without one the in-place columns read N/A
   Counts (*counts)(size_t count, int nranks);
   double (*busFactor)(int nranks);  ///< busbw = algbw * busFactor
+  /** Makes the call; stream is NULL for host buffers, the rank's stream for device buffers (-g 1). */
   collieResult_t (*run)(const void* sendbuff, void* recvbuff, size_t count, collieDataType_t type, collieRedOp_t op,
-                        int root, collieComm_t comm);
+                        int root, collieComm_t comm, collieStream_t stream);
   /** The value element j of this rank's receive buffer must hold after the call. */
   double (*expected)(const CheckContext& ctx, size_t j);
 };

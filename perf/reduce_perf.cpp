@@ -20,8 +20,8 @@ double BusFactor(int nranks) {
 }
 
 collieResult_t Run(const void* sendbuff, void* recvbuff, size_t count, collieDataType_t type, collieRedOp_t op,
-                   int root, collieComm_t comm) {
-  return collieReduce(sendbuff, recvbuff, count, type, op, root, comm, nullptr);
+                   int root, collieComm_t comm, collieStream_t stream) {
+  return collieReduce(sendbuff, recvbuff, count, type, op, root, comm, stream);
 }
 
 double Expected(const CheckContext& ctx, size_t j) {

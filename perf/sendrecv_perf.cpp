@@ -21,15 +21,15 @@ double BusFactor(int nranks) {
 }
 
 collieResult_t Run(const void* sendbuff, void* recvbuff, size_t count, collieDataType_t type, collieRedOp_t op,
-                   int root, collieComm_t comm) {
+                   int root, collieComm_t comm, collieStream_t stream) {
   (void)op;
   (void)root;
   int rank = 0, nranks = 1;
   if (collieResult_t r = collieCommUserRank(comm, &rank); r != collieSuccess) return r;
   if (collieResult_t r = collieCommCount(comm, &nranks); r != collieSuccess) return r;
   if (collieResult_t r = collieGroupStart(); r != collieSuccess) return r;
-  const collieResult_t s = collieSend(sendbuff, count, type, (rank + 1) % nranks, comm, nullptr);
-  const collieResult_t v = collieRecv(recvbuff, count, type, (rank + nranks - 1) % nranks, comm, nullptr);
+  const collieResult_t s = collieSend(sendbuff, count, type, (rank + 1) % nranks, comm, stream);
+  const collieResult_t v = collieRecv(recvbuff, count, type, (rank + nranks - 1) % nranks, comm, stream);
   const collieResult_t e = collieGroupEnd();  // always closes the group
   return s != collieSuccess ? s : v != collieSuccess ? v : e;
 }
