@@ -5,6 +5,7 @@ packages=(build-essential cmake ninja-build pkg-config googletest libgtest-dev l
           iproute2 clang-format libhwloc-dev)
 # LibTorch for collie_torch, the DDP tests and examples/ddp_train; PyTorch for perf/ddp_bench_torch.py (large).
 packages+=(libtorch-dev python3-torch)
+packages+=(gnuplot-nox)  # perf/plot_perf: PNGs of the -J results (png and pngcairo terminals, no X)
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
