@@ -65,7 +65,7 @@ void CommImpl::calibrate(const std::vector<transport::PeerInfo>& peers) {
   const std::vector<std::string> kinds = kindsInUse(peers);
   COLLIE_INTERNAL_CHECK(kinds.size() <= kMaxKinds, "%zu transport kinds", kinds.size());
   if (kinds.empty()) {  // one rank: nothing to measure
-    tuner_.setModel(measured_.modelFor(kinds));
+    tuner_.setModel(costModel(kinds));
     return;
   }
   // The peer rank 0 measures each kind with: its first peer over that kind (every rank computes the same).
@@ -138,11 +138,25 @@ void CommImpl::calibrate(const std::vector<transport::PeerInfo>& peers) {
   for (size_t k = 0; k < kinds.size(); ++k)
     if (w.have[k] || measuring) measured_.set(kinds[k], LinkCost{w.alpha[k], w.beta[k]});
   measured_.gamma = w.gamma;
-  tuner_.setModel(measured_.modelFor(kinds));
+  tuner_.setModel(costModel(kinds));
   const CostModel& m = tuner_.model();
-  COLLIE_INFO(kLogTune, "%s: cost model (%s): alpha %.2f us, beta %.4f ns/B (%.2f GB/s), gamma %.4f ns/B",
+  COLLIE_INFO(kLogTune,
+              "%s: cost model (%s): alpha %.2f us, beta %.4f ns/B (%.2f GB/s), gamma %.4f ns/B (beta and gamma x %.2f: "
+              "ranks of this host per CPU)",
               name_.c_str(), m.transport.c_str(), m.link.alpha * 1e6, m.link.beta * 1e9,
-              m.link.beta > 0 ? 1e-9 / m.link.beta : 0.0, m.gamma * 1e9);
+              m.link.beta > 0 ? 1e-9 / m.link.beta : 0.0, m.gamma * 1e9, cpuShare_);
+}
+
+// Measured with one pair of ranks, beta and gamma are what a rank moves and reduces with a CPU to itself. With
+// more ranks on a host than CPUs, every rank's copies and reductions queue for the same CPUs, so each byte costs
+// cpuShare_ times more while a hop's latency does not grow the same way. Without this, the tuner kept
+// latency-bound plans far past their crossover there (8 ranks on 2 CPUs: direct AllReduce chosen at 32 KiB, 1.6x
+// slower than rhd; measured crossover 8-16 KiB).
+CostModel CommImpl::costModel(const std::vector<std::string>& kinds) const {
+  CostModel m = measured_.modelFor(kinds);
+  m.link.beta *= cpuShare_;
+  m.gamma *= cpuShare_;
+  return m;
 }
 
 // Rank 0 (the initiator) and `peer` bounce messages; the initiator gets alpha and beta.

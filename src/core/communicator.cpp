@@ -91,6 +91,7 @@ void CommImpl::connectAll(const std::vector<transport::PeerInfo>& peers, const s
   cpu_set_t cpus;
   int ncpus = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
   oversubscribed_ = localRanks > ncpus;
+  cpuShare_ = std::max(1.0, static_cast<double>(localRanks) / std::max(1, ncpus));
   transport::CommContext ctx;
   ctx.rank = rank_;
   ctx.nranks = nranks_;
@@ -496,6 +497,7 @@ std::unique_ptr<CommImpl> CommImpl::split(int color, int key, const Options& opt
   comm->measured_ = measured_;  // the parent's measurements, for the kinds the new communicator uses
   comm->tuner_ = Tuner(measured_.modelFor(comm->kindsInUse(peers)), tuner_.selection());
   comm->connectAll(peers, comm->secret_);
+  comm->tuner_.setModel(comm->costModel(comm->kindsInUse(peers)));  // now that cpuShare_ is known
   return comm;
 }
 

@@ -101,6 +101,8 @@ class CommImpl {
   // Tuning (calibrate.cpp): the transport kinds in use, and their costs measured at init (or read from
   // COLLIE_TUNE_FILE) by rank 0 and broadcast, so that every rank's tuner decides alike.
   std::vector<std::string> kindsInUse(const std::vector<transport::PeerInfo>& peers) const;
+  /// The measured costs of those kinds, with beta and gamma scaled by cpuShare_.
+  CostModel costModel(const std::vector<std::string>& kinds) const;
   void calibrate(const std::vector<transport::PeerInfo>& peers);
   void pingPong(int peer, double* alpha, double* beta);
   void execute(const std::vector<OpDesc>& ops);
@@ -119,6 +121,7 @@ class CommImpl {
   std::string name_;
   std::chrono::milliseconds timeout_;
   bool oversubscribed_ = true;  // more ranks on this host than CPUs: spin politely
+  double cpuShare_ = 1;         // ranks of this host per CPU, at least 1: copies and reductions queue for CPUs
   std::array<uint8_t, 16> secret_{};
   int splitCount_ = 0;
 

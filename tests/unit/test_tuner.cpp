@@ -32,6 +32,15 @@ Algorithm pick(Collective coll, int n, size_t bytes, const std::string& spec = "
   return t.choose(coll, n, bytes).algorithm;
 }
 
+// Direct AllReduce (one round, n-1 whole-buffer messages) wins only where latency is everything: tiny messages on
+// few ranks. At scale its per-message cost loses to log-depth algorithms, and with large messages its bytes do.
+TEST(Tuner, DirectOnlyForTinyMessagesOnFewRanks) {
+  for (int n : {2, 3, 4, 8}) EXPECT_EQ(pick(Collective::AllReduce, n, 8), Algorithm::Direct) << n << " ranks";
+  for (int n : {64, 1000}) EXPECT_NE(pick(Collective::AllReduce, n, 8), Algorithm::Direct) << n << " ranks";
+  for (int n : {2, 3, 8})
+    EXPECT_NE(pick(Collective::AllReduce, n, size_t{1} << 20), Algorithm::Direct) << n << " ranks, 1 MiB";
+}
+
 TEST(Tuner, SmallMessagesAvoidTheRingAtScale) {
   for (int n : {16, 64, 96, 1000, 4096}) {
     for (size_t bytes : {size_t{8}, size_t{1024}, size_t{16384}}) {
@@ -78,7 +87,8 @@ TEST(Tuner, ForcedAndExcluded) {
     EXPECT_EQ(pick(Collective::Broadcast, 8, bytes, "allreduce:rhd;broadcast:tree"), Algorithm::Tree);
     EXPECT_NE(pick(Collective::AllReduce, 8, bytes, "^ring"), Algorithm::Ring);
     EXPECT_NE(pick(Collective::AllReduce, 8, bytes, "^ring,rhd"), Algorithm::HalvingDoubling);
-    EXPECT_EQ(pick(Collective::AllReduce, 8, bytes, "^ring,rhd"), Algorithm::Tree);
+    EXPECT_EQ(pick(Collective::AllReduce, 8, bytes, "^ring,rhd,direct"), Algorithm::Tree);
+    EXPECT_EQ(pick(Collective::AllReduce, 8, bytes, "direct"), Algorithm::Direct);
     // A global list with a per-collective exception.
     EXPECT_EQ(pick(Collective::AllReduce, 8, bytes, "ring;allreduce:tree"), Algorithm::Tree);
     EXPECT_EQ(pick(Collective::Reduce, 8, bytes, "ring;allreduce:tree"), Algorithm::Ring);
