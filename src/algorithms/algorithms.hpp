@@ -1,14 +1,16 @@
 // The algorithm registry: which builders exist and how to call one.
 #pragma once
 
+#include <cstddef>
 #include <string>
+#include <utility>
 
 #include "algorithms/schedule.hpp"
 
 namespace collie::algorithms {
 
-/// Ring (ring.cpp), Direct exchange for AllToAll and Send/Recv (direct.cpp), double binary Tree (tree.cpp),
-/// recursive HalvingDoubling (rhd.cpp).
+/// Ring (ring.cpp), Direct exchange for AllReduce of tiny messages, AllToAll and Send/Recv (direct.cpp), double binary
+/// Tree (tree.cpp), recursive HalvingDoubling (rhd.cpp).
 enum class Algorithm : uint8_t { Ring, Direct, Tree, HalvingDoubling };
 inline constexpr int kNumAlgorithms = 4;
 inline constexpr Algorithm kAllAlgorithms[kNumAlgorithms] = {Algorithm::Ring, Algorithm::Direct, Algorithm::Tree,
@@ -21,6 +23,13 @@ bool parseAlgorithm(const std::string& name, Algorithm* algo);
 /// Parses a collective name as used by COLLIE_ALGO and the tools: "allreduce", "broadcast", "reduce",
 /// "allgather", "reducescatter", "alltoall", "send", "recv" (case-insensitive, '_' ignored). False if unknown.
 bool parseCollective(const std::string& name, Collective* coll);
+
+/// A built schedule is identified by its algorithm and key; caches of schedules (the communicator's, and
+/// perf/bench_schedule's measurement of it) hash that pair with this.
+using ScheduleId = std::pair<Algorithm, ScheduleKey>;
+struct ScheduleIdHash {
+  size_t operator()(const ScheduleId& id) const;
+};
 
 /// Whether `algo` implements `coll`.
 bool supports(Algorithm algo, Collective coll);

@@ -2,6 +2,7 @@
 
 #include <cctype>
 #include <cstdio>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -80,6 +81,17 @@ bool parseCollective(const std::string& name, Collective* coll) {
     }
   }
   return false;
+}
+
+size_t ScheduleIdHash::operator()(const ScheduleId& id) const {
+  const ScheduleKey& s = id.second;
+  size_t h = std::hash<size_t>{}(s.count);
+  h = h * 31 + static_cast<size_t>(s.coll);
+  h = h * 31 + static_cast<size_t>(id.first);
+  h = h * 31 + static_cast<size_t>(s.rank);
+  h = h * 31 + static_cast<size_t>(s.nranks);
+  h = h * 31 + static_cast<size_t>(s.root);
+  return h;
 }
 
 bool supports(Algorithm algo, Collective coll) {

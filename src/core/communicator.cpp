@@ -175,19 +175,8 @@ void CommImpl::abort() {
 
 // ---- Execution ------------------------------------------------------------------------------------------------
 
-size_t CommImpl::KeyHash::operator()(const std::pair<algorithms::Algorithm, algorithms::ScheduleKey>& k) const {
-  const auto& s = k.second;
-  size_t h = std::hash<size_t>{}(s.count);
-  h = h * 31 + static_cast<size_t>(s.coll);
-  h = h * 31 + static_cast<size_t>(k.first);
-  h = h * 31 + static_cast<size_t>(s.rank);
-  h = h * 31 + static_cast<size_t>(s.nranks);
-  h = h * 31 + static_cast<size_t>(s.root);
-  return h;
-}
-
 const algorithms::Schedule& CommImpl::schedule(algorithms::Algorithm algo, const algorithms::ScheduleKey& key) {
-  auto k = std::make_pair(algo, key);
+  const algorithms::ScheduleId k{algo, key};
   auto it = cache_.find(k);
   if (it != cache_.end()) return it->second;
   if (cache_.size() > 4096) cache_.clear();  // only the executing thread touches the cache; nothing refers to it now

@@ -133,10 +133,7 @@ class CommImpl {
   MeasuredCosts measured_;  // per transport kind, as agreed at init (inherited by split)
   std::atomic<bool> abort_{false};
 
-  struct KeyHash {
-    size_t operator()(const std::pair<algorithms::Algorithm, algorithms::ScheduleKey>& k) const;
-  };
-  std::unordered_map<std::pair<algorithms::Algorithm, algorithms::ScheduleKey>, algorithms::Schedule, KeyHash> cache_;
+  std::unordered_map<algorithms::ScheduleId, algorithms::Schedule, algorithms::ScheduleIdHash> cache_;
   std::vector<Job> jobs_;
 
   std::atomic<ErrorCode> failCode_{ErrorCode::Success};
