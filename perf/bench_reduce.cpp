@@ -1,11 +1,11 @@
-// bench_reduce: throughput of the host reduction kernel core::reduce() beside memcpy, in the same run.
+// bench_reduce: throughput of the host reduction kernel base::reduce() beside memcpy, in the same run.
 //
 // reduce/<dtype>/<op>/<size>: dst[i] = a[i] op b[i] over three separate buffers of <size> bytes each; the bytes/s
 // counter counts 3 * size per call (two buffers read, one written).
 // memcpy/<size>: memcpy between two buffers of <size> bytes; counted as 2 * size per call (one read, one written),
 // so both report memory traffic and the ratio says how close reduce() comes to a copy.
 //
-// The reduce rows run the kernels core::kernelIsa() picks for this CPU (their name is each row's label);
+// The reduce rows run the kernels base::kernelIsa() picks for this CPU (their name is each row's label);
 // --kernel=portable (or x86-64-v3) picks others, to compare them.
 //
 //   bench_reduce [--kernel=portable] [--benchmark_filter=float16] [--benchmark_repetitions=3] ...
@@ -18,13 +18,13 @@
 #include <string>
 #include <vector>
 
-#include "core/datatypes.hpp"
+#include "base/datatypes.hpp"
 
 namespace {
 
 using collie::DataType;
 using collie::ReduceOp;
-namespace core = collie::core;
+namespace base = collie::base;
 
 constexpr size_t kSizes[] = {size_t{1} << 20, size_t{16} << 20};
 constexpr DataType kTypes[] = {DataType::Float32, DataType::Float16, DataType::Bfloat16, DataType::Float64,
@@ -44,7 +44,7 @@ struct Buffer {
   Buffer& operator=(const Buffer&) = delete;
 
   void fill(DataType type, unsigned seed) {
-    size_t count = size / core::dataTypeSize(type);
+    size_t count = size / base::dataTypeSize(type);
     for (size_t i = 0; i < count; ++i) {
       float v = static_cast<float>((i * 2654435761u + seed) % 1000) / 16.0f - 30.0f;
       switch (type) {
@@ -55,10 +55,10 @@ struct Buffer {
           reinterpret_cast<double*>(data)[i] = v;
           break;
         case DataType::Float16:
-          reinterpret_cast<uint16_t*>(data)[i] = core::floatToHalf(v);
+          reinterpret_cast<uint16_t*>(data)[i] = base::floatToHalf(v);
           break;
         case DataType::Bfloat16:
-          reinterpret_cast<uint16_t*>(data)[i] = core::floatToBf16(v);
+          reinterpret_cast<uint16_t*>(data)[i] = base::floatToBf16(v);
           break;
         case DataType::Int32:
           reinterpret_cast<int32_t*>(data)[i] = static_cast<int32_t>(v * 16.0f);
@@ -79,14 +79,14 @@ void benchReduce(benchmark::State& state, DataType type, ReduceOp op, size_t byt
   a.fill(type, 1);
   b.fill(type, 2);
   std::memset(dst.data, 0, bytes);
-  const size_t count = bytes / core::dataTypeSize(type);
+  const size_t count = bytes / base::dataTypeSize(type);
   for (auto _ : state) {
-    core::reduce(dst.data, a.data, b.data, count, type, op);
+    base::reduce(dst.data, a.data, b.data, count, type, op);
     benchmark::DoNotOptimize(dst.data);
     benchmark::ClobberMemory();
   }
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(3 * bytes));
-  state.SetLabel(core::kernelIsaName(core::kernelIsa()));
+  state.SetLabel(base::kernelIsaName(base::kernelIsa()));
 }
 
 void benchMemcpy(benchmark::State& state, size_t bytes) {
@@ -113,10 +113,10 @@ bool applyKernelFlag(int* argc, char** argv) {
     }
     std::string name = arg.substr(prefix.size());
     bool found = false;
-    for (core::KernelIsa isa : {core::KernelIsa::Portable, core::KernelIsa::X86V3}) {
-      if (name != core::kernelIsaName(isa)) continue;
+    for (base::KernelIsa isa : {base::KernelIsa::Portable, base::KernelIsa::X86V3}) {
+      if (name != base::kernelIsaName(isa)) continue;
       found = true;
-      if (!core::setKernelIsa(isa)) {
+      if (!base::setKernelIsa(isa)) {
         std::fprintf(stderr, "bench_reduce: this build or CPU cannot run the %s kernels\n", name.c_str());
         return false;
       }
@@ -140,7 +140,7 @@ int main(int argc, char** argv) {
     for (DataType type : kTypes) {
       for (ReduceOp op : kOps) {
         std::string name =
-            std::string("reduce/") + core::dataTypeName(type) + "/" + core::reduceOpName(op) + "/" + sizeName(bytes);
+            std::string("reduce/") + base::dataTypeName(type) + "/" + base::reduceOpName(op) + "/" + sizeName(bytes);
         benchmark::RegisterBenchmark(name.c_str(), benchReduce, type, op, bytes);
       }
     }

@@ -27,8 +27,8 @@
 #include <string>
 #include <vector>
 
-#include "core/poller.hpp"
-#include "core/socket.hpp"
+#include "base/poller.hpp"
+#include "base/socket.hpp"
 #include "transport/shm/shm_transport.hpp"
 #include "transport/tcp/tcp_transport.hpp"
 
@@ -52,7 +52,7 @@ constexpr uint64_t kStreamBurst = 64;
 constexpr uint32_t kStreamWindow = 4;
 
 struct Side {
-  collie::core::Poller poller;
+  collie::base::Poller poller;
   std::unique_ptr<collie::transport::Transport> transports[kKinds];
   std::unique_ptr<Connection> conns[kKinds];
 };
@@ -62,7 +62,7 @@ pid_t gChild = -1;
 std::unique_ptr<collie::transport::Transport> makeTransport(Kind k) {
   if (k == kTcp) {
     collie::transport::TcpOptions o;
-    o.bindAddr = collie::core::parseAddress("127.0.0.1:0");
+    o.bindAddr = collie::base::parseAddress("127.0.0.1:0");
     return std::make_unique<collie::transport::TcpTransport>(o);
   }
   collie::transport::ShmOptions o;

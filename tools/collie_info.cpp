@@ -22,9 +22,9 @@
 #include <vector>
 
 #include "core/communicator.hpp"
-#include "core/datatypes.hpp"
-#include "core/params.hpp"
-#include "core/topology.hpp"
+#include "base/datatypes.hpp"
+#include "base/params.hpp"
+#include "base/topology.hpp"
 #include "core/tuner.hpp"
 
 namespace {
@@ -45,13 +45,13 @@ void printBuild() {
       {"COLLIE_WITH_TORCH", COLLIE_WITH_TORCH, ""}};
   std::printf("Build options:\n");
   for (const Option& o : options) std::printf("  %-20s %s%s\n", o.name, o.on ? "ON" : "OFF", o.on ? o.note : "");
-  std::printf("  %-20s %s\n", "host kernels", collie::core::kernelIsaName(collie::core::kernelIsa()));
+  std::printf("  %-20s %s\n", "host kernels", collie::base::kernelIsaName(collie::base::kernelIsa()));
 }
 
 std::string shown(const std::string& value) { return value.empty() ? "(empty)" : value; }
 
 void printParams() {
-  std::vector<collie::core::params::ParamInfo> rows = collie::core::params::all();
+  std::vector<collie::base::params::ParamInfo> rows = collie::base::params::all();
   const char* headers[] = {"Parameter", "Type", "Default", "Value"};
   size_t widths[4];
   for (int c = 0; c < 4; ++c) widths[c] = std::strlen(headers[c]);
@@ -76,12 +76,12 @@ void printParams() {
 // (makeTransports) asked in order, the first that can connect winning, as at init. Peers are described, not
 // met: a same-host peer publishes what this process would, an other-host peer differs in its host hash.
 void printTopo() {
-  using collie::core::localTopology;
-  const collie::core::Topology& topo = localTopology();
-  std::printf("Topology:\n%s", collie::core::describeTopology(topo).c_str());
+  using collie::base::localTopology;
+  const collie::base::Topology& topo = localTopology();
+  std::printf("Topology:\n%s", collie::base::describeTopology(topo).c_str());
   int cpu = sched_getcpu();
-  std::printf("  this process: CPU %d, NUMA node %d; progress thread %s\n", cpu, collie::core::currentNumaNode(),
-              collie::core::params::pinThreads() ? "bound to the CPUs of the creating thread's NUMA node"
+  std::printf("  this process: CPU %d, NUMA node %d; progress thread %s\n", cpu, collie::base::currentNumaNode(),
+              collie::base::params::pinThreads() ? "bound to the CPUs of the creating thread's NUMA node"
                                                  : "not bound (COLLIE_PIN_THREADS=0)");
   std::printf("\nTransport per peer pair (first in the list that can connect wins):\n");
   auto transports = collie::core::makeTransports();
@@ -145,15 +145,16 @@ void printTuner() {
   using collie::algorithms::Algorithm;
   using collie::algorithms::Collective;
   namespace core = collie::core;
+  namespace base = collie::base;
   core::MeasuredCosts costs;
-  const std::string& file = core::params::tuneFile();
+  const std::string& file = base::params::tuneFile();
   bool fromFile = !file.empty() && core::readTuneFile(file, &costs) && costs.find(gTunerTransport) != nullptr;
   core::CostModel model = costs.modelFor({gTunerTransport});
   core::Tuner tuner(model, core::currentAlgoSelection());
   std::printf("Tuner for %d ranks over %s (alpha %.2f us, %.2f GB/s, reduction %.2f GB/s; %s%s%s)\n", gTunerRanks,
               gTunerTransport.c_str(), model.link.alpha * 1e6, 1e-9 / model.link.beta, 1e-9 / model.gamma,
               fromFile ? "from " : "built-in costs", fromFile ? file.c_str() : "",
-              core::params::algo().empty() ? "" : (", COLLIE_ALGO=" + core::params::algo()).c_str());
+              base::params::algo().empty() ? "" : (", COLLIE_ALGO=" + base::params::algo()).c_str());
   const Collective colls[] = {Collective::AllReduce, Collective::Broadcast, Collective::Reduce, Collective::AllGather,
                               Collective::ReduceScatter};
   std::printf("  %-9s", "size");

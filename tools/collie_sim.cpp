@@ -1,4 +1,4 @@
-// collie-sim: runs one collective on simulated ranks (src/algorithms/simulator.hpp: the real schedules and the
+// collie-sim: runs one collective on simulated ranks (src/sim/simulator.hpp: the real schedules and the
 // real executor for every rank in one process, over in-memory links with an alpha-beta-gamma time model) and
 // prints what it costs: steps and messages per rank, bytes sent per rank, and the estimated time.
 //
@@ -17,15 +17,16 @@
 #include <vector>
 
 #include "algorithms/algorithms.hpp"
-#include "algorithms/simulator.hpp"
-#include "core/datatypes.hpp"
-#include "core/errors.hpp"
+#include "sim/simulator.hpp"
+#include "base/datatypes.hpp"
+#include "base/errors.hpp"
 #include "core/tuner.hpp"
 
 namespace {
 
 using namespace collie;
 using namespace collie::algorithms;
+using namespace collie::sim;
 
 void usage(FILE* out, const char* prog) {
   std::fprintf(out,
@@ -153,11 +154,11 @@ int main(int argc, char** argv) {
       bytesGiven = true;
     } else if (a == "--type") {
       const char* v = need(i);
-      if (!core::parseDataType(v, &type)) bad("--type", v);
+      if (!base::parseDataType(v, &type)) bad("--type", v);
       typeGiven = true;
     } else if (a == "--op") {
       const char* v = need(i);
-      if (!core::parseReduceOp(v, &op)) bad("--op", v);
+      if (!base::parseReduceOp(v, &op)) bad("--op", v);
     } else if (a == "--root") {
       root = std::atoi(need(i));
     } else if (a == "--slice") {
@@ -201,7 +202,7 @@ int main(int argc, char** argv) {
   if (root < 0 || root >= nranks) bad("--root", std::to_string(root).c_str());
   if (traceRank < 0 || traceRank >= nranks) bad("--rank", std::to_string(traceRank).c_str());
   if (check && !typeGiven) type = DataType::Int32;
-  const size_t elem = core::dataTypeSize(type);
+  const size_t elem = base::dataTypeSize(type);
   const size_t count = bytes / elem;
 
   core::CostModel model = core::CostModel::defaults(transportArg);
@@ -229,7 +230,7 @@ int main(int argc, char** argv) {
   if (trace) {
     Schedule s = build(algos[0], ScheduleKey{coll, traceRank, nranks, count, root});
     std::printf("%s %s, %d ranks, %zu elements of %s: plan of rank %d (%zu steps", collectiveName(coll),
-                algorithmName(algos[0]), nranks, count, core::dataTypeName(type), traceRank, s.steps.size());
+                algorithmName(algos[0]), nranks, count, base::dataTypeName(type), traceRank, s.steps.size());
     if (s.scratchCount) std::printf(", scratch of %zu elements", s.scratchCount);
     std::printf(")\n%s", describe(s).c_str());
     return 0;
@@ -237,7 +238,7 @@ int main(int argc, char** argv) {
 
   std::printf("%s, %d ranks, %s (%zu x %s), model: alpha %.2f us, %.2f GB/s ports, reduction %.2f GB/s\n",
               collectiveName(coll), nranks, human(static_cast<double>(count * elem)).c_str(), count,
-              core::dataTypeName(type), model.link.alpha * 1e6, 1e-9 / model.link.beta, 1e-9 / model.gamma);
+              base::dataTypeName(type), model.link.alpha * 1e6, 1e-9 / model.link.beta, 1e-9 / model.gamma);
   std::vector<Run> runs;
   try {
     for (Algorithm algo : algos) {
@@ -246,7 +247,7 @@ int main(int argc, char** argv) {
       core::chooseSlicing(coll, algo, model.transport, nranks, count * elem, &run.slice, &run.inflight);
       if (slice) run.slice = slice;
       if (inflight) run.inflight = inflight;
-      SimOptions o;
+      sim::SimOptions o;
       o.coll = coll;
       o.algo = algo;
       o.nranks = nranks;
@@ -266,7 +267,7 @@ int main(int argc, char** argv) {
         o.cost.beta *= run.scale;
         o.cost.gamma *= run.scale;
       }
-      run.result = simulate(o);
+      run.result = sim::simulate(o);
       if (!run.result.ok) {
         std::fprintf(stderr, "%s: %s: %s\n", prog, algorithmName(algo), run.result.error.c_str());
         return 1;

@@ -15,7 +15,7 @@
 
 #include "core/communicator.hpp"
 #include "core/device_stager.hpp"
-#include "core/errors.hpp"
+#include "base/errors.hpp"
 
 using collie::ErrorCode;
 
@@ -313,7 +313,7 @@ collieResult_t collieCommSplit(collieComm_t comm, int color, int key, collieComm
 }
 
 const char* collieGetErrorString(collieResult_t result) {
-  return collie::core::errorCodeName(static_cast<ErrorCode>(result));
+  return collie::base::errorCodeName(static_cast<ErrorCode>(result));
 }
 
 const char* collieGetLastError(collieComm_t handle) {

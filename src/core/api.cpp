@@ -6,9 +6,9 @@
 
 #include "core/bootstrap.hpp"
 #include "core/communicator.hpp"
-#include "core/errors.hpp"
-#include "core/params.hpp"
-#include "core/socket.hpp"
+#include "base/errors.hpp"
+#include "base/params.hpp"
+#include "base/socket.hpp"
 
 namespace collie {
 
@@ -18,10 +18,10 @@ using core::OpDesc;
 // ---- UniqueId ------------------------------------------------------------------------------------------------
 
 UniqueId UniqueId::create() {
-  sockaddr_storage addr = core::defaultLocalAddress();
-  core::setAddressPort(addr, 0);
+  sockaddr_storage addr = base::defaultLocalAddress();
+  base::setAddressPort(addr, 0);
   auto data =
-      core::BootstrapRoot::start(addr, core::randomSecret(), std::chrono::milliseconds(core::params::timeoutMs()));
+      core::BootstrapRoot::start(addr, core::randomSecret(), std::chrono::milliseconds(base::params::timeoutMs()));
   UniqueId id;
   id.raw = core::encodeUniqueId(data);
   return id;

@@ -13,9 +13,9 @@
 #include <functional>
 #include <map>
 
-#include "core/errors.hpp"
-#include "core/log.hpp"
-#include "core/socket.hpp"
+#include "base/errors.hpp"
+#include "base/log.hpp"
+#include "base/socket.hpp"
 
 namespace collie::core {
 namespace {
@@ -47,7 +47,7 @@ struct Reply {
   char message[200];
 };
 
-Deadline deadlineAfter(std::chrono::milliseconds ms) { return std::chrono::steady_clock::now() + ms; }
+base::Deadline deadlineAfter(std::chrono::milliseconds ms) { return std::chrono::steady_clock::now() + ms; }
 
 struct FdGuard {
   int fd = -1;
@@ -56,18 +56,18 @@ struct FdGuard {
   }
 };
 
-void sendReply(int fd, ErrorCode status, const std::string& message, Deadline deadline) {
+void sendReply(int fd, ErrorCode status, const std::string& message, base::Deadline deadline) {
   Reply reply{};
   reply.magic = kHelloMagic;
   reply.status = static_cast<int32_t>(status);
   snprintf(reply.message, sizeof(reply.message), "%s", message.c_str());
-  sendAll(fd, &reply, sizeof(reply), deadline, "bootstrap rank");
+  base::sendAll(fd, &reply, sizeof(reply), deadline, "bootstrap rank");
 }
 
 // Serves one bootstrap: collects every rank's PeerInfo, then sends everyone the table.
 void serveRoot(int listenFd, std::array<uint8_t, 16> secret, std::chrono::milliseconds timeout) {
   FdGuard listener{listenFd};
-  Deadline deadline = deadlineAfter(timeout);
+  base::Deadline deadline = deadlineAfter(timeout);
   std::map<int, int> rankFds;  // rank -> fd
   std::vector<transport::PeerInfo> table;
   int nranks = -1;
@@ -78,33 +78,33 @@ void serveRoot(int listenFd, std::array<uint8_t, 16> secret, std::chrono::millis
   try {
     while (nranks < 0 || static_cast<int>(rankFds.size()) < nranks) {
       sockaddr_storage from{};
-      int fd = acceptUntil(listenFd, deadline, &from);
+      int fd = base::acceptUntil(listenFd, deadline, &from);
       if (fd < 0) {
-        COLLIE_WARN(kLogBootstrap, "bootstrap root: timed out with %zu of %d ranks checked in", rankFds.size(), nranks);
+        COLLIE_WARN(base::kLogBootstrap, "bootstrap root: timed out with %zu of %d ranks checked in", rankFds.size(), nranks);
         closeAll();
         return;
       }
-      std::string who = addressToString(from);
+      std::string who = base::addressToString(from);
       Hello hello{};
       try {
-        Deadline helloDeadline = std::min(deadline, std::chrono::steady_clock::now() + kHelloWait);
-        recvAll(fd, &hello, sizeof(hello), helloDeadline, "bootstrap connection from " + who);
+        base::Deadline helloDeadline = std::min(deadline, std::chrono::steady_clock::now() + kHelloWait);
+        base::recvAll(fd, &hello, sizeof(hello), helloDeadline, "bootstrap connection from " + who);
       } catch (const Error& e) {
-        COLLIE_WARN(kLogBootstrap, "bootstrap root: refused connection from %s: %s", who.c_str(), e.what());
+        COLLIE_WARN(base::kLogBootstrap, "bootstrap root: refused connection from %s: %s", who.c_str(), e.what());
         ::close(fd);
         continue;
       }
       if (hello.magic != kHelloMagic || memcmp(hello.secret, secret.data(), secret.size()) != 0) {
-        COLLIE_WARN(kLogBootstrap, "bootstrap root: refused connection from %s: it did not present the secret",
+        COLLIE_WARN(base::kLogBootstrap, "bootstrap root: refused connection from %s: it did not present the secret",
                     who.c_str());
         ::close(fd);
         continue;
       }
       transport::PeerInfo info;
       try {
-        recvAll(fd, &info, sizeof(info), deadline, "bootstrap rank at " + who);
+        base::recvAll(fd, &info, sizeof(info), deadline, "bootstrap rank at " + who);
       } catch (const Error& e) {
-        COLLIE_WARN(kLogBootstrap, "bootstrap root: lost %s: %s", who.c_str(), e.what());
+        COLLIE_WARN(base::kLogBootstrap, "bootstrap root: lost %s: %s", who.c_str(), e.what());
         ::close(fd);
         continue;
       }
@@ -114,14 +114,14 @@ void serveRoot(int listenFd, std::array<uint8_t, 16> secret, std::chrono::millis
         table.resize(static_cast<size_t>(nranks));
       }
       if (hello.nranks != nranks) {
-        problem = format("rank %d says nranks=%d but an earlier rank said %d", hello.rank, hello.nranks, nranks);
+        problem = base::format("rank %d says nranks=%d but an earlier rank said %d", hello.rank, hello.nranks, nranks);
       } else if (hello.rank < 0 || hello.rank >= nranks) {
-        problem = format("rank %d is outside [0, %d)", hello.rank, nranks);
+        problem = base::format("rank %d is outside [0, %d)", hello.rank, nranks);
       } else if (rankFds.count(hello.rank)) {
-        problem = format("rank %d checked in twice (from %s)", hello.rank, who.c_str());
+        problem = base::format("rank %d checked in twice (from %s)", hello.rank, who.c_str());
       }
       if (!problem.empty()) {
-        COLLIE_WARN(kLogBootstrap, "bootstrap root: %s", problem.c_str());
+        COLLIE_WARN(base::kLogBootstrap, "bootstrap root: %s", problem.c_str());
         try {
           sendReply(fd, ErrorCode::InvalidUsage, problem, deadline);
         } catch (const Error&) {
@@ -131,14 +131,14 @@ void serveRoot(int listenFd, std::array<uint8_t, 16> secret, std::chrono::millis
       }
       table[static_cast<size_t>(hello.rank)] = info;
       rankFds[hello.rank] = fd;
-      COLLIE_INFO(kLogBootstrap, "bootstrap root: rank %d of %d checked in from %s", hello.rank, nranks, who.c_str());
+      COLLIE_INFO(base::kLogBootstrap, "bootstrap root: rank %d of %d checked in from %s", hello.rank, nranks, who.c_str());
     }
     for (auto& [r, fd] : rankFds) {
       sendReply(fd, ErrorCode::Success, "", deadline);
-      sendAll(fd, table.data(), table.size() * sizeof(transport::PeerInfo), deadline, format("rank %d", r));
+      base::sendAll(fd, table.data(), table.size() * sizeof(transport::PeerInfo), deadline, base::format("rank %d", r));
     }
   } catch (const Error& e) {
-    COLLIE_WARN(kLogBootstrap, "bootstrap root failed: %s", e.what());
+    COLLIE_WARN(base::kLogBootstrap, "bootstrap root failed: %s", e.what());
   }
   closeAll();
 }
@@ -149,7 +149,7 @@ collieUniqueId encodeUniqueId(const UniqueIdData& data) {
   PackedId packed{};
   packed.magic = kIdMagic;
   packed.family = data.root.ss_family;
-  packed.port = static_cast<uint16_t>(addressPort(data.root));
+  packed.port = static_cast<uint16_t>(base::addressPort(data.root));
   if (data.root.ss_family == AF_INET) {
     memcpy(packed.addr, &reinterpret_cast<const sockaddr_in&>(data.root).sin_addr, 4);
   } else {
@@ -178,7 +178,7 @@ UniqueIdData decodeUniqueId(const collieUniqueId& id) {
     memcpy(&a6.sin6_addr, packed.addr, 16);
     a6.sin6_scope_id = packed.scopeId;
   }
-  setAddressPort(data.root, packed.port);
+  base::setAddressPort(data.root, packed.port);
   memcpy(data.secret.data(), packed.secret, 16);
   return data;
 }
@@ -215,7 +215,7 @@ std::array<uint8_t, 16> randomSecret() {
   std::array<uint8_t, 16> secret{};
   ssize_t got = getrandom(secret.data(), secret.size(), 0);
   COLLIE_ENFORCE(got == static_cast<ssize_t>(secret.size()), ErrorCode::SystemError, "getrandom failed: %s",
-                 errnoString(errno).c_str());
+                 base::errnoString(errno).c_str());
   return secret;
 }
 
@@ -224,33 +224,33 @@ UniqueIdData BootstrapRoot::start(const sockaddr_storage& addr, const std::array
   UniqueIdData data;
   data.root = addr;
   data.secret = secret;
-  int fd = listenOn(data.root);
+  int fd = base::listenOn(data.root);
   std::thread(serveRoot, fd, secret, timeout).detach();
-  COLLIE_INFO(kLogBootstrap, "bootstrap root listening on %s", addressToString(data.root).c_str());
+  COLLIE_INFO(base::kLogBootstrap, "bootstrap root listening on %s", base::addressToString(data.root).c_str());
   return data;
 }
 
 std::vector<transport::PeerInfo> bootstrapExchange(const UniqueIdData& id, int rank, int nranks,
                                                    const transport::PeerInfo& self, std::chrono::milliseconds timeout) {
-  Deadline deadline = deadlineAfter(timeout);
-  std::string root = "bootstrap root " + addressToString(id.root);
-  FdGuard conn{connectWithRetry(id.root, deadline, 1 << 30, root)};
+  base::Deadline deadline = deadlineAfter(timeout);
+  std::string root = "bootstrap root " + base::addressToString(id.root);
+  FdGuard conn{base::connectWithRetry(id.root, deadline, 1 << 30, root)};
   Hello hello{};
   hello.magic = kHelloMagic;
   memcpy(hello.secret, id.secret.data(), 16);
   hello.rank = rank;
   hello.nranks = nranks;
-  sendAll(conn.fd, &hello, sizeof(hello), deadline, root);
-  sendAll(conn.fd, &self, sizeof(self), deadline, root);
+  base::sendAll(conn.fd, &hello, sizeof(hello), deadline, root);
+  base::sendAll(conn.fd, &self, sizeof(self), deadline, root);
   Reply reply{};
-  recvAll(conn.fd, &reply, sizeof(reply), deadline, root);
+  base::recvAll(conn.fd, &reply, sizeof(reply), deadline, root);
   COLLIE_ENFORCE(reply.magic == kHelloMagic, ErrorCode::RemoteError, "%s sent a malformed reply", root.c_str());
   if (reply.status != 0) {
     reply.message[sizeof(reply.message) - 1] = '\0';
     COLLIE_FAIL(static_cast<ErrorCode>(reply.status), "%s refused rank %d: %s", root.c_str(), rank, reply.message);
   }
   std::vector<transport::PeerInfo> table(static_cast<size_t>(nranks));
-  recvAll(conn.fd, table.data(), table.size() * sizeof(transport::PeerInfo), deadline, root);
+  base::recvAll(conn.fd, table.data(), table.size() * sizeof(transport::PeerInfo), deadline, root);
   for (int r = 0; r < nranks; ++r) {
     COLLIE_ENFORCE(table[static_cast<size_t>(r)].rank == r, ErrorCode::InternalError,
                    "bootstrap table entry %d names rank %d", r, table[static_cast<size_t>(r)].rank);

@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "core/communicator.hpp"
-#include "core/errors.hpp"
-#include "core/log.hpp"
-#include "core/params.hpp"
+#include "base/errors.hpp"
+#include "base/log.hpp"
+#include "base/params.hpp"
 
 namespace collie::core {
 
@@ -40,10 +40,10 @@ double seconds(Clock::duration d) { return std::chrono::duration<double>(d).coun
 double timeReduce() {
   constexpr size_t kCount = 1024 * 1024;
   std::vector<float> a(kCount, 1.0f), b(kCount, 2.0f);
-  reduce(a.data(), a.data(), b.data(), kCount, DataType::Float32, ReduceOp::Sum);  // warm up
+  base::reduce(a.data(), a.data(), b.data(), kCount, DataType::Float32, ReduceOp::Sum);  // warm up
   constexpr int kIters = 3;
   auto start = Clock::now();
-  for (int i = 0; i < kIters; ++i) reduce(a.data(), a.data(), b.data(), kCount, DataType::Float32, ReduceOp::Sum);
+  for (int i = 0; i < kIters; ++i) base::reduce(a.data(), a.data(), b.data(), kCount, DataType::Float32, ReduceOp::Sum);
   return seconds(Clock::now() - start) / kIters / static_cast<double>(kCount * sizeof(float));
 }
 
@@ -81,13 +81,13 @@ void CommImpl::calibrate(const std::vector<transport::PeerInfo>& peers) {
 
   Wire w;
   MeasuredCosts file;
-  const std::string& path = params::tuneFile();
+  const std::string& path = base::params::tuneFile();
   if (rank_ == 0) {
     try {
       if (!path.empty() && readTuneFile(path, &file))
-        COLLIE_INFO(kLogTune, "%s: tuning costs read from %s", name_.c_str(), path.c_str());
+        COLLIE_INFO(base::kLogTune, "%s: tuning costs read from %s", name_.c_str(), path.c_str());
     } catch (const Error& e) {
-      COLLIE_WARN(kLogTune, "%s: ignoring the tuning file: %s", name_.c_str(), e.what());
+      COLLIE_WARN(base::kLogTune, "%s: ignoring the tuning file: %s", name_.c_str(), e.what());
       file = MeasuredCosts{};
     }
     for (size_t k = 0; k < kinds.size(); ++k) {
@@ -98,7 +98,7 @@ void CommImpl::calibrate(const std::vector<transport::PeerInfo>& peers) {
       }
     }
     w.gamma = file.gamma;
-    w.measure = params::tuneMeasure() != 0 ? 1 : 0;
+    w.measure = base::params::tuneMeasure() != 0 ? 1 : 0;
   }
   auto broadcastWire = [&] {
     OpDesc op;
@@ -131,7 +131,7 @@ void CommImpl::calibrate(const std::vector<transport::PeerInfo>& peers) {
       try {
         writeTuneFile(path, file);
       } catch (const Error& e) {
-        COLLIE_WARN(kLogTune, "%s: %s", name_.c_str(), e.what());
+        COLLIE_WARN(base::kLogTune, "%s: %s", name_.c_str(), e.what());
       }
     }
   }
@@ -140,7 +140,7 @@ void CommImpl::calibrate(const std::vector<transport::PeerInfo>& peers) {
   measured_.gamma = w.gamma;
   tuner_.setModel(costModel(kinds));
   const CostModel& m = tuner_.model();
-  COLLIE_INFO(kLogTune,
+  COLLIE_INFO(base::kLogTune,
               "%s: cost model (%s): alpha %.2f us, beta %.4f ns/B (%.2f GB/s), gamma %.4f ns/B (beta and gamma x %.2f: "
               "ranks of this host per CPU)",
               name_.c_str(), m.transport.c_str(), m.link.alpha * 1e6, m.link.beta * 1e9,

@@ -8,10 +8,10 @@
 
 #include "core/cuda_plugin.hpp"
 #include "core/device_stager.hpp"
-#include "core/errors.hpp"
-#include "core/log.hpp"
-#include "core/params.hpp"
-#include "core/topology.hpp"
+#include "base/errors.hpp"
+#include "base/log.hpp"
+#include "base/params.hpp"
+#include "base/topology.hpp"
 #include "core/tuner.hpp"
 #include "transport/shm/shm_transport.hpp"
 #include "transport/tcp/tcp_transport.hpp"
@@ -47,7 +47,7 @@ bool WorkState::test() {
 // The transports a communicator may use, in order of preference.
 std::vector<std::unique_ptr<transport::Transport>> makeTransports() {
   std::vector<std::unique_ptr<transport::Transport>> list;
-  if (params::shmDisable() == 0) list.push_back(std::make_unique<transport::ShmTransport>());  // same host
+  if (base::params::shmDisable() == 0) list.push_back(std::make_unique<transport::ShmTransport>());  // same host
   list.push_back(std::make_unique<transport::TcpTransport>());
   return list;
 }
@@ -65,7 +65,7 @@ CommImpl::CommImpl(int rank, int nranks, const Options& options)
     : rank_(rank),
       nranks_(nranks),
       name_(options.name.empty() ? std::string("comm") : options.name),
-      timeout_(options.timeout.count() > 0 ? options.timeout : std::chrono::milliseconds(params::timeoutMs())) {}
+      timeout_(options.timeout.count() > 0 ? options.timeout : std::chrono::milliseconds(base::params::timeoutMs())) {}
 
 std::unique_ptr<CommImpl> CommImpl::create(int nranks, const UniqueIdData& id, int rank, const Options& options) {
   COLLIE_ARG_CHECK(nranks >= 1, "nranks=%d: expected at least 1", nranks);
@@ -80,7 +80,7 @@ std::unique_ptr<CommImpl> CommImpl::create(int nranks, const UniqueIdData& id, i
   comm->tuner_ = Tuner(comm->measured_.modelFor(comm->kindsInUse(peers)), std::move(selection));
   comm->connectAll(peers, id.secret);
   comm->calibrate(peers);
-  COLLIE_INFO(kLogInit, "%s rank %d of %d ready", comm->name_.c_str(), rank, nranks);
+  COLLIE_INFO(base::kLogInit, "%s rank %d of %d ready", comm->name_.c_str(), rank, nranks);
   return comm;
 }
 
@@ -118,7 +118,7 @@ void CommImpl::connectAll(const std::vector<transport::PeerInfo>& peers, const s
     if (chosen[t].empty()) continue;
     auto conns = transports_[t]->connect(ctx, chosen[t]);
     for (size_t i = 0; i < chosen[t].size(); ++i) conns_[static_cast<size_t>(chosen[t][i])] = std::move(conns[i]);
-    COLLIE_INFO(kLogInit, "%s rank %d: %zu peer(s) over %s", name_.c_str(), rank_, chosen[t].size(),
+    COLLIE_INFO(base::kLogInit, "%s rank %d: %zu peer(s) over %s", name_.c_str(), rank_, chosen[t].size(),
                 transports_[t]->name());
   }
   conns_[static_cast<size_t>(rank_)] = transport::makeSelfConnection(rank_);
@@ -154,7 +154,7 @@ bool CommImpl::recordFailure(ErrorCode code, const std::string& message) {
 // Called on the thread that runs the executor, the only one that may touch the connections.
 void CommImpl::fail(ErrorCode code, const std::string& message) {
   if (recordFailure(code, message))
-    COLLIE_WARN(kLogColl, "%s rank %d failed: %s", name_.c_str(), rank_, message.c_str());
+    COLLIE_WARN(base::kLogColl, "%s rank %d failed: %s", name_.c_str(), rank_, message.c_str());
   // Closing our connections makes peers that wait on us fail at once instead of at their timeout.
   for (auto& c : conns_)
     if (c) c->close();
@@ -168,7 +168,7 @@ std::string CommImpl::failureMessage() const {
 // Any thread: flags the abort and wakes the executor, which fails its call; the connections are closed by the
 // executing thread or by the destructor, never under a running call.
 void CommImpl::abort() {
-  recordFailure(ErrorCode::InvalidUsage, format("%s rank %d: the communicator was aborted", name_.c_str(), rank_));
+  recordFailure(ErrorCode::InvalidUsage, base::format("%s rank %d: the communicator was aborted", name_.c_str(), rank_));
   abort_.store(true);
   poller_.wake();
 }
@@ -189,9 +189,9 @@ void CommImpl::execute(const std::vector<OpDesc>& ops) {
   bool prevP2P = false;
   for (const OpDesc& op : ops) {
     algorithms::ScheduleKey key{op.coll, rank_, nranks_, op.count, op.root};
-    TunedPlan plan = tuner_.choose(op.coll, nranks_, op.count * dataTypeSize(op.type));
-    COLLIE_TRACE(kLogTune, "%s rank %d: %s of %zu x %s: %s, %zu-byte slices, %d in flight", name_.c_str(), rank_,
-                 algorithms::collectiveName(op.coll), op.count, dataTypeName(op.type),
+    TunedPlan plan = tuner_.choose(op.coll, nranks_, op.count * base::dataTypeSize(op.type));
+    COLLIE_TRACE(base::kLogTune, "%s rank %d: %s of %zu x %s: %s, %zu-byte slices, %d in flight", name_.c_str(), rank_,
+                 algorithms::collectiveName(op.coll), op.count, base::dataTypeName(op.type),
                  algorithms::algorithmName(plan.algorithm), plan.sliceBytes, plan.slicesInFlight);
     Job job;
     job.schedule = &schedule(plan.algorithm, key);
@@ -205,12 +205,12 @@ void CommImpl::execute(const std::vector<OpDesc>& ops) {
   }
   ExecConfig config;
   config.timeout = timeout_;
-  config.spin = std::chrono::microseconds(params::spinUs());
+  config.spin = std::chrono::microseconds(base::params::spinUs());
   config.yieldWhileSpinning = oversubscribed_;
   try {
     executor_->run(jobs_, config);
   } catch (const Error& e) {
-    if (isFatal(e.code()) || abort_.load()) fail(e.code(), e.what());
+    if (base::isFatal(e.code()) || abort_.load()) fail(e.code(), e.what());
     throw;
   } catch (const std::exception& e) {
     fail(ErrorCode::InternalError, e.what());
@@ -294,7 +294,7 @@ void CommImpl::stageDevice(OpDesc& op) {
     op.staged = stager_->stage(op, rank_, nranks_, op.stream, op.streamOrdered);
   } catch (const Error& e) {
     // This rank's part of the collective will not run: the communicator cannot be used any more.
-    if (isFatal(e.code())) recordFailure(e.code(), e.what());
+    if (base::isFatal(e.code())) recordFailure(e.code(), e.what());
     throw;
   }
 }
@@ -343,7 +343,7 @@ void CommImpl::finishDevice(std::vector<OpDesc>& ops, ErrorCode& code, std::stri
     ordered = ordered || op.streamOrdered;
   }
   if (code != ErrorCode::Success && ordered && recordFailure(code, message))
-    COLLIE_WARN(kLogColl, "%s rank %d: a call on device buffers failed: %s", name_.c_str(), rank_, message.c_str());
+    COLLIE_WARN(base::kLogColl, "%s rank %d: a call on device buffers failed: %s", name_.c_str(), rank_, message.c_str());
   if (code != ErrorCode::Success) return;
   for (OpDesc& op : ops) {
     if (!op.staged || !op.staged->waitCopyBack) continue;
@@ -370,9 +370,9 @@ void CommImpl::enqueue(std::vector<OpDesc> ops, std::shared_ptr<WorkState> work)
   ++pending_;
   if (!progress_.joinable()) {
     // COLLIE_PIN_THREADS: the progress thread runs on the NUMA node of the rank's (calling) thread, near its memory.
-    const int node = params::pinThreads() ? currentNumaNode() : -1;
+    const int node = base::params::pinThreads() ? base::currentNumaNode() : -1;
     progress_ = std::thread([this, node] {
-      if (node >= 0) bindThreadToNode(node);
+      if (node >= 0) base::bindThreadToNode(node);
       progressLoop();
     });
   }
@@ -473,7 +473,7 @@ std::unique_ptr<CommImpl> CommImpl::split(int color, int key, const Options& opt
   }
   Options opts = options;
   if (opts.timeout.count() == 0) opts.timeout = timeout_;
-  if (opts.name.empty()) opts.name = format("%s.split%d.color%d", name_.c_str(), epoch, color);
+  if (opts.name.empty()) opts.name = base::format("%s.split%d.color%d", name_.c_str(), epoch, color);
   std::unique_ptr<CommImpl> comm(new CommImpl(newRank, newSize, opts));
   // A secret of its own: parent secret mixed with the split epoch and the color.
   comm->secret_ = secret_;

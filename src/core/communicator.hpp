@@ -19,7 +19,7 @@
 #include "algorithms/algorithms.hpp"
 #include "core/bootstrap.hpp"
 #include "core/executor.hpp"
-#include "core/poller.hpp"
+#include "base/poller.hpp"
 #include "core/tuner.hpp"
 #include "transport/transport.hpp"
 
@@ -125,7 +125,7 @@ class CommImpl {
   std::array<uint8_t, 16> secret_{};
   int splitCount_ = 0;
 
-  Poller poller_;
+  base::Poller poller_;
   std::vector<std::unique_ptr<transport::Transport>> transports_;  // in order of preference
   std::vector<std::unique_ptr<transport::Connection>> conns_;      // by rank (self included)
   std::unique_ptr<Executor> executor_;

@@ -10,9 +10,9 @@
 #include <mutex>
 #include <vector>
 
-#include "core/errors.hpp"
-#include "core/log.hpp"
-#include "core/params.hpp"
+#include "base/errors.hpp"
+#include "base/log.hpp"
+#include "base/params.hpp"
 
 namespace collie::core::cuda {
 namespace {
@@ -48,7 +48,7 @@ std::string ownDirectory() {
 Loaded load() {
   Loaded out;
   std::vector<std::string> candidates;
-  const std::string& forced = params::cudaPlugin();
+  const std::string& forced = base::params::cudaPlugin();
   const char* env = forced.c_str();
   if (*env) {
     candidates.push_back(forced);  // an explicit choice: nothing else is tried
@@ -63,21 +63,21 @@ Loaded load() {
     handle = dlopen(c.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (handle) break;
     const char* e = dlerror();
-    errors += format("%s%s", errors.empty() ? "" : "; ", e ? e : c.c_str());
+    errors += base::format("%s%s", errors.empty() ? "" : "; ", e ? e : c.c_str());
   }
   if (!handle) {
-    out.why = format("the CUDA plugin libcollie_cuda.so could not be loaded (%s)%s", errors.c_str(),
+    out.why = base::format("the CUDA plugin libcollie_cuda.so could not be loaded (%s)%s", errors.c_str(),
                      *env ? "" : "; set COLLIE_CUDA_PLUGIN to its path, or build collie with COLLIE_WITH_CUDA=ON");
     return out;
   }
   auto get = reinterpret_cast<CollieCudaPluginGetFn>(dlsym(handle, COLLIE_CUDA_PLUGIN_SYMBOL));
   if (!get) {
-    out.why = format("%s lacks the symbol " COLLIE_CUDA_PLUGIN_SYMBOL, candidates.front().c_str());
+    out.why = base::format("%s lacks the symbol " COLLIE_CUDA_PLUGIN_SYMBOL, candidates.front().c_str());
     return out;  // the handle stays open: closing a library with a CUDA runtime inside is not worth the risk
   }
   int rc = get(COLLIE_CUDA_PLUGIN_ABI, &out.table, sizeof(out.table));
   if (rc != 0 || out.table.abi != COLLIE_CUDA_PLUGIN_ABI || out.table.size < sizeof(CollieCudaPlugin)) {
-    out.why = format("the CUDA plugin has ABI %u (size %u), this libcollie needs ABI %d (size %zu)", out.table.abi,
+    out.why = base::format("the CUDA plugin has ABI %u (size %u), this libcollie needs ABI %d (size %zu)", out.table.abi,
                      out.table.size, COLLIE_CUDA_PLUGIN_ABI, sizeof(CollieCudaPlugin));
     return out;
   }
@@ -93,9 +93,9 @@ Loaded& loadOnce() {
     if (loaded.ptr) {
       loaded.ptr = &loaded.table;  // load() pointed into its own copy
       loadedTable.store(loaded.ptr, std::memory_order_release);
-      COLLIE_INFO(kLogInit, "CUDA plugin loaded (runtime %d, %s)", loaded.table.runtimeVersion, loaded.table.archs);
+      COLLIE_INFO(base::kLogInit, "CUDA plugin loaded (runtime %d, %s)", loaded.table.runtimeVersion, loaded.table.archs);
     } else {
-      COLLIE_INFO(kLogInit, "%s", loaded.why.c_str());
+      COLLIE_INFO(base::kLogInit, "%s", loaded.why.c_str());
     }
   });
   return loaded;
@@ -166,9 +166,9 @@ std::string memoryKindName(int kind, int device) {
     case kCollieCudaMemoryPinned:
       return "pinned host memory";
     case kCollieCudaMemoryDevice:
-      return format("device memory of GPU %d", device);
+      return base::format("device memory of GPU %d", device);
     case kCollieCudaMemoryManaged:
-      return format("managed memory of GPU %d", device);
+      return base::format("managed memory of GPU %d", device);
     default:
       return "host memory";
   }

@@ -7,9 +7,9 @@
 #include <thread>
 
 #include "core/communicator.hpp"
-#include "core/datatypes.hpp"
-#include "core/errors.hpp"
-#include "core/log.hpp"
+#include "base/datatypes.hpp"
+#include "base/errors.hpp"
+#include "base/log.hpp"
 
 namespace collie::core {
 
@@ -73,7 +73,7 @@ struct Extent {
 
 Extent extentOf(const OpDesc& op, int rank, int nranks) {
   Extent e;
-  const size_t bytes = op.count * dataTypeSize(op.type);
+  const size_t bytes = op.count * base::dataTypeSize(op.type);
   const size_t n = static_cast<size_t>(nranks);
   e.sendBytes = e.recvBytes = bytes;
   switch (op.coll) {
@@ -134,11 +134,11 @@ DeviceStager::~DeviceStager() {
   try {
     guard.emplace(p_, device_);
   } catch (const std::exception& e) {
-    COLLIE_WARN(kLogColl, "communicator destruction: %s", e.what());
+    COLLIE_WARN(base::kLogColl, "communicator destruction: %s", e.what());
   }
   if (stream_) {
     int rc = p_.streamSynchronize(stream_);
-    if (rc != 0) COLLIE_WARN(kLogColl, "cudaStreamSynchronize at communicator destruction: %s", p_.errorString(rc));
+    if (rc != 0) COLLIE_WARN(base::kLogColl, "cudaStreamSynchronize at communicator destruction: %s", p_.errorString(rc));
     p_.streamDestroy(stream_);
   }
   for (void* ev : allEvents_) p_.eventDestroy(ev);
@@ -205,7 +205,7 @@ void DeviceStager::reclaim() {
     if (rc == cuda::kNotReady) break;
     if (rc != 0) {
       // A failed stream: keep the resources out of use (they are freed with the communicator).
-      COLLIE_WARN(kLogColl, "device staging: a call's copy-back failed: %s", p_.errorString(rc));
+      COLLIE_WARN(base::kLogColl, "device staging: a call's copy-back failed: %s", p_.errorString(rc));
     } else {
       for (const auto& b : op->blocks)
         if (b.ptr) freeBlocks_.push_back(b);

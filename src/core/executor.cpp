@@ -6,8 +6,8 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "core/errors.hpp"
-#include "core/log.hpp"
+#include "base/errors.hpp"
+#include "base/log.hpp"
 
 namespace collie::core {
 
@@ -63,7 +63,7 @@ bool overlaps(const char* a, const char* b, size_t bytes) { return a && b && a <
 
 }  // namespace
 
-Executor::Executor(int rank, int nranks, std::vector<transport::Connection*> conns, Poller& poller,
+Executor::Executor(int rank, int nranks, std::vector<transport::Connection*> conns, base::Poller& poller,
                    const std::atomic<bool>& abortFlag, std::string commName)
     : rank_(rank),
       nranks_(nranks),
@@ -119,7 +119,7 @@ bool Executor::canStart(size_t flat) const {
 void Executor::planStep(StepState& st) {
   const Step& s = *st.step;
   const Job& job = jobs_[st.job];
-  st.elemSize = dataTypeSize(job.buffers.type);
+  st.elemSize = base::dataTypeSize(job.buffers.type);
   const size_t bytes = s.count * st.elemSize;
   char* scratch = scratch_ + jobScratch_[st.job];
   st.src = resolve(job.buffers, scratch, s.src, st.elemSize);
@@ -180,7 +180,7 @@ bool Executor::advanceStep(size_t flat) {
       const size_t count = st.sliceCount(st.finished);
       char* out = st.dst ? st.dst + off : sl.slot;  // where this slice's result lives
       if (s.kind == StepKind::RecvReduce || s.kind == StepKind::RecvReduceSend) {
-        reduce(out, st.src + off, st.viaSlot ? sl.slot : out, count, b.type, b.op);
+        base::reduce(out, st.src + off, st.viaSlot ? sl.slot : out, count, b.type, b.op);
         if (st.dst) releaseSlot(sl.slot);  // the result is in dst now
       }
       if (st.sends()) {
@@ -219,8 +219,8 @@ void Executor::finishJobIfDone(size_t job) {
   jobDone_[job] = 1;
   const Job& j = jobs_[job];
   if (j.buffers.op == ReduceOp::Avg && j.schedule->resultCount > 0) {
-    char* res = resolve(j.buffers, scratch_ + jobScratch_[job], j.schedule->result, dataTypeSize(j.buffers.type));
-    divideInPlace(res, j.schedule->resultCount, j.buffers.type, nranks_);
+    char* res = resolve(j.buffers, scratch_ + jobScratch_[job], j.schedule->result, base::dataTypeSize(j.buffers.type));
+    base::divideInPlace(res, j.schedule->resultCount, j.buffers.type, nranks_);
   }
 }
 
@@ -252,7 +252,7 @@ void Executor::begin(std::span<const Job> jobs) {
   size_t scratchTotal = 0;
   for (size_t j = 0; j < jobs.size(); ++j) {
     jobScratch_[j] = scratchTotal;
-    size_t bytes = jobs[j].schedule->scratchCount * dataTypeSize(jobs[j].buffers.type);
+    size_t bytes = jobs[j].schedule->scratchCount * base::dataTypeSize(jobs[j].buffers.type);
     scratchTotal += (bytes + 63) / 64 * 64;
   }
   if (scratchTotal > scratchBytes_) {

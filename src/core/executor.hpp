@@ -27,8 +27,8 @@
 #include <vector>
 
 #include "algorithms/schedule.hpp"
-#include "core/datatypes.hpp"
-#include "core/poller.hpp"
+#include "base/datatypes.hpp"
+#include "base/poller.hpp"
 #include "transport/transport.hpp"
 
 namespace collie::core {
@@ -59,7 +59,7 @@ struct ExecConfig {
 class Executor {
  public:
   /// conns[r] is the connection to rank r (conns[rank] is the self connection).
-  Executor(int rank, int nranks, std::vector<transport::Connection*> conns, Poller& poller,
+  Executor(int rank, int nranks, std::vector<transport::Connection*> conns, base::Poller& poller,
            const std::atomic<bool>& abortFlag, std::string commName);
   ~Executor();
 
@@ -91,7 +91,7 @@ class Executor {
 
   int rank_, nranks_;
   std::vector<transport::Connection*> conns_;
-  Poller& poller_;
+  base::Poller& poller_;
   const std::atomic<bool>& abort_;
   std::string name_;
 

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "core/communicator.hpp"
-#include "core/errors.hpp"
+#include "base/errors.hpp"
 
 namespace collie::core {
 namespace {

@@ -10,10 +10,10 @@
 
 #include "core/bootstrap.hpp"
 #include "core/communicator.hpp"
-#include "core/errors.hpp"
-#include "core/log.hpp"
-#include "core/params.hpp"
-#include "core/socket.hpp"
+#include "base/errors.hpp"
+#include "base/log.hpp"
+#include "base/params.hpp"
+#include "base/socket.hpp"
 
 namespace collie {
 namespace {
@@ -50,7 +50,7 @@ std::array<uint8_t, 16> secretFromEnv(const std::string& rootAddr, int nranks) {
   for (const char* v : {"TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "SLURM_STEP_ID", "OMPI_MCA_ess_base_jobid"}) {
     if (const char* x = env(v)) job += std::string("/") + x;
   }
-  COLLIE_INFO(core::kLogInit, "no COLLIE_SECRET: using a secret derived from the job (%s)", job.c_str());
+  COLLIE_INFO(base::kLogInit, "no COLLIE_SECRET: using a secret derived from the job (%s)", job.c_str());
   uint64_t h1 = std::hash<std::string>{}(job), h2 = std::hash<std::string>{}(job + "#collie");
   for (size_t i = 0; i < 8; ++i) {
     secret[i] = static_cast<uint8_t>(h1 >> (8 * i));
@@ -84,7 +84,7 @@ std::unique_ptr<Communicator> Communicator::createFromEnv(const Options& options
   if (const char* hex = env("COLLIE_UNIQUE_ID")) {
     return create(nranks, UniqueId::fromString(hex), rank, options);
   }
-  std::string rootAddr = core::params::rootAddr();
+  std::string rootAddr = base::params::rootAddr();
   if (rootAddr.empty()) {
     const char* host = env("MASTER_ADDR");
     const char* port = env("MASTER_PORT");
@@ -97,16 +97,16 @@ std::unique_ptr<Communicator> Communicator::createFromEnv(const Options& options
     rootAddr = h + ":" + std::to_string(envInt("MASTER_PORT") + 1);
   }
   core::UniqueIdData id;
-  id.root = core::parseAddress(rootAddr);
+  id.root = base::parseAddress(rootAddr);
   id.secret = secretFromEnv(rootAddr, nranks);
   if (rank == 0) {
     // Listen on every address of the root's family at that port, so the name the others use reaches us.
     sockaddr_storage any{};
     any.ss_family = id.root.ss_family;
-    core::setAddressPort(any, core::addressPort(id.root));
-    core::BootstrapRoot::start(any, id.secret, std::chrono::milliseconds(core::params::timeoutMs()));
+    base::setAddressPort(any, base::addressPort(id.root));
+    core::BootstrapRoot::start(any, id.secret, std::chrono::milliseconds(base::params::timeoutMs()));
   }
-  COLLIE_INFO(core::kLogInit, "init from %s: rank %d of %d, root %s", found->launcher, rank, nranks, rootAddr.c_str());
+  COLLIE_INFO(base::kLogInit, "init from %s: rank %d of %d, root %s", found->launcher, rank, nranks, rootAddr.c_str());
   collieUniqueId raw = core::encodeUniqueId(id);
   UniqueId uid;
   uid.raw = raw;

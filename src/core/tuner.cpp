@@ -11,8 +11,8 @@
 
 #include "algorithms/patterns/halving_doubling.hpp"
 #include "algorithms/patterns/tree.hpp"
-#include "core/errors.hpp"
-#include "core/params.hpp"
+#include "base/errors.hpp"
+#include "base/params.hpp"
 
 namespace collie::core {
 
@@ -91,7 +91,7 @@ bool readTuneFile(const std::string& path, MeasuredCosts* costs) {
     } else if (sscanf(line.c_str(), " %63s alpha_us=%lf beta_ns_per_byte=%lf", name, &a, &b) == 3 && a >= 0 && b >= 0) {
       costs->set(name, LinkCost{a * 1e-6, b * 1e-9});
     } else {
-      error = format(
+      error = base::format(
           "%s:%d: expected '<transport> alpha_us=<x> beta_ns_per_byte=<y>' or "
           "'reduce gamma_ns_per_byte=<z>', got '%s'",
           path.c_str(), lineNo, trimmed(line).c_str());
@@ -106,7 +106,7 @@ void writeTuneFile(const std::string& path, const MeasuredCosts& costs) {
   std::string tmp = path + ".tmp." + std::to_string(getpid());
   FILE* f = fopen(tmp.c_str(), "w");
   COLLIE_ENFORCE(f != nullptr, ErrorCode::SystemError, "COLLIE_TUNE_FILE: cannot write %s: %s", tmp.c_str(),
-                 errnoString(errno).c_str());
+                 base::errnoString(errno).c_str());
   fprintf(f, "# collie tuning file (COLLIE_TUNE_FILE): measured costs, read by every communicator's rank 0\n");
   for (const auto& [name, c] : costs.links)
     fprintf(f, "%s alpha_us=%.3f beta_ns_per_byte=%.5f\n", name.c_str(), c.alpha * 1e6, c.beta * 1e9);
@@ -115,7 +115,7 @@ void writeTuneFile(const std::string& path, const MeasuredCosts& costs) {
   ok = ok && rename(tmp.c_str(), path.c_str()) == 0;
   if (!ok) unlink(tmp.c_str());
   COLLIE_ENFORCE(ok, ErrorCode::SystemError, "COLLIE_TUNE_FILE: cannot write %s: %s", path.c_str(),
-                 errnoString(errno).c_str());
+                 base::errnoString(errno).c_str());
 }
 
 double estimate(const CostModel& model, const CostTerms& t) {
@@ -210,9 +210,9 @@ void chooseSlicing(Collective coll, Algorithm algo, const std::string& transport
   const int inflight = 4;
   (void)transport;  // one rule for every transport kind today; the hook stays for kinds that differ
   size_t slice = std::clamp<size_t>(std::max<size_t>(piece, 1) / parts, lo, hi);
-  int64_t forced = params::sliceBytes();
+  int64_t forced = base::params::sliceBytes();
   *sliceBytes = forced > 0 ? static_cast<size_t>(forced) : slice;
-  int64_t forcedInflight = params::slicesInFlight();
+  int64_t forcedInflight = base::params::slicesInFlight();
   *slicesInFlight = forcedInflight > 0 ? static_cast<int>(forcedInflight) : inflight;
 }
 
@@ -287,7 +287,7 @@ AlgoSelection currentAlgoSelection() {
     std::lock_guard<std::mutex> lock(gOverrideMu);
     if (gOverride) return AlgoSelection::parse(*gOverride);
   }
-  return AlgoSelection::parse(params::algo());
+  return AlgoSelection::parse(base::params::algo());
 }
 
 void setAlgoOverride(const std::optional<std::string>& spec) {
@@ -296,7 +296,7 @@ void setAlgoOverride(const std::optional<std::string>& spec) {
   gOverride = spec;
 }
 
-void validateAlgoParam() { AlgoSelection::parse(params::algo()); }
+void validateAlgoParam() { AlgoSelection::parse(base::params::algo()); }
 
 // ---- Choice --------------------------------------------------------------------------------------------------
 

@@ -4,7 +4,7 @@
 
 #include "core/communicator.hpp"
 #include "core/cuda_plugin.hpp"
-#include "core/errors.hpp"
+#include "base/errors.hpp"
 
 namespace collie::core {
 
@@ -22,16 +22,16 @@ bool overlapsPartially(const void* a, size_t aBytes, const void* b, size_t bByte
 
 void CommImpl::validate(const OpDesc& op) const {
   if (failCode_.load() != ErrorCode::Success) {
-    throw Error(failCode_.load(), format("%s rank %d failed earlier and cannot be used: %s", name_.c_str(), rank_,
+    throw Error(failCode_.load(), base::format("%s rank %d failed earlier and cannot be used: %s", name_.c_str(), rank_,
                                          failureMessage().c_str()));
   }
   const char* what = algorithms::collectiveName(op.coll);
-  COLLIE_ARG_CHECK(isValidDataType(static_cast<int>(op.type)), "%s on rank %d: datatype=%d is not a collie type", what,
+  COLLIE_ARG_CHECK(base::isValidDataType(static_cast<int>(op.type)), "%s on rank %d: datatype=%d is not a collie type", what,
                    rank_, static_cast<int>(op.type));
   bool reduces =
       op.coll == Collective::AllReduce || op.coll == Collective::Reduce || op.coll == Collective::ReduceScatter;
   if (reduces) {
-    COLLIE_ARG_CHECK(isValidReduceOp(static_cast<int>(op.op)), "%s on rank %d: op=%d is not a collie reduction", what,
+    COLLIE_ARG_CHECK(base::isValidReduceOp(static_cast<int>(op.op)), "%s on rank %d: op=%d is not a collie reduction", what,
                      rank_, static_cast<int>(op.op));
   }
   bool rooted = op.coll == Collective::Broadcast || op.coll == Collective::Reduce;
@@ -44,7 +44,7 @@ void CommImpl::validate(const OpDesc& op) const {
     COLLIE_USAGE_CHECK(inGroup(), "%s on rank %d: a %s to itself outside a group can never complete", what, rank_,
                        op.coll == Collective::Send ? "send" : "receive");
   }
-  const size_t elem = dataTypeSize(op.type);
+  const size_t elem = base::dataTypeSize(op.type);
   const bool perRankBlocks =
       op.coll == Collective::AllGather || op.coll == Collective::ReduceScatter || op.coll == Collective::AllToAll;
   const size_t factor = perRankBlocks ? static_cast<size_t>(nranks_) : 1;
@@ -107,7 +107,7 @@ void CommImpl::classifyMemory(OpDesc& op) const {
                 "can be device memory (pass NULL as stream for host buffers)",
                 what, rank_);
   }
-  if (hasStream) cuda::requirePlugin(format("%s on rank %d: a CUDA stream was passed", what, rank_).c_str());
+  if (hasStream) cuda::requirePlugin(base::format("%s on rank %d: a CUDA stream was passed", what, rank_).c_str());
   bool needSend = true, needRecv = true;
   if (op.coll == Collective::Broadcast) needSend = rank_ == op.root;
   if (op.coll == Collective::Reduce) needRecv = rank_ == op.root;

@@ -11,7 +11,7 @@ namespace collie::cuda {
 /// Enqueues on stream: dst[i] = a[i] op b[i] for i < count, also stored to dst2 when it is not null (fused
 /// reduce-and-copy). type and op are collieDataType_t and collieRedOp_t values; Avg reduces as Sum. When
 /// divisor > 1 each result is divided by it before it is stored (the last step of an Avg). The arithmetic is the
-/// host's (src/core/datatypes.hpp): integer Sum and Prod wrap, floating Max and Min propagate NaN, fp16 and bf16
+/// host's (src/base/datatypes.hpp): integer Sum and Prod wrap, floating Max and Min propagate NaN, fp16 and bf16
 /// are computed natively and rounded to nearest-even, the division is a true division for floating types
 /// (through float for fp16/bf16) and truncating for integers. dst and dst2 may equal a or b, but must not overlap
 /// them any other way. Runs 16-byte vector loads and stores when every pointer is 16-byte aligned, else

@@ -4,8 +4,8 @@
 #include <map>
 #include <vector>
 
-#include "core/datatypes.hpp"
-#include "core/errors.hpp"
+#include "base/datatypes.hpp"
+#include "base/errors.hpp"
 
 namespace collie::ddp {
 
@@ -43,8 +43,8 @@ CommHook compressHook(DataType wire, uint16_t (*narrow)(float), float (*widen)(u
 
 }  // namespace
 
-CommHook fp16Compress() { return compressHook(DataType::Float16, core::floatToHalf, core::halfToFloat); }
-CommHook bf16Compress() { return compressHook(DataType::Bfloat16, core::floatToBf16, core::bf16ToFloat); }
+CommHook fp16Compress() { return compressHook(DataType::Float16, base::floatToHalf, base::halfToFloat); }
+CommHook bf16Compress() { return compressHook(DataType::Bfloat16, base::floatToBf16, base::bf16ToFloat); }
 
 }  // namespace hooks
 
@@ -52,7 +52,7 @@ void broadcastCoalesced(Communicator& comm, std::span<const HostBuffer> buffers,
   COLLIE_ARG_CHECK(chunkBytes > 0, "broadcastCoalesced: chunkBytes must be positive");
   std::map<int, std::vector<const HostBuffer*>> byType;  // in a fixed order on every rank
   for (const HostBuffer& b : buffers) {
-    COLLIE_ARG_CHECK(core::isValidDataType(static_cast<int>(b.type)), "broadcastCoalesced: invalid type %d",
+    COLLIE_ARG_CHECK(base::isValidDataType(static_cast<int>(b.type)), "broadcastCoalesced: invalid type %d",
                      static_cast<int>(b.type));
     COLLIE_ARG_CHECK(b.data != nullptr || b.count == 0, "broadcastCoalesced: null buffer");
     if (b.count) byType[static_cast<int>(b.type)].push_back(&b);
@@ -61,7 +61,7 @@ void broadcastCoalesced(Communicator& comm, std::span<const HostBuffer> buffers,
   std::vector<std::byte> staging;
   for (auto& [typeValue, list] : byType) {
     const auto type = static_cast<DataType>(typeValue);
-    const size_t esize = core::dataTypeSize(type);
+    const size_t esize = base::dataTypeSize(type);
     size_t k = 0;
     while (k < list.size()) {
       // One chunk: buffers k..e-1 fill up to chunkBytes; a buffer larger than that goes alone, in place.

@@ -8,9 +8,9 @@
 #include <string>
 #include <utility>
 
-#include "core/datatypes.hpp"
-#include "core/errors.hpp"
-#include "core/log.hpp"
+#include "base/datatypes.hpp"
+#include "base/errors.hpp"
+#include "base/log.hpp"
 
 namespace collie::ddp {
 
@@ -59,18 +59,18 @@ void checkSameParameters(Communicator& comm, const std::vector<Parameter>& param
   comm.broadcast(desc0.data(), desc0.data(), desc0.size(), DataType::Uint64, 0);
   std::string why;
   if (count0 != params.size()) {
-    why = core::format("%zu parameters here, %llu on rank 0", params.size(), static_cast<unsigned long long>(count0));
+    why = base::format("%zu parameters here, %llu on rank 0", params.size(), static_cast<unsigned long long>(count0));
   } else {
     for (size_t i = 0; i < params.size() && why.empty(); ++i) {
       const Parameter& p = params[i];
       uint64_t t0 = desc0[2 * i + 1] & 0xff;
       bool d0 = (desc0[2 * i + 1] & 0x100u) != 0;
       if (desc0[2 * i] != p.count || t0 != static_cast<uint64_t>(p.type))
-        why = core::format("parameter %zu (%s): %zu %s elements here, %llu %s on rank 0", i, p.name.c_str(), p.count,
-                           core::dataTypeName(p.type), static_cast<unsigned long long>(desc0[2 * i]),
-                           core::dataTypeName(static_cast<DataType>(t0)));
+        why = base::format("parameter %zu (%s): %zu %s elements here, %llu %s on rank 0", i, p.name.c_str(), p.count,
+                           base::dataTypeName(p.type), static_cast<unsigned long long>(desc0[2 * i]),
+                           base::dataTypeName(static_cast<DataType>(t0)));
       else if (d0 != (p.data != nullptr))
-        why = core::format("parameter %zu (%s): data %s here, %s on rank 0", i, p.name.c_str(),
+        why = base::format("parameter %zu (%s): data %s here, %s on rank 0", i, p.name.c_str(),
                            p.data ? "given" : "null", d0 ? "given" : "null");
     }
     if (why.empty()) why = "another rank's list differs from rank 0's";
@@ -81,7 +81,7 @@ void checkSameParameters(Communicator& comm, const std::vector<Parameter>& param
 
 }  // namespace
 
-size_t GradBucket::bytes() const { return count_ * core::dataTypeSize(type_); }
+size_t GradBucket::bytes() const { return count_ * base::dataTypeSize(type_); }
 
 // ---- Bucket assignment ---------------------------------------------------------------------------------------
 
@@ -106,7 +106,7 @@ std::vector<std::vector<size_t>> GradientReducer::computeBuckets(const std::vect
     auto key = std::make_tuple(static_cast<int>(p.type), static_cast<int>(p.device.type), p.device.index);
     Open& b = open[key];
     b.members.push_back(i);
-    b.bytes += p.count * core::dataTypeSize(p.type);
+    b.bytes += p.count * base::dataTypeSize(p.type);
     if (b.bytes >= (b.first ? firstCapBytes : capBytes)) {
       closed.emplace_back(position[b.members.front()], std::move(b.members));
       b.members.clear();
@@ -125,7 +125,7 @@ std::vector<std::vector<size_t>> GradientReducer::computeBuckets(const std::vect
 
 // ---- Impl ----------------------------------------------------------------------------------------------------
 
-size_t GradientReducer::Impl::elemSize(size_t i) const { return core::dataTypeSize(params[i].type); }
+size_t GradientReducer::Impl::elemSize(size_t i) const { return base::dataTypeSize(params[i].type); }
 
 void* GradientReducer::Impl::slot(size_t i) const {
   const Bucket& b = *buckets[bucketOf[i]];
@@ -154,7 +154,7 @@ void GradientReducer::Impl::layout(const std::vector<std::vector<size_t>>& assig
     }
     b->face.count_ = count;
     // Value-initialised: zeros, so a gradient-as-bucket-view gradient starts at zero.
-    b->mem = std::make_unique<std::byte[]>(std::max<size_t>(count * core::dataTypeSize(first.type), 1));
+    b->mem = std::make_unique<std::byte[]>(std::max<size_t>(count * base::dataTypeSize(first.type), 1));
     b->face.data_ = b->mem.get();
     next.push_back(std::move(b));
   }
@@ -263,7 +263,7 @@ void GradientReducer::Impl::rebuild() {
   for (auto& b : buckets) current.push_back(b->face.params_);
   if (assignment == current) return;
   layout(assignment);
-  COLLIE_INFO(core::kLogColl, "GradientReducer: rebuilt %zu buckets from the first iteration's gradient order",
+  COLLIE_INFO(base::kLogColl, "GradientReducer: rebuilt %zu buckets from the first iteration's gradient order",
               buckets.size());
 }
 
@@ -275,7 +275,7 @@ GradientReducer::GradientReducer(Communicator& comm, std::vector<Parameter> para
   COLLIE_ARG_CHECK(s.opts.bucketCapBytes > 0 && s.opts.firstBucketCapBytes > 0, "bucket caps must be positive");
   for (size_t i = 0; i < s.params.size(); ++i) {
     const Parameter& p = s.params[i];
-    COLLIE_ARG_CHECK(core::isValidDataType(static_cast<int>(p.type)), "parameter %zu (%s): invalid type %d", i,
+    COLLIE_ARG_CHECK(base::isValidDataType(static_cast<int>(p.type)), "parameter %zu (%s): invalid type %d", i,
                      p.name.c_str(), static_cast<int>(p.type));
     if (s.params[i].name.empty()) s.params[i].name = "parameter " + std::to_string(i);
   }
@@ -381,7 +381,7 @@ void GradientReducer::finalize() {
     s.abandon();
     std::string names;
     for (size_t k = 0; k < missing.size() && k < 20; ++k) names += (k ? ", " : "") + s.params[missing[k]].name;
-    if (missing.size() > 20) names += core::format(", ... (%zu in all)", missing.size());
+    if (missing.size() > 20) names += base::format(", ... (%zu in all)", missing.size());
     COLLIE_FAIL(ErrorCode::InvalidUsage,
                 "GradientReducer (rank %d): %zu of %zu parameters got no gradient in this iteration: %s. They took "
                 "no part in computing the loss. Either make every parameter contribute, remove them from the "

@@ -5,7 +5,7 @@
 #include <cstring>
 #include <deque>
 
-#include "core/errors.hpp"
+#include "base/errors.hpp"
 #include "transport/transport.hpp"
 
 namespace collie::transport {

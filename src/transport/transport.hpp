@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-namespace collie::core {
+namespace collie::base {
 class Poller;
 }
 
@@ -57,7 +57,7 @@ struct CommContext {
   uint8_t secret[16] = {0};       ///< a connection that cannot show it is refused
   std::string name;               ///< for messages
   std::chrono::milliseconds timeout{0};
-  core::Poller* poller = nullptr;
+  base::Poller* poller = nullptr;
 };
 
 class Connection {

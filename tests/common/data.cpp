@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <cstring>
 
-#include "core/datatypes.hpp"
+#include "base/datatypes.hpp"
 
 namespace collie::test {
 namespace {
@@ -53,7 +53,7 @@ void encode(void* dst, DataType type, double v) {
       return;
     }
     case DataType::Float16: {
-      uint16_t x = core::floatToHalf(static_cast<float>(v));
+      uint16_t x = base::floatToHalf(static_cast<float>(v));
       memcpy(dst, &x, 2);
       return;
     }
@@ -67,7 +67,7 @@ void encode(void* dst, DataType type, double v) {
       return;
     }
     case DataType::Bfloat16: {
-      uint16_t x = core::floatToBf16(static_cast<float>(v));
+      uint16_t x = base::floatToBf16(static_cast<float>(v));
       memcpy(dst, &x, 2);
       return;
     }
@@ -114,7 +114,7 @@ std::string show(const void* src, DataType type) {
     case DataType::Bfloat16: {
       uint16_t x;
       memcpy(&x, src, 2);
-      float f = type == DataType::Float16 ? core::halfToFloat(x) : core::bf16ToFloat(x);
+      float f = type == DataType::Float16 ? base::halfToFloat(x) : base::bf16ToFloat(x);
       snprintf(buf, sizeof buf, "%g (0x%04x)", static_cast<double>(f), x);
       break;
     }
@@ -260,9 +260,9 @@ template <typename U>
 
 }  // namespace
 
-std::string typeName(DataType type) { return core::dataTypeName(type); }
-std::string opName(ReduceOp op) { return op == kNoReduction ? "none" : core::reduceOpName(op); }
-size_t typeSize(DataType type) { return core::dataTypeSize(type); }
+std::string typeName(DataType type) { return base::dataTypeName(type); }
+std::string opName(ReduceOp op) { return op == kNoReduction ? "none" : base::reduceOpName(op); }
+size_t typeSize(DataType type) { return base::dataTypeSize(type); }
 
 int64_t inputValue(DataType type, ReduceOp op, int rank, size_t i) {
   const uint64_t h = mix((static_cast<uint64_t>(rank) << 32) ^ (i % kPeriod) ^ 0x5eed0000000000ull);

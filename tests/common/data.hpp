@@ -8,7 +8,7 @@
 // The value of element i of rank r depends on (r, i mod kPeriod) through a hash, so a result table of kPeriod
 // entries holds every expected element and checking a million elements is a table lookup each. kPeriod is a
 // prime, so an element shifted by a slice, chunk or block size is caught.
-// Expected results are computed on the host the way the library defines them (src/core/datatypes.hpp): integer
+// Expected results are computed on the host the way the library defines them (src/base/datatypes.hpp): integer
 // Sum/Prod wrap, Avg is the sum divided by nranks (truncating for integers; for floating types a float (double
 // for float64) division rounded to the type).
 // Buffers carry guard zones before and after the elements, filled with a sentinel byte; parts of a buffer that

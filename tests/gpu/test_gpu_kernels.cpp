@@ -1,5 +1,5 @@
 // The device reduction kernels (src/cuda/reduce_kernels.cu, called through the plugin's table) against the host
-// kernels (core::reduce, core::divideInPlace): every type and op, counts around the 16-byte vector width, aligned
+// kernels (base::reduce, base::divideInPlace): every type and op, counts around the 16-byte vector width, aligned
 // and misaligned pointers, in place, the fused second destination and the Avg division. Results must equal the
 // host's bit for bit, except that a NaN only has to be a NaN (payloads may differ).
 #include <gtest/gtest.h>
@@ -12,7 +12,7 @@
 
 #include "common/data.hpp"
 #include "core/cuda_plugin.hpp"
-#include "core/datatypes.hpp"
+#include "base/datatypes.hpp"
 #include "gpu/gpu_test_util.hpp"
 
 namespace collie::test {
@@ -35,12 +35,12 @@ void randomFill(std::vector<uint8_t>& buf, DataType t, std::mt19937_64& rng) {
                                     : uni(rng);
     switch (t) {
       case DataType::Float16: {
-        uint16_t h = core::floatToHalf(static_cast<float>(special == 3 ? 3e-6 : v));
+        uint16_t h = base::floatToHalf(static_cast<float>(special == 3 ? 3e-6 : v));
         std::memcpy(p, &h, 2);
         break;
       }
       case DataType::Bfloat16: {
-        uint16_t b = core::floatToBf16(static_cast<float>(v));
+        uint16_t b = base::floatToBf16(static_cast<float>(v));
         std::memcpy(p, &b, 2);
         break;
       }
@@ -65,12 +65,12 @@ bool isNanAt(const uint8_t* p, DataType t) {
     case DataType::Float16: {
       uint16_t h;
       std::memcpy(&h, p, 2);
-      return std::isnan(core::halfToFloat(h));
+      return std::isnan(base::halfToFloat(h));
     }
     case DataType::Bfloat16: {
       uint16_t b;
       std::memcpy(&b, p, 2);
-      return std::isnan(core::bf16ToFloat(b));
+      return std::isnan(base::bf16ToFloat(b));
     }
     case DataType::Float32: {
       float f;
@@ -122,8 +122,8 @@ TEST_P(GpuReduceKernels, MatchTheHostKernels) {
           randomFill(a, t, rng);
           randomFill(b, t, rng);
           std::vector<uint8_t> want(count * es);
-          core::reduce(want.data(), a.data(), b.data(), count, t, op);
-          if (divisor > 1) core::divideInPlace(want.data(), count, t, divisor);
+          base::reduce(want.data(), a.data(), b.data(), count, t, op);
+          if (divisor > 1) base::divideInPlace(want.data(), count, t, divisor);
           char* pa = da.get() + shift;
           char* pb = db.get() + shift;
           char* pd = variant == 1 ? pa : dd.get() + shift;

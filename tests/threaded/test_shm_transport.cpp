@@ -22,8 +22,8 @@
 #include <vector>
 
 #include "common/transport_harness.hpp"
-#include "core/errors.hpp"
-#include "core/poller.hpp"
+#include "base/errors.hpp"
+#include "base/poller.hpp"
 #include "transport/shm/shm_connection.hpp"
 #include "transport/shm/shm_transport.hpp"
 
@@ -38,7 +38,7 @@ using collie::testing::pattern;
 using collie::testing::runRanks;
 
 struct Rank {
-  core::Poller poller;  // first: outlives the transport and the connections
+  base::Poller poller;  // first: outlives the transport and the connections
   std::unique_ptr<ShmTransport> transport;
   CommContext ctx;
   std::vector<std::unique_ptr<Connection>> conns;  // indexed by peer rank (null for self)

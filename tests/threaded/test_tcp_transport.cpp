@@ -18,9 +18,9 @@
 #include <vector>
 
 #include "common/transport_harness.hpp"
-#include "core/errors.hpp"
-#include "core/poller.hpp"
-#include "core/socket.hpp"
+#include "base/errors.hpp"
+#include "base/poller.hpp"
+#include "base/socket.hpp"
 #include "transport/tcp/tcp_transport.hpp"
 
 namespace collie::transport {
@@ -35,7 +35,7 @@ using collie::testing::runRanks;
 
 struct Rank {
   std::unique_ptr<TcpTransport> transport;
-  core::Poller poller;
+  base::Poller poller;
   CommContext ctx;
   std::vector<std::unique_ptr<Connection>> conns;  // indexed by peer rank (null for self)
   int longSleeps = 0;                              // waits that ran into their (long) timeout
@@ -45,10 +45,10 @@ struct Rank {
 struct Cluster {
   std::vector<std::unique_ptr<Rank>> ranks;
 
-  /// host: where the ranks listen; empty: core::defaultLocalAddress().
+  /// host: where the ranks listen; empty: base::defaultLocalAddress().
   explicit Cluster(int n, TcpOptions options = {}, std::chrono::milliseconds timeout = 20s,
                    const std::string& host = "127.0.0.1:0") {
-    if (!host.empty()) options.bindAddr = core::parseAddress(host);
+    if (!host.empty()) options.bindAddr = base::parseAddress(host);
     std::vector<PeerInfo> infos(n);
     for (int r = 0; r < n; ++r) {
       auto rank = std::make_unique<Rank>();
@@ -203,12 +203,12 @@ TEST(TcpTransport, StrangersAreRefusedAndConnectSucceeds) {
   Cluster cluster(3);
   const sockaddr_storage target = cluster.ranks[0]->ctx.peers[0].tcpAddr;
   // Three strangers wait in rank 0's backlog: one with a wrong hello, one that says nothing, one that hangs up.
-  int wrong = core::connectWithRetry(target, SteadyClock::now() + 5s, 10, "rank 0");
+  int wrong = base::connectWithRetry(target, SteadyClock::now() + 5s, 10, "rank 0");
   std::vector<uint8_t> junk(48, 0x41);
-  core::sendAll(wrong, junk.data(), junk.size(), SteadyClock::now() + 5s, "rank 0");
-  int silent = core::connectWithRetry(target, SteadyClock::now() + 5s, 10, "rank 0");
-  int quitter = core::connectWithRetry(target, SteadyClock::now() + 5s, 10, "rank 0");
-  core::sendAll(quitter, junk.data(), 10, SteadyClock::now() + 5s, "rank 0");
+  base::sendAll(wrong, junk.data(), junk.size(), SteadyClock::now() + 5s, "rank 0");
+  int silent = base::connectWithRetry(target, SteadyClock::now() + 5s, 10, "rank 0");
+  int quitter = base::connectWithRetry(target, SteadyClock::now() + 5s, 10, "rank 0");
+  base::sendAll(quitter, junk.data(), 10, SteadyClock::now() + 5s, "rank 0");
   ::close(quitter);
 
   ::testing::internal::CaptureStderr();
@@ -332,7 +332,7 @@ TEST(TcpTransport, MismatchedSocketCountsFail) {
   Cluster cluster(2);
   TcpOptions three;
   three.socketsPerPeer = 3;
-  three.bindAddr = core::parseAddress("127.0.0.1:0");
+  three.bindAddr = base::parseAddress("127.0.0.1:0");
   cluster.ranks[1]->transport = std::make_unique<TcpTransport>(three);
   PeerInfo info;
   info.rank = 1;

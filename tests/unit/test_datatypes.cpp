@@ -13,9 +13,9 @@
 #include <type_traits>
 #include <vector>
 
-#include "core/datatypes.hpp"
+#include "base/datatypes.hpp"
 
-namespace collie::core {
+namespace collie::base {
 namespace {
 
 constexpr DataType kAllTypes[] = {DataType::Int8,    DataType::Uint8,   DataType::Int32,   DataType::Uint32,
@@ -26,13 +26,13 @@ constexpr size_t kLengths[] = {0, 1, 7, 1027};
 constexpr KernelIsa kAllIsas[] = {KernelIsa::Portable, KernelIsa::X86V3};
 
 // The kernel variants this build and CPU can run; each test of reduce() runs under all of them.
-std::vector<KernelIsa> supportedIsas() {
+std::vector<base::KernelIsa> supportedIsas() {
   const KernelIsa saved = kernelIsa();
-  std::vector<KernelIsa> isas;
-  for (KernelIsa isa : kAllIsas) {
+  std::vector<base::KernelIsa> isas;
+  for (base::KernelIsa isa : kAllIsas) {
     if (setKernelIsa(isa)) isas.push_back(isa);
   }
-  setKernelIsa(saved);
+  base::setKernelIsa(saved);
   return isas;
 }
 
@@ -40,7 +40,7 @@ std::vector<KernelIsa> supportedIsas() {
 class IsaScope {
  public:
   explicit IsaScope(KernelIsa isa) : saved_(kernelIsa()) { EXPECT_TRUE(setKernelIsa(isa)); }
-  ~IsaScope() { setKernelIsa(saved_); }
+  ~IsaScope() { base::setKernelIsa(saved_); }
   IsaScope(const IsaScope&) = delete;
   IsaScope& operator=(const IsaScope&) = delete;
 
@@ -113,22 +113,22 @@ TEST(DataTypes, SizesAndNames) {
                               "uint64", "half",  "float", "double", "bfloat16"};
   for (int t = 0; t < 10; ++t) {
     DataType type = static_cast<DataType>(t);
-    EXPECT_EQ(dataTypeSize(type), sizes[t]) << t;
-    EXPECT_STREQ(dataTypeName(type), names[t]);
-    EXPECT_STREQ(dataTypeShortName(type), shortNames[t]);
+    EXPECT_EQ(base::dataTypeSize(type), sizes[t]) << t;
+    EXPECT_STREQ(base::dataTypeName(type), names[t]);
+    EXPECT_STREQ(base::dataTypeShortName(type), shortNames[t]);
     EXPECT_EQ(static_cast<int>(type), static_cast<int>(static_cast<collieDataType_t>(t)));
   }
-  EXPECT_EQ(dataTypeSize(static_cast<DataType>(10)), 0u);
-  EXPECT_STREQ(dataTypeName(static_cast<DataType>(-1)), "invalid");
-  EXPECT_STREQ(dataTypeShortName(static_cast<DataType>(10)), "invalid");
+  EXPECT_EQ(base::dataTypeSize(static_cast<DataType>(10)), 0u);
+  EXPECT_STREQ(base::dataTypeName(static_cast<DataType>(-1)), "invalid");
+  EXPECT_STREQ(base::dataTypeShortName(static_cast<DataType>(10)), "invalid");
   const char* ops[] = {"sum", "prod", "max", "min", "avg"};
-  for (int o = 0; o < 5; ++o) EXPECT_STREQ(reduceOpName(static_cast<ReduceOp>(o)), ops[o]);
-  EXPECT_STREQ(reduceOpName(static_cast<ReduceOp>(5)), "invalid");
+  for (int o = 0; o < 5; ++o) EXPECT_STREQ(base::reduceOpName(static_cast<ReduceOp>(o)), ops[o]);
+  EXPECT_STREQ(base::reduceOpName(static_cast<ReduceOp>(5)), "invalid");
 }
 
 TEST(DataTypes, Validity) {
-  for (int t = -2; t < 12; ++t) EXPECT_EQ(isValidDataType(t), t >= 0 && t <= 9) << t;
-  for (int o = -2; o < 7; ++o) EXPECT_EQ(isValidReduceOp(o), o >= 0 && o <= 4) << o;
+  for (int t = -2; t < 12; ++t) EXPECT_EQ(base::isValidDataType(t), t >= 0 && t <= 9) << t;
+  for (int o = -2; o < 7; ++o) EXPECT_EQ(base::isValidReduceOp(o), o >= 0 && o <= 4) << o;
   EXPECT_EQ(collieNumTypes, 10);
   EXPECT_EQ(collieNumOps, 5);
 }
@@ -136,37 +136,37 @@ TEST(DataTypes, Validity) {
 TEST(DataTypes, Parse) {
   for (DataType t : kAllTypes) {
     DataType got = DataType::Int8;
-    EXPECT_TRUE(parseDataType(dataTypeName(t), &got));
+    EXPECT_TRUE(base::parseDataType(base::dataTypeName(t), &got));
     EXPECT_EQ(got, t);
     got = DataType::Int8;
-    EXPECT_TRUE(parseDataType(dataTypeShortName(t), &got));
+    EXPECT_TRUE(base::parseDataType(base::dataTypeShortName(t), &got));
     EXPECT_EQ(got, t);
   }
   DataType t = DataType::Int8;
-  EXPECT_TRUE(parseDataType("HALF", &t));
+  EXPECT_TRUE(base::parseDataType("HALF", &t));
   EXPECT_EQ(t, DataType::Float16);
-  EXPECT_TRUE(parseDataType("bf16", &t));
+  EXPECT_TRUE(base::parseDataType("bf16", &t));
   EXPECT_EQ(t, DataType::Bfloat16);
-  EXPECT_TRUE(parseDataType("fp32", &t));
+  EXPECT_TRUE(base::parseDataType("fp32", &t));
   EXPECT_EQ(t, DataType::Float32);
-  EXPECT_TRUE(parseDataType("Double", &t));
+  EXPECT_TRUE(base::parseDataType("Double", &t));
   EXPECT_EQ(t, DataType::Float64);
   for (const char* bad : {"", "float8", "int", "floa", "float322", "int16"}) {
     t = DataType::Uint8;
-    EXPECT_FALSE(parseDataType(bad, &t)) << bad;
+    EXPECT_FALSE(base::parseDataType(bad, &t)) << bad;
     EXPECT_EQ(t, DataType::Uint8);
   }
   for (ReduceOp o : kAllOps) {
     ReduceOp got = ReduceOp::Sum;
-    EXPECT_TRUE(parseReduceOp(reduceOpName(o), &got));
+    EXPECT_TRUE(base::parseReduceOp(base::reduceOpName(o), &got));
     EXPECT_EQ(got, o);
   }
   ReduceOp o = ReduceOp::Sum;
-  EXPECT_TRUE(parseReduceOp("MAX", &o));
+  EXPECT_TRUE(base::parseReduceOp("MAX", &o));
   EXPECT_EQ(o, ReduceOp::Max);
   for (const char* bad : {"", "mulsum", "su", "sums"}) {
     o = ReduceOp::Min;
-    EXPECT_FALSE(parseReduceOp(bad, &o)) << bad;
+    EXPECT_FALSE(base::parseReduceOp(bad, &o)) << bad;
     EXPECT_EQ(o, ReduceOp::Min);
   }
 }
@@ -178,35 +178,35 @@ TEST(DataTypes, Parse) {
 TEST(DataTypes, HalfAllBitPatterns) {
   for (uint32_t h = 0; h < 65536; ++h) {
     const uint16_t bits = static_cast<uint16_t>(h);
-    const float f = halfToFloat(bits);
+    const float f = base::halfToFloat(bits);
     const double ref = refDecode(bits, kHalf);
     if (isNanBits(bits, kHalf)) {
       ASSERT_TRUE(std::isnan(f)) << std::hex << h;
-      const uint16_t back = floatToHalf(f);
+      const uint16_t back = base::floatToHalf(f);
       ASSERT_TRUE(isNanBits(back, kHalf)) << std::hex << h << " -> " << back;
       ASSERT_EQ(back & 0x8000, bits & 0x8000) << std::hex << h;
       continue;
     }
     ASSERT_EQ(static_cast<double>(f), ref) << std::hex << h;
     ASSERT_EQ(std::signbit(f), (bits & 0x8000) != 0) << std::hex << h;
-    ASSERT_EQ(floatToHalf(f), bits) << std::hex << h;
+    ASSERT_EQ(base::floatToHalf(f), bits) << std::hex << h;
   }
 }
 
 TEST(DataTypes, Bf16AllBitPatterns) {
   for (uint32_t h = 0; h < 65536; ++h) {
     const uint16_t bits = static_cast<uint16_t>(h);
-    const float f = bf16ToFloat(bits);
+    const float f = base::bf16ToFloat(bits);
     ASSERT_EQ(floatBits(f), h << 16) << std::hex << h;
     if (isNanBits(bits, kBf16)) {
       ASSERT_TRUE(std::isnan(f));
-      const uint16_t back = floatToBf16(f);
+      const uint16_t back = base::floatToBf16(f);
       ASSERT_TRUE(isNanBits(back, kBf16)) << std::hex << h << " -> " << back;
       ASSERT_EQ(back & 0x8000, bits & 0x8000);
       continue;
     }
     ASSERT_EQ(static_cast<double>(f), refDecode(bits, kBf16)) << std::hex << h;
-    ASSERT_EQ(floatToBf16(f), bits) << std::hex << h;
+    ASSERT_EQ(base::floatToBf16(f), bits) << std::hex << h;
   }
 }
 
@@ -233,33 +233,33 @@ void checkTies(Format fmt, uint16_t (*encode)(float)) {
   }
 }
 
-TEST(DataTypes, HalfRoundingTies) { checkTies(kHalf, floatToHalf); }
-TEST(DataTypes, Bf16RoundingTies) { checkTies(kBf16, floatToBf16); }
+TEST(DataTypes, HalfRoundingTies) { checkTies(kHalf, base::floatToHalf); }
+TEST(DataTypes, Bf16RoundingTies) { checkTies(kBf16, base::floatToBf16); }
 
 TEST(DataTypes, ConversionSpecialValues) {
-  EXPECT_EQ(floatToHalf(65504.0f), 0x7BFF);
-  EXPECT_EQ(floatToHalf(65519.99f), 0x7BFF);
-  EXPECT_EQ(floatToHalf(65520.0f), 0x7C00);
-  EXPECT_EQ(floatToHalf(1e10f), 0x7C00);
-  EXPECT_EQ(floatToHalf(-INFINITY), 0xFC00);
-  EXPECT_EQ(floatToHalf(-0.0f), 0x8000);
-  EXPECT_EQ(floatToHalf(std::ldexp(1.0f, -24)), 0x0001);  // smallest denormal
-  EXPECT_EQ(floatToHalf(std::ldexp(1.0f, -25)), 0x0000);  // half of it: tie to even (zero)
-  EXPECT_EQ(floatToHalf(std::nextafter(std::ldexp(1.0f, -25), 1.0f)), 0x0001);
-  EXPECT_EQ(floatToHalf(std::numeric_limits<float>::denorm_min()), 0x0000);
-  EXPECT_EQ(floatToHalf(1.0f), 0x3C00);
-  EXPECT_TRUE(isNanBits(floatToHalf(std::numeric_limits<float>::quiet_NaN()), kHalf));
-  EXPECT_TRUE(isNanBits(floatToHalf(std::numeric_limits<float>::signaling_NaN()), kHalf));
-  EXPECT_TRUE(isNanBits(floatToHalf(bitsFloat(0x7F800001u)), kHalf));  // payload only in the low bits
-  EXPECT_TRUE(isNanBits(floatToBf16(bitsFloat(0x7F800001u)), kBf16));  // must not round into Inf
-  EXPECT_TRUE(isNanBits(floatToBf16(bitsFloat(0xFFFFFFFFu)), kBf16));  // must not carry into the sign
-  EXPECT_EQ(floatToBf16(bitsFloat(0x7F7FFFFFu)), 0x7F80);              // largest float rounds to Inf
-  EXPECT_EQ(floatToBf16(INFINITY), 0x7F80);
-  EXPECT_EQ(floatToBf16(1.0f), 0x3F80);
-  EXPECT_EQ(floatToBf16(bitsFloat(0x3F808000u)), 0x3F80);  // tie, to even
-  EXPECT_EQ(floatToBf16(bitsFloat(0x3F818000u)), 0x3F82);  // tie, to even (up)
-  EXPECT_EQ(floatToBf16(bitsFloat(0x00000001u)), 0x0000);  // float denormal
-  EXPECT_EQ(floatToBf16(bitsFloat(0x00018000u)), 0x0002);  // bf16 denormal tie, to even (up)
+  EXPECT_EQ(base::floatToHalf(65504.0f), 0x7BFF);
+  EXPECT_EQ(base::floatToHalf(65519.99f), 0x7BFF);
+  EXPECT_EQ(base::floatToHalf(65520.0f), 0x7C00);
+  EXPECT_EQ(base::floatToHalf(1e10f), 0x7C00);
+  EXPECT_EQ(base::floatToHalf(-INFINITY), 0xFC00);
+  EXPECT_EQ(base::floatToHalf(-0.0f), 0x8000);
+  EXPECT_EQ(base::floatToHalf(std::ldexp(1.0f, -24)), 0x0001);  // smallest denormal
+  EXPECT_EQ(base::floatToHalf(std::ldexp(1.0f, -25)), 0x0000);  // half of it: tie to even (zero)
+  EXPECT_EQ(base::floatToHalf(std::nextafter(std::ldexp(1.0f, -25), 1.0f)), 0x0001);
+  EXPECT_EQ(base::floatToHalf(std::numeric_limits<float>::denorm_min()), 0x0000);
+  EXPECT_EQ(base::floatToHalf(1.0f), 0x3C00);
+  EXPECT_TRUE(isNanBits(base::floatToHalf(std::numeric_limits<float>::quiet_NaN()), kHalf));
+  EXPECT_TRUE(isNanBits(base::floatToHalf(std::numeric_limits<float>::signaling_NaN()), kHalf));
+  EXPECT_TRUE(isNanBits(base::floatToHalf(bitsFloat(0x7F800001u)), kHalf));  // payload only in the low bits
+  EXPECT_TRUE(isNanBits(base::floatToBf16(bitsFloat(0x7F800001u)), kBf16));  // must not round into Inf
+  EXPECT_TRUE(isNanBits(base::floatToBf16(bitsFloat(0xFFFFFFFFu)), kBf16));  // must not carry into the sign
+  EXPECT_EQ(base::floatToBf16(bitsFloat(0x7F7FFFFFu)), 0x7F80);              // largest float rounds to Inf
+  EXPECT_EQ(base::floatToBf16(INFINITY), 0x7F80);
+  EXPECT_EQ(base::floatToBf16(1.0f), 0x3F80);
+  EXPECT_EQ(base::floatToBf16(bitsFloat(0x3F808000u)), 0x3F80);  // tie, to even
+  EXPECT_EQ(base::floatToBf16(bitsFloat(0x3F818000u)), 0x3F82);  // tie, to even (up)
+  EXPECT_EQ(base::floatToBf16(bitsFloat(0x00000001u)), 0x0000);  // float denormal
+  EXPECT_EQ(base::floatToBf16(bitsFloat(0x00018000u)), 0x0002);  // bf16 denormal tie, to even (up)
 }
 
 // Random float bit patterns (every exponent, NaNs and denormals included) against the reference.
@@ -267,8 +267,8 @@ TEST(DataTypes, ConversionRandomFloats) {
   std::mt19937 rng(12345);
   for (int i = 0; i < 2000000; ++i) {
     const float f = bitsFloat(rng());
-    const uint16_t h = floatToHalf(f);
-    const uint16_t b = floatToBf16(f);
+    const uint16_t h = base::floatToHalf(f);
+    const uint16_t b = base::floatToBf16(f);
     if (std::isnan(f)) {
       ASSERT_TRUE(isNanBits(h, kHalf));
       ASSERT_TRUE(isNanBits(b, kBf16));
@@ -289,8 +289,8 @@ TEST(DataTypes, HalfMatchesCompilerFloat16) {
     const _Float16 c = static_cast<_Float16>(f);
     uint16_t bits;
     std::memcpy(&bits, &c, sizeof bits);
-    ASSERT_EQ(floatToHalf(f), bits) << std::hexfloat << f;
-    ASSERT_EQ(halfToFloat(bits), static_cast<float>(c));
+    ASSERT_EQ(base::floatToHalf(f), bits) << std::hexfloat << f;
+    ASSERT_EQ(base::halfToFloat(bits), static_cast<float>(c));
   }
 }
 #endif
@@ -471,7 +471,7 @@ TYPED_TEST(ReduceTest, EveryOpAgainstReference) {
   constexpr DataType type = TypeParam::type;
   ASSERT_EQ(dataTypeSize(type), sizeof(S));
   std::mt19937_64 rng(static_cast<uint64_t>(type) * 1000 + 1);
-  for (KernelIsa isa : supportedIsas()) {
+  for (base::KernelIsa isa : supportedIsas()) {
     IsaScope scope(isa);
     for (ReduceOp op : kAllOps) {
       for (size_t n : kLengths) {
@@ -529,7 +529,7 @@ TYPED_TEST(ReduceTest, DivideInPlace) {
   using S = typename Ref::S;
   constexpr DataType type = TypeParam::type;
   std::mt19937_64 rng(static_cast<uint64_t>(type) * 1000 + 2);
-  for (KernelIsa isa : supportedIsas()) {
+  for (base::KernelIsa isa : supportedIsas()) {
     IsaScope scope(isa);
     SCOPED_TRACE(kernelIsaName(isa));
     for (int divisor : {1, 2, 3, 7, 8, 1000}) {
@@ -583,7 +583,7 @@ TYPED_TEST(ReduceTest, VariantsAgreeBitForBit) {
   };
   for (int what = 0; what < 6; ++what) {
     const std::vector<S> portable = run(KernelIsa::Portable, what);
-    for (KernelIsa isa : supportedIsas()) {
+    for (base::KernelIsa isa : supportedIsas()) {
       const std::vector<S> other = run(isa, what);
       for (size_t i = 0; i < n; ++i) {
         if (isNanElement(portable[i], type)) {
@@ -608,14 +608,14 @@ T reduceOne(T a, T b, DataType type, ReduceOp op) {
 }
 
 TEST(DataTypes, KernelIsa) {
-  const std::vector<KernelIsa> isas = supportedIsas();
+  const std::vector<base::KernelIsa> isas = supportedIsas();
   ASSERT_FALSE(isas.empty());
   EXPECT_EQ(isas.front(), KernelIsa::Portable);
-  EXPECT_EQ(kernelIsa(), isas.back()) << "the default is the best variant the CPU runs";
-  EXPECT_STREQ(kernelIsaName(KernelIsa::Portable), "portable");
-  EXPECT_STREQ(kernelIsaName(KernelIsa::X86V3), "x86-64-v3");
-  EXPECT_FALSE(setKernelIsa(static_cast<KernelIsa>(7)));
-  EXPECT_EQ(kernelIsa(), isas.back());
+  EXPECT_EQ(base::kernelIsa(), isas.back()) << "the default is the best variant the CPU runs";
+  EXPECT_STREQ(base::kernelIsaName(KernelIsa::Portable), "portable");
+  EXPECT_STREQ(base::kernelIsaName(KernelIsa::X86V3), "x86-64-v3");
+  EXPECT_FALSE(base::setKernelIsa(static_cast<base::KernelIsa>(7)));
+  EXPECT_EQ(base::kernelIsa(), isas.back());
 }
 
 TEST(DataTypes, IntegerWrap) {
@@ -651,39 +651,39 @@ TEST(DataTypes, FloatMaxMinPropagateNan) {
 
 TEST(DataTypes, HalfArithmeticRounds) {
   // 2048 + 1 is a tie between 2048 and 2050 in fp16: to even, 2048. 2048 + 3 -> 2052 (tie, to even).
-  EXPECT_EQ(reduceOne<uint16_t>(floatToHalf(2048), floatToHalf(1), DataType::Float16, ReduceOp::Sum), 0x6800);
-  EXPECT_EQ(halfToFloat(reduceOne<uint16_t>(floatToHalf(2048), floatToHalf(3), DataType::Float16, ReduceOp::Sum)),
+  EXPECT_EQ(reduceOne<uint16_t>(base::floatToHalf(2048), base::floatToHalf(1), DataType::Float16, ReduceOp::Sum), 0x6800);
+  EXPECT_EQ(base::halfToFloat(reduceOne<uint16_t>(base::floatToHalf(2048), base::floatToHalf(3), DataType::Float16, ReduceOp::Sum)),
             2052.0f);
   // 65504 + 65504 overflows to Inf; 256 * 256 too.
   EXPECT_EQ(reduceOne<uint16_t>(0x7BFF, 0x7BFF, DataType::Float16, ReduceOp::Sum), 0x7C00);
-  EXPECT_EQ(reduceOne<uint16_t>(floatToHalf(256), floatToHalf(256), DataType::Float16, ReduceOp::Prod), 0x7C00);
+  EXPECT_EQ(reduceOne<uint16_t>(base::floatToHalf(256), base::floatToHalf(256), DataType::Float16, ReduceOp::Prod), 0x7C00);
   // Inf - Inf is NaN.
   EXPECT_TRUE(isNanBits(reduceOne<uint16_t>(0x7C00, 0xFC00, DataType::Float16, ReduceOp::Sum), kHalf));
   // bf16: 256 + 1 is a tie between 256 and 258: to even, 256.
-  EXPECT_EQ(bf16ToFloat(reduceOne<uint16_t>(floatToBf16(256), floatToBf16(1), DataType::Bfloat16, ReduceOp::Sum)),
+  EXPECT_EQ(base::bf16ToFloat(reduceOne<uint16_t>(base::floatToBf16(256), base::floatToBf16(1), DataType::Bfloat16, ReduceOp::Sum)),
             256.0f);
 }
 
 TEST(DataTypes, DivideSemantics) {
   int32_t ints[] = {-7, 7, -1, INT32_MIN, INT32_MAX};
-  divideInPlace(ints, 5, DataType::Int32, 2);
+  base::divideInPlace(ints, 5, DataType::Int32, 2);
   EXPECT_EQ(ints[0], -3);
   EXPECT_EQ(ints[1], 3);
   EXPECT_EQ(ints[2], 0);
   EXPECT_EQ(ints[3], INT32_MIN / 2);
   EXPECT_EQ(ints[4], INT32_MAX / 2);
   uint64_t big[] = {UINT64_MAX};
-  divideInPlace(big, 1, DataType::Uint64, 3);
+  base::divideInPlace(big, 1, DataType::Uint64, 3);
   EXPECT_EQ(big[0], UINT64_MAX / 3);
   uint8_t bytes[] = {255, 9};
-  divideInPlace(bytes, 2, DataType::Uint8, 300);
+  base::divideInPlace(bytes, 2, DataType::Uint8, 300);
   EXPECT_EQ(bytes[0], 0);
   float f[] = {1.0f, 10.0f};
-  divideInPlace(f, 2, DataType::Float32, 3);
+  base::divideInPlace(f, 2, DataType::Float32, 3);
   EXPECT_EQ(f[0], 1.0f / 3.0f);  // a true division, not a product with a rounded reciprocal
   EXPECT_EQ(f[1], 10.0f / 3.0f);
-  uint16_t h[] = {floatToHalf(1.0f)};
-  divideInPlace(h, 1, DataType::Float16, 3);
+  uint16_t h[] = {base::floatToHalf(1.0f)};
+  base::divideInPlace(h, 1, DataType::Float16, 3);
   EXPECT_EQ(h[0], refEncode(1.0 / 3.0, kHalf));
 }
 
@@ -701,12 +701,12 @@ TEST(DataTypes, InvalidArgumentsThrow) {
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::InvalidArgument);
   }
-  EXPECT_THROW(divideInPlace(&x, 1, DataType::Float32, 0), Error);
-  EXPECT_THROW(divideInPlace(&x, 1, DataType::Float32, -2), Error);
-  EXPECT_THROW(divideInPlace(&x, 1, static_cast<DataType>(-1), 2), Error);
+  EXPECT_THROW(base::divideInPlace(&x, 1, DataType::Float32, 0), Error);
+  EXPECT_THROW(base::divideInPlace(&x, 1, DataType::Float32, -2), Error);
+  EXPECT_THROW(base::divideInPlace(&x, 1, static_cast<DataType>(-1), 2), Error);
   reduce(nullptr, nullptr, nullptr, 0, DataType::Float32, ReduceOp::Sum);  // count 0: no access
-  divideInPlace(nullptr, 0, DataType::Int8, 4);
+  base::divideInPlace(nullptr, 0, DataType::Int8, 4);
 }
 
 }  // namespace
-}  // namespace collie::core
+}  // namespace collie::base

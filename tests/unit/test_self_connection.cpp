@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "core/errors.hpp"
+#include "base/errors.hpp"
 #include "transport/transport.hpp"
 
 namespace collie::transport {

@@ -1,4 +1,4 @@
-// Every collective x algorithm in the simulator (src/algorithms/simulator.hpp): the real builders and the real
+// Every collective x algorithm in the simulator (src/sim/simulator.hpp): the real builders and the real
 // executor for all ranks in one thread over in-memory links, checked for matched transfers, no deadlock and
 // exact results. Exhaustive for nranks 1..64 (counts 0, 1, n-1 and 1001, small slices so that steps are cut in
 // many slices, in-place and out-of-place, roots and ops varied), then a sample up to 4096 ranks with small
@@ -13,10 +13,10 @@
 #include <vector>
 
 #include "algorithms/algorithms.hpp"
-#include "algorithms/simulator.hpp"
-#include "transport/memory_connection.hpp"
+#include "sim/simulator.hpp"
+#include "sim/memory_connection.hpp"
 
-namespace collie::algorithms {
+namespace collie::sim {
 namespace {
 
 struct Combo {
@@ -28,7 +28,7 @@ std::vector<Combo> allCombos() {
   std::vector<Combo> combos;
   for (Collective c : {Collective::AllReduce, Collective::Broadcast, Collective::Reduce, Collective::AllGather,
                        Collective::ReduceScatter, Collective::AllToAll})
-    for (Algorithm a : kAllAlgorithms)
+    for (Algorithm a : algorithms::kAllAlgorithms)
       if (supports(a, c)) combos.push_back({c, a});
   return combos;
 }
@@ -54,7 +54,7 @@ TEST_P(SimulatorExhaustive, EveryRankCountUpTo64) {
   int variant = 0;
   for (int n = 1; n <= 64; ++n) {
     for (size_t count : {size_t{0}, size_t{1}, static_cast<size_t>(n - 1), size_t{1001}}) {
-      SimOptions o;
+      sim::SimOptions o;
       o.coll = c.coll;
       o.algo = c.algo;
       o.nranks = n;
@@ -67,7 +67,7 @@ TEST_P(SimulatorExhaustive, EveryRankCountUpTo64) {
       o.sliceBytes = count >= 1001 ? 64 : 4096;
       o.slicesInFlight = 1 + 2 * (variant % 2);
       ++variant;
-      SimResult r = simulate(o);
+      sim::SimResult r = simulate(o);
       ASSERT_TRUE(r.ok) << describeCase(o) << ": " << r.error;
     }
   }
@@ -90,7 +90,7 @@ TEST_P(SimulatorLarge, SampleUpTo4096Ranks) {
     if (n > maxRanks) continue;
     for (size_t count : {size_t{1}, size_t{7}}) {
       if (gathers && n > 1000 && count > 1) continue;
-      SimOptions o;
+      sim::SimOptions o;
       o.coll = c.coll;
       o.algo = c.algo;
       o.nranks = n;
@@ -100,7 +100,7 @@ TEST_P(SimulatorLarge, SampleUpTo4096Ranks) {
       o.sliceBytes = gathers ? 64 * 1024 : 8;
       ++variant;
       auto start = std::chrono::steady_clock::now();
-      SimResult r = simulate(o);
+      sim::SimResult r = simulate(o);
       ASSERT_TRUE(r.ok) << describeCase(o) << ": " << r.error;
       if (std::getenv("COLLIE_TEST_VERBOSE"))
         std::printf("  %s: %.2f s\n", describeCase(o).c_str(),
@@ -114,7 +114,7 @@ INSTANTIATE_TEST_SUITE_P(Combos, SimulatorLarge, ::testing::ValuesIn(allCombos()
 // ---- The simulator catches broken schedules ---------------------------------------------------------------------
 
 TEST(Simulator, ReportsADeadlockNamingTheWaitingRanks) {
-  SimOptions o;
+  sim::SimOptions o;
   o.coll = Collective::AllReduce;
   o.algo = Algorithm::Ring;
   o.nranks = 4;
@@ -122,7 +122,7 @@ TEST(Simulator, ReportsADeadlockNamingTheWaitingRanks) {
   o.mutate = [](int rank, Schedule& s) {
     if (rank == 2) s.steps.erase(s.steps.begin());  // rank 2 never sends its first chunk
   };
-  SimResult r = simulate(o);
+  sim::SimResult r = simulate(o);
   ASSERT_FALSE(r.ok);
   EXPECT_NE(r.error.find("deadlock"), std::string::npos) << r.error;
   EXPECT_NE(r.error.find("rank 3"), std::string::npos) << r.error;  // waits on rank 2
@@ -130,7 +130,7 @@ TEST(Simulator, ReportsADeadlockNamingTheWaitingRanks) {
 }
 
 TEST(Simulator, ReportsASizeMismatchNamingBothRanks) {
-  SimOptions o;
+  sim::SimOptions o;
   o.coll = Collective::AllReduce;
   o.algo = Algorithm::Tree;
   o.nranks = 5;
@@ -138,13 +138,13 @@ TEST(Simulator, ReportsASizeMismatchNamingBothRanks) {
   o.mutate = [](int rank, Schedule& s) {
     if (rank == 1 && s.steps[0].kind == StepKind::Send) s.steps[0].count -= 1;  // rank 1 is a leaf of tree 0
   };
-  SimResult r = simulate(o);
+  sim::SimResult r = simulate(o);
   ASSERT_FALSE(r.ok);
   EXPECT_NE(r.error.find("size mismatch from rank 1 to rank 2"), std::string::npos) << r.error;
 }
 
 TEST(Simulator, ReportsWrongResults) {
-  SimOptions o;
+  sim::SimOptions o;
   o.coll = Collective::AllGather;
   o.algo = Algorithm::HalvingDoubling;
   o.nranks = 8;
@@ -152,26 +152,26 @@ TEST(Simulator, ReportsWrongResults) {
   o.mutate = [](int rank, Schedule& s) {
     if (rank == 5) s.steps[0].src.offset = 1;  // copies its own block from the wrong place
   };
-  SimResult r = simulate(o);
+  sim::SimResult r = simulate(o);
   ASSERT_FALSE(r.ok);
   EXPECT_NE(r.error.find(": output["), std::string::npos) << r.error;  // everyone gets rank 5's block wrong
 }
 
 TEST(Simulator, ReportsAWriteToTheSendBuffer) {
-  SimOptions o;
+  sim::SimOptions o;
   o.coll = Collective::AllReduce;
   o.algo = Algorithm::HalvingDoubling;
   o.nranks = 4;
   o.count = 16;
   o.mutate = [](int, Schedule& s) { s.steps.back().dst.buffer = Buffer::Input; };
-  SimResult r = simulate(o);
+  sim::SimResult r = simulate(o);
   ASSERT_FALSE(r.ok);
   EXPECT_NE(r.error.find("input"), std::string::npos) << r.error;
 }
 
 // ---- The time model --------------------------------------------------------------------------------------------
 
-SimResult timed(Collective coll, Algorithm algo, int n, size_t count, transport::MemoryCost cost, size_t slice) {
+SimResult timed(Collective coll, Algorithm algo, int n, size_t count, sim::MemoryCost cost, size_t slice) {
   SimOptions o;
   o.coll = coll;
   o.algo = algo;
@@ -185,7 +185,7 @@ SimResult timed(Collective coll, Algorithm algo, int n, size_t count, transport:
 }
 
 TEST(SimulatorTime, LatencyOnlyCountsHops) {
-  transport::MemoryCost alphaOnly{1e-6, 0, 0, 0};
+  sim::MemoryCost alphaOnly{1e-6, 0, 0, 0};
   const double us = 1e-6;
   // Ring: 2(n-1) hops; tree: up and down its depth (log2 8 = 3) in parallel on both trees; rhd: 2 log2 n rounds.
   EXPECT_NEAR(timed(Collective::AllReduce, Algorithm::Ring, 8, 8 * 16, alphaOnly, 1 << 20).seconds, 14 * us, 1e-9);
@@ -200,7 +200,7 @@ TEST(SimulatorTime, LatencyOnlyCountsHops) {
 }
 
 TEST(SimulatorTime, BandwidthAndPipelining) {
-  transport::MemoryCost betaOnly{0, 1e-9, 0, 0};  // 1 GB/s ports
+  sim::MemoryCost betaOnly{0, 1e-9, 0, 0};  // 1 GB/s ports
   const size_t count = 1 << 20;                   // 4 MiB of int32
   const double bytes = 4.0 * count;
   // Ring AllReduce sends 2(n-1)/n of the buffer through each port.
@@ -212,13 +212,13 @@ TEST(SimulatorTime, BandwidthAndPipelining) {
   EXPECT_LT(piped, 1.1 * bytes * 1e-9);
   EXPECT_NEAR(whole, 3 * bytes * 1e-9, 1e-6);
   // Reductions cost gamma per reduced byte: the ring reduces (n-1)/n of the buffer on every rank.
-  transport::MemoryCost gammaOnly{0, 0, 1e-9, 0};
+  sim::MemoryCost gammaOnly{0, 0, 1e-9, 0};
   double reduceTime = timed(Collective::AllReduce, Algorithm::Ring, 4, count, gammaOnly, 64 * 1024).seconds;
   EXPECT_NEAR(reduceTime, 0.75 * bytes * 1e-9, 0.05 * reduceTime);
 }
 
 TEST(SimulatorTime, TimingOnlyRunsOnSharedBuffers) {
-  SimOptions o;
+  sim::SimOptions o;
   o.coll = Collective::AllReduce;
   o.algo = Algorithm::Tree;
   o.nranks = 256;
@@ -227,7 +227,7 @@ TEST(SimulatorTime, TimingOnlyRunsOnSharedBuffers) {
   o.checkData = false;
   o.cost = {5e-6, 1e-10, 1e-11, 0};
   o.sliceBytes = 16 * 1024;
-  SimResult r = simulate(o);
+  sim::SimResult r = simulate(o);
   ASSERT_TRUE(r.ok) << r.error;
   EXPECT_GT(r.seconds, 2 * 8 * 5e-6);
   EXPECT_GT(r.maxBytesSent, size_t{1} << 18);
@@ -236,7 +236,7 @@ TEST(SimulatorTime, TimingOnlyRunsOnSharedBuffers) {
 // ---- The in-memory connection ------------------------------------------------------------------------------------
 
 TEST(MemoryConnection, MatchesInOrderAndChecksSizes) {
-  auto [a, b] = transport::makeMemoryConnectionPair(3, 7);
+  auto [a, b] = sim::makeMemoryConnectionPair(3, 7);
   EXPECT_EQ(a->peer(), 7);
   EXPECT_EQ(b->peer(), 3);
   std::string src1 = "first", src2 = "second!", dst1(5, 'x'), dst2(7, 'x');
@@ -266,4 +266,4 @@ TEST(MemoryConnection, MatchesInOrderAndChecksSizes) {
 }
 
 }  // namespace
-}  // namespace collie::algorithms
+}  // namespace collie::sim

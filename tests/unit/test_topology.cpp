@@ -10,9 +10,9 @@
 #include <set>
 #include <thread>
 
-#include "core/topology.hpp"
+#include "base/topology.hpp"
 
-namespace collie::core {
+namespace collie::base {
 namespace {
 
 TEST(Topology, DescribesThisMachineConsistently) {
@@ -31,14 +31,14 @@ TEST(Topology, DescribesThisMachineConsistently) {
   EXPECT_EQ(static_cast<int>(cpus.size()), t.pus) << "every hardware thread belongs to exactly one node";
   for (const auto* list : {&t.gpus, &t.nics})
     for (const PciDeviceInfo& d : *list) EXPECT_EQ(d.busId.size(), 12u) << d.busId;
-  std::string text = describeTopology(t);
+  std::string text = base::describeTopology(t);
   EXPECT_NE(text.find("NUMA node " + std::to_string(t.numaNodes[0].id)), std::string::npos) << text;
   EXPECT_NE(text.find(t.source), std::string::npos) << text;
 }
 
 TEST(Topology, HwlocAndSysfsAgree) {
   const Topology& t = localTopology();
-  Topology s = discoverTopologySysfs();
+  base::Topology s = base::discoverTopologySysfs();
   if (!COLLIE_WITH_HWLOC) GTEST_SKIP() << "built without hwloc: both are sysfs";
   EXPECT_EQ(t.source.rfind("hwloc", 0), 0u) << t.source;
   EXPECT_EQ(t.pus, s.pus);
@@ -48,7 +48,7 @@ TEST(Topology, HwlocAndSysfsAgree) {
     EXPECT_EQ(t.numaNodes[i].id, s.numaNodes[i].id);
     EXPECT_EQ(t.numaNodes[i].cpus, s.numaNodes[i].cpus);
   }
-  auto ids = [](const std::vector<PciDeviceInfo>& v) {
+  auto ids = [](const std::vector<base::PciDeviceInfo>& v) {
     std::set<std::string> out;
     for (const PciDeviceInfo& d : v) out.insert(d.busId);
     return out;
@@ -58,31 +58,31 @@ TEST(Topology, HwlocAndSysfsAgree) {
 }
 
 TEST(Topology, CurrentNodeAndBinding) {
-  int node = currentNumaNode();
+  int node = base::currentNumaNode();
   ASSERT_GE(node, 0);
-  EXPECT_EQ(numaNodeOfCpu(sched_getcpu()) >= 0, true);
+  EXPECT_EQ(base::numaNodeOfCpu(sched_getcpu()) >= 0, true);
   // Binding happens on a thread of its own, so the test process keeps its affinity.
   std::thread([node] {
-    EXPECT_TRUE(bindThreadToNode(node));
+    EXPECT_TRUE(base::bindThreadToNode(node));
     cpu_set_t set;
     CPU_ZERO(&set);
     ASSERT_EQ(pthread_getaffinity_np(pthread_self(), sizeof(set), &set), 0);
     for (int c = 0; c < CPU_SETSIZE; ++c)
-      if (CPU_ISSET(c, &set)) EXPECT_EQ(numaNodeOfCpu(c), node) << "CPU " << c;
-    EXPECT_EQ(currentNumaNode(), node);
+      if (CPU_ISSET(c, &set)) EXPECT_EQ(base::numaNodeOfCpu(c), node) << "CPU " << c;
+    EXPECT_EQ(base::currentNumaNode(), node);
   }).join();
-  EXPECT_FALSE(bindThreadToNode(1 << 20)) << "an unknown node binds nothing";
+  EXPECT_FALSE(base::bindThreadToNode(1 << 20)) << "an unknown node binds nothing";
 }
 
 TEST(Topology, PlacementIsANoOpOnOneNodeAndWorksOnSeveral) {
   size_t bytes = 1 << 20;
   void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   ASSERT_NE(p, MAP_FAILED);
-  bool placed = placeOnNode(p, bytes, currentNumaNode());
-  EXPECT_EQ(placed, localTopology().numaNodes.size() > 1);
+  bool placed = base::placeOnNode(p, bytes, base::currentNumaNode());
+  EXPECT_EQ(placed, base::localTopology().numaNodes.size() > 1);
   static_cast<char*>(p)[0] = 1;
   munmap(p, bytes);
 }
 
 }  // namespace
-}  // namespace collie::core
+}  // namespace collie::base

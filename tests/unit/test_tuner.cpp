@@ -9,7 +9,7 @@
 #include <fstream>
 #include <string>
 
-#include "algorithms/simulator.hpp"
+#include "sim/simulator.hpp"
 #include "core/tuner.hpp"
 
 namespace collie::core {
@@ -135,7 +135,7 @@ TEST(Tuner, ChoiceIsNearTheSimulatedBest) {
       double best = 0, chosen = 0;
       const Algorithm pickAlgo = t.choose(Collective::AllReduce, n, bytes).algorithm;
       for (Algorithm a : {Algorithm::Ring, Algorithm::Tree, Algorithm::HalvingDoubling}) {
-        algorithms::SimOptions o;
+        sim::SimOptions o;
         o.coll = Collective::AllReduce;
         o.algo = a;
         o.nranks = n;
@@ -146,7 +146,7 @@ TEST(Tuner, ChoiceIsNearTheSimulatedBest) {
         int inflight = 0;
         chooseSlicing(o.coll, a, "tcp", n, bytes, &o.sliceBytes, &inflight);
         o.slicesInFlight = inflight;
-        algorithms::SimResult r = algorithms::simulate(o);
+        sim::SimResult r = sim::simulate(o);
         ASSERT_TRUE(r.ok) << r.error;
         if (best == 0 || r.seconds < best) best = r.seconds;
         if (a == pickAlgo) chosen = r.seconds;

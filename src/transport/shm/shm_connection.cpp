@@ -37,14 +37,14 @@
 #include <cerrno>
 #include <cstring>
 
-#include "core/errors.hpp"
-#include "core/log.hpp"
+#include "base/errors.hpp"
+#include "base/log.hpp"
 
 namespace collie::transport::shm {
 
 // ---- ShmWaker --------------------------------------------------------------------------------------------------
 
-ShmWaker::ShmWaker(Segment control, core::Poller* poller) : control_(std::move(control)), poller_(poller) {}
+ShmWaker::ShmWaker(Segment control, base::Poller* poller) : control_(std::move(control)), poller_(poller) {}
 
 ShmWaker::~ShmWaker() {
   if (poller_ && !conns_.empty()) poller_->removeSleepHook(this);
@@ -280,7 +280,7 @@ void ShmConnection::readPeer(void* dst, uint64_t addr, size_t bytes) {
       if (err == EINTR) continue;
       if (err == ESRCH) failGone("exited (its memory can no longer be read)");
       COLLIE_FAIL(ErrorCode::SystemError, "shm: rank %d could not read %zu bytes from peer %d (pid %d): %s", rank_,
-                  bytes, peer_, static_cast<int>(link_.peerPid), core::errnoString(err).c_str());
+                  bytes, peer_, static_cast<int>(link_.peerPid), base::errnoString(err).c_str());
     }
     check(n > 0, "process_vm_readv made no progress");
     done += static_cast<size_t>(n);

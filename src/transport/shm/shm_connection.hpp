@@ -12,7 +12,7 @@
 #include <memory>
 #include <vector>
 
-#include "core/poller.hpp"
+#include "base/poller.hpp"
 #include "transport/shm/shm_segment.hpp"
 #include "transport/transport.hpp"
 
@@ -22,9 +22,9 @@ class ShmConnection;
 
 /// This rank's side of sleeping and waking (one per transport): owns the rank's RankControl, registers itself
 /// with the poller while it has connections, and answers the poller's "may I sleep?" for all of them.
-class ShmWaker final : public core::SleepHook {
+class ShmWaker final : public base::SleepHook {
  public:
-  ShmWaker(Segment control, core::Poller* poller);
+  ShmWaker(Segment control, base::Poller* poller);
   ~ShmWaker() override;
   ShmWaker(const ShmWaker&) = delete;
   ShmWaker& operator=(const ShmWaker&) = delete;
@@ -34,11 +34,11 @@ class ShmWaker final : public core::SleepHook {
   void add(ShmConnection* c);
   void remove(ShmConnection* c);
   RankControl* control() const { return static_cast<RankControl*>(control_.data()); }
-  core::Poller* poller() const { return poller_; }
+  base::Poller* poller() const { return poller_; }
 
  private:
   Segment control_;
-  core::Poller* poller_;
+  base::Poller* poller_;
   std::vector<ShmConnection*> conns_;
 };
 

@@ -13,9 +13,9 @@
 #include <map>
 #include <mutex>
 
-#include "core/errors.hpp"
-#include "core/log.hpp"
-#include "core/topology.hpp"
+#include "base/errors.hpp"
+#include "base/log.hpp"
+#include "base/topology.hpp"
 
 namespace collie::transport::shm {
 namespace {
@@ -25,7 +25,7 @@ size_t pageSize() {
   return page;
 }
 
-std::string mib(size_t bytes) { return core::format("%.1f MiB", static_cast<double>(bytes) / (1024.0 * 1024.0)); }
+std::string mib(size_t bytes) { return base::format("%.1f MiB", static_cast<double>(bytes) / (1024.0 * 1024.0)); }
 
 const char* kShrinkHint =
     "make the rings smaller (COLLIE_SHM_SLOTS, COLLIE_SHM_SLOT_BYTES) or set COLLIE_SHM_DISABLE=1 to use tcp "
@@ -35,14 +35,14 @@ const char* kShrinkHint =
   struct statvfs vfs {};
   std::string room = "unknown";
   if (statvfs("/dev/shm", &vfs) == 0) {
-    room = core::format("%zu bytes (%s) free of %zu (%s)", static_cast<size_t>(vfs.f_bavail) * vfs.f_frsize,
+    room = base::format("%zu bytes (%s) free of %zu (%s)", static_cast<size_t>(vfs.f_bavail) * vfs.f_frsize,
                         mib(static_cast<size_t>(vfs.f_bavail) * vfs.f_frsize).c_str(),
                         static_cast<size_t>(vfs.f_blocks) * vfs.f_frsize,
                         mib(static_cast<size_t>(vfs.f_blocks) * vfs.f_frsize).c_str());
   }
   std::string failed = p.what.empty() ? std::string()
-                                      : core::format("; reserving %zu bytes for %s failed (%s)", bytes, p.what.c_str(),
-                                                     core::errnoString(err).c_str());
+                                      : base::format("; reserving %zu bytes for %s failed (%s)", bytes, p.what.c_str(),
+                                                     base::errnoString(err).c_str());
   COLLIE_FAIL(ErrorCode::SystemError,
               "shm transport: /dev/shm is too small: rank %d needs %zu bytes (%s) of shared memory for its rings "
               "(%d same-host peer(s)) and /dev/shm has %s%s. Make /dev/shm larger (docker run --shm-size=1g, or in "
@@ -56,7 +56,7 @@ const char* kShrinkHint =
               "shm transport: rank %d could not reserve %zu bytes of shared memory (memfd) for %s: %s. It needs %zu "
               "bytes (%s) in all for %d same-host peer(s); the memory limit of this process (its cgroup or "
               "container) may be reached: raise it, or %s",
-              p.rank, bytes, p.what.c_str(), core::errnoString(err).c_str(), p.totalBytes, mib(p.totalBytes).c_str(),
+              p.rank, bytes, p.what.c_str(), base::errnoString(err).c_str(), p.totalBytes, mib(p.totalBytes).c_str(),
               p.peers, kShrinkHint);
 }
 
@@ -70,7 +70,7 @@ UniqueFd openAnonymous(Backing backing) {
   for (int attempt = 0; attempt < 16; ++attempt) {
     uint64_t rnd = 0;
     if (getrandom(&rnd, sizeof(rnd), 0) != sizeof(rnd)) rnd ^= static_cast<uint64_t>(getpid()) << 20 ^ attempt;
-    std::string name = core::format("/collie-%d-%016llx", getpid(), static_cast<unsigned long long>(rnd));
+    std::string name = base::format("/collie-%d-%016llx", getpid(), static_cast<unsigned long long>(rnd));
     int fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0 && errno == EEXIST) continue;
     COLLIE_SYSCHECK(fd, "shm_open in /dev/shm (set COLLIE_SHM_BACKING=memfd)");
@@ -212,7 +212,7 @@ UniqueFd createSegment(Backing backing, size_t bytes, int numaNode, const Segmen
   Segment seg(addr, bytes);
   // The policy goes on the file's pages before any is allocated, so the reservation below already lands on
   // the receiver's node.
-  if (numaNode >= 0) core::placeOnNode(addr, bytes, numaNode);
+  if (numaNode >= 0) base::placeOnNode(addr, bytes, numaNode);
   int err = posix_fallocate(fd.get(), 0, static_cast<off_t>(bytes));
   if (err == EOPNOTSUPP || err == EINVAL) {
     // No fallocate on this filesystem: touch every page instead, which fails the same way but as a SIGBUS,

@@ -39,12 +39,12 @@
 #include <mutex>
 #include <thread>
 
-#include "core/errors.hpp"
-#include "core/log.hpp"
-#include "core/params.hpp"
-#include "core/poller.hpp"
-#include "core/socket.hpp"
-#include "core/topology.hpp"
+#include "base/errors.hpp"
+#include "base/log.hpp"
+#include "base/params.hpp"
+#include "base/poller.hpp"
+#include "base/socket.hpp"
+#include "base/topology.hpp"
 #include "transport/shm/shm_connection.hpp"
 
 namespace collie::transport::shm {
@@ -107,12 +107,12 @@ socklen_t abstractAddress(const char* name, sockaddr_un* addr) {
   return static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + len);
 }
 
-int pollMs(core::Deadline deadline) {
+int pollMs(base::Deadline deadline) {
   auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()).count();
   return static_cast<int>(std::clamp<int64_t>(left, 0, INT_MAX));
 }
 
-void sendMsg(int fd, const Msg& m, const int* fds, int nfds, core::Deadline deadline, int peer) {
+void sendMsg(int fd, const Msg& m, const int* fds, int nfds, base::Deadline deadline, int peer) {
   iovec iov{const_cast<Msg*>(&m), sizeof(m)};
   alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxFds)] = {};
   msghdr mh{};
@@ -139,7 +139,7 @@ void sendMsg(int fd, const Msg& m, const int* fds, int nfds, core::Deadline dead
       continue;
     }
     COLLIE_FAIL(ErrorCode::RemoteError, "shm handshake: sending to rank %d failed: %s", peer,
-                core::errnoString(err).c_str());
+                base::errnoString(err).c_str());
   }
 }
 
@@ -219,7 +219,7 @@ bool crossMemoryPays() {
       copy = std::min(copy, std::chrono::duration<double>(t2 - t1).count());
     }
     bool yes = cma <= 2 * copy;
-    COLLIE_INFO(core::kLogNet,
+    COLLIE_INFO(base::kLogNet,
                 "shm: process_vm_readv moves %.1f GB/s here, memcpy %.1f GB/s: large messages between processes go "
                 "%s",
                 kBytes / cma / 1e9, kBytes / copy / 1e9, yes ? "in one copy" : "through the slots (two copies)");
@@ -243,23 +243,23 @@ struct ShmTransport::Stashed {
 };
 
 ShmTransport::ShmTransport(const ShmOptions& options) : options_(options) {
-  int64_t slots = options.slots > 0 ? options.slots : core::params::shmSlots();
-  int64_t slotBytes = options.slotBytes > 0 ? options.slotBytes : core::params::shmSlotBytes();
+  int64_t slots = options.slots > 0 ? options.slots : base::params::shmSlots();
+  int64_t slotBytes = options.slotBytes > 0 ? options.slotBytes : base::params::shmSlotBytes();
   COLLIE_ARG_CHECK(slots >= 1 && slots <= 4096, "COLLIE_SHM_SLOTS=%lld is not in 1..4096",
                    static_cast<long long>(slots));
   COLLIE_ARG_CHECK(slotBytes >= 64 && slotBytes <= (int64_t{1} << 30), "COLLIE_SHM_SLOT_BYTES=%lld is not in 64..2^30",
                    static_cast<long long>(slotBytes));
   slots_ = roundUpPow2(static_cast<uint32_t>(slots));
   slotBytes_ = static_cast<uint32_t>((slotBytes + 63) / 64 * 64);
-  int64_t mode = options.singleCopy >= 0 ? options.singleCopy : core::params::shmSingleCopy();
+  int64_t mode = options.singleCopy >= 0 ? options.singleCopy : base::params::shmSingleCopy();
   COLLIE_ARG_CHECK(mode >= 0 && mode <= 2, "COLLIE_SHM_SINGLE_COPY=%lld is not 0, 1 or 2",
                    static_cast<long long>(mode));
   singleCopy_ = static_cast<int>(mode);
-  int64_t minBytes = options.singleCopyMin >= 0 ? options.singleCopyMin : core::params::shmSingleCopyMinBytes();
+  int64_t minBytes = options.singleCopyMin >= 0 ? options.singleCopyMin : base::params::shmSingleCopyMinBytes();
   COLLIE_ARG_CHECK(minBytes >= 0, "COLLIE_SHM_SINGLE_COPY_MIN_BYTES=%lld is negative",
                    static_cast<long long>(minBytes));
   singleCopyMin_ = static_cast<size_t>(minBytes);
-  backing_ = parseBacking(options.backing.empty() ? core::params::shmBacking() : options.backing);
+  backing_ = parseBacking(options.backing.empty() ? base::params::shmBacking() : options.backing);
 }
 
 ShmTransport::~ShmTransport() {
@@ -272,7 +272,7 @@ void ShmTransport::listen(PeerInfo& self) {
   uint64_t rnd = 0;
   if (getrandom(&rnd, sizeof(rnd), 0) != sizeof(rnd)) rnd = id.token ^ reinterpret_cast<uintptr_t>(this);
   std::string name =
-      core::format("collie-shm.%d.%016llx", static_cast<int>(id.pid), static_cast<unsigned long long>(rnd));
+      base::format("collie-shm.%d.%016llx", static_cast<int>(id.pid), static_cast<unsigned long long>(rnd));
   static_assert(sizeof(PeerInfo::shmAddr) >= 40);
   int fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   COLLIE_SYSCHECK(fd, "socket(AF_UNIX, SOCK_SEQPACKET)");
@@ -284,7 +284,7 @@ void ShmTransport::listen(PeerInfo& self) {
   listenFd_ = guard.release();
   self.netNs = netNamespaceId();
   std::snprintf(self.shmAddr, sizeof(self.shmAddr), "%s", name.c_str());
-  COLLIE_INFO(core::kLogNet, "shm: rank %d listening on @%s", self.rank, name.c_str());
+  COLLIE_INFO(base::kLogNet, "shm: rank %d listening on @%s", self.rank, name.c_str());
 }
 
 bool ShmTransport::canConnect(const PeerInfo& local, const PeerInfo& peer) const {
@@ -293,8 +293,8 @@ bool ShmTransport::canConnect(const PeerInfo& local, const PeerInfo& peer) const
 
 std::vector<std::unique_ptr<Connection>> ShmTransport::connect(const CommContext& ctx, const std::vector<int>& peers) {
   COLLIE_USAGE_CHECK(listenFd_ >= 0, "shm transport: connect() before listen()");
-  auto timeout = ctx.timeout.count() > 0 ? ctx.timeout : std::chrono::milliseconds(core::params::timeoutMs());
-  const core::Deadline deadline = Clock::now() + timeout;
+  auto timeout = ctx.timeout.count() > 0 ? ctx.timeout : std::chrono::milliseconds(base::params::timeoutMs());
+  const base::Deadline deadline = Clock::now() + timeout;
   const char* comm = ctx.name.empty() ? "" : ctx.name.c_str();
   const Identity id = identity();
   const int me = ctx.rank;
@@ -334,10 +334,10 @@ std::vector<std::unique_ptr<Connection>> ShmTransport::connect(const CommContext
     waker_ = std::make_shared<ShmWaker>(std::move(control), ctx.poller);
   }
   const int wakeFd = ctx.poller ? ctx.poller->wakeFd() : -1;
-  const int node = core::currentNumaNode();
+  const int node = base::currentNumaNode();
 
   auto makeRing = [&](int p, PeerState& ps) {
-    purpose.what = core::format("the ring from rank %d (%zu bytes)", p, myRingBytes);
+    purpose.what = base::format("the ring from rank %d (%zu bytes)", p, myRingBytes);
     ps.ringFd = createSegment(backing_, myRingBytes, node, purpose, &ps.ring);
     auto* h = static_cast<RingHeader*>(ps.ring.data());
     h->magic = kRingMagic;
@@ -374,13 +374,13 @@ std::vector<std::unique_ptr<Connection>> ShmTransport::connect(const CommContext
                        m.slots >= 1 && (m.slots & (m.slots - 1)) == 0 && m.slotBytes % 64 == 0 && m.slotBytes > 0 &&
                        m.ringBytes == ringBytes(m.slots, m.slotBytes),
                    ErrorCode::InternalError, "shm connect of rank %d: rank %d sent a malformed hello", me, p);
-    std::string what = core::format("the ring of rank %d", p);
+    std::string what = base::format("the ring of rank %d", p);
     ps.link.sendRing = mapSegment(fds[0].get(), m.ringBytes, what);
     const auto* h = static_cast<const RingHeader*>(ps.link.sendRing.data());
     COLLIE_ENFORCE(h->magic == kRingMagic && h->version == kLayoutVersion && h->slots == m.slots &&
                        h->slotBytes == m.slotBytes && h->owner == p && h->writer == me,
                    ErrorCode::InternalError, "shm connect of rank %d: %s has a wrong header", me, what.c_str());
-    ps.link.peerControl = mapSegment(fds[1].get(), kControlBytes, core::format("the control line of rank %d", p));
+    ps.link.peerControl = mapSegment(fds[1].get(), kControlBytes, base::format("the control line of rank %d", p));
     COLLIE_ENFORCE(static_cast<const RankControl*>(ps.link.peerControl.data())->magic == kControlMagic,
                    ErrorCode::InternalError, "shm connect of rank %d: the control line of rank %d is wrong", me, p);
     if (m.nfds >= 3) ps.link.peerWake = std::move(fds[2]);
@@ -391,7 +391,7 @@ std::vector<std::unique_ptr<Connection>> ShmTransport::connect(const CommContext
       readable = canRead(ps.link.peerPid, m.probeAddr, m.probeValue);
       if (!readable) {
         COLLIE_INFO(
-            core::kLogNet, "shm: rank %d cannot read the memory of rank %d (pid %d): %s; it sends through slots", me, p,
+            base::kLogNet, "shm: rank %d cannot read the memory of rank %d (pid %d): %s; it sends through slots", me, p,
             static_cast<int>(ps.link.peerPid), ps.link.peerPid > 0 ? "process_vm_readv refused" : "pid not visible");
       } else if (singleCopy_ == 1 && !crossMemoryPays()) {
         readable = false;  // allowed, but slower here than the two copies it would save
@@ -412,12 +412,12 @@ std::vector<std::unique_ptr<Connection>> ShmTransport::connect(const CommContext
   auto adopt = [&](UniqueFd& sock, const Msg& m, std::vector<UniqueFd>& fds) {
     auto it = state.find(m.fromRank);
     if (m.type != kHello || m.toRank != me || it == state.end() || m.fromRank <= me || it->second.sock.get() >= 0) {
-      COLLIE_WARN(core::kLogNet, "shm: rank %d dropped an unexpected connection (rank %d to %d)", me, m.fromRank,
+      COLLIE_WARN(base::kLogNet, "shm: rank %d dropped an unexpected connection (rank %d to %d)", me, m.fromRank,
                   m.toRank);
       return false;
     }
     PeerState& ps = it->second;
-    COLLIE_TRACE(core::kLogNet, "shm: rank %d adopts the connection of rank %d", me, m.fromRank);
+    COLLIE_TRACE(base::kLogNet, "shm: rank %d adopts the connection of rank %d", me, m.fromRank);
     ps.sock = std::move(sock);
     makeRing(m.fromRank, ps);
     sendHello(m.fromRank, ps);
@@ -445,7 +445,7 @@ std::vector<std::unique_ptr<Connection>> ShmTransport::connect(const CommContext
       }
       COLLIE_FAIL(err == EAGAIN ? ErrorCode::Timeout : ErrorCode::RemoteError,
                   "shm connect of rank %d%s%s: cannot reach rank %d at @%s: %s (did it exit?)", me, *comm ? " in " : "",
-                  comm, p, name, core::errnoString(err).c_str());
+                  comm, p, name, base::errnoString(err).c_str());
     }
     makeRing(p, ps);
     sendHello(p, ps);
@@ -519,7 +519,7 @@ std::vector<std::unique_ptr<Connection>> ShmTransport::connect(const CommContext
         if (got == 0) continue;
         UniqueFd sock = std::move(pe.sock);  // removed from pending below
         if (got < 0 || !authentic(m, ctx.secret)) {
-          COLLIE_WARN(core::kLogNet, "shm: rank %d refused a local connection: %s", me,
+          COLLIE_WARN(base::kLogNet, "shm: rank %d refused a local connection: %s", me,
                       got < 0 ? "closed or malformed before its hello" : "wrong magic or secret");
         } else if (!state.count(m.fromRank) && m.type == kHello && m.toRank == me && m.fromRank > me &&
                    m.fromRank < ctx.nranks) {
@@ -540,7 +540,7 @@ std::vector<std::unique_ptr<Connection>> ShmTransport::connect(const CommContext
                        me, *comm ? " in " : "", comm, p);
         COLLIE_ENFORCE(authentic(m, ctx.secret) && m.fromRank == p && m.toRank == me, ErrorCode::InternalError,
                        "shm connect of rank %d: rank %d answered with a wrong magic, secret or rank", me, p);
-        COLLIE_TRACE(core::kLogNet, "shm: rank %d got message type %u from rank %d", me, m.type, p);
+        COLLIE_TRACE(base::kLogNet, "shm: rank %d got message type %u from rank %d", me, m.type, p);
         if (!ps.gotHello) {
           absorbHello(p, ps, m, fds);
         } else {
@@ -555,7 +555,7 @@ std::vector<std::unique_ptr<Connection>> ShmTransport::connect(const CommContext
                   pending.end());
   }
   if (!pending.empty())
-    COLLIE_WARN(core::kLogNet, "shm: rank %d dropped %zu silent local connection(s)", me, pending.size());
+    COLLIE_WARN(base::kLogNet, "shm: rank %d dropped %zu silent local connection(s)", me, pending.size());
 
   std::vector<std::unique_ptr<Connection>> out;
   out.reserve(peers.size());
@@ -577,7 +577,7 @@ std::vector<std::unique_ptr<Connection>> ShmTransport::connect(const CommContext
     out.push_back(std::make_unique<ShmConnection>(std::move(link), waker_));
   }
   COLLIE_INFO(
-      core::kLogNet,
+      base::kLogNet,
       "shm: rank %d%s%s connected to %d peer(s): rings of %u x %u bytes, single copy from %zu bytes to %d of them", me,
       *comm ? " in " : "", comm, others, slots_, slotBytes_, singleCopyMin_, direct);
   return out;

@@ -22,8 +22,8 @@
 
 #include <cerrno>
 
-#include "core/errors.hpp"
-#include "core/poller.hpp"
+#include "base/errors.hpp"
+#include "base/poller.hpp"
 
 namespace collie::transport::tcp {
 namespace {
@@ -33,7 +33,7 @@ constexpr size_t kHeaderBytes = sizeof(MsgHeader);
 
 }  // namespace
 
-TcpConnection::TcpConnection(int rank, int peer, std::vector<int> fds, int64_t stripeMinBytes, core::Poller* poller)
+TcpConnection::TcpConnection(int rank, int peer, std::vector<int> fds, int64_t stripeMinBytes, base::Poller* poller)
     : rank_(rank), peer_(peer), stripeMin_(stripeMinBytes), poller_(poller) {
   socks_.reserve(fds.size());
   for (int fd : fds) socks_.push_back(Socket{fd, {}, {}});
@@ -177,9 +177,9 @@ void TcpConnection::consume(std::deque<Part>& q, size_t n, bool recv) {
 void TcpConnection::failIo(int err, const char* op) {
   if (err == 0 || err == ECONNRESET || err == EPIPE || err == ENOTCONN || err == ETIMEDOUT) {
     COLLIE_FAIL(ErrorCode::RemoteError, "peer %d closed the connection (it may have exited or failed)%s%s", peer_,
-                err ? ": " : "", err ? core::errnoString(err).c_str() : "");
+                err ? ": " : "", err ? base::errnoString(err).c_str() : "");
   }
-  COLLIE_FAIL(ErrorCode::SystemError, "tcp %s to peer %d failed: %s", op, peer_, core::errnoString(err).c_str());
+  COLLIE_FAIL(ErrorCode::SystemError, "tcp %s to peer %d failed: %s", op, peer_, base::errnoString(err).c_str());
 }
 
 bool TcpConnection::sendOn(Socket& s) {

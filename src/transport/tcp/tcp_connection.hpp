@@ -30,7 +30,7 @@ constexpr uint32_t kMsgMagic = 0x434c4d47;  // "CLMG"
 /// sockets and stripe size.
 class TcpConnection final : public Connection {
  public:
-  TcpConnection(int rank, int peer, std::vector<int> fds, int64_t stripeMinBytes, core::Poller* poller);
+  TcpConnection(int rank, int peer, std::vector<int> fds, int64_t stripeMinBytes, base::Poller* poller);
   ~TcpConnection() override;
   TcpConnection(const TcpConnection&) = delete;
   TcpConnection& operator=(const TcpConnection&) = delete;
@@ -76,7 +76,7 @@ class TcpConnection final : public Connection {
   int rank_;
   int peer_;
   int64_t stripeMin_;
-  core::Poller* poller_;
+  base::Poller* poller_;
   std::vector<Socket> socks_;
   uint32_t sendSeq_ = 0;
   uint32_t recvSeq_ = 0;

@@ -25,11 +25,11 @@
 #include <cstring>
 #include <map>
 
-#include "core/errors.hpp"
-#include "core/log.hpp"
-#include "core/params.hpp"
-#include "core/poller.hpp"
-#include "core/socket.hpp"
+#include "base/errors.hpp"
+#include "base/log.hpp"
+#include "base/params.hpp"
+#include "base/poller.hpp"
+#include "base/socket.hpp"
 #include "transport/tcp/tcp_connection.hpp"
 
 namespace collie::transport::tcp {
@@ -103,7 +103,7 @@ std::string rankList(const std::vector<int>& ranks) {
   return out;
 }
 
-int pollMs(core::Deadline deadline) {
+int pollMs(base::Deadline deadline) {
   auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()).count();
   return static_cast<int>(std::clamp<int64_t>(left, 0, INT_MAX));
 }
@@ -123,8 +123,8 @@ struct TcpTransport::Stashed {
 };
 
 TcpTransport::TcpTransport(const TcpOptions& options) : options_(options) {
-  nsock_ = options.socketsPerPeer > 0 ? options.socketsPerPeer : static_cast<int>(core::params::socketsPerPeer());
-  stripeMin_ = options.stripeMinBytes >= 0 ? options.stripeMinBytes : core::params::stripeMinBytes();
+  nsock_ = options.socketsPerPeer > 0 ? options.socketsPerPeer : static_cast<int>(base::params::socketsPerPeer());
+  stripeMin_ = options.stripeMinBytes >= 0 ? options.stripeMinBytes : base::params::stripeMinBytes();
   COLLIE_ARG_CHECK(nsock_ >= 1 && nsock_ <= 64, "COLLIE_SOCKETS_PER_PEER=%d is not in 1..64", nsock_);
   COLLIE_ARG_CHECK(stripeMin_ >= 0, "COLLIE_STRIPE_MIN_BYTES=%lld is negative", static_cast<long long>(stripeMin_));
 }
@@ -136,19 +136,19 @@ TcpTransport::~TcpTransport() {
 
 void TcpTransport::listen(PeerInfo& self) {
   COLLIE_USAGE_CHECK(listenFd_ < 0, "tcp transport: listen() called twice");
-  sockaddr_storage addr = options_.bindAddr.ss_family == AF_UNSPEC ? core::defaultLocalAddress() : options_.bindAddr;
-  core::setAddressPort(addr, 0);
-  listenFd_ = core::listenOn(addr);
-  core::setNonBlocking(listenFd_, true);
+  sockaddr_storage addr = options_.bindAddr.ss_family == AF_UNSPEC ? base::defaultLocalAddress() : options_.bindAddr;
+  base::setAddressPort(addr, 0);
+  listenFd_ = base::listenOn(addr);
+  base::setNonBlocking(listenFd_, true);
   listenAddr_ = addr;
   self.tcpAddr = addr;
-  COLLIE_INFO(core::kLogNet, "tcp: rank %d listening on %s", self.rank, core::addressToString(addr).c_str());
+  COLLIE_INFO(base::kLogNet, "tcp: rank %d listening on %s", self.rank, base::addressToString(addr).c_str());
 }
 
 std::vector<std::unique_ptr<Connection>> TcpTransport::connect(const CommContext& ctx, const std::vector<int>& peers) {
   COLLIE_USAGE_CHECK(listenFd_ >= 0, "tcp transport: connect() before listen()");
-  auto timeout = ctx.timeout.count() > 0 ? ctx.timeout : std::chrono::milliseconds(core::params::timeoutMs());
-  const core::Deadline deadline = Clock::now() + timeout;
+  auto timeout = ctx.timeout.count() > 0 ? ctx.timeout : std::chrono::milliseconds(base::params::timeoutMs());
+  const base::Deadline deadline = Clock::now() + timeout;
   const char* comm = ctx.name.empty() ? "" : ctx.name.c_str();
   const int nsock = nsock_;
 
@@ -194,12 +194,12 @@ std::vector<std::unique_ptr<Connection>> TcpTransport::connect(const CommContext
     COLLIE_ARG_CHECK(family == AF_INET || family == AF_INET6,
                      "tcp connect of rank %d: rank %d published no tcp address (family %d)", ctx.rank, p, family);
     for (int i = 0; i < nsock; ++i) {
-      std::string what = core::format("rank %d (tcp socket %d)", p, i);
-      list[i] = core::connectWithRetry(ctx.peers[p].tcpAddr, deadline, static_cast<int>(core::params::connectRetries()),
+      std::string what = base::format("rank %d (tcp socket %d)", p, i);
+      list[i] = base::connectWithRetry(ctx.peers[p].tcpAddr, deadline, static_cast<int>(base::params::connectRetries()),
                                        what);
       Hello h = makeHello(ctx, p, i, nsock, stripeMin_);
-      core::sendAll(list[i], &h, sizeof(h), deadline, what);
-      core::setNonBlocking(list[i], true);
+      base::sendAll(list[i], &h, sizeof(h), deadline, what);
+      base::setNonBlocking(list[i], true);
       Handshake hs;
       hs.fd = list[i];
       hs.addr = ctx.peers[p].tcpAddr;
@@ -221,13 +221,13 @@ std::vector<std::unique_ptr<Connection>> TcpTransport::connect(const CommContext
     auto it = fds.find(h.fromRank);
     if (h.toRank != ctx.rank || it == fds.end() || h.fromRank <= ctx.rank || h.socketIndex < 0 ||
         h.socketIndex >= nsock || it->second[h.socketIndex] != -1) {
-      COLLIE_WARN(core::kLogNet, "tcp: rank %d dropped an unexpected connection from %s (rank %d to %d, socket %d)",
+      COLLIE_WARN(base::kLogNet, "tcp: rank %d dropped an unexpected connection from %s (rank %d to %d, socket %d)",
                   ctx.rank, from.c_str(), h.fromRank, h.toRank, h.socketIndex);
       return false;
     }
     it->second[h.socketIndex] = fd;  // owned by fds from here on
     Hello answer = makeHello(ctx, h.fromRank, h.socketIndex, nsock, stripeMin_);
-    core::sendAll(fd, &answer, sizeof(answer), deadline, core::format("rank %d at %s", h.fromRank, from.c_str()));
+    base::sendAll(fd, &answer, sizeof(answer), deadline, base::format("rank %d at %s", h.fromRank, from.c_str()));
     validConfig(h);
     return true;
   };
@@ -258,15 +258,15 @@ std::vector<std::unique_ptr<Connection>> TcpTransport::connect(const CommContext
       Handshake& hs = pending[k - 1];
       int state = readHello(hs);
       if (state == 0) continue;
-      std::string from = core::addressToString(hs.addr);
+      std::string from = base::addressToString(hs.addr);
       int fd = hs.fd;
       hs.fd = -1;  // removed below
       if (state < 0) {
-        COLLIE_WARN(core::kLogNet, "tcp: rank %d: connection from %s closed before its handshake", ctx.rank,
+        COLLIE_WARN(base::kLogNet, "tcp: rank %d: connection from %s closed before its handshake", ctx.rank,
                     from.c_str());
         ::close(fd);
       } else if (!authentic(hs.hello, ctx.secret)) {
-        COLLIE_WARN(core::kLogNet, "tcp: rank %d refused a connection from %s: wrong magic or secret", ctx.rank,
+        COLLIE_WARN(base::kLogNet, "tcp: rank %d refused a connection from %s: wrong magic or secret", ctx.rank,
                     from.c_str());
         ::close(fd);
       } else if (!fds.count(hs.hello.fromRank) && hs.hello.toRank == ctx.rank && hs.hello.fromRank > ctx.rank &&
@@ -295,8 +295,8 @@ std::vector<std::unique_ptr<Connection>> TcpTransport::connect(const CommContext
   if (!pending.empty()) {
     // Strangers still silent: they are not ours to keep.
     for (Handshake& hs : pending)
-      COLLIE_WARN(core::kLogNet, "tcp: rank %d dropped a silent connection from %s", ctx.rank,
-                  core::addressToString(hs.addr).c_str());
+      COLLIE_WARN(base::kLogNet, "tcp: rank %d dropped a silent connection from %s", ctx.rank,
+                  base::addressToString(hs.addr).c_str());
     closeAll(pending);
     pending.clear();
   }
@@ -321,7 +321,7 @@ std::vector<std::unique_ptr<Connection>> TcpTransport::connect(const CommContext
       Handshake& hs = awaiting[k];
       int state = readHello(hs);
       if (state == 0) continue;
-      std::string from = core::addressToString(hs.addr);
+      std::string from = base::addressToString(hs.addr);
       COLLIE_ENFORCE(state > 0, ErrorCode::RemoteError,
                      "tcp connect of rank %d: rank %d at %s closed the connection during the handshake", ctx.rank,
                      hs.peer, from.c_str());
@@ -349,16 +349,16 @@ std::vector<std::unique_ptr<Connection>> TcpTransport::connect(const CommContext
     }
     std::vector<int>& list = fds[p];
     for (int fd : list) {
-      core::setNonBlocking(fd, true);
-      core::setNoDelay(fd);  // accepted sockets do not have it yet; without it a small message waits ~40 ms
-      if (options_.socketBufferBytes > 0) core::setBufferSizes(fd, options_.socketBufferBytes);
+      base::setNonBlocking(fd, true);
+      base::setNoDelay(fd);  // accepted sockets do not have it yet; without it a small message waits ~40 ms
+      if (options_.socketBufferBytes > 0) base::setBufferSizes(fd, options_.socketBufferBytes);
       if (ctx.poller) ctx.poller->add(fd);  // a failure later closes fd, which also takes it out of the epoll set
     }
     out.push_back(std::make_unique<TcpConnection>(ctx.rank, p, list, stripeMin_, ctx.poller));
     list.clear();  // owned by the connection now
   }
   cleanup.armed = false;
-  COLLIE_INFO(core::kLogNet, "tcp: rank %d%s%s connected to %zu peer(s) with %d socket(s) each", ctx.rank,
+  COLLIE_INFO(base::kLogNet, "tcp: rank %d%s%s connected to %zu peer(s) with %d socket(s) each", ctx.rank,
               *comm ? " in " : "", comm, peers.size(), nsock);
   return out;
 }

@@ -19,7 +19,7 @@ struct TcpOptions {
   int socketsPerPeer = 0;           ///< 0: COLLIE_SOCKETS_PER_PEER. Must be equal on all ranks.
   int64_t stripeMinBytes = -1;      ///< < 0: COLLIE_STRIPE_MIN_BYTES. Must be equal on all ranks.
   int socketBufferBytes = 4 << 20;  ///< SO_SNDBUF / SO_RCVBUF of the data sockets
-  sockaddr_storage bindAddr{};      ///< AF_UNSPEC: core::defaultLocalAddress() (port is ignored; 0 is used)
+  sockaddr_storage bindAddr{};      ///< AF_UNSPEC: base::defaultLocalAddress() (port is ignored; 0 is used)
 };
 
 /// TCP transport. listen() before bootstrap, then connect() once per set of peers.
@@ -31,7 +31,7 @@ class TcpTransport : public Transport {
   TcpTransport& operator=(const TcpTransport&) = delete;
 
   const char* name() const override { return "tcp"; }
-  /// Listens on options.bindAddr (default: core::defaultLocalAddress()), port 0; publishes it in self.tcpAddr.
+  /// Listens on options.bindAddr (default: base::defaultLocalAddress()), port 0; publishes it in self.tcpAddr.
   void listen(PeerInfo& self) override;
   /// Always true: TCP is the fallback transport.
   bool canConnect(const PeerInfo& local, const PeerInfo& peer) const override { return true; }

@@ -1,4 +1,4 @@
-#include "core/poller.hpp"
+#include "base/poller.hpp"
 
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -7,9 +7,9 @@
 #include <algorithm>
 #include <cerrno>
 
-#include "core/errors.hpp"
+#include "base/errors.hpp"
 
-namespace collie::core {
+namespace collie::base {
 
 Poller::Poller() {
   epollFd_ = epoll_create1(EPOLL_CLOEXEC);
@@ -75,4 +75,4 @@ void Poller::wake() {
   (void)rc;  // EAGAIN means a wake-up is already pending
 }
 
-}  // namespace collie::core
+}  // namespace collie::base

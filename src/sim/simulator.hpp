@@ -1,6 +1,6 @@
 // The schedule simulator: every rank of a collective in one process and one thread. Each rank's schedule is
 // built by the real builder and run by the real core::Executor (step-wise: begin/step/done, round-robin over
-// the ranks that can move), over in-memory links (transport/memory_connection.hpp). It checks that
+// the ranks that can move), over in-memory links (sim/memory_connection.hpp). It checks that
 //   - every send meets a receive of the same size (a mismatch names both ranks and the transfer),
 //   - nothing hangs: when no rank can move and nothing is in flight, it reports which ranks wait on whom,
 //   - every transfer was matched and delivered when all ranks are done,
@@ -18,10 +18,17 @@
 #include <string>
 
 #include "algorithms/algorithms.hpp"
-#include "core/datatypes.hpp"
-#include "transport/memory_connection.hpp"
+#include "base/datatypes.hpp"
+#include "sim/memory_connection.hpp"
 
-namespace collie::algorithms {
+namespace collie::sim {
+
+using algorithms::Algorithm;
+using algorithms::Collective;
+using algorithms::Buffer;
+using algorithms::Schedule;
+using algorithms::Step;
+using algorithms::StepKind;
 
 struct SimOptions {
   Collective coll = Collective::AllReduce;
@@ -34,12 +41,12 @@ struct SimOptions {
   bool inPlace = false;
   size_t sliceBytes = 512 * 1024;
   int slicesInFlight = 4;
-  transport::MemoryCost cost;  ///< all zero: no time model (the estimate is 0)
+  MemoryCost cost;  ///< all zero: no time model (the estimate is 0)
   /// true: per-rank buffers with integer data, checked at the end (integer types only). false: timing only,
   /// every rank on the same two buffers, no bytes copied between ranks (any size, any type).
   bool checkData = true;
   /// Tests: called with each rank's schedule after it was built, to break it on purpose.
-  std::function<void(int rank, Schedule& schedule)> mutate;
+  std::function<void(int rank, algorithms::Schedule& schedule)> mutate;
 };
 
 struct SimResult {
@@ -57,4 +64,4 @@ struct SimResult {
 /// sense (unsupported pair of collective and algorithm, bad root, non-integer type with checkData).
 SimResult simulate(const SimOptions& options);
 
-}  // namespace collie::algorithms
+}  // namespace collie::sim

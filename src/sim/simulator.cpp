@@ -1,4 +1,4 @@
-#include "algorithms/simulator.hpp"
+#include "sim/simulator.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -7,11 +7,11 @@
 #include <type_traits>
 #include <vector>
 
-#include "core/errors.hpp"
+#include "base/errors.hpp"
 #include "core/executor.hpp"
-#include "core/poller.hpp"
+#include "base/poller.hpp"
 
-namespace collie::algorithms {
+namespace collie::sim {
 namespace {
 
 constexpr size_t kGuard = 64;              // bytes after every buffer that must stay untouched
@@ -21,7 +21,7 @@ struct Layout {
   size_t in = 0, out = 0;  // elements
 };
 
-Layout layoutOf(Collective coll, int n, size_t count) {
+Layout layoutOf(algorithms::Collective coll, int n, size_t count) {
   const size_t all = count * static_cast<size_t>(n);
   switch (coll) {
     case Collective::AllGather:
@@ -35,7 +35,7 @@ Layout layoutOf(Collective coll, int n, size_t count) {
   }
 }
 
-bool reducesData(Collective coll) {
+bool reducesData(algorithms::Collective coll) {
   return coll == Collective::AllReduce || coll == Collective::Reduce || coll == Collective::ReduceScatter;
 }
 
@@ -93,7 +93,7 @@ std::string firstMismatch(const void* buf, size_t count, int rank, const char* w
   for (size_t i = 0; i < count; ++i) {
     T want = expected(i);
     if (p[i] != want) {
-      return core::format("rank %d: %s[%zu] = %lld, expected %lld", rank, what, i, static_cast<long long>(p[i]),
+      return base::format("rank %d: %s[%zu] = %lld, expected %lld", rank, what, i, static_cast<long long>(p[i]),
                           static_cast<long long>(want));
     }
   }
@@ -102,7 +102,7 @@ std::string firstMismatch(const void* buf, size_t count, int rank, const char* w
 
 std::string untouched(const unsigned char* p, size_t bytes, int rank, const char* what) {
   for (size_t i = 0; i < bytes; ++i)
-    if (p[i] != kSentinel) return core::format("rank %d: %s byte %zu was written", rank, what, i);
+    if (p[i] != kSentinel) return base::format("rank %d: %s byte %zu was written", rank, what, i);
   return {};
 }
 
@@ -218,12 +218,12 @@ auto byIntegerType(DataType type, F&& f) {
       break;
   }
   COLLIE_FAIL(ErrorCode::InvalidArgument, "simulator: data checks need an integer type, not %s",
-              core::dataTypeName(type));
+              base::dataTypeName(type));
 }
 
 // The receives each rank posts from each peer, in posting order, marked when they are reduced after landing
 // (for the gamma part of the time model). Mirrors how the executor slices a step (core/executor.cpp).
-void setReduceMarks(transport::MemoryFabric& fabric, int rank, const Schedule& sch, size_t elemSize,
+void setReduceMarks(sim::MemoryFabric& fabric, int rank, const Schedule& sch, size_t elemSize,
                     size_t sliceBytes) {
   const size_t sliceElems = std::max<size_t>(1, sliceBytes / elemSize);
   std::vector<std::pair<int, std::vector<uint8_t>>> byPeer;
@@ -243,19 +243,19 @@ void setReduceMarks(transport::MemoryFabric& fabric, int rank, const Schedule& s
 SimResult simulate(const SimOptions& o) {
   const int n = o.nranks;
   COLLIE_ARG_CHECK(n >= 1, "simulator: nranks=%d", n);
-  COLLIE_ARG_CHECK(supports(o.algo, o.coll), "simulator: %s does not implement %s", algorithmName(o.algo),
-                   collectiveName(o.coll));
+  COLLIE_ARG_CHECK(algorithms::supports(o.algo, o.coll), "simulator: %s does not implement %s", algorithms::algorithmName(o.algo),
+                   algorithms::collectiveName(o.coll));
   COLLIE_ARG_CHECK(o.coll != Collective::Send && o.coll != Collective::Recv,
                    "simulator: Send/Recv are not collectives");
   COLLIE_ARG_CHECK(o.root >= 0 && o.root < n, "simulator: root=%d with nranks=%d", o.root, n);
-  const size_t elemSize = core::dataTypeSize(o.type);
+  const size_t elemSize = base::dataTypeSize(o.type);
   COLLIE_ARG_CHECK(elemSize > 0, "simulator: invalid data type");
 
   SimResult res;
   // Schedules and buffers.
-  std::vector<Schedule> schedules(static_cast<size_t>(n));
+  std::vector<algorithms::Schedule> schedules(static_cast<size_t>(n));
   for (int r = 0; r < n; ++r) {
-    schedules[static_cast<size_t>(r)] = build(o.algo, ScheduleKey{o.coll, r, n, o.count, o.root});
+    schedules[static_cast<size_t>(r)] = algorithms::build(o.algo, algorithms::ScheduleKey{o.coll, r, n, o.count, o.root});
     if (o.mutate) o.mutate(r, schedules[static_cast<size_t>(r)]);
   }
   std::vector<RankBuffers> bufs(static_cast<size_t>(n));
@@ -273,8 +273,8 @@ SimResult simulate(const SimOptions& o) {
   }
 
   // Links, executors, jobs.
-  transport::MemoryFabric fabric(n, o.cost, o.checkData);
-  core::Poller poller;  // required by the executor; never waited on (step() does not wait)
+  sim::MemoryFabric fabric(n, o.cost, o.checkData);
+  base::Poller poller;  // required by the executor; never waited on (step() does not wait)
   std::atomic<bool> abortFlag{false};
   std::vector<std::vector<std::unique_ptr<transport::Connection>>> owned(static_cast<size_t>(n));
   std::vector<std::unique_ptr<core::Executor>> execs(static_cast<size_t>(n));
@@ -347,11 +347,11 @@ SimResult simulate(const SimOptions& o) {
         for (int r = 0; r < n && listed < 8; ++r) {
           if (finished[static_cast<size_t>(r)]) continue;
           std::string p = fabric.pendingOf(r);
-          who += core::format("\n  rank %d: %s", r,
+          who += base::format("\n  rank %d: %s", r,
                               p.empty() ? "nothing in flight (its next step cannot start)" : p.c_str());
           ++listed;
         }
-        res.error = core::format("deadlock: %d of %d ranks cannot move and nothing is in flight:%s%s", n - doneCount, n,
+        res.error = base::format("deadlock: %d of %d ranks cannot move and nothing is in flight:%s%s", n - doneCount, n,
                                  who.c_str(), n - doneCount > listed ? "\n  ..." : "");
         return res;
       }
@@ -364,7 +364,7 @@ SimResult simulate(const SimOptions& o) {
       next.clear();
     }
   } catch (const Error& e) {
-    res.error = current >= 0 ? core::format("rank %d: %s", current, e.what()) : std::string(e.what());
+    res.error = current >= 0 ? base::format("rank %d: %s", current, e.what()) : std::string(e.what());
     for (auto& ex : execs) ex->cancel();
     return res;
   }
@@ -390,4 +390,4 @@ SimResult simulate(const SimOptions& o) {
   return res;
 }
 
-}  // namespace collie::algorithms
+}  // namespace collie::sim

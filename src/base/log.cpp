@@ -1,4 +1,4 @@
-#include "core/log.hpp"
+#include "base/log.hpp"
 
 #include <unistd.h>
 
@@ -8,10 +8,10 @@
 #include <mutex>
 #include <string>
 
-#include "core/errors.hpp"
-#include "core/params.hpp"
+#include "base/errors.hpp"
+#include "base/params.hpp"
 
-namespace collie::core {
+namespace collie::base {
 namespace {
 
 struct LogConfig {
@@ -131,4 +131,4 @@ void logMessage(LogLevel level, uint32_t /*subsys*/, const char* file, int line,
   fflush(c.out);
 }
 
-}  // namespace collie::core
+}  // namespace collie::base

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-namespace collie::core {
+namespace collie::base {
 
 using Deadline = std::chrono::steady_clock::time_point;
 
@@ -58,4 +58,4 @@ void setNoDelay(int fd);
 /// Larger kernel buffers for the data path.
 void setBufferSizes(int fd, int bytes);
 
-}  // namespace collie::core
+}  // namespace collie::base

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-namespace collie::core::params {
+namespace collie::base::params {
 
 // X(accessor, type, env name, default, description). Types: Int (int64_t) or Str (std::string).
 #define COLLIE_PARAM_LIST(X)                                                                                     \
@@ -70,4 +70,4 @@ struct ParamInfo {
 };
 std::vector<ParamInfo> all();
 
-}  // namespace collie::core::params
+}  // namespace collie::base::params

@@ -1,10 +1,10 @@
-#include "core/params.hpp"
+#include "base/params.hpp"
 
 #include <cstdlib>
 
-#include "core/errors.hpp"
+#include "base/errors.hpp"
 
-namespace collie::core::params {
+namespace collie::base::params {
 namespace {
 
 const char* envOrNull(const char* name) {
@@ -59,4 +59,4 @@ std::vector<ParamInfo> all() {
   return rows;
 }
 
-}  // namespace collie::core::params
+}  // namespace collie::base::params

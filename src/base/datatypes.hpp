@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <string>
 
-namespace collie::core {
+namespace collie::base {
 
 /// Bytes per element; 0 for a value outside the enum.
 size_t dataTypeSize(DataType type);
@@ -52,4 +52,4 @@ KernelIsa kernelIsa();
 bool setKernelIsa(KernelIsa isa);
 const char* kernelIsaName(KernelIsa isa);  ///< "portable", "x86-64-v3"
 
-}  // namespace collie::core
+}  // namespace collie::base

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-namespace collie::core {
+namespace collie::base {
 
 struct NumaNodeInfo {
   int id = -1;            ///< OS index (node<id> in sysfs)
@@ -57,4 +57,4 @@ bool placeOnNode(void* addr, size_t bytes, int node);
 /// Binds the calling thread to the CPUs of `node` that it may run on. Returns true if it was bound.
 bool bindThreadToNode(int node);
 
-}  // namespace collie::core
+}  // namespace collie::base

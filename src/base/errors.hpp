@@ -8,7 +8,7 @@
 #include <cstdarg>
 #include <string>
 
-namespace collie::core {
+namespace collie::base {
 
 /// printf-style formatting into a std::string.
 std::string format(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -28,10 +28,10 @@ inline bool isFatal(ErrorCode code) {
 /// strerror(errno) as a std::string.
 std::string errnoString(int err);
 
-}  // namespace collie::core
+}  // namespace collie::base
 
 #define COLLIE_FAIL(code, ...) \
-  ::collie::core::throwError((code), __FILE__, __LINE__, ::collie::core::format(__VA_ARGS__))
+  ::collie::base::throwError((code), __FILE__, __LINE__, ::collie::base::format(__VA_ARGS__))
 #define COLLIE_ENFORCE(cond, code, ...)          \
   do {                                           \
     if (!(cond)) COLLIE_FAIL(code, __VA_ARGS__); \
@@ -45,6 +45,6 @@ std::string errnoString(int err);
     if ((expr) < 0) {                                                        \
       int collieErr_ = errno;                                                \
       COLLIE_FAIL(::collie::ErrorCode::SystemError, "%s failed: %s", (what), \
-                  ::collie::core::errnoString(collieErr_).c_str());          \
+                  ::collie::base::errnoString(collieErr_).c_str());          \
     }                                                                        \
   } while (0)

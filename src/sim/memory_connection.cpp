@@ -1,13 +1,13 @@
-#include "transport/memory_connection.hpp"
+#include "sim/memory_connection.hpp"
 
 #include <algorithm>
 #include <cstring>
 #include <queue>
 #include <unordered_map>
 
-#include "core/errors.hpp"
+#include "base/errors.hpp"
 
-namespace collie::transport {
+namespace collie::sim {
 
 namespace {
 
@@ -265,7 +265,7 @@ MemoryFabric::MemoryFabric(int nranks, MemoryCost cost, bool copyData)
 
 MemoryFabric::~MemoryFabric() = default;
 
-std::unique_ptr<Connection> MemoryFabric::connect(int rank, int peer) {
+std::unique_ptr<transport::Connection> MemoryFabric::connect(int rank, int peer) {
   COLLIE_ARG_CHECK(rank >= 0 && rank < state_->nranks && peer >= 0 && peer < state_->nranks && rank != peer,
                    "memory fabric of %d ranks: cannot connect rank %d to rank %d", state_->nranks, rank, peer);
   return std::make_unique<MemoryConnection>(state_, rank, peer);
@@ -309,11 +309,11 @@ std::string MemoryFabric::pendingOf(int rank) const {
     l->sends.forEach([&](const Pending& p) { undoneSends += !p.done; });
     l->recvs.forEach([&](const Pending& p) { undoneRecvs += !p.done; });
     if (l->from == rank && undoneSends > 0) {
-      out += core::format("%s%zu send(s) to rank %d not delivered (it posted %zu of %zu receives)",
+      out += base::format("%s%zu send(s) to rank %d not delivered (it posted %zu of %zu receives)",
                           out.empty() ? "" : "; ", undoneSends, l->to, l->recvsPosted, l->sendsPosted);
     }
     if (l->to == rank && undoneRecvs > 0) {
-      out += core::format("%s%zu receive(s) from rank %d not delivered (it sent %zu of %zu)", out.empty() ? "" : "; ",
+      out += base::format("%s%zu receive(s) from rank %d not delivered (it sent %zu of %zu)", out.empty() ? "" : "; ",
                           undoneRecvs, l->from, l->sendsPosted, l->recvsPosted);
     }
   }
@@ -323,10 +323,10 @@ std::string MemoryFabric::pendingOf(int rank) const {
 uint64_t MemoryFabric::bytesSent(int rank) const { return state_->bytes[static_cast<size_t>(rank)]; }
 uint64_t MemoryFabric::messagesSent(int rank) const { return state_->messages[static_cast<size_t>(rank)]; }
 
-std::pair<std::unique_ptr<Connection>, std::unique_ptr<Connection>> makeMemoryConnectionPair(int a, int b) {
+std::pair<std::unique_ptr<transport::Connection>, std::unique_ptr<transport::Connection>> makeMemoryConnectionPair(int a, int b) {
   // A private fabric just big enough for the two ranks; the connections keep its state alive.
   MemoryFabric fabric(std::max(a, b) + 1);
   return {fabric.connect(a, b), fabric.connect(b, a)};
 }
 
-}  // namespace collie::transport
+}  // namespace collie::sim

@@ -7,7 +7,7 @@
 //
 // The blocking helpers never block in the kernel without a deadline: connect is started non-blocking and
 // finished with poll(), and sendAll/recvAll use MSG_DONTWAIT plus poll(), so a blocking fd works too.
-#include "core/socket.hpp"
+#include "base/socket.hpp"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -27,11 +27,11 @@
 #include <cstring>
 #include <thread>
 
-#include "core/errors.hpp"
-#include "core/log.hpp"
-#include "core/params.hpp"
+#include "base/errors.hpp"
+#include "base/log.hpp"
+#include "base/params.hpp"
 
-namespace collie::core {
+namespace collie::base {
 namespace {
 
 using std::chrono::milliseconds;
@@ -435,4 +435,4 @@ void setBufferSizes(int fd, int bytes) {
   }
 }
 
-}  // namespace collie::core
+}  // namespace collie::base

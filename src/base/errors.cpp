@@ -1,9 +1,9 @@
-#include "core/errors.hpp"
+#include "base/errors.hpp"
 
 #include <cstring>
 #include <vector>
 
-namespace collie::core {
+namespace collie::base {
 
 std::string vformat(const char* fmt, va_list args) {
   va_list copy;
@@ -60,4 +60,4 @@ std::string errnoString(int err) {
   return std::string(strerror_r(err, buf, sizeof(buf)));
 }
 
-}  // namespace collie::core
+}  // namespace collie::base

@@ -24,7 +24,10 @@
 
 #include "transport/transport.hpp"
 
-namespace collie::transport {
+namespace collie::sim {
+
+using transport::Connection;
+using transport::Transfer;
 
 struct MemoryCost {
   double alpha = 0;     ///< seconds from leaving to arriving, per message
@@ -42,7 +45,7 @@ class MemoryFabric {
   MemoryFabric& operator=(const MemoryFabric&) = delete;
 
   /// rank's connection to peer (rank != peer). The fabric must outlive it.
-  std::unique_ptr<Connection> connect(int rank, int peer);
+  std::unique_ptr<transport::Connection> connect(int rank, int peer);
 
   /// The receives that `rank` will post for `peer`, in order: nonzero for one that is reduced after it lands.
   void setReduceMarks(int rank, int peer, std::vector<uint8_t> marks);
@@ -69,6 +72,6 @@ class MemoryFabric {
 };
 
 /// Two connected in-memory connections with zero costs: first is a's connection to b, second b's to a.
-std::pair<std::unique_ptr<Connection>, std::unique_ptr<Connection>> makeMemoryConnectionPair(int a, int b);
+std::pair<std::unique_ptr<transport::Connection>, std::unique_ptr<transport::Connection>> makeMemoryConnectionPair(int a, int b);
 
-}  // namespace collie::transport
+}  // namespace collie::sim

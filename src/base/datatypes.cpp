@@ -19,14 +19,14 @@
 // _Float16 conversions would be libgcc calls (and GCC 12 does not vectorise them even with F16C). Since float
 // carries at least 2p+2 bits of a p-bit format (24 >= 2*11+2), rounding a float sum, product or quotient to
 // fp16/bf16 gives the correctly rounded result.
-#include "core/datatypes.hpp"
+#include "base/datatypes.hpp"
 
 #include <atomic>
 #include <cmath>
 #include <cstring>
 #include <type_traits>
 
-#include "core/errors.hpp"
+#include "base/errors.hpp"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -46,7 +46,7 @@
 #define COLLIE_X86_KERNELS 0
 #endif
 
-namespace collie::core {
+namespace collie::base {
 namespace {
 
 COLLIE_ALWAYS_INLINE uint32_t floatBits(float f) {
@@ -469,4 +469,4 @@ const char* kernelIsaName(KernelIsa isa) {
   return "invalid";
 }
 
-}  // namespace collie::core
+}  // namespace collie::base

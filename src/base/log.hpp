@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-namespace collie::core {
+namespace collie::base {
 
 enum class LogLevel : int { None = 0, Warn = 1, Info = 2, Trace = 3 };
 
@@ -24,13 +24,13 @@ bool logEnabled(LogLevel level, uint32_t subsys);
 void logMessage(LogLevel level, uint32_t subsys, const char* file, int line, const char* fmt, ...)
     __attribute__((format(printf, 5, 6)));
 
-}  // namespace collie::core
+}  // namespace collie::base
 
 #define COLLIE_LOG(level, subsys, ...)                                                \
   do {                                                                                \
-    if (::collie::core::logEnabled((level), (subsys)))                                \
-      ::collie::core::logMessage((level), (subsys), __FILE__, __LINE__, __VA_ARGS__); \
+    if (::collie::base::logEnabled((level), (subsys)))                                \
+      ::collie::base::logMessage((level), (subsys), __FILE__, __LINE__, __VA_ARGS__); \
   } while (0)
-#define COLLIE_WARN(subsys, ...) COLLIE_LOG(::collie::core::LogLevel::Warn, subsys, __VA_ARGS__)
-#define COLLIE_INFO(subsys, ...) COLLIE_LOG(::collie::core::LogLevel::Info, subsys, __VA_ARGS__)
-#define COLLIE_TRACE(subsys, ...) COLLIE_LOG(::collie::core::LogLevel::Trace, subsys, __VA_ARGS__)
+#define COLLIE_WARN(subsys, ...) COLLIE_LOG(::collie::base::LogLevel::Warn, subsys, __VA_ARGS__)
+#define COLLIE_INFO(subsys, ...) COLLIE_LOG(::collie::base::LogLevel::Info, subsys, __VA_ARGS__)
+#define COLLIE_TRACE(subsys, ...) COLLIE_LOG(::collie::base::LogLevel::Trace, subsys, __VA_ARGS__)

@@ -16,7 +16,7 @@
 #include <cstdint>
 #include <vector>
 
-namespace collie::core {
+namespace collie::base {
 
 /// Something the poller asks before it sleeps (see the file comment).
 class SleepHook {
@@ -58,4 +58,4 @@ class Poller {
   std::vector<SleepHook*> hooks_;
 };
 
-}  // namespace collie::core
+}  // namespace collie::base

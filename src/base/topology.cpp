@@ -1,7 +1,7 @@
 // Topology discovery: hwloc when built with it (COLLIE_WITH_HWLOC), else sysfs. Both fill the same Topology;
 // placement and binding use plain syscalls (mbind, sched_setaffinity) either way, so that no NUMA library is
 // needed at run time.
-#include "core/topology.hpp"
+#include "base/topology.hpp"
 
 #include <collie/config.h>
 #include <dirent.h>
@@ -19,14 +19,14 @@
 #include <sstream>
 #include <utility>
 
-#include "core/errors.hpp"
-#include "core/log.hpp"
+#include "base/errors.hpp"
+#include "base/log.hpp"
 
 #if COLLIE_WITH_HWLOC
 #include <hwloc.h>
 #endif
 
-namespace collie::core {
+namespace collie::base {
 namespace {
 
 std::string readLine(const std::string& path) {
@@ -333,4 +333,4 @@ bool bindThreadToNode(int node) {
   return true;
 }
 
-}  // namespace collie::core
+}  // namespace collie::base
