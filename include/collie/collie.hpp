@@ -112,6 +112,15 @@ struct Options {
   std::string name;
 };
 
+/// What a communicator ran for its most recent collective call (for tools, tests and the perf table).
+struct CallInfo {
+  std::string collective;  ///< "allreduce", ... (empty before the first call)
+  std::string algorithm;   ///< "ring", "tree", "rhd", "direct", ... as the executor ran it
+  std::string transport;   ///< transports of the peers the schedule used, e.g. "shm", "tcp", "shm+tcp", "self"
+  size_t bytes = 0;        ///< bytes per rank of the call
+  size_t sliceBytes = 0;
+};
+
 namespace core {
 class CommImpl;
 struct WorkState;
@@ -206,6 +215,8 @@ class COLLIE_EXPORT Communicator {
   void abort();
   /// The error hit in the background, or Success.
   ErrorCode asyncError() const;
+  /// What this communicator ran for its most recent call (blocking, async or in a group; the last one executed).
+  CallInfo lastCall() const;
 
   core::CommImpl& impl() { return *impl_; }
   explicit Communicator(std::unique_ptr<core::CommImpl> impl);

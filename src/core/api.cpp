@@ -4,11 +4,11 @@
 #include <collie/collie.hpp>
 #include <thread>
 
-#include "core/bootstrap.hpp"
-#include "core/communicator.hpp"
 #include "base/errors.hpp"
 #include "base/params.hpp"
 #include "base/socket.hpp"
+#include "core/bootstrap.hpp"
+#include "core/communicator.hpp"
 
 namespace collie {
 
@@ -167,6 +167,7 @@ std::unique_ptr<Communicator> Communicator::split(int color, int key, const Opti
 
 void Communicator::abort() { impl_->abort(); }
 ErrorCode Communicator::asyncError() const { return impl_->asyncError(); }
+CallInfo Communicator::lastCall() const { return impl_->lastCall(); }
 
 void Communicator::checkSpan(size_t want, size_t have, const char* what) {
   COLLIE_ARG_CHECK(have >= want, "%s span holds %zu elements, expected at least %zu", what, have, want);

@@ -4,14 +4,15 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstring>
 
-#include "core/cuda_plugin.hpp"
-#include "core/device_stager.hpp"
 #include "base/errors.hpp"
 #include "base/log.hpp"
 #include "base/params.hpp"
 #include "base/topology.hpp"
+#include "core/cuda_plugin.hpp"
+#include "core/device_stager.hpp"
 #include "core/tuner.hpp"
 #include "transport/shm/shm_transport.hpp"
 #include "transport/tcp/tcp_transport.hpp"
@@ -114,6 +115,9 @@ void CommImpl::connectAll(const std::vector<transport::PeerInfo>& peers, const s
   }
   conns_.clear();
   conns_.resize(static_cast<size_t>(nranks_));
+  peerTransport_.assign(static_cast<size_t>(nranks_), "self");
+  for (size_t t = 0; t < transports_.size(); ++t)
+    for (int r : chosen[t]) peerTransport_[static_cast<size_t>(r)] = transports_[t]->name();
   for (size_t t = 0; t < transports_.size(); ++t) {
     if (chosen[t].empty()) continue;
     auto conns = transports_[t]->connect(ctx, chosen[t]);
@@ -168,7 +172,8 @@ std::string CommImpl::failureMessage() const {
 // Any thread: flags the abort and wakes the executor, which fails its call; the connections are closed by the
 // executing thread or by the destructor, never under a running call.
 void CommImpl::abort() {
-  recordFailure(ErrorCode::InvalidUsage, base::format("%s rank %d: the communicator was aborted", name_.c_str(), rank_));
+  recordFailure(ErrorCode::InvalidUsage,
+                base::format("%s rank %d: the communicator was aborted", name_.c_str(), rank_));
   abort_.store(true);
   poller_.wake();
 }
@@ -179,8 +184,37 @@ const algorithms::Schedule& CommImpl::schedule(algorithms::Algorithm algo, const
   const algorithms::ScheduleId k{algo, key};
   auto it = cache_.find(k);
   if (it != cache_.end()) return it->second;
-  if (cache_.size() > 4096) cache_.clear();  // only the executing thread touches the cache; nothing refers to it now
+  if (cache_.size() > 4096) {  // only the executing thread touches the cache; nothing refers to it now
+    cache_.clear();
+    transportCache_.clear();
+  }
   return cache_.emplace(k, algorithms::build(algo, key)).first->second;
+}
+
+const std::string& CommImpl::transportsOf(const algorithms::Schedule& schedule) {
+  auto it = transportCache_.find(&schedule);
+  if (it != transportCache_.end()) return it->second;
+  std::vector<bool> used(transports_.size(), false);
+  auto mark = [&](int peer) {
+    if (peer < 0 || peer == rank_) return;
+    const std::string& name = peerTransport_[static_cast<size_t>(peer)];
+    for (size_t t = 0; t < transports_.size(); ++t)
+      if (name == transports_[t]->name()) used[t] = true;
+  };
+  for (const algorithms::Step& step : schedule.steps) {
+    mark(step.sendPeer);
+    mark(step.recvPeer);
+  }
+  std::string names;
+  for (size_t t = 0; t < transports_.size(); ++t)
+    if (used[t]) names += (names.empty() ? "" : "+") + std::string(transports_[t]->name());
+  if (names.empty()) names = "self";  // one rank, or nothing to move
+  return transportCache_.emplace(&schedule, std::move(names)).first->second;
+}
+
+CallInfo CommImpl::lastCall() const {
+  std::lock_guard<std::mutex> lock(callMu_);
+  return lastCall_;
 }
 
 void CommImpl::execute(const std::vector<OpDesc>& ops) {
@@ -202,6 +236,15 @@ void CommImpl::execute(const std::vector<OpDesc>& ops) {
     job.concurrentWithPrevious = p2p && prevP2P && ops.size() > 1;
     prevP2P = p2p;
     jobs_.push_back(job);
+    CallInfo info;
+    info.collective = algorithms::collectiveName(op.coll);
+    for (char& ch : info.collective) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    info.algorithm = algorithms::algorithmName(plan.algorithm);
+    info.transport = transportsOf(*job.schedule);
+    info.bytes = op.count * base::dataTypeSize(op.type);
+    info.sliceBytes = plan.sliceBytes;
+    std::lock_guard<std::mutex> lock(callMu_);
+    lastCall_ = std::move(info);
   }
   ExecConfig config;
   config.timeout = timeout_;
@@ -343,7 +386,8 @@ void CommImpl::finishDevice(std::vector<OpDesc>& ops, ErrorCode& code, std::stri
     ordered = ordered || op.streamOrdered;
   }
   if (code != ErrorCode::Success && ordered && recordFailure(code, message))
-    COLLIE_WARN(base::kLogColl, "%s rank %d: a call on device buffers failed: %s", name_.c_str(), rank_, message.c_str());
+    COLLIE_WARN(base::kLogColl, "%s rank %d: a call on device buffers failed: %s", name_.c_str(), rank_,
+                message.c_str());
   if (code != ErrorCode::Success) return;
   for (OpDesc& op : ops) {
     if (!op.staged || !op.staged->waitCopyBack) continue;

@@ -17,9 +17,9 @@
 #include <vector>
 
 #include "algorithms/algorithms.hpp"
+#include "base/poller.hpp"
 #include "core/bootstrap.hpp"
 #include "core/executor.hpp"
-#include "base/poller.hpp"
 #include "core/tuner.hpp"
 #include "transport/transport.hpp"
 
@@ -90,6 +90,8 @@ class CommImpl {
   void abort();
   ErrorCode asyncError() const { return failCode_.load(); }
   std::string failureMessage() const;
+  /// What the most recent executed call ran (Communicator::lastCall).
+  CallInfo lastCall() const;
 
   /// The last error message of a failed call through the C API (kept here so it outlives the handle).
   std::string lastError;
@@ -106,6 +108,8 @@ class CommImpl {
   void calibrate(const std::vector<transport::PeerInfo>& peers);
   void pingPong(int peer, double* alpha, double* beta);
   void execute(const std::vector<OpDesc>& ops);
+  /// The transports of the peers `schedule` touches ("shm", "shm+tcp", "self"), cached per schedule.
+  const std::string& transportsOf(const algorithms::Schedule& schedule);
   // Device buffers (device_stager.hpp).
   void stageDevice(OpDesc& op);
   void runDevice(OpDesc op);
@@ -135,6 +139,10 @@ class CommImpl {
 
   std::unordered_map<algorithms::ScheduleId, algorithms::Schedule, algorithms::ScheduleIdHash> cache_;
   std::vector<Job> jobs_;
+  std::vector<std::string> peerTransport_;  // by rank: the transport that connected it ("self" for this rank)
+  std::unordered_map<const algorithms::Schedule*, std::string> transportCache_;  // follows cache_
+  mutable std::mutex callMu_;
+  CallInfo lastCall_;
 
   std::atomic<ErrorCode> failCode_{ErrorCode::Success};
   mutable std::mutex failMu_;
