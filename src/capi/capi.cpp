@@ -13,9 +13,9 @@
 #include <string>
 #include <thread>
 
+#include "base/errors.hpp"
 #include "core/communicator.hpp"
 #include "core/device_stager.hpp"
-#include "base/errors.hpp"
 
 using collie::ErrorCode;
 
@@ -131,23 +131,65 @@ collieResult_t asyncCall(collieComm_t handle, collieRequest_t* request, F&& star
   });
 }
 
+// What a collieConfig_t asks for, once parsed.
+struct ParsedConfig {
+  collie::Options options;
+  bool blocking = true;
+};
+
+// True when the caller's config (of config->size bytes) holds the whole of field [offset, offset + bytes).
+bool covers(const collieConfig_t* config, size_t offset, size_t bytes) { return config->size >= offset + bytes; }
+#define COLLIE_CONFIG_HAS(config, field) \
+  covers(config, offsetof(collieConfig_t, field), sizeof(static_cast<collieConfig_t*>(nullptr)->field))
+
+// The one reader of collieConfig_t (every entry point that takes a config): checks size, magic and version
+// before reading any field, and reads a field only when config->size covers it (a config from an older header
+// is shorter). NULL: the defaults. Sets the thread's last error and returns collieInvalidArgument when it is bad.
+collieResult_t parseConfig(const collieConfig_t* config, ParsedConfig* out) {
+  *out = ParsedConfig{};
+  if (!config) return collieSuccess;
+  const size_t header = offsetof(collieConfig_t, version) + sizeof(config->version);
+  if (config->size < header) {
+    tlsLastError = collie::base::format(
+        "config->size=%zu is not the size of a collieConfig_t: initialise the config with COLLIE_CONFIG_INITIALIZER",
+        config->size);
+    return collieInvalidArgument;
+  }
+  if (config->magic != COLLIE_CONFIG_MAGIC) {
+    tlsLastError = collie::base::format(
+        "config->magic=0x%x is not COLLIE_CONFIG_MAGIC (0x%x): initialise the config with COLLIE_CONFIG_INITIALIZER",
+        config->magic, COLLIE_CONFIG_MAGIC);
+    return collieInvalidArgument;
+  }
+  if (config->version == 0 || config->version > static_cast<unsigned>(COLLIE_VERSION)) {
+    tlsLastError = collie::base::format(
+        "config->version=%u: expected a collie version up to %d (initialise the config with "
+        "COLLIE_CONFIG_INITIALIZER)",
+        config->version, COLLIE_VERSION);
+    return collieInvalidArgument;
+  }
+  if (COLLIE_CONFIG_HAS(config, blocking) && config->blocking != COLLIE_CONFIG_UNDEF_INT)
+    out->blocking = config->blocking != 0;
+  if (COLLIE_CONFIG_HAS(config, timeoutMs) && config->timeoutMs != COLLIE_CONFIG_UNDEF_INT) {
+    if (config->timeoutMs <= 0) {
+      tlsLastError = collie::base::format("config->timeoutMs=%d must be positive", config->timeoutMs);
+      return collieInvalidArgument;
+    }
+    out->options.timeout = std::chrono::milliseconds(config->timeoutMs);
+  }
+  if (COLLIE_CONFIG_HAS(config, commName) && config->commName) out->options.name = config->commName;
+  return collieSuccess;
+}
+#undef COLLIE_CONFIG_HAS
+
 collieResult_t initRank(collieComm_t* out, int nranks, const collieUniqueId& id, int rank,
                         const collieConfig_t* config) {
   if (!out) return argError("comm is NULL");
   *out = nullptr;
-  collie::Options options;
-  bool blocking = true;
-  if (config) {
-    if (config->magic != COLLIE_CONFIG_MAGIC || config->size < offsetof(collieConfig_t, commName)) {
-      return argError("config was not initialised with COLLIE_CONFIG_INITIALIZER");
-    }
-    if (config->blocking != COLLIE_CONFIG_UNDEF_INT) blocking = config->blocking != 0;
-    if (config->timeoutMs != COLLIE_CONFIG_UNDEF_INT) {
-      if (config->timeoutMs <= 0) return argError("config->timeoutMs must be positive");
-      options.timeout = std::chrono::milliseconds(config->timeoutMs);
-    }
-    if (config->size >= sizeof(collieConfig_t) && config->commName) options.name = config->commName;
-  }
+  ParsedConfig parsed;
+  if (collieResult_t r = parseConfig(config, &parsed); r != collieSuccess) return r;
+  const collie::Options options = parsed.options;
+  const bool blocking = parsed.blocking;
   auto* handle = new collieComm;
   collie::UniqueId uid;
   uid.raw = id;
@@ -235,14 +277,9 @@ collieResult_t collieCommInitAll(collieComm_t* comms, int ndev, const int* devli
 collieResult_t collieCommInitFromEnv(collieComm_t* comm, collieConfig_t* config) {
   if (!comm) return argError("comm is NULL");
   *comm = nullptr;
-  collie::Options options;
-  if (config && config->magic == COLLIE_CONFIG_MAGIC) {
-    if (config->timeoutMs != COLLIE_CONFIG_UNDEF_INT && config->timeoutMs > 0)
-      options.timeout = std::chrono::milliseconds(config->timeoutMs);
-    if (config->commName) options.name = config->commName;
-  } else if (config) {
-    return argError("config was not initialised with COLLIE_CONFIG_INITIALIZER");
-  }
+  ParsedConfig parsed;  // blocking is not used: the init from the environment always blocks
+  if (collieResult_t r = parseConfig(config, &parsed); r != collieSuccess) return r;
+  const collie::Options& options = parsed.options;
   std::unique_ptr<collie::Communicator> created;
   collieResult_t r = guarded(nullptr, [&] { created = collie::Communicator::createFromEnv(options); });
   if (r != collieSuccess) return r;
@@ -298,12 +335,9 @@ collieResult_t collieCommUserRank(const collieComm_t comm, int* rank) {
 collieResult_t collieCommSplit(collieComm_t comm, int color, int key, collieComm_t* newcomm, collieConfig_t* config) {
   if (!newcomm) return argError("newcomm is NULL");
   *newcomm = nullptr;
-  collie::Options options;
-  if (config && config->magic == COLLIE_CONFIG_MAGIC) {
-    if (config->timeoutMs != COLLIE_CONFIG_UNDEF_INT && config->timeoutMs > 0)
-      options.timeout = std::chrono::milliseconds(config->timeoutMs);
-    if (config->commName) options.name = config->commName;
-  }
+  ParsedConfig parsed;  // blocking is not used: split always blocks
+  if (collieResult_t r = parseConfig(config, &parsed); r != collieSuccess) return r;
+  const collie::Options& options = parsed.options;
   std::unique_ptr<collie::Communicator> created;
   collieResult_t r = withComm(comm, [&](collie::Communicator& c) { created = c.split(color, key, options); });
   if (r != collieSuccess || !created) return r;
