@@ -31,12 +31,17 @@ struct ScheduleIdHash {
   size_t operator()(const ScheduleId& id) const;
 };
 
-/// Whether `algo` implements `coll`.
+/// Whether `algo` implements `coll`, at every number of ranks: the only statement of what is supported. The tuner
+/// and COLLIE_ALGO forcing choose among supported pairs; nothing falls back to another algorithm elsewhere.
 bool supports(Algorithm algo, Collective coll);
-/// Builds this rank's schedule; the algorithm must support the collective. Steps that move nothing are dropped.
+/// Builds this rank's schedule. Steps that move nothing are dropped. Throws InvalidUsage naming the collective
+/// and the algorithm when !supports(algo, key.coll).
 Schedule build(Algorithm algo, const ScheduleKey& key);
+/// Throws InvalidUsage: "algorithm <algo> does not implement <collective>".
+[[noreturn]] void refuseUnsupported(Algorithm algo, Collective coll);
 
-// One builder per algorithm; build() calls them.
+// One builder per algorithm; build() calls them. Each throws (refuseUnsupported) on a collective it does not
+// implement.
 Schedule buildRing(const ScheduleKey& key);
 Schedule buildDirect(const ScheduleKey& key);
 Schedule buildTree(const ScheduleKey& key);

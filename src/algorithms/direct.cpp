@@ -103,6 +103,8 @@ Schedule buildDirect(const ScheduleKey& k) {
     recv.count = k.count;
     sch.steps.push_back(recv);
     sch.outputCount = k.count;
+  } else {
+    refuseUnsupported(Algorithm::Direct, k.coll);
   }
   return sch;
 }

@@ -193,7 +193,7 @@ Schedule buildHalvingDoubling(const ScheduleKey& key) {
     default:
       break;
   }
-  return buildRing(key);
+  refuseUnsupported(Algorithm::HalvingDoubling, key.coll);
 }
 
 }  // namespace collie::algorithms

@@ -161,7 +161,7 @@ Schedule buildRing(const ScheduleKey& key) {
     default:
       break;
   }
-  return buildDirect(key);
+  refuseUnsupported(Algorithm::Ring, key.coll);
 }
 
 }  // namespace collie::algorithms

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "algorithms/algorithms.hpp"
+#include "base/errors.hpp"
 
 namespace collie::algorithms {
 
@@ -94,6 +95,8 @@ size_t ScheduleIdHash::operator()(const ScheduleId& id) const {
   return h;
 }
 
+// The one place that says which algorithm implements which collective, for every number of ranks (each builder
+// handles 1..n ranks). build() refuses any other pair, the tuner and COLLIE_ALGO forcing choose among these only.
 bool supports(Algorithm algo, Collective coll) {
   switch (algo) {
     case Algorithm::Direct:
@@ -127,7 +130,13 @@ void dropEmptySteps(Schedule& sch) {
 }
 }  // namespace
 
+void refuseUnsupported(Algorithm algo, Collective coll) {
+  COLLIE_FAIL(ErrorCode::InvalidUsage, "algorithm %s does not implement %s (see algorithms::supports())",
+              algorithmName(algo), collectiveName(coll));
+}
+
 Schedule build(Algorithm algo, const ScheduleKey& key) {
+  if (!supports(algo, key.coll)) refuseUnsupported(algo, key.coll);
   Schedule sch;
   switch (algo) {
     case Algorithm::Ring:

@@ -171,7 +171,7 @@ Schedule buildTree(const ScheduleKey& key) {
     default:
       break;
   }
-  return buildRing(key);
+  refuseUnsupported(Algorithm::Tree, key.coll);
 }
 
 }  // namespace collie::algorithms

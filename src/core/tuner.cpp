@@ -12,6 +12,7 @@
 #include "algorithms/patterns/halving_doubling.hpp"
 #include "algorithms/patterns/tree.hpp"
 #include "base/errors.hpp"
+#include "base/log.hpp"
 #include "base/params.hpp"
 
 namespace collie::core {
@@ -311,6 +312,10 @@ TunedPlan Tuner::choose(Collective coll, int nranks, size_t bytes) const {
   TunedPlan plan;
   bool found = false;
   for (int pass = 0; pass < 2 && !found; ++pass) {  // pass 1: COLLIE_ALGO allows nothing that implements coll
+    if (pass == 1) {  // as NCCL_ALGO does: fall back to the supported algorithms instead of failing the call
+      COLLIE_INFO(base::kLogTune, "COLLIE_ALGO='%s' allows no algorithm that implements %s; choosing among all",
+                  selection_.spec().c_str(), algorithms::collectiveName(coll));
+    }
     for (Algorithm a : algorithms::kAllAlgorithms) {
       if (!algorithms::supports(a, coll) || (pass == 0 && !selection_.allowed(coll, a))) continue;
       double c = cost(coll, a, nranks, bytes);

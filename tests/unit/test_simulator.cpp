@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "algorithms/algorithms.hpp"
-#include "sim/simulator.hpp"
 #include "sim/memory_connection.hpp"
+#include "sim/simulator.hpp"
 
 namespace collie::sim {
 namespace {
@@ -111,6 +111,56 @@ TEST_P(SimulatorLarge, SampleUpTo4096Ranks) {
 
 INSTANTIATE_TEST_SUITE_P(Combos, SimulatorLarge, ::testing::ValuesIn(allCombos()), comboName);
 
+// algorithms::supports() is the one rule: build() (and each builder) refuses every other pair with InvalidUsage
+// naming the collective and the algorithm, instead of building another algorithm's schedule; every supported
+// pair builds, at every rank of every size tried.
+TEST(AlgorithmSupport, BuildRefusesUnsupportedPairsAndBuildsSupportedOnes) {
+  using algorithms::ScheduleKey;
+  const Collective colls[] = {Collective::AllReduce, Collective::Broadcast,     Collective::Reduce,
+                              Collective::AllGather, Collective::ReduceScatter, Collective::AllToAll,
+                              Collective::Send,      Collective::Recv};
+  int supported = 0;
+  for (Collective c : colls) {
+    for (Algorithm a : algorithms::kAllAlgorithms) {
+      const std::string pair = std::string(algorithmName(a)) + " " + collectiveName(c);
+      if (supports(a, c)) ++supported;
+      for (int n : {1, 2, 3, 4, 7, 8}) {
+        for (int r : {0, n / 2, n - 1}) {
+          const int root = (c == Collective::Send || c == Collective::Recv) ? (r + 1) % n : n - 1;
+          const ScheduleKey key{c, r, n, 1001, root};
+          if (supports(a, c)) {
+            EXPECT_NO_THROW(algorithms::build(a, key)) << pair << " nranks=" << n << " rank=" << r;
+            continue;
+          }
+          for (int via = 0; via < 2; ++via) {  // build(), then the algorithm's own builder
+            try {
+              if (via == 0) {
+                algorithms::build(a, key);
+              } else if (a == Algorithm::Ring) {
+                algorithms::buildRing(key);
+              } else if (a == Algorithm::Direct) {
+                algorithms::buildDirect(key);
+              } else if (a == Algorithm::Tree) {
+                algorithms::buildTree(key);
+              } else {
+                algorithms::buildHalvingDoubling(key);
+              }
+              ADD_FAILURE() << pair << ": built a schedule (via " << (via == 0 ? "build()" : "the builder") << ")";
+            } catch (const Error& e) {
+              EXPECT_EQ(e.code(), ErrorCode::InvalidUsage) << pair;
+              const std::string msg = e.what();
+              EXPECT_NE(msg.find(algorithmName(a)), std::string::npos) << msg;
+              EXPECT_NE(msg.find(collectiveName(c)), std::string::npos) << msg;
+            }
+          }
+        }
+      }
+    }
+  }
+  // ring: 5, direct: AllReduce, AllToAll, Send, Recv; tree: 3; rhd: 3.
+  EXPECT_EQ(supported, 15);
+}
+
 // ---- The simulator catches broken schedules ---------------------------------------------------------------------
 
 TEST(Simulator, ReportsADeadlockNamingTheWaitingRanks) {
@@ -201,7 +251,7 @@ TEST(SimulatorTime, LatencyOnlyCountsHops) {
 
 TEST(SimulatorTime, BandwidthAndPipelining) {
   sim::MemoryCost betaOnly{0, 1e-9, 0, 0};  // 1 GB/s ports
-  const size_t count = 1 << 20;                   // 4 MiB of int32
+  const size_t count = 1 << 20;             // 4 MiB of int32
   const double bytes = 4.0 * count;
   // Ring AllReduce sends 2(n-1)/n of the buffer through each port.
   double ring = timed(Collective::AllReduce, Algorithm::Ring, 4, count, betaOnly, 64 * 1024).seconds;

@@ -9,8 +9,9 @@
 #include <fstream>
 #include <string>
 
-#include "sim/simulator.hpp"
+#include "algorithms/algorithms.hpp"
 #include "core/tuner.hpp"
+#include "sim/simulator.hpp"
 
 namespace collie::core {
 namespace {
@@ -108,9 +109,74 @@ TEST(Tuner, CollieAlgoGrammarErrorsNameTheVariable) {
       EXPECT_NE(std::string(e.what()).find("COLLIE_ALGO"), std::string::npos) << e.what();
     }
   }
-  EXPECT_NO_THROW(AlgoSelection::parse(""));
-  EXPECT_NO_THROW(AlgoSelection::parse(" allreduce : tree , ring ; reduce_scatter:rhd "));
-  EXPECT_NO_THROW(AlgoSelection::parse("halving_doubling"));
+}
+
+constexpr Collective kColls[] = {Collective::AllReduce, Collective::Broadcast,     Collective::Reduce,
+                                 Collective::AllGather, Collective::ReduceScatter, Collective::AllToAll,
+                                 Collective::Send,      Collective::Recv};
+
+// The algorithms `sel` allows for `coll`, as a string of names ("ring,tree"), in kAllAlgorithms order.
+std::string allowedList(const AlgoSelection& sel, Collective coll) {
+  std::string out;
+  for (Algorithm a : algorithms::kAllAlgorithms)
+    if (sel.allowed(coll, a)) out += (out.empty() ? "" : ",") + std::string(algorithms::algorithmName(a));
+  return out;
+}
+
+TEST(Tuner, CollieAlgoGrammarParsesToTheSelection) {
+  const std::string all = "ring,direct,tree,rhd";
+  // Empty: everything everywhere.
+  AlgoSelection none = AlgoSelection::parse("");
+  for (Collective c : kColls) EXPECT_EQ(allowedList(none, c), all) << algorithms::collectiveName(c);
+  // Per collective, spaces, '_' and case ignored; unnamed collectives stay free.
+  AlgoSelection per = AlgoSelection::parse(" allreduce : tree , RING ; reduce_scatter:rhd ");
+  EXPECT_EQ(allowedList(per, Collective::AllReduce), "ring,tree");
+  EXPECT_EQ(allowedList(per, Collective::ReduceScatter), "rhd");
+  for (Collective c : {Collective::Broadcast, Collective::Reduce, Collective::AllGather, Collective::AllToAll})
+    EXPECT_EQ(allowedList(per, c), all) << algorithms::collectiveName(c);
+  // The long name of rhd, global.
+  AlgoSelection hd = AlgoSelection::parse("halving_doubling");
+  for (Collective c : kColls) EXPECT_EQ(allowedList(hd, c), "rhd") << algorithms::collectiveName(c);
+  // Negation, global with a per-collective exception.
+  AlgoSelection neg = AlgoSelection::parse("^tree,direct;broadcast:tree");
+  EXPECT_EQ(allowedList(neg, Collective::AllReduce), "ring,rhd");
+  EXPECT_EQ(allowedList(neg, Collective::Reduce), "ring,rhd");
+  EXPECT_EQ(allowedList(neg, Collective::Broadcast), "tree");
+  EXPECT_EQ(neg.spec(), "^tree,direct;broadcast:tree");
+  // What the tuner then runs, at every size: the one allowed algorithm, or the best of the allowed ones.
+  for (size_t bytes : {size_t{4}, size_t{64} << 10, size_t{64} << 20}) {
+    Tuner t(fixedModel(), per);
+    EXPECT_EQ(t.choose(Collective::ReduceScatter, 8, bytes).algorithm, Algorithm::HalvingDoubling) << bytes;
+    const Algorithm ar = t.choose(Collective::AllReduce, 8, bytes).algorithm;
+    EXPECT_TRUE(ar == Algorithm::Ring || ar == Algorithm::Tree) << bytes << ": " << algorithms::algorithmName(ar);
+    Tuner tn(fixedModel(), neg);
+    EXPECT_EQ(tn.choose(Collective::Broadcast, 8, bytes).algorithm, Algorithm::Tree) << bytes;
+    const Algorithm r = tn.choose(Collective::Reduce, 8, bytes).algorithm;
+    EXPECT_EQ(r, Algorithm::Ring) << bytes << ": rhd does not implement Reduce, tree and direct are excluded";
+  }
+}
+
+// The tuner picks only pairs algorithms::supports() allows, whatever COLLIE_ALGO forces: a forced algorithm that
+// does not implement the collective falls back to the supported ones (as NCCL_ALGO does), never to a builder.
+TEST(Tuner, NeverChoosesAnUnsupportedPair) {
+  for (const char* spec : {"", "ring", "tree", "rhd", "direct", "^ring,tree,rhd,direct", "allreduce:tree;send:ring"}) {
+    Tuner t(fixedModel(), AlgoSelection::parse(spec));
+    for (Collective c : kColls) {
+      for (int n : {1, 2, 3, 8, 64}) {
+        for (size_t bytes : {size_t{0}, size_t{8}, size_t{1} << 20, size_t{256} << 20}) {
+          const Algorithm a = t.choose(c, n, bytes).algorithm;
+          EXPECT_TRUE(algorithms::supports(a, c))
+              << "COLLIE_ALGO='" << spec << "' " << algorithms::collectiveName(c) << " " << n << " ranks " << bytes
+              << " B: " << algorithms::algorithmName(a);
+          if (std::string(spec).size() > 0 && std::string(spec).find_first_of("^;") == std::string::npos) {
+            Algorithm forced;
+            ASSERT_TRUE(algorithms::parseAlgorithm(spec, &forced));
+            if (algorithms::supports(forced, c)) EXPECT_EQ(a, forced) << spec << " " << algorithms::collectiveName(c);
+          }
+        }
+      }
+    }
+  }
 }
 
 TEST(Tuner, SlicingDependsOnAlgorithmAndSize) {
