@@ -1,0 +1,156 @@
+// libnccl.so.2's insides, shared by its translation units: the communicator handle, errors, conversions of NCCL's
+// types and configs to collie's, and the export macro. See nccl_abi.cpp for the design of the whole layer.
+//
+// NCCL's API (the CUDA toolkit's nccl.h) is implemented in nccl_comm.cpp (communicators, errors, registration) and
+// nccl_coll.cpp (collectives, point-to-point, groups, memory), on collie's public C API (<collie/collie.h>) only.
+// Everything here has hidden visibility; only the nccl*/pnccl* entry points are exported (NCCL_ABI, nccl.map).
+#pragma once
+
+#include <collie/collie.h>
+#include <nccl.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstring>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <new>
+#include <set>
+#include <string>
+#include <system_error>
+#include <thread>
+
+namespace collie_nccl {
+
+constexpr size_t kErrorBytes = 1024;  // the longest message kept for ncclGetLastError
+
+/// What ncclCommRegister hands out: collie needs no registration, so a handle only records the buffer.
+struct Registration {
+  void* buff;
+  size_t size;
+};
+
+}  // namespace collie_nccl
+
+/// What an ncclComm_t points at (nccl.h declares struct ncclComm and leaves it opaque). Every live one is in a
+/// process-wide set, so that a message can be recorded safely for a communicator that ncclCommAbort on another
+/// thread may have freed meanwhile (a call blocked in collie returns an error when its communicator is aborted).
+struct ncclComm {
+  ncclComm();
+  ~ncclComm();
+  ncclComm(const ncclComm&) = delete;
+  ncclComm& operator=(const ncclComm&) = delete;
+
+  std::mutex mu;
+  collieComm_t c = nullptr;  ///< null until created (a deferred init or split), and for a failed one
+  int device = -1;           ///< the CUDA device it was created for; -1: none (CUDA not in use at creation)
+  bool blocking = true;      ///< the config's blocking attribute (inherited by ncclCommSplit without a config)
+  std::atomic<bool> finalized{false};
+  std::set<collie_nccl::Registration*> registrations;
+  char lastError[collie_nccl::kErrorBytes] = {};
+
+  // An init or split deferred to the end of its group: runs on `deferred`, which stores the result below and
+  // then sets deferredDone.
+  std::thread deferred;
+  std::atomic<bool> deferredDone{true};
+  ncclResult_t deferredResult = ncclSuccess;
+  std::string deferredError;
+  bool discardAtGroupEnd = false;  ///< a split with NCCL_SPLIT_NOCOLOR: the caller never sees this handle
+};
+
+namespace collie_nccl {
+
+// ---- Errors ---------------------------------------------------------------------------------------------------
+/// Keeps message as this thread's last error and, when comm is not NULL and still alive, as comm's.
+void recordError(ncclComm* comm, const char* message);
+/// Records a printf-formatted message (recordError) and returns code.
+__attribute__((format(printf, 3, 4))) ncclResult_t fail(ncclComm* comm, ncclResult_t code, const char* fmt, ...);
+/// A collie result code as NCCL's (collieTimeout, which NCCL lacks, as ncclRemoteError).
+ncclResult_t fromCollieCode(collieResult_t r);
+/// The result of a collie call just made on this thread; a failure's message (collie's) is recorded, prefixed fn.
+ncclResult_t fromCollie(ncclComm* comm, const char* fn, collieResult_t r);
+/// The error of an entry point that is not supported: "<fn> is not supported by collie's NCCL layer: <why>".
+ncclResult_t unsupported(ncclComm* comm, ncclResult_t code, const char* fn, const char* why);
+/// ncclGetLastError: comm's last message if comm has one, else this thread's (a stable per-thread copy).
+const char* lastError(ncclComm* comm);
+
+/// Runs an entry point's body; nothing thrown (bad_alloc, a thread that cannot start) escapes.
+template <typename F>
+ncclResult_t guarded(ncclComm* comm, const char* fn, F&& body) {
+  try {
+    return body();
+  } catch (const std::bad_alloc&) {
+    return fail(comm, ncclSystemError, "%s: out of memory", fn);
+  } catch (const std::system_error& e) {
+    return fail(comm, ncclSystemError, "%s: %s", fn, e.what());
+  } catch (const std::exception& e) {
+    return fail(comm, ncclInternalError, "%s: %s", fn, e.what());
+  } catch (...) {
+    return fail(comm, ncclInternalError, "%s: unknown exception", fn);
+  }
+}
+
+#define NCCL_TRY(expr)                                  \
+  do {                                                  \
+    ncclResult_t nccl_try_r_ = (expr);                  \
+    if (nccl_try_r_ != ncclSuccess) return nccl_try_r_; \
+  } while (0)
+
+// ---- Types ----------------------------------------------------------------------------------------------------
+/// An enum argument read as the int the caller passed (loading an out-of-range value as the enum type would be
+/// undefined behaviour in C++; a C caller may pass any int).
+template <typename E>
+int rawEnum(const E& e) {
+  static_assert(sizeof(E) == sizeof(int));
+  int v;
+  std::memcpy(&v, &e, sizeof(v));
+  return v;
+}
+
+/// NCCL's datatype as collie's; ncclInvalidArgument (with a message) for fp8 and for values outside the enum.
+ncclResult_t toCollieType(ncclComm* comm, const char* fn, const ncclDataType_t& type, collieDataType_t* out);
+/// NCCL's built-in reduction as collie's; ncclInvalidArgument for custom (ncclRedOpCreatePreMulSum) and bad ops.
+ncclResult_t toCollieOp(ncclComm* comm, const char* fn, const ncclRedOp_t& op, collieRedOp_t* out);
+/// Bytes per element of a collie datatype.
+size_t collieTypeSize(collieDataType_t t);
+
+// ---- Configs --------------------------------------------------------------------------------------------------
+/// What collie can honour of an ncclConfig_t.
+struct Settings {
+  bool blocking = true;
+  std::string name;  ///< empty: collie names the communicator
+};
+/// Checks config as NCCL does and fills *out (left as it is for a NULL config).
+ncclResult_t parseConfig(const char* fn, const ncclConfig_t* config, Settings* out);
+/// collie's config for s; commName points into s.
+collieConfig_t collieConfigFor(const Settings& s, bool blocking);
+
+// ---- Communicators --------------------------------------------------------------------------------------------
+/// Waits for an init or split deferred to the end of a group (a no-op for any other communicator).
+void waitDeferred(ncclComm* comm);
+/// The collie communicator behind comm, waiting for a deferred creation; fails for NULL and for a failed creation.
+ncclResult_t resolve(ncclComm* comm, const char* fn, collieComm_t* out);
+/// resolve(), and comm must not have been finalized: for calls that communicate.
+ncclResult_t resolveLive(ncclComm* comm, const char* fn, collieComm_t* out);
+/// Frees the handle (after its collie communicator is gone) and any registration handles left on it.
+void freeComm(ncclComm* comm);
+
+// ---- Groups ---------------------------------------------------------------------------------------------------
+/// This thread's ncclGroupStart nesting depth.
+int& groupDepth();
+/// Inside a group: runs `create` (which makes the collie communicator of comm) on a thread of its own; the
+/// outermost ncclGroupEnd waits for it (finishDeferred).
+void deferToGroupEnd(ncclComm* comm, const char* fn, std::function<collieResult_t(collieComm_t*)> create);
+/// At the outermost ncclGroupEnd: waits for the deferred creations of this thread's group (those with a blocking
+/// config), frees the handles of NCCL_SPLIT_NOCOLOR splits, and returns the first failure. *inProgress tells
+/// whether a non-blocking one is still running.
+ncclResult_t finishDeferred(const char* fn, bool* inProgress);
+
+}  // namespace collie_nccl
+
+// ---- Exports: ncclX, weak as in NCCL, and its profiling alias pncclX
+// -------------------------------------------------
+#define NCCL_ABI(ret, func, ...)                                                            \
+  extern "C" __attribute__((visibility("default"), alias(#func))) ret p##func(__VA_ARGS__); \
+  extern "C" __attribute__((visibility("default"), weak)) ret func(__VA_ARGS__)

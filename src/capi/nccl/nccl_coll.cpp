@@ -1,0 +1,304 @@
+// libnccl.so.2, data movement: NCCL's collectives (AllReduce, Broadcast, Bcast, Reduce, AllGather, ReduceScatter,
+// AlltoAll, Gather, Scatter), Send/Recv, groups and ncclMemAlloc/ncclMemFree, on collie's C API through the helpers
+// of nccl_abi.hpp.
+//
+// Each call checks its communicator (not finalized), converts the datatype and operator explicitly, and passes
+// buffers and the cudaStream_t through to collie: NULL with host buffers is a blocking host call; device buffers
+// are enqueued on the stream. Gather and Scatter, which collie's C API lacks, are Send/Recv in one collie group.
+// ncclGroupEnd first waits for the inits and splits deferred in the group, then ends collie's group.
+//
+// ncclMemAlloc gives device memory (cuMemAlloc on the caller's current context) when the process uses CUDA, else
+// page-aligned host memory, since without CUDA no device memory can exist and host memory is what every collie
+// call then takes (NULL stream). ncclMemFree tells the two apart by the host allocations it recorded.
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <unordered_set>
+
+#include "cuda_driver.hpp"
+#include "nccl_abi.hpp"
+
+using namespace collie_nccl;
+
+namespace {
+
+constexpr unsigned int kNcclSimInfoMagic = 0x74685283;  // NCCL_SIM_INFO_INITIALIZER's magic
+constexpr size_t kHostAllocAlignment = 4096;            // ncclMemAlloc's host memory: page-aligned
+
+std::mutex hostAllocMu;
+std::unordered_set<void*> hostAllocs;  // ncclMemAlloc's host allocations, for ncclMemFree
+
+}  // namespace
+
+// ---- Collectives and point-to-point --------------------------------------------------------------------------------
+NCCL_ABI(ncclResult_t, ncclReduce, const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+         ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream) {
+  const char* fn = "ncclReduce";
+  return guarded(comm, fn, [&]() -> ncclResult_t {
+    collieComm_t c = nullptr;
+    collieDataType_t t = collieInt8;
+    collieRedOp_t o = collieSum;
+    NCCL_TRY(resolveLive(comm, fn, &c));
+    NCCL_TRY(toCollieType(comm, fn, datatype, &t));
+    NCCL_TRY(toCollieOp(comm, fn, op, &o));
+    return fromCollie(comm, fn, collieReduce(sendbuff, recvbuff, count, t, o, root, c, stream));
+  });
+}
+
+NCCL_ABI(ncclResult_t, ncclBcast, void* buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
+         cudaStream_t stream) {
+  const char* fn = "ncclBcast";
+  return guarded(comm, fn, [&]() -> ncclResult_t {
+    collieComm_t c = nullptr;
+    collieDataType_t t = collieInt8;
+    NCCL_TRY(resolveLive(comm, fn, &c));
+    NCCL_TRY(toCollieType(comm, fn, datatype, &t));
+    return fromCollie(comm, fn, collieBroadcast(buff, buff, count, t, root, c, stream));
+  });
+}
+
+NCCL_ABI(ncclResult_t, ncclBroadcast, const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+         int root, ncclComm_t comm, cudaStream_t stream) {
+  const char* fn = "ncclBroadcast";
+  return guarded(comm, fn, [&]() -> ncclResult_t {
+    collieComm_t c = nullptr;
+    collieDataType_t t = collieInt8;
+    NCCL_TRY(resolveLive(comm, fn, &c));
+    NCCL_TRY(toCollieType(comm, fn, datatype, &t));
+    return fromCollie(comm, fn, collieBroadcast(sendbuff, recvbuff, count, t, root, c, stream));
+  });
+}
+
+NCCL_ABI(ncclResult_t, ncclAllReduce, const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+         ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
+  const char* fn = "ncclAllReduce";
+  return guarded(comm, fn, [&]() -> ncclResult_t {
+    collieComm_t c = nullptr;
+    collieDataType_t t = collieInt8;
+    collieRedOp_t o = collieSum;
+    NCCL_TRY(resolveLive(comm, fn, &c));
+    NCCL_TRY(toCollieType(comm, fn, datatype, &t));
+    NCCL_TRY(toCollieOp(comm, fn, op, &o));
+    return fromCollie(comm, fn, collieAllReduce(sendbuff, recvbuff, count, t, o, c, stream));
+  });
+}
+
+NCCL_ABI(ncclResult_t, ncclReduceScatter, const void* sendbuff, void* recvbuff, size_t recvcount,
+         ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
+  const char* fn = "ncclReduceScatter";
+  return guarded(comm, fn, [&]() -> ncclResult_t {
+    collieComm_t c = nullptr;
+    collieDataType_t t = collieInt8;
+    collieRedOp_t o = collieSum;
+    NCCL_TRY(resolveLive(comm, fn, &c));
+    NCCL_TRY(toCollieType(comm, fn, datatype, &t));
+    NCCL_TRY(toCollieOp(comm, fn, op, &o));
+    return fromCollie(comm, fn, collieReduceScatter(sendbuff, recvbuff, recvcount, t, o, c, stream));
+  });
+}
+
+NCCL_ABI(ncclResult_t, ncclAllGather, const void* sendbuff, void* recvbuff, size_t sendcount, ncclDataType_t datatype,
+         ncclComm_t comm, cudaStream_t stream) {
+  const char* fn = "ncclAllGather";
+  return guarded(comm, fn, [&]() -> ncclResult_t {
+    collieComm_t c = nullptr;
+    collieDataType_t t = collieInt8;
+    NCCL_TRY(resolveLive(comm, fn, &c));
+    NCCL_TRY(toCollieType(comm, fn, datatype, &t));
+    return fromCollie(comm, fn, collieAllGather(sendbuff, recvbuff, sendcount, t, c, stream));
+  });
+}
+
+NCCL_ABI(ncclResult_t, ncclAlltoAll, const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+         ncclComm_t comm, cudaStream_t stream) {
+  const char* fn = "ncclAlltoAll";
+  return guarded(comm, fn, [&]() -> ncclResult_t {
+    collieComm_t c = nullptr;
+    collieDataType_t t = collieInt8;
+    NCCL_TRY(resolveLive(comm, fn, &c));
+    NCCL_TRY(toCollieType(comm, fn, datatype, &t));
+    return fromCollie(comm, fn, collieAllToAll(sendbuff, recvbuff, count, t, c, stream));
+  });
+}
+
+namespace {
+
+// Gather and Scatter, which collie's C API lacks: Send/Recv in one group (the root's own block included, unless in
+// place), so they work on any buffers collie takes, on the caller's stream, and inside a caller's group.
+ncclResult_t rootedExchange(const char* fn, bool gather, const void* sendbuff, void* recvbuff, size_t count,
+                            const ncclDataType_t& datatype, int root, ncclComm* comm, cudaStream_t stream) {
+  collieComm_t c = nullptr;
+  collieDataType_t t = collieInt8;
+  NCCL_TRY(resolveLive(comm, fn, &c));
+  NCCL_TRY(toCollieType(comm, fn, datatype, &t));
+  int n = 0, me = 0;
+  NCCL_TRY(fromCollie(comm, fn, collieCommCount(c, &n)));
+  NCCL_TRY(fromCollie(comm, fn, collieCommUserRank(c, &me)));
+  if (root < 0 || root >= n) return fail(comm, ncclInvalidArgument, "%s: root=%d is not in [0, %d)", fn, root, n);
+  const size_t elem = collieTypeSize(t);
+  if (count > SIZE_MAX / elem / static_cast<size_t>(n)) {
+    return fail(comm, ncclInvalidArgument, "%s: count=%zu overflows (x %zu bytes x %d ranks)", fn, count, elem, n);
+  }
+  if (count == 0) return ncclSuccess;
+  const size_t bytes = count * elem;
+  const bool isRoot = me == root;
+  // gather: everyone sends sendbuff, the root receives n blocks. scatter: the root sends n blocks, everyone receives.
+  const char* blocks = gather ? static_cast<const char*>(recvbuff) : static_cast<const char*>(sendbuff);
+  if ((gather ? sendbuff : recvbuff) == nullptr || (isRoot && blocks == nullptr)) {
+    return fail(comm, ncclInvalidArgument, "%s on rank %d: %s is NULL with count=%zu", fn, me,
+                (gather ? sendbuff : recvbuff) == nullptr ? (gather ? "sendbuff" : "recvbuff")
+                                                          : (gather ? "recvbuff" : "sendbuff"),
+                count);
+  }
+  const char* own = gather ? static_cast<const char*>(sendbuff) : static_cast<const char*>(recvbuff);
+  const bool inPlace = isRoot && own == blocks + static_cast<size_t>(root) * bytes;
+  collieResult_t r = collieGroupStart();
+  if (r != collieSuccess) return fromCollie(comm, fn, r);
+  collieResult_t first = collieSuccess;
+  std::string firstMessage;
+  auto note = [&](collieResult_t x) {
+    if (x != collieSuccess && first == collieSuccess) {
+      first = x;
+      const char* m = collieGetLastError(nullptr);
+      firstMessage = m ? m : "";
+    }
+  };
+  if (gather) {
+    if (!inPlace) note(collieSend(sendbuff, count, t, root, c, stream));
+    for (int p = 0; isRoot && p < n; ++p) {
+      if (p == root && inPlace) continue;
+      note(collieRecv(static_cast<char*>(recvbuff) + static_cast<size_t>(p) * bytes, count, t, p, c, stream));
+    }
+  } else {
+    for (int p = 0; isRoot && p < n; ++p) {
+      if (p == root && inPlace) continue;
+      note(collieSend(static_cast<const char*>(sendbuff) + static_cast<size_t>(p) * bytes, count, t, p, c, stream));
+    }
+    if (!inPlace) note(collieRecv(recvbuff, count, t, root, c, stream));
+  }
+  r = collieGroupEnd();
+  if (first != collieSuccess) {
+    return fail(comm, fromCollieCode(first), "%s: %s", fn,
+                firstMessage.empty() ? collieGetErrorString(first) : firstMessage.c_str());
+  }
+  return fromCollie(comm, fn, r);
+}
+
+}  // namespace
+
+NCCL_ABI(ncclResult_t, ncclGather, const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+         int root, ncclComm_t comm, cudaStream_t stream) {
+  return guarded(comm, "ncclGather", [&] {
+    return rootedExchange("ncclGather", true, sendbuff, recvbuff, count, datatype, root, comm, stream);
+  });
+}
+
+NCCL_ABI(ncclResult_t, ncclScatter, const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+         int root, ncclComm_t comm, cudaStream_t stream) {
+  return guarded(comm, "ncclScatter", [&] {
+    return rootedExchange("ncclScatter", false, sendbuff, recvbuff, count, datatype, root, comm, stream);
+  });
+}
+
+NCCL_ABI(ncclResult_t, ncclSend, const void* sendbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
+         cudaStream_t stream) {
+  const char* fn = "ncclSend";
+  return guarded(comm, fn, [&]() -> ncclResult_t {
+    collieComm_t c = nullptr;
+    collieDataType_t t = collieInt8;
+    NCCL_TRY(resolveLive(comm, fn, &c));
+    NCCL_TRY(toCollieType(comm, fn, datatype, &t));
+    return fromCollie(comm, fn, collieSend(sendbuff, count, t, peer, c, stream));
+  });
+}
+
+NCCL_ABI(ncclResult_t, ncclRecv, void* recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
+         cudaStream_t stream) {
+  const char* fn = "ncclRecv";
+  return guarded(comm, fn, [&]() -> ncclResult_t {
+    collieComm_t c = nullptr;
+    collieDataType_t t = collieInt8;
+    NCCL_TRY(resolveLive(comm, fn, &c));
+    NCCL_TRY(toCollieType(comm, fn, datatype, &t));
+    return fromCollie(comm, fn, collieRecv(recvbuff, count, t, peer, c, stream));
+  });
+}
+
+// ---- Groups ---------------------------------------------------------------------------------------------------------
+NCCL_ABI(ncclResult_t, ncclGroupStart) {
+  collieResult_t r = collieGroupStart();
+  if (r != collieSuccess) return fromCollie(nullptr, "ncclGroupStart", r);
+  ++groupDepth();
+  return ncclSuccess;
+}
+
+NCCL_ABI(ncclResult_t, ncclGroupEnd) {
+  const char* fn = "ncclGroupEnd";
+  if (groupDepth() == 0) return fail(nullptr, ncclInvalidUsage, "%s: no group was started (ncclGroupStart)", fn);
+  --groupDepth();
+  // Inits and splits first: NCCL does not allow them in one group with calls on the communicators they create.
+  ncclResult_t result = ncclSuccess;
+  bool inProgress = false;
+  if (groupDepth() == 0) result = finishDeferred(fn, &inProgress);
+  collieResult_t r = collieGroupEnd();
+  if (result != ncclSuccess) return result;
+  if (r != collieSuccess) return fromCollie(nullptr, fn, r);
+  return inProgress ? ncclInProgress : ncclSuccess;
+}
+
+NCCL_ABI(ncclResult_t, ncclGroupSimulateEnd, ncclSimInfo_t* simInfo) {
+  if (simInfo && (simInfo->magic != kNcclSimInfoMagic || simInfo->size < sizeof(ncclSimInfo_t))) {
+    return fail(nullptr, ncclInvalidArgument,
+                "ncclGroupSimulateEnd: simInfo was not initialised with NCCL_SIM_INFO_INITIALIZER");
+  }
+  return unsupported(nullptr, ncclInvalidUsage, "ncclGroupSimulateEnd",
+                     "collie has no simulation of a group through its C API; the group is still open, end it with "
+                     "ncclGroupEnd");
+}
+
+// ---- Memory ---------------------------------------------------------------------------------------------------------
+// Device memory (cuMemAlloc on the caller's current context) when the process uses CUDA; otherwise there can be no
+// device memory, and page-aligned host memory is returned, which every collie call takes with a NULL stream.
+NCCL_ABI(ncclResult_t, ncclMemAlloc, void** ptr, size_t size) {
+  const char* fn = "ncclMemAlloc";
+  if (!ptr) return fail(nullptr, ncclInvalidArgument, "%s: ptr is NULL", fn);
+  *ptr = nullptr;
+  if (size == 0) return fail(nullptr, ncclInvalidArgument, "%s: size is 0", fn);
+  return guarded(nullptr, fn, [&]() -> ncclResult_t {
+    if (collie_nccl::cudaDriverLoaded()) {
+      std::string why;
+      if (!collie_nccl::cudaDeviceAlloc(ptr, size, &why)) {
+        return fail(nullptr, ncclUnhandledCudaError, "%s(%zu bytes): %s", fn, size, why.c_str());
+      }
+      return ncclSuccess;
+    }
+    void* p = nullptr;
+    int e = posix_memalign(&p, kHostAllocAlignment, size);
+    if (e != 0) return fail(nullptr, ncclSystemError, "%s(%zu bytes): %s", fn, size, std::strerror(e));
+    std::lock_guard<std::mutex> lock(hostAllocMu);
+    hostAllocs.insert(p);
+    *ptr = p;
+    return ncclSuccess;
+  });
+}
+
+NCCL_ABI(ncclResult_t, ncclMemFree, void* ptr) {
+  const char* fn = "ncclMemFree";
+  if (!ptr) return ncclSuccess;
+  {
+    std::lock_guard<std::mutex> lock(hostAllocMu);
+    if (hostAllocs.erase(ptr) == 1) {
+      std::free(ptr);
+      return ncclSuccess;
+    }
+  }
+  if (!collie_nccl::cudaDriverLoaded()) {
+    return fail(nullptr, ncclInvalidArgument, "%s: %p was not allocated by ncclMemAlloc", fn, ptr);
+  }
+  std::string why;
+  if (!collie_nccl::cudaDeviceFree(ptr, &why)) return fail(nullptr, ncclUnhandledCudaError, "%s: %s", fn, why.c_str());
+  return ncclSuccess;
+}

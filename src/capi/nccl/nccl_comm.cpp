@@ -1,0 +1,348 @@
+// libnccl.so.2, communicators: NCCL's unique ids, inits (by rank, config, scalable, all in one process), split,
+// finalize, destroy and abort, queries (count, rank, CUDA device, async error), error strings, registration, and
+// the communicator functions collie does not support (revoke, shrink, windows, custom reduction operators), each
+// returning an error with its reason. Built on collie's C API through the helpers of nccl_abi.hpp.
+//
+// Inits and splits inside a group are deferred to the outermost ncclGroupEnd (nccl_abi.cpp, deferToGroupEnd), as
+// NCCL defers them, so that one thread can create several ranks of one communicator. A non-blocking config outside
+// a group uses collie's own non-blocking init (ncclInProgress, then ncclCommGetAsyncError). ncclCommSplit always
+// completes before it returns (collie's split blocks), which a non-blocking config allows.
+#include <memory>
+#include <vector>
+
+#include "cuda_driver.hpp"
+#include "nccl_abi.hpp"
+
+using namespace collie_nccl;
+
+namespace {
+
+ncclResult_t initRank(const char* fn, ncclComm_t* out, int nranks, const ncclUniqueId& id, int rank,
+                      const ncclConfig_t* config) {
+  if (!out) return fail(nullptr, ncclInvalidArgument, "%s: comm is NULL", fn);
+  *out = nullptr;
+  if (nranks < 1 || rank < 0 || rank >= nranks) {
+    return fail(nullptr, ncclInvalidArgument, "%s: rank=%d is not in [0, nranks=%d)", fn, rank, nranks);
+  }
+  Settings s;
+  NCCL_TRY(parseConfig(fn, config, &s));
+  collieUniqueId cid;
+  std::memcpy(&cid, &id, sizeof(cid));
+  auto comm = std::make_unique<ncclComm>();
+  comm->device = collie_nccl::currentCudaDevice();
+  comm->blocking = s.blocking;
+  if (groupDepth() > 0) {
+    deferToGroupEnd(comm.get(), fn, [nranks, cid, rank, s](collieComm_t* c) {
+      collieConfig_t cc = collieConfigFor(s, true);
+      return collieCommInitRankConfig(c, nranks, cid, rank, &cc);
+    });
+    *out = comm.release();
+    return ncclSuccess;
+  }
+  collieConfig_t cc = collieConfigFor(s, s.blocking);
+  collieComm_t c = nullptr;
+  collieResult_t r = collieCommInitRankConfig(&c, nranks, cid, rank, &cc);
+  if (r != collieSuccess && r != collieInProgress) return fromCollie(nullptr, fn, r);
+  comm->c = c;
+  *out = comm.release();
+  return r == collieInProgress ? ncclInProgress : ncclSuccess;
+}
+
+}  // namespace
+
+NCCL_ABI(ncclResult_t, ncclGetVersion, int* version) {
+  if (!version) return fail(nullptr, ncclInvalidArgument, "ncclGetVersion: version is NULL");
+  *version = NCCL_VERSION_CODE;  // the nccl.h this library implements
+  return ncclSuccess;
+}
+
+NCCL_ABI(ncclResult_t, ncclGetUniqueId, ncclUniqueId* uniqueId) {
+  const char* fn = "ncclGetUniqueId";
+  if (!uniqueId) return fail(nullptr, ncclInvalidArgument, "%s: uniqueId is NULL", fn);
+  collieUniqueId cid;
+  collieResult_t r = collieGetUniqueId(&cid);
+  if (r != collieSuccess) return fromCollie(nullptr, fn, r);
+  std::memcpy(uniqueId, &cid, sizeof(cid));
+  return ncclSuccess;
+}
+
+NCCL_ABI(ncclResult_t, ncclCommInitRank, ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank) {
+  return guarded(nullptr, "ncclCommInitRank",
+                 [&] { return initRank("ncclCommInitRank", comm, nranks, commId, rank, nullptr); });
+}
+
+NCCL_ABI(ncclResult_t, ncclCommInitRankConfig, ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank,
+         ncclConfig_t* config) {
+  return guarded(nullptr, "ncclCommInitRankConfig",
+                 [&] { return initRank("ncclCommInitRankConfig", comm, nranks, commId, rank, config); });
+}
+
+// Every rank holds the same nId ids; NCCL spreads the bootstrap over their roots. collie bootstraps through one
+// root, so ids[0] (whose root lives in the process that created it, as NCCL requires of every id) is used alone.
+NCCL_ABI(ncclResult_t, ncclCommInitRankScalable, ncclComm_t* newcomm, int nranks, int myrank, int nId,
+         ncclUniqueId* commIds, ncclConfig_t* config) {
+  const char* fn = "ncclCommInitRankScalable";
+  if (nId < 1 || !commIds) {
+    return fail(nullptr, ncclInvalidArgument, "%s: nId=%d must be at least 1 and commIds non-NULL", fn, nId);
+  }
+  return guarded(nullptr, fn, [&] { return initRank(fn, newcomm, nranks, commIds[0], myrank, config); });
+}
+
+NCCL_ABI(ncclResult_t, ncclCommInitAll, ncclComm_t* comms, int ndev, const int* devlist) {
+  const char* fn = "ncclCommInitAll";
+  if (!comms) return fail(nullptr, ncclInvalidArgument, "%s: comm is NULL", fn);
+  if (ndev < 1) return fail(nullptr, ncclInvalidArgument, "%s: ndev=%d must be at least 1", fn, ndev);
+  for (int i = 0; devlist && i < ndev; ++i) {
+    if (devlist[i] < 0) return fail(nullptr, ncclInvalidArgument, "%s: devlist[%d]=%d is negative", fn, i, devlist[i]);
+  }
+  return guarded(nullptr, fn, [&]() -> ncclResult_t {
+    std::vector<std::unique_ptr<ncclComm>> wrappers;
+    for (int i = 0; i < ndev; ++i) wrappers.push_back(std::make_unique<ncclComm>());
+    std::vector<collieComm_t> cs(static_cast<size_t>(ndev), nullptr);
+    collieResult_t r = collieCommInitAll(cs.data(), ndev, devlist);
+    if (r != collieSuccess) return fromCollie(nullptr, fn, r);
+    // devlist NULL means devices 0..ndev-1 in NCCL; without CUDA in use there is no device to report.
+    const bool cuda = collie_nccl::cudaDriverLoaded();
+    for (int i = 0; i < ndev; ++i) {
+      ncclComm* h = wrappers[static_cast<size_t>(i)].release();
+      h->c = cs[static_cast<size_t>(i)];
+      h->device = devlist ? devlist[i] : (cuda ? i : -1);
+      comms[i] = h;
+    }
+    return ncclSuccess;
+  });
+}
+
+// collie has no separate finalize: host calls are complete when they return, and ncclCommDestroy waits for any
+// call still queued on a stream. Finalize marks the communicator so that only ncclCommDestroy may follow.
+NCCL_ABI(ncclResult_t, ncclCommFinalize, ncclComm_t comm) {
+  const char* fn = "ncclCommFinalize";
+  collieComm_t c = nullptr;
+  NCCL_TRY(resolve(comm, fn, &c));
+  if (comm->finalized.exchange(true)) return fail(comm, ncclInvalidUsage, "%s: comm was already finalized", fn);
+  return ncclSuccess;
+}
+
+NCCL_ABI(ncclResult_t, ncclCommDestroy, ncclComm_t comm) {
+  if (!comm) return ncclSuccess;
+  waitDeferred(comm);
+  collieResult_t r = comm->c ? collieCommDestroy(comm->c) : collieSuccess;
+  freeComm(comm);
+  return r == collieSuccess ? ncclSuccess : fromCollie(nullptr, "ncclCommDestroy", r);
+}
+
+NCCL_ABI(ncclResult_t, ncclCommAbort, ncclComm_t comm) {
+  if (!comm) return ncclSuccess;
+  waitDeferred(comm);
+  collieResult_t r = comm->c ? collieCommAbort(comm->c) : collieSuccess;
+  freeComm(comm);
+  return r == collieSuccess ? ncclSuccess : fromCollie(nullptr, "ncclCommAbort", r);
+}
+
+NCCL_ABI(ncclResult_t, ncclCommRevoke, ncclComm_t comm, int revokeFlags) {
+  (void)revokeFlags;
+  return unsupported(comm, ncclInvalidUsage, "ncclCommRevoke",
+                     "collie cannot stop a communicator's work and keep it; use ncclCommAbort");
+}
+
+NCCL_ABI(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key, ncclComm_t* newcomm, ncclConfig_t* config) {
+  const char* fn = "ncclCommSplit";
+  if (!newcomm) return fail(comm, ncclInvalidArgument, "%s: newcomm is NULL", fn);
+  *newcomm = nullptr;
+  if (color < 0 && color != NCCL_SPLIT_NOCOLOR) {
+    return fail(comm, ncclInvalidArgument, "%s: color=%d must be non-negative or NCCL_SPLIT_NOCOLOR", fn, color);
+  }
+  return guarded(comm, fn, [&]() -> ncclResult_t {
+    collieComm_t parent = nullptr;
+    NCCL_TRY(resolveLive(comm, fn, &parent));
+    Settings s;
+    s.blocking = comm->blocking;  // no config: the parent's
+    NCCL_TRY(parseConfig(fn, config, &s));
+    auto child = std::make_unique<ncclComm>();
+    child->device = comm->device;
+    child->blocking = s.blocking;
+    if (groupDepth() > 0) {
+      child->discardAtGroupEnd = color == NCCL_SPLIT_NOCOLOR;
+      deferToGroupEnd(child.get(), fn, [parent, color, key, s](collieComm_t* c) {
+        collieConfig_t cc = collieConfigFor(s, true);
+        return collieCommSplit(parent, color, key, c, &cc);
+      });
+      ncclComm* h = child.release();  // owned by the group's end when discarded
+      if (!h->discardAtGroupEnd) *newcomm = h;
+      return ncclSuccess;
+    }
+    collieConfig_t cc = collieConfigFor(s, true);  // collie's split always blocks
+    collieComm_t c = nullptr;
+    NCCL_TRY(fromCollie(comm, fn, collieCommSplit(parent, color, key, &c, &cc)));
+    if (!c) return ncclSuccess;  // NCCL_SPLIT_NOCOLOR
+    child->c = c;
+    *newcomm = child.release();
+    return ncclSuccess;
+  });
+}
+
+NCCL_ABI(ncclResult_t, ncclCommShrink, ncclComm_t comm, int* excludeRanksList, int excludeRanksCount,
+         ncclComm_t* newcomm, ncclConfig_t* config, int shrinkFlags) {
+  (void)excludeRanksList;
+  (void)excludeRanksCount;
+  (void)config;
+  (void)shrinkFlags;
+  if (newcomm) *newcomm = nullptr;
+  return unsupported(comm, ncclInvalidUsage, "ncclCommShrink",
+                     "collie forms a new communicator only with every rank of the old one taking part "
+                     "(ncclCommSplit); excluded ranks do not call ncclCommShrink");
+}
+
+NCCL_ABI(const char*, ncclGetErrorString, ncclResult_t result) {
+  switch (rawEnum(result)) {
+    case ncclSuccess:
+      return "no error";
+    case ncclUnhandledCudaError:
+      return "unhandled cuda error (ncclGetLastError has the details)";
+    case ncclSystemError:
+      return "unhandled system error (ncclGetLastError has the details)";
+    case ncclInternalError:
+      return "internal error (ncclGetLastError has the details)";
+    case ncclInvalidArgument:
+      return "invalid argument (ncclGetLastError has the details)";
+    case ncclInvalidUsage:
+      return "invalid usage (ncclGetLastError has the details)";
+    case ncclRemoteError:
+      return "remote process exited, timed out or there was a network error";
+    case ncclInProgress:
+      return "NCCL operation in progress";
+    default:
+      return "unknown result code";
+  }
+}
+
+NCCL_ABI(const char*, ncclGetLastError, ncclComm_t comm) { return lastError(comm); }
+
+// Deprecated in NCCL: reloads NCCL_DEBUG and friends. collie reads its logging settings once; nothing to reload.
+NCCL_ABI(void, ncclResetDebugInit) {}
+
+NCCL_ABI(ncclResult_t, ncclCommGetAsyncError, ncclComm_t comm, ncclResult_t* asyncError) {
+  const char* fn = "ncclCommGetAsyncError";
+  if (!comm || !asyncError) return fail(comm, ncclInvalidArgument, "%s: comm or asyncError is NULL", fn);
+  if (!comm->deferredDone.load()) {
+    *asyncError = ncclInProgress;
+    return ncclSuccess;
+  }
+  waitDeferred(comm);  // done: joins at once
+  collieComm_t c = nullptr;
+  ncclResult_t deferred;
+  {
+    std::lock_guard<std::mutex> lock(comm->mu);
+    deferred = comm->deferredResult;
+    c = comm->c;
+  }
+  if (deferred != ncclSuccess || !c) {
+    *asyncError = deferred != ncclSuccess ? deferred : ncclInvalidUsage;
+    return ncclSuccess;
+  }
+  collieResult_t e = collieSuccess;
+  collieResult_t r = collieCommGetAsyncError(c, &e);
+  if (r != collieSuccess) return fromCollie(comm, fn, r);
+  *asyncError = fromCollieCode(e);
+  if (e != collieSuccess && e != collieInProgress) {
+    const char* m = collieGetLastError(c);
+    fail(comm, *asyncError, "%s", (m && *m) ? m : collieGetErrorString(e));
+  }
+  return ncclSuccess;
+}
+
+NCCL_ABI(ncclResult_t, ncclCommCount, const ncclComm_t comm, int* count) {
+  const char* fn = "ncclCommCount";
+  if (!count) return fail(comm, ncclInvalidArgument, "%s: count is NULL", fn);
+  collieComm_t c = nullptr;
+  NCCL_TRY(resolve(comm, fn, &c));
+  return fromCollie(comm, fn, collieCommCount(c, count));
+}
+
+// The device the communicator was created for: devlist[i] of ncclCommInitAll (i when devlist is NULL and CUDA is
+// in use), else the device of the caller's current CUDA context at init (a split inherits its parent's).
+NCCL_ABI(ncclResult_t, ncclCommCuDevice, const ncclComm_t comm, int* device) {
+  const char* fn = "ncclCommCuDevice";
+  if (!comm || !device) return fail(comm, ncclInvalidArgument, "%s: comm or device is NULL", fn);
+  if (comm->device < 0) {
+    return fail(comm, ncclInvalidUsage,
+                "%s: this communicator has no CUDA device: the process had not initialised CUDA when it was created "
+                "(a host-only communicator)",
+                fn);
+  }
+  *device = comm->device;
+  return ncclSuccess;
+}
+
+NCCL_ABI(ncclResult_t, ncclCommUserRank, const ncclComm_t comm, int* rank) {
+  const char* fn = "ncclCommUserRank";
+  if (!rank) return fail(comm, ncclInvalidArgument, "%s: rank is NULL", fn);
+  collieComm_t c = nullptr;
+  NCCL_TRY(resolve(comm, fn, &c));
+  return fromCollie(comm, fn, collieCommUserRank(c, rank));
+}
+
+// Registration: collie needs none (it stages or copies any buffer), so a handle only records the buffer, and
+// ncclCommDeregister checks that the handle is one of this communicator's. ncclCommDestroy frees handles left over.
+NCCL_ABI(ncclResult_t, ncclCommRegister, const ncclComm_t comm, void* buff, size_t size, void** handle) {
+  const char* fn = "ncclCommRegister";
+  if (!handle) return fail(comm, ncclInvalidArgument, "%s: handle is NULL", fn);
+  *handle = nullptr;
+  if (!buff && size > 0) return fail(comm, ncclInvalidArgument, "%s: buff is NULL with size=%zu", fn, size);
+  return guarded(comm, fn, [&]() -> ncclResult_t {
+    collieComm_t c = nullptr;
+    NCCL_TRY(resolveLive(comm, fn, &c));
+    auto* r = new collie_nccl::Registration{buff, size};
+    std::lock_guard<std::mutex> lock(comm->mu);
+    comm->registrations.insert(r);
+    *handle = r;
+    return ncclSuccess;
+  });
+}
+
+NCCL_ABI(ncclResult_t, ncclCommDeregister, const ncclComm_t comm, void* handle) {
+  const char* fn = "ncclCommDeregister";
+  if (!comm) return fail(nullptr, ncclInvalidArgument, "%s: comm is NULL", fn);
+  collie_nccl::Registration* r = static_cast<collie_nccl::Registration*>(handle);
+  {
+    std::lock_guard<std::mutex> lock(comm->mu);
+    if (comm->registrations.erase(r) == 1) {
+      delete r;
+      return ncclSuccess;
+    }
+  }
+  return fail(comm, ncclInvalidArgument, "%s: handle %p is not a registration of this comm", fn, handle);
+}
+
+NCCL_ABI(ncclResult_t, ncclCommWindowRegister, ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win,
+         int winFlags) {
+  (void)buff;
+  (void)size;
+  (void)winFlags;
+  if (win) *win = nullptr;
+  return unsupported(comm, ncclInvalidUsage, "ncclCommWindowRegister",
+                     "symmetric memory windows serve NCCL's device-side API, which collie does not have");
+}
+
+NCCL_ABI(ncclResult_t, ncclCommWindowDeregister, ncclComm_t comm, ncclWindow_t win) {
+  (void)win;
+  return unsupported(comm, ncclInvalidUsage, "ncclCommWindowDeregister",
+                     "symmetric memory windows serve NCCL's device-side API, which collie does not have");
+}
+
+NCCL_ABI(ncclResult_t, ncclRedOpCreatePreMulSum, ncclRedOp_t* op, void* scalar, ncclDataType_t datatype,
+         ncclScalarResidence_t residence, ncclComm_t comm) {
+  (void)op;
+  (void)scalar;
+  (void)datatype;
+  (void)residence;
+  return unsupported(comm, ncclInvalidUsage, "ncclRedOpCreatePreMulSum",
+                     "collie's reductions are sum, prod, max, min and avg only");
+}
+
+NCCL_ABI(ncclResult_t, ncclRedOpDestroy, ncclRedOp_t op, ncclComm_t comm) {
+  return unsupported(comm, ncclInvalidArgument, "ncclRedOpDestroy",
+                     rawEnum(op) < static_cast<int>(ncclNumOps)
+                         ? "a built-in operator cannot be destroyed"
+                         : "no custom operator can exist (ncclRedOpCreatePreMulSum is not supported)");
+}

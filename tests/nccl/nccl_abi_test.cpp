@@ -1,0 +1,807 @@
+// An NCCL program, run on collie: compiled against the CUDA toolkit's real nccl.h only and linked only with
+// libnccl.so.2 (collie's NCCL layer, src/capi/nccl/), never with libcollie directly (libnccl.so.2 brings it in).
+//
+//   collierun -n N nccl_abi_test ID_PATH
+//
+// How the ranks meet: as an NCCL program does, by sharing an ncclUniqueId that rank 0 creates. Rank and size come
+// from collierun's COLLIE_RANK / COLLIE_NRANKS (1 rank when they are unset). Rank 0 writes the id's 128 bytes to
+// ID_PATH.<ppid> (through a temporary file and rename, so a reader never sees half of it); the other ranks poll
+// for that file. <ppid> is the launcher's pid, shared by all ranks of one job and different for the next job, so
+// a file left over from an earlier run is never read. Rank 0 removes the file once the communicator exists.
+//
+// Every call works on host buffers with a NULL stream, and every element of every result is checked exactly:
+// AllReduce (every type, every op including avg), Broadcast, Bcast, Reduce, AllGather, ReduceScatter, AlltoAll,
+// Gather, Scatter and a Send/Recv ring inside ncclGroupStart/End, in place and out of place, with counts 0, 1, odd
+// and large. The values are small integers, so every sum and product is exact in every type, and an average is
+// the sum divided once (truncating for integers, one rounding for floating point) as NCCL and collie both do.
+// Then: ncclCommSplit (with NCCL_SPLIT_NOCOLOR), ncclCommCount/UserRank, non-blocking init and ncclCommGetAsyncError,
+// inits and splits inside a group driven by one thread, ncclCommInitAll, ncclCommInitRankScalable, config
+// checking, registration, ncclMemAlloc, ncclCommFinalize/Abort/Destroy, and the errors: a bad datatype, an fp8
+// datatype, a custom op, an unsupported function (ncclGetLastError non-empty each time), ncclGetErrorString and
+// ncclGetVersion. Exits 0 when every check passed, 1 otherwise, naming each failed check.
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <nccl.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+int gRank = 0, gSize = 1;
+long gChecks = 0, gFailures = 0;
+
+#define CHECK(cond, ...)                                                                            \
+  do {                                                                                              \
+    ++gChecks;                                                                                      \
+    if (!(cond)) {                                                                                  \
+      ++gFailures;                                                                                  \
+      std::fprintf(stderr, "rank %d: %s:%d: check failed: %s: ", gRank, __FILE__, __LINE__, #cond); \
+      std::fprintf(stderr, __VA_ARGS__);                                                            \
+      std::fputc('\n', stderr);                                                                     \
+    }                                                                                               \
+  } while (0)
+
+// A call that must succeed; the test cannot go on (its peers would wait) if it does not.
+#define NCCL_OK(call)                                                                                    \
+  do {                                                                                                   \
+    ncclResult_t r_ = (call);                                                                            \
+    ++gChecks;                                                                                           \
+    if (r_ != ncclSuccess) {                                                                             \
+      std::fprintf(stderr, "rank %d: %s:%d: %s failed: %d (%s): %s\n", gRank, __FILE__, __LINE__, #call, \
+                   static_cast<int>(r_), ncclGetErrorString(r_), ncclGetLastError(nullptr));             \
+      std::exit(1);                                                                                      \
+    }                                                                                                    \
+  } while (0)
+
+// ---- Element types ---------------------------------------------------------------------------------------------
+struct Type {
+  ncclDataType_t t;
+  const char* name;
+  size_t size;
+  bool isSigned;  // can hold negative values
+};
+
+const Type kTypes[] = {
+    {ncclInt8, "int8", 1, true},         {ncclUint8, "uint8", 1, false},    {ncclInt32, "int32", 4, true},
+    {ncclUint32, "uint32", 4, false},    {ncclInt64, "int64", 8, true},     {ncclUint64, "uint64", 8, false},
+    {ncclFloat16, "float16", 2, true},   {ncclFloat32, "float32", 4, true}, {ncclFloat64, "float64", 8, true},
+    {ncclBfloat16, "bfloat16", 2, true},
+};
+
+uint32_t floatBits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof(u));
+  return u;
+}
+
+// float -> IEEE half, round to nearest even; zero and normal halves only (all the values used here).
+uint16_t toHalf(float f) {
+  uint32_t x = floatBits(f);
+  uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000u);
+  if ((x & 0x7fffffffu) == 0) return sign;
+  int exp = static_cast<int>((x >> 23) & 0xffu) - 127 + 15;
+  if (exp < 1 || exp > 30) {
+    std::fprintf(stderr, "toHalf(%g): outside the normal half range used by this test\n", static_cast<double>(f));
+    std::abort();
+  }
+  uint32_t mant = x & 0x7fffffu;
+  uint32_t h = (static_cast<uint32_t>(exp) << 10) | (mant >> 13);
+  uint32_t rest = mant & 0x1fffu;
+  if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) ++h;
+  return static_cast<uint16_t>(sign | h);
+}
+
+// float -> bfloat16, round to nearest even (no NaN here).
+uint16_t toBf16(float f) {
+  uint32_t u = floatBits(f);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+// Stores v (exactly representable in the type, or a float quotient for fp16/bf16/fp32) as element i of buf.
+void store(const Type& ty, void* buf, size_t i, double v) {
+  char* p = static_cast<char*>(buf) + i * ty.size;
+  switch (ty.t) {
+    case ncclInt8: {
+      int8_t x = static_cast<int8_t>(v);
+      std::memcpy(p, &x, 1);
+      break;
+    }
+    case ncclUint8: {
+      uint8_t x = static_cast<uint8_t>(v);
+      std::memcpy(p, &x, 1);
+      break;
+    }
+    case ncclInt32: {
+      int32_t x = static_cast<int32_t>(v);
+      std::memcpy(p, &x, 4);
+      break;
+    }
+    case ncclUint32: {
+      uint32_t x = static_cast<uint32_t>(v);
+      std::memcpy(p, &x, 4);
+      break;
+    }
+    case ncclInt64: {
+      int64_t x = static_cast<int64_t>(v);
+      std::memcpy(p, &x, 8);
+      break;
+    }
+    case ncclUint64: {
+      uint64_t x = static_cast<uint64_t>(v);
+      std::memcpy(p, &x, 8);
+      break;
+    }
+    case ncclFloat16: {
+      uint16_t x = toHalf(static_cast<float>(v));
+      std::memcpy(p, &x, 2);
+      break;
+    }
+    case ncclFloat32: {
+      float x = static_cast<float>(v);
+      std::memcpy(p, &x, 4);
+      break;
+    }
+    case ncclFloat64:
+      std::memcpy(p, &v, 8);
+      break;
+    case ncclBfloat16: {
+      uint16_t x = toBf16(static_cast<float>(v));
+      std::memcpy(p, &x, 2);
+      break;
+    }
+    default:
+      std::abort();
+  }
+}
+
+bool isFloat(const Type& ty) {
+  return ty.t == ncclFloat16 || ty.t == ncclFloat32 || ty.t == ncclFloat64 || ty.t == ncclBfloat16;
+}
+
+// The value rank r contributes at element i for op: small integers, so every result is exact.
+double value(const Type& ty, ncclRedOp_t op, int r, size_t i) {
+  const long k = static_cast<long>(i % 1009);
+  switch (op) {
+    case ncclProd: {
+      double v = ((k + r) % 3 == 0) ? 2 : 1;
+      if (ty.isSigned && (k + 2 * r) % 5 == 0) v = -v;
+      return v;
+    }
+    case ncclMax:
+    case ncclMin:
+      return static_cast<double>((k * 7 + r * 3) % 11 - (ty.isSigned ? 5 : 0));
+    default:  // sum, avg, and the data of the collectives that move data unchanged
+      return static_cast<double>((k * 7 + r * 5 + 1) % 11 - (ty.isSigned ? 5 : 0));
+  }
+}
+
+// The reduction over all ranks of value(..., r, i).
+double reduced(const Type& ty, ncclRedOp_t op, size_t i, int nranks) {
+  double acc = value(ty, op, 0, i);
+  for (int r = 1; r < nranks; ++r) {
+    double v = value(ty, op, r, i);
+    switch (op) {
+      case ncclProd:
+        acc *= v;
+        break;
+      case ncclMax:
+        acc = v > acc ? v : acc;
+        break;
+      case ncclMin:
+        acc = v < acc ? v : acc;
+        break;
+      default:
+        acc += v;
+    }
+  }
+  if (op == ncclAvg) {
+    if (isFloat(ty)) {
+      // One true division of the exact sum, in the type's arithmetic (fp16/bf16 through float).
+      if (ty.t == ncclFloat64) return acc / nranks;
+      return static_cast<double>(static_cast<float>(acc) / static_cast<float>(nranks));
+    }
+    return static_cast<double>(static_cast<long long>(acc) / nranks);  // truncating, as integer division in C
+  }
+  return acc;
+}
+
+const char* opName(ncclRedOp_t op) {
+  static const char* const kNames[] = {"sum", "prod", "max", "min", "avg"};
+  return kNames[static_cast<int>(op)];
+}
+
+using Buf = std::vector<unsigned char>;
+
+Buf makeBuf(const Type& ty, size_t count) { return Buf(ty.size * count + 1); }  // +1: never empty
+
+// The data rank r contributes for element i, unchanged by the moving collectives: block b of rank r starts at
+// element b * count, and each block differs.
+void fill(const Type& ty, void* buf, size_t count, int r, size_t offset = 0) {
+  for (size_t i = 0; i < count; ++i) store(ty, buf, i, value(ty, ncclSum, r, offset + i));
+}
+
+// Compares count elements of got with want; reports the first difference.
+void expectEqual(const Type& ty, const void* got, const void* want, size_t count, const std::string& what) {
+  ++gChecks;
+  if (count == 0 || std::memcmp(got, want, count * ty.size) == 0) return;
+  for (size_t i = 0; i < count; ++i) {
+    const unsigned char* g = static_cast<const unsigned char*>(got) + i * ty.size;
+    const unsigned char* w = static_cast<const unsigned char*>(want) + i * ty.size;
+    if (std::memcmp(g, w, ty.size) != 0) {
+      ++gFailures;
+      std::string gh, wh;
+      char b[4];
+      for (size_t j = ty.size; j-- > 0;) {
+        std::snprintf(b, sizeof(b), "%02x", g[j]);
+        gh += b;
+        std::snprintf(b, sizeof(b), "%02x", w[j]);
+        wh += b;
+      }
+      std::fprintf(stderr, "rank %d: %s: element %zu of %zu is 0x%s, expected 0x%s\n", gRank, what.c_str(), i, count,
+                   gh.c_str(), wh.c_str());
+      return;
+    }
+  }
+}
+
+std::string label(const char* coll, const Type& ty, size_t count, bool inPlace, const char* extra = "") {
+  char buf[160];
+  std::snprintf(buf, sizeof(buf), "%s %s count=%zu %s%s%s", coll, ty.name, count, inPlace ? "in-place" : "out-of-place",
+                *extra ? " " : "", extra);
+  return buf;
+}
+
+// ---- The unique id, shared through a file ------------------------------------------------------------------------
+std::string idFile(const std::string& prefix) { return prefix + "." + std::to_string(getppid()); }
+
+ncclUniqueId shareId(const std::string& path) {
+  ncclUniqueId id;
+  if (gRank == 0) {
+    NCCL_OK(ncclGetUniqueId(&id));
+    std::string tmp = path + ".tmp." + std::to_string(getpid());
+    FILE* f = std::fopen(tmp.c_str(), "wb");
+    if (!f || std::fwrite(&id, sizeof(id), 1, f) != 1 || std::fclose(f) != 0 ||
+        std::rename(tmp.c_str(), path.c_str()) != 0) {
+      std::fprintf(stderr, "rank 0: cannot write the unique id to %s: %s\n", path.c_str(), std::strerror(errno));
+      std::exit(1);
+    }
+    return id;
+  }
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (std::chrono::steady_clock::now() < deadline) {
+    FILE* f = std::fopen(path.c_str(), "rb");
+    if (f) {
+      size_t got = std::fread(&id, sizeof(id), 1, f);
+      std::fclose(f);
+      if (got == 1) return id;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  std::fprintf(stderr, "rank %d: no unique id appeared at %s\n", gRank, path.c_str());
+  std::exit(1);
+}
+
+// ---- Collectives ---------------------------------------------------------------------------------------------------
+const size_t kCounts[] = {0, 1, 7, 1001, 40009, 262147};
+
+void testAllReduce(ncclComm_t comm) {
+  for (const Type& ty : kTypes) {
+    for (int o = 0; o < static_cast<int>(ncclNumOps); ++o) {
+      ncclRedOp_t op = static_cast<ncclRedOp_t>(o);
+      for (size_t count : kCounts) {
+        Buf want = makeBuf(ty, count);
+        for (size_t i = 0; i < count; ++i) store(ty, want.data(), i, reduced(ty, op, i, gSize));
+        for (bool inPlace : {false, true}) {
+          Buf send = makeBuf(ty, count), recv = makeBuf(ty, count);
+          for (size_t i = 0; i < count; ++i) store(ty, send.data(), i, value(ty, op, gRank, i));
+          void* out = inPlace ? send.data() : recv.data();
+          NCCL_OK(ncclAllReduce(send.data(), out, count, ty.t, op, comm, nullptr));
+          expectEqual(ty, out, want.data(), count, label("AllReduce", ty, count, inPlace, opName(op)));
+        }
+      }
+    }
+  }
+}
+
+void testReduce(ncclComm_t comm) {
+  for (const Type& ty : kTypes) {
+    for (int o = 0; o < static_cast<int>(ncclNumOps); ++o) {
+      ncclRedOp_t op = static_cast<ncclRedOp_t>(o);
+      for (size_t count : kCounts) {
+        const int root = static_cast<int>((count + static_cast<size_t>(o)) % static_cast<size_t>(gSize));
+        Buf want = makeBuf(ty, count);
+        for (size_t i = 0; i < count; ++i) store(ty, want.data(), i, reduced(ty, op, i, gSize));
+        for (bool inPlace : {false, true}) {
+          Buf send = makeBuf(ty, count), recv = makeBuf(ty, count);
+          for (size_t i = 0; i < count; ++i) store(ty, send.data(), i, value(ty, op, gRank, i));
+          void* out = inPlace ? send.data() : recv.data();
+          // recvbuff may be NULL away from the root (out of place).
+          NCCL_OK(ncclReduce(send.data(), (inPlace || gRank == root) ? out : nullptr, count, ty.t, op, root, comm,
+                             nullptr));
+          if (gRank == root) expectEqual(ty, out, want.data(), count, label("Reduce", ty, count, inPlace, opName(op)));
+        }
+      }
+    }
+  }
+}
+
+void testBroadcast(ncclComm_t comm) {
+  for (const Type& ty : kTypes) {
+    for (size_t count : kCounts) {
+      for (int root = 0; root < gSize; ++root) {
+        Buf want = makeBuf(ty, count);
+        fill(ty, want.data(), count, root);
+        for (int mode = 0; mode < 3; ++mode) {  // 0: out of place, 1: in place, 2: ncclBcast
+          Buf send = makeBuf(ty, count), recv = makeBuf(ty, count);
+          if (gRank == root) fill(ty, send.data(), count, root);
+          if (mode == 0) {
+            NCCL_OK(ncclBroadcast(send.data(), recv.data(), count, ty.t, root, comm, nullptr));
+          } else if (mode == 1) {
+            NCCL_OK(ncclBroadcast(send.data(), send.data(), count, ty.t, root, comm, nullptr));
+          } else {
+            NCCL_OK(ncclBcast(send.data(), count, ty.t, root, comm, nullptr));
+          }
+          const char* name = mode == 2 ? "Bcast" : "Broadcast";
+          char extra[32];
+          std::snprintf(extra, sizeof(extra), "root=%d", root);
+          expectEqual(ty, mode == 0 ? recv.data() : send.data(), want.data(), count,
+                      label(name, ty, count, mode != 0, extra));
+        }
+      }
+    }
+  }
+}
+
+void testAllGather(ncclComm_t comm) {
+  for (const Type& ty : kTypes) {
+    for (size_t count : kCounts) {
+      const size_t total = count * static_cast<size_t>(gSize);
+      Buf want = makeBuf(ty, total);
+      for (int r = 0; r < gSize; ++r) fill(ty, want.data() + static_cast<size_t>(r) * count * ty.size, count, r);
+      for (bool inPlace : {false, true}) {
+        Buf send = makeBuf(ty, count), recv = makeBuf(ty, total);
+        unsigned char* mine = inPlace ? recv.data() + static_cast<size_t>(gRank) * count * ty.size : send.data();
+        fill(ty, mine, count, gRank);
+        NCCL_OK(ncclAllGather(mine, recv.data(), count, ty.t, comm, nullptr));
+        expectEqual(ty, recv.data(), want.data(), total, label("AllGather", ty, count, inPlace));
+      }
+    }
+  }
+}
+
+void testReduceScatter(ncclComm_t comm) {
+  for (const Type& ty : kTypes) {
+    for (int o = 0; o < static_cast<int>(ncclNumOps); ++o) {
+      ncclRedOp_t op = static_cast<ncclRedOp_t>(o);
+      for (size_t count : kCounts) {
+        const size_t total = count * static_cast<size_t>(gSize);
+        const size_t first = static_cast<size_t>(gRank) * count;  // this rank's block, as element indices
+        Buf want = makeBuf(ty, count);
+        for (size_t i = 0; i < count; ++i) store(ty, want.data(), i, reduced(ty, op, first + i, gSize));
+        for (bool inPlace : {false, true}) {
+          Buf send = makeBuf(ty, total), recv = makeBuf(ty, count);
+          for (size_t i = 0; i < total; ++i) store(ty, send.data(), i, value(ty, op, gRank, i));
+          void* out = inPlace ? send.data() + first * ty.size : recv.data();
+          NCCL_OK(ncclReduceScatter(send.data(), out, count, ty.t, op, comm, nullptr));
+          expectEqual(ty, out, want.data(), count, label("ReduceScatter", ty, count, inPlace, opName(op)));
+        }
+      }
+    }
+  }
+}
+
+// Block p of rank r's send buffer holds fill(..., r, offset = p * 100003): distinct per sender and per block.
+constexpr size_t kBlockStride = 100003;
+
+void testAlltoAll(ncclComm_t comm) {
+  for (const Type& ty : kTypes) {
+    for (size_t count : kCounts) {
+      const size_t total = count * static_cast<size_t>(gSize);
+      Buf send = makeBuf(ty, total), recv = makeBuf(ty, total), want = makeBuf(ty, total);
+      for (int p = 0; p < gSize; ++p) {
+        fill(ty, send.data() + static_cast<size_t>(p) * count * ty.size, count, gRank,
+             static_cast<size_t>(p) * kBlockStride);
+        // Block p of what this rank receives: what rank p sent to us.
+        fill(ty, want.data() + static_cast<size_t>(p) * count * ty.size, count, p,
+             static_cast<size_t>(gRank) * kBlockStride);
+      }
+      NCCL_OK(ncclAlltoAll(send.data(), recv.data(), count, ty.t, comm, nullptr));
+      expectEqual(ty, recv.data(), want.data(), total, label("AlltoAll", ty, count, false));
+    }
+  }
+}
+
+void testGatherScatter(ncclComm_t comm) {
+  for (const Type& ty : kTypes) {
+    for (size_t count : kCounts) {
+      const size_t total = count * static_cast<size_t>(gSize);
+      const size_t bytes = count * ty.size;
+      for (int root = 0; root < gSize; ++root) {
+        char extra[32];
+        std::snprintf(extra, sizeof(extra), "root=%d", root);
+        for (bool inPlace : {false, true}) {
+          // Gather: block r of the root's recvbuff is rank r's data.
+          Buf send = makeBuf(ty, count), recv = makeBuf(ty, total), want = makeBuf(ty, total);
+          for (int r = 0; r < gSize; ++r) fill(ty, want.data() + static_cast<size_t>(r) * bytes, count, r);
+          unsigned char* mine =
+              (inPlace && gRank == root) ? recv.data() + static_cast<size_t>(root) * bytes : send.data();
+          fill(ty, mine, count, gRank);
+          NCCL_OK(ncclGather(mine, recv.data(), count, ty.t, root, comm, nullptr));
+          if (gRank == root)
+            expectEqual(ty, recv.data(), want.data(), total, label("Gather", ty, count, inPlace, extra));
+
+          // Scatter: rank r receives block r of the root's sendbuff.
+          Buf ssend = makeBuf(ty, total), srecv = makeBuf(ty, count), swant = makeBuf(ty, count);
+          if (gRank == root) {
+            for (int r = 0; r < gSize; ++r)
+              fill(ty, ssend.data() + static_cast<size_t>(r) * bytes, count, root,
+                   static_cast<size_t>(r) * kBlockStride);
+          }
+          fill(ty, swant.data(), count, root, static_cast<size_t>(gRank) * kBlockStride);
+          unsigned char* out =
+              (inPlace && gRank == root) ? ssend.data() + static_cast<size_t>(root) * bytes : srecv.data();
+          NCCL_OK(ncclScatter(ssend.data(), out, count, ty.t, root, comm, nullptr));
+          expectEqual(ty, out, swant.data(), count, label("Scatter", ty, count, inPlace, extra));
+        }
+      }
+    }
+  }
+}
+
+// A ring: send to rank+1, receive from rank-1, both in one group (either alone could wait for ever); plus an
+// exchange with itself and, in the same group, the reverse ring with a different count.
+void testSendRecv(ncclComm_t comm) {
+  const int next = (gRank + 1) % gSize, prev = (gRank + gSize - 1) % gSize;
+  for (const Type& ty : kTypes) {
+    for (size_t count : kCounts) {
+      const size_t count2 = count / 2 + 3;
+      Buf send = makeBuf(ty, count), recv = makeBuf(ty, count), want = makeBuf(ty, count);
+      Buf self = makeBuf(ty, count), selfRecv = makeBuf(ty, count);
+      Buf back = makeBuf(ty, count2), backRecv = makeBuf(ty, count2), backWant = makeBuf(ty, count2);
+      fill(ty, send.data(), count, gRank);
+      fill(ty, want.data(), count, prev);
+      fill(ty, self.data(), count, gRank, 7);
+      fill(ty, back.data(), count2, gRank, 3);
+      fill(ty, backWant.data(), count2, next, 3);
+      NCCL_OK(ncclGroupStart());
+      NCCL_OK(ncclSend(send.data(), count, ty.t, next, comm, nullptr));
+      NCCL_OK(ncclRecv(recv.data(), count, ty.t, prev, comm, nullptr));
+      NCCL_OK(ncclSend(self.data(), count, ty.t, gRank, comm, nullptr));
+      NCCL_OK(ncclRecv(selfRecv.data(), count, ty.t, gRank, comm, nullptr));
+      NCCL_OK(ncclSend(back.data(), count2, ty.t, prev, comm, nullptr));
+      NCCL_OK(ncclRecv(backRecv.data(), count2, ty.t, next, comm, nullptr));
+      NCCL_OK(ncclGroupEnd());
+      expectEqual(ty, recv.data(), want.data(), count, label("SendRecv ring", ty, count, false));
+      expectEqual(ty, selfRecv.data(), self.data(), count, label("SendRecv self", ty, count, false));
+      expectEqual(ty, backRecv.data(), backWant.data(), count2, label("SendRecv reverse ring", ty, count2, false));
+    }
+  }
+}
+
+// One AllReduce (sum of int32 rank numbers) on comm, checked against `expected`.
+void checkSum(ncclComm_t comm, int contribution, int expected, const char* what) {
+  int32_t v[3] = {contribution, contribution, contribution};
+  NCCL_OK(ncclAllReduce(v, v, 3, ncclInt32, ncclSum, comm, nullptr));
+  CHECK(v[0] == expected && v[1] == expected && v[2] == expected, "%s: sum %d, expected %d", what, v[0], expected);
+}
+
+// ---- Communicators
+// ---------------------------------------------------------------------------------------------------
+void testSplit(ncclComm_t comm) {
+  // color rank % 2, key reversing the order; with 3 or more ranks the last rank takes no part.
+  const bool out = gSize >= 3 && gRank == gSize - 1;
+  const int color = out ? NCCL_SPLIT_NOCOLOR : gRank % 2;
+  ncclComm_t sub = nullptr;
+  NCCL_OK(ncclCommSplit(comm, color, gSize - gRank, &sub, nullptr));
+  if (out) {
+    CHECK(sub == nullptr, "NCCL_SPLIT_NOCOLOR gave a communicator");
+    return;
+  }
+  CHECK(sub != nullptr, "ncclCommSplit gave no communicator");
+  if (!sub) return;
+  std::vector<int> members;  // old ranks of this color, ordered by key (descending old rank)
+  for (int r = gSize - 1; r >= 0; --r) {
+    if (r % 2 == color && !(gSize >= 3 && r == gSize - 1)) members.push_back(r);
+  }
+  int count = -1, rank = -1;
+  NCCL_OK(ncclCommCount(sub, &count));
+  NCCL_OK(ncclCommUserRank(sub, &rank));
+  int expectedRank = -1, sum = 0;
+  for (size_t i = 0; i < members.size(); ++i) {
+    if (members[i] == gRank) expectedRank = static_cast<int>(i);
+    sum += members[i];
+  }
+  CHECK(count == static_cast<int>(members.size()), "split count %d, expected %zu", count, members.size());
+  CHECK(rank == expectedRank, "split rank %d, expected %d", rank, expectedRank);
+  checkSum(sub, gRank, sum, "AllReduce on the split communicator");
+  // A split of the split, with a config (blocking, named), then destroyed; the split itself is aborted.
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 1;
+  config.commName = "nccl-abi-test-subsplit";
+  ncclComm_t subsub = nullptr;
+  NCCL_OK(ncclCommSplit(sub, 0, rank, &subsub, &config));
+  checkSum(subsub, 1, count, "AllReduce on the split of the split");
+  NCCL_OK(ncclCommDestroy(subsub));
+  NCCL_OK(ncclCommAbort(sub));
+}
+
+// Communicators of 2 ranks made and driven by this one thread: inits and splits inside a group, InitAll,
+// InitRankScalable and a non-blocking config.
+void testSingleThreadComms() {
+  auto groupSum = [](ncclComm_t* comms, int n, const char* what) {
+    std::vector<int32_t> v(static_cast<size_t>(n));
+    NCCL_OK(ncclGroupStart());
+    for (int i = 0; i < n; ++i) {
+      int rank = -1;
+      NCCL_OK(ncclCommUserRank(comms[i], &rank));
+      v[static_cast<size_t>(i)] = rank + 1;
+      NCCL_OK(ncclAllReduce(&v[static_cast<size_t>(i)], &v[static_cast<size_t>(i)], 1, ncclInt32, ncclSum, comms[i],
+                            nullptr));
+    }
+    NCCL_OK(ncclGroupEnd());
+    for (int i = 0; i < n; ++i) CHECK(v[static_cast<size_t>(i)] == n * (n + 1) / 2, "%s: sum %d", what, v[0]);
+  };
+
+  // ncclCommInitRank inside a group: both ranks from this thread.
+  ncclUniqueId id;
+  NCCL_OK(ncclGetUniqueId(&id));
+  ncclComm_t g[2] = {nullptr, nullptr};
+  NCCL_OK(ncclGroupStart());
+  NCCL_OK(ncclCommInitRank(&g[0], 2, id, 0));
+  NCCL_OK(ncclCommInitRank(&g[1], 2, id, 1));
+  NCCL_OK(ncclGroupEnd());
+  groupSum(g, 2, "grouped ncclCommInitRank");
+
+  // ncclCommSplit inside a group (deferred to its end), reversing the order.
+  ncclComm_t s[2] = {nullptr, nullptr};
+  NCCL_OK(ncclGroupStart());
+  NCCL_OK(ncclCommSplit(g[0], 5, 1, &s[0], nullptr));
+  NCCL_OK(ncclCommSplit(g[1], 5, 0, &s[1], nullptr));
+  NCCL_OK(ncclGroupEnd());
+  int r0 = -1, r1 = -1;
+  NCCL_OK(ncclCommUserRank(s[0], &r0));
+  NCCL_OK(ncclCommUserRank(s[1], &r1));
+  CHECK(r0 == 1 && r1 == 0, "grouped split ranks %d %d, expected 1 0", r0, r1);
+  groupSum(s, 2, "grouped ncclCommSplit");
+  for (ncclComm_t c : {s[0], s[1], g[0], g[1]}) NCCL_OK(ncclCommDestroy(c));
+
+  // ncclCommInitAll, with a devlist: each communicator reports its device.
+  ncclComm_t all[3] = {nullptr, nullptr, nullptr};
+  const int devlist[3] = {0, 1, 0};
+  NCCL_OK(ncclCommInitAll(all, 3, devlist));
+  for (int i = 0; i < 3; ++i) {
+    int dev = -1, rank = -1, count = -1;
+    NCCL_OK(ncclCommCuDevice(all[i], &dev));
+    NCCL_OK(ncclCommUserRank(all[i], &rank));
+    NCCL_OK(ncclCommCount(all[i], &count));
+    CHECK(dev == devlist[i] && rank == i && count == 3, "InitAll comm %d: device %d rank %d count %d", i, dev, rank,
+          count);
+  }
+  groupSum(all, 3, "ncclCommInitAll");
+  for (ncclComm_t c : all) NCCL_OK(ncclCommDestroy(c));
+
+  // ncclCommInitRankScalable with one id, inside a group.
+  NCCL_OK(ncclGetUniqueId(&id));
+  ncclComm_t sc[2] = {nullptr, nullptr};
+  NCCL_OK(ncclGroupStart());
+  NCCL_OK(ncclCommInitRankScalable(&sc[0], 2, 0, 1, &id, nullptr));
+  NCCL_OK(ncclCommInitRankScalable(&sc[1], 2, 1, 1, &id, nullptr));
+  NCCL_OK(ncclGroupEnd());
+  groupSum(sc, 2, "ncclCommInitRankScalable");
+  for (ncclComm_t c : sc) NCCL_OK(ncclCommDestroy(c));
+
+  // Non-blocking init: ncclInProgress (or ncclSuccess), then polled with ncclCommGetAsyncError.
+  NCCL_OK(ncclGetUniqueId(&id));
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  config.commName = "nccl-abi-test-nonblocking";
+  ncclComm_t nb[2] = {nullptr, nullptr};
+  for (int i = 0; i < 2; ++i) {
+    ncclResult_t r = ncclCommInitRankConfig(&nb[i], 2, id, i, &config);
+    CHECK(r == ncclInProgress || r == ncclSuccess, "non-blocking init returned %d: %s", static_cast<int>(r),
+          ncclGetLastError(nullptr));
+  }
+  for (int i = 0; i < 2; ++i) {
+    ncclResult_t state = ncclInProgress;
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (state == ncclInProgress && std::chrono::steady_clock::now() < deadline) {
+      NCCL_OK(ncclCommGetAsyncError(nb[i], &state));
+      if (state == ncclInProgress) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    CHECK(state == ncclSuccess, "non-blocking init %d ended in state %d", i, static_cast<int>(state));
+  }
+  groupSum(nb, 2, "non-blocking ncclCommInitRankConfig");
+  for (ncclComm_t c : nb) NCCL_OK(ncclCommDestroy(c));
+}
+
+// ---- API facts and errors ------------------------------------------------------------------------------------------
+void testErrors(ncclComm_t comm) {
+  // Version: the nccl.h this program was built with.
+  int version = 0;
+  NCCL_OK(ncclGetVersion(&version));
+  CHECK(version == NCCL_VERSION_CODE, "ncclGetVersion gave %d, expected %d", version, NCCL_VERSION_CODE);
+  CHECK(version >= NCCL_VERSION(2, 28, 0), "ncclGetVersion gave %d", version);
+
+  // Every result code has a string; an unknown one too.
+  for (int r = 0; r < static_cast<int>(ncclNumResults); ++r) {
+    const char* s = ncclGetErrorString(static_cast<ncclResult_t>(r));
+    CHECK(s && *s, "ncclGetErrorString(%d) is empty", r);
+  }
+  CHECK(std::strlen(ncclGetErrorString(static_cast<ncclResult_t>(99))) > 0, "ncclGetErrorString(99) is empty");
+
+  int32_t buf[4] = {1, 2, 3, 4};
+  auto lastErrorHas = [&](const char* word, const char* what) {
+    const char* e = ncclGetLastError(comm);
+    CHECK(e && std::strstr(e, word), "%s: ncclGetLastError(comm) is '%s', expected it to mention '%s'", what,
+          e ? e : "(null)", word);
+    const char* t = ncclGetLastError(nullptr);
+    CHECK(t && *t, "%s: ncclGetLastError(NULL) is empty", what);
+  };
+  ncclResult_t r = ncclAllReduce(buf, buf, 4, static_cast<ncclDataType_t>(42), ncclSum, comm, nullptr);
+  CHECK(r == ncclInvalidArgument, "bad datatype gave %d", static_cast<int>(r));
+  lastErrorHas("datatype", "bad datatype");
+  r = ncclAllReduce(buf, buf, 4, ncclFloat8e4m3, ncclSum, comm, nullptr);
+  CHECK(r == ncclInvalidArgument, "fp8 datatype gave %d", static_cast<int>(r));
+  lastErrorHas("fp8", "fp8 datatype");
+  r = ncclBroadcast(buf, buf, 4, ncclFloat8e5m2, 0, comm, nullptr);
+  CHECK(r == ncclInvalidArgument, "fp8 broadcast gave %d", static_cast<int>(r));
+  r = ncclAllReduce(buf, buf, 4, ncclInt32, static_cast<ncclRedOp_t>(ncclNumOps), comm, nullptr);
+  CHECK(r == ncclInvalidArgument, "custom op gave %d", static_cast<int>(r));
+  lastErrorHas("custom", "custom op");
+  r = ncclAllReduce(buf, buf, 4, ncclInt32, static_cast<ncclRedOp_t>(-3), comm, nullptr);
+  CHECK(r == ncclInvalidArgument, "negative op gave %d", static_cast<int>(r));
+  r = ncclBroadcast(buf, buf, 4, ncclInt32, gSize, comm, nullptr);  // root out of range: collie's own check
+  CHECK(r == ncclInvalidArgument, "root out of range gave %d", static_cast<int>(r));
+  lastErrorHas("root", "root out of range");
+  r = ncclAllReduce(buf, buf, 4, ncclInt32, ncclSum, nullptr, nullptr);
+  CHECK(r == ncclInvalidArgument, "NULL comm gave %d", static_cast<int>(r));
+  CHECK(*ncclGetLastError(nullptr), "NULL comm: no message");
+
+  // Unsupported functions say so.
+  r = ncclCommRevoke(comm, NCCL_REVOKE_DEFAULT);
+  CHECK(r == ncclInvalidUsage, "ncclCommRevoke gave %d", static_cast<int>(r));
+  lastErrorHas("not supported", "ncclCommRevoke");
+  ncclRedOp_t custom;
+  float scalar = 2.0f;
+  r = ncclRedOpCreatePreMulSum(&custom, &scalar, ncclFloat32, ncclScalarHostImmediate, comm);
+  CHECK(r == ncclInvalidUsage, "ncclRedOpCreatePreMulSum gave %d", static_cast<int>(r));
+  ncclComm_t shrunk = reinterpret_cast<ncclComm_t>(&buf);
+  int exclude = 0;
+  r = ncclCommShrink(comm, &exclude, 1, &shrunk, nullptr, NCCL_SHRINK_DEFAULT);
+  CHECK(r == ncclInvalidUsage && shrunk == nullptr, "ncclCommShrink gave %d", static_cast<int>(r));
+  ncclWindow_t win;
+  r = ncclCommWindowRegister(comm, buf, sizeof(buf), &win, NCCL_WIN_DEFAULT);
+  CHECK(r == ncclInvalidUsage, "ncclCommWindowRegister gave %d", static_cast<int>(r));
+  ncclSimInfo_t sim = NCCL_SIM_INFO_INITIALIZER;
+  NCCL_OK(ncclGroupStart());
+  r = ncclGroupSimulateEnd(&sim);
+  CHECK(r == ncclInvalidUsage, "ncclGroupSimulateEnd gave %d", static_cast<int>(r));
+  NCCL_OK(ncclGroupEnd());  // the group is still open
+  r = ncclGroupEnd();
+  CHECK(r == ncclInvalidUsage, "ncclGroupEnd without a group gave %d", static_cast<int>(r));
+
+  // Configs are checked as NCCL checks them.
+  ncclUniqueId id;
+  std::memset(&id, 0, sizeof(id));
+  ncclComm_t bad = nullptr;
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.magic = 0;
+  r = ncclCommInitRankConfig(&bad, 2, id, 0, &config);
+  CHECK(r == ncclInvalidArgument && bad == nullptr, "uninitialised config gave %d", static_cast<int>(r));
+  config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 7;
+  r = ncclCommInitRankConfig(&bad, 2, id, 0, &config);
+  CHECK(r == ncclInvalidArgument, "config->blocking=7 gave %d", static_cast<int>(r));
+  r = ncclCommInitRank(&bad, 2, id, 2);
+  CHECK(r == ncclInvalidArgument, "rank 2 of 2 gave %d", static_cast<int>(r));
+
+  // The communicator still works after all of that.
+  checkSum(comm, gRank, gSize * (gSize - 1) / 2, "AllReduce after the failed calls");
+}
+
+void testMisc(ncclComm_t comm) {
+  int count = -1, rank = -1;
+  NCCL_OK(ncclCommCount(comm, &count));
+  NCCL_OK(ncclCommUserRank(comm, &rank));
+  CHECK(count == gSize && rank == gRank, "count %d rank %d, expected %d %d", count, rank, gSize, gRank);
+
+  // No CUDA in this process: a host-only communicator has no device (and says why).
+  void* driver = dlopen("libcuda.so.1", RTLD_NOLOAD | RTLD_LAZY);
+  int dev = -1;
+  ncclResult_t r = ncclCommCuDevice(comm, &dev);
+  if (driver) {
+    CHECK(r == ncclSuccess && dev >= 0, "ncclCommCuDevice gave %d, device %d", static_cast<int>(r), dev);
+    dlclose(driver);
+  } else {
+    CHECK(r == ncclInvalidUsage && *ncclGetLastError(comm), "ncclCommCuDevice without CUDA gave %d",
+          static_cast<int>(r));
+  }
+
+  // Registration: a handle, given back once.
+  int32_t data[16] = {};
+  void* handle = nullptr;
+  NCCL_OK(ncclCommRegister(comm, data, sizeof(data), &handle));
+  CHECK(handle != nullptr, "ncclCommRegister gave no handle");
+  NCCL_OK(ncclCommDeregister(comm, handle));
+  r = ncclCommDeregister(comm, handle);
+  CHECK(r == ncclInvalidArgument, "second ncclCommDeregister gave %d", static_cast<int>(r));
+  void* leftover = nullptr;
+  NCCL_OK(ncclCommRegister(comm, data, sizeof(data), &leftover));  // freed by ncclCommDestroy
+
+  // ncclMemAlloc: host memory here (no CUDA), usable as a buffer.
+  void* mem = nullptr;
+  NCCL_OK(ncclMemAlloc(&mem, 3 * sizeof(int32_t)));
+  CHECK(mem != nullptr, "ncclMemAlloc gave NULL");
+  if (mem && !driver) {
+    int32_t* v = static_cast<int32_t*>(mem);
+    v[0] = v[1] = v[2] = gRank;
+    NCCL_OK(ncclAllReduce(v, v, 3, ncclInt32, ncclMax, comm, nullptr));
+    CHECK(v[0] == gSize - 1 && v[2] == gSize - 1, "AllReduce on ncclMemAlloc memory gave %d", v[0]);
+  }
+  NCCL_OK(ncclMemFree(mem));
+  int local = 0;
+  r = ncclMemFree(&local);
+  CHECK(r != ncclSuccess, "ncclMemFree of a stack address succeeded");
+  r = ncclMemAlloc(&mem, 0);
+  CHECK(r == ncclInvalidArgument, "ncclMemAlloc of 0 bytes gave %d", static_cast<int>(r));
+
+  ncclResult_t async = ncclInternalError;
+  NCCL_OK(ncclCommGetAsyncError(comm, &async));
+  CHECK(async == ncclSuccess, "ncclCommGetAsyncError reports %d", static_cast<int>(async));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: collierun -n N %s ID_PATH\n", argv[0]);
+    return 2;
+  }
+  if (const char* r = std::getenv("COLLIE_RANK")) gRank = std::atoi(r);
+  if (const char* n = std::getenv("COLLIE_NRANKS")) gSize = std::atoi(n);
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+
+  const std::string path = idFile(argv[1]);
+  ncclUniqueId id = shareId(path);
+  ncclComm_t comm = nullptr;
+  NCCL_OK(ncclCommInitRank(&comm, gSize, id, gRank));
+  if (gRank == 0) std::remove(path.c_str());  // every rank has read it: they all joined
+
+  auto timed = [](const char* name, auto&& f) {
+    auto t0 = std::chrono::steady_clock::now();
+    long before = gFailures;
+    f();
+    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    if (gRank == 0) std::printf("%-18s %s (%.0f ms)\n", name, gFailures == before ? "ok" : "FAILED", ms);
+  };
+  timed("AllReduce", [&] { testAllReduce(comm); });
+  timed("Reduce", [&] { testReduce(comm); });
+  timed("Broadcast/Bcast", [&] { testBroadcast(comm); });
+  timed("AllGather", [&] { testAllGather(comm); });
+  timed("ReduceScatter", [&] { testReduceScatter(comm); });
+  timed("AlltoAll", [&] { testAlltoAll(comm); });
+  timed("Gather/Scatter", [&] { testGatherScatter(comm); });
+  timed("Send/Recv", [&] { testSendRecv(comm); });
+  timed("CommSplit", [&] { testSplit(comm); });
+  timed("errors", [&] { testErrors(comm); });
+  timed("misc", [&] { testMisc(comm); });
+  timed("single-thread", [&] { testSingleThreadComms(); });
+
+  NCCL_OK(ncclCommFinalize(comm));
+  int32_t v = 1;
+  ncclResult_t r = ncclAllReduce(&v, &v, 1, ncclInt32, ncclSum, comm, nullptr);
+  CHECK(r == ncclInvalidUsage, "AllReduce after ncclCommFinalize gave %d", static_cast<int>(r));
+  NCCL_OK(ncclCommDestroy(comm));
+
+  std::printf("rank %d of %d: %ld checks, %ld failed\n", gRank, gSize, gChecks, gFailures);
+  return gFailures == 0 ? 0 : 1;
+}
