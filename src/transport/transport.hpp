@@ -7,8 +7,12 @@
 // wakes on any fd a transport registered (or on an explicit wake-up). Errors are thrown as collie::Error
 // naming the peer rank and the cause (RemoteError when the peer went away).
 //
-// For each peer pair, the first transport in the communicator's list whose canConnect() is true wins; both
-// sides decide from the same PeerInfo table, so they agree.
+// For each peer pair, the first transport in the communicator's list whose canConnect() is true wins
+// (chooseTransport); both sides decide from the same PeerInfo table, so they agree.
+//
+// PeerInfo holds what identifies a rank's host (hostHash, hostName, netNs) and one opaque address per transport
+// (PeerInfo::addresses): each transport encodes and decodes its own, so a new transport adds no field here. All
+// transports shake hands the same way (transport/handshake.hpp).
 #pragma once
 
 #include <sys/socket.h>
@@ -30,16 +34,35 @@ using Clock = std::chrono::steady_clock;
 
 enum class MemoryKind : uint8_t { Host = 0, Device = 1 };
 
+/// Which transport an address (and a handshake message) belongs to. Values travel between ranks: never reuse one.
+enum class TransportKind : uint16_t { None = 0, Tcp = 1, Shm = 2 };
+
+/// One transport's address in a PeerInfo: opaque bytes that only that transport reads.
+struct TransportAddress {
+  static constexpr size_t kBytes = 60;
+  uint16_t kind = 0;    ///< a TransportKind; 0: an empty slot
+  uint16_t length = 0;  ///< bytes used
+  uint8_t bytes[kBytes] = {0};
+};
+
 /// What every rank publishes about itself at bootstrap (fixed size, so tables can be all-gathered).
 struct PeerInfo {
+  static constexpr int kMaxAddresses = 4;
   int32_t rank = -1;
   int32_t pid = 0;
-  uint64_t hostHash = 0;                 ///< same value for ranks on the same host
-  sockaddr_storage tcpAddr{};            ///< where this rank's TCP transport listens
+  uint64_t hostHash = 0;  ///< same value for ranks on the same host
   char hostName[64] = {0};
-  uint64_t netNs = 0;                    ///< inode of /proc/self/ns/net (abstract unix sockets are per namespace)
-  char shmAddr[48] = {0};                ///< abstract unix socket of this rank's shm transport; empty: no shm
+  uint64_t netNs = 0;  ///< this process's network namespace (0: unknown); see networkNamespaceId()
+  TransportAddress addresses[kMaxAddresses];  ///< one per listening transport, in no particular order
+
+  /// The address `kind` published, or nullptr when it did not.
+  const TransportAddress* address(TransportKind kind) const;
+  /// Publishes (or replaces) the address of `kind`; fails with InternalError when it is too long or no slot is free.
+  void setAddress(TransportKind kind, const void* bytes, size_t length);
 };
+
+/// An id of this process's network namespace (the inode of /proc/self/ns/net and its device), 0 if unknown.
+uint64_t networkNamespaceId();
 
 /// One posted send or receive. The executor owns it and keeps it alive (and unmoved) until complete.
 struct Transfer {
@@ -53,10 +76,10 @@ struct Transfer {
 struct CommContext {
   int rank = 0;
   int nranks = 0;
-  std::vector<PeerInfo> peers;   ///< indexed by rank
-  uint8_t secret[16] = {0};       ///< a connection that cannot show it is refused
-  std::string name;               ///< for messages
-  std::chrono::milliseconds timeout{0};
+  std::vector<PeerInfo> peers;           ///< indexed by rank
+  uint8_t secret[16] = {0};              ///< a connection that cannot show it is refused
+  std::string name;                      ///< for messages
+  std::chrono::milliseconds timeout{0};  ///< 0: COLLIE_TIMEOUT
   base::Poller* poller = nullptr;
 };
 
@@ -79,6 +102,7 @@ class Transport {
  public:
   virtual ~Transport() = default;
   virtual const char* name() const = 0;
+  virtual TransportKind kind() const = 0;
   /// Called before bootstrap: start listening and publish the address in `self`.
   virtual void listen(PeerInfo& self) = 0;
   /// Whether this transport can link the two ranks (same answer on both sides).
@@ -86,7 +110,15 @@ class Transport {
   /// Collective over `peers` (every listed peer calls this with this rank in its list). Returns one
   /// Connection per peer, in the order of `peers`. Fails within ctx.timeout if a peer never shows.
   virtual std::vector<std::unique_ptr<Connection>> connect(const CommContext& ctx, const std::vector<int>& peers) = 0;
+  /// How many verified hellos arrived while they were not expected yet and were kept for a later connect()
+  /// (observable so that tests can check that path ran).
+  virtual uint64_t stashedHellos() const { return 0; }
 };
+
+/// The transport that links `local` and `peer`: the first of `transports` whose canConnect() is true (both sides
+/// decide from the same PeerInfo table, so they agree), or nullptr when none can.
+Transport* chooseTransport(const std::vector<std::unique_ptr<Transport>>& transports, const PeerInfo& local,
+                           const PeerInfo& peer);
 
 /// A connection of a rank to itself (sends are copied into the matching receives).
 std::unique_ptr<Connection> makeSelfConnection(int rank);

@@ -1,8 +1,8 @@
-// Helpers shared by the transport-level tests (tests/threaded/test_*_transport.cpp): ranks as threads, a
-// progress loop that sleeps in the poller only after a pass that moved nothing (so a lost wake-up shows as a
-// stall), and an all-to-all exchange of patterned messages checked byte by byte. Each test file keeps its own
-// Rank and Cluster (the transport's setup differs); these templates need `conns`, `poller` and `longSleeps` on a
-// rank and `ranks` (unique_ptrs) on a cluster.
+// Helpers shared by the transport-level tests (tests/conformance/, tests/threaded/test_*_transport.cpp): ranks
+// as threads, each with its own transport, Poller and CommContext built the way the communicator builds them
+// (Cluster), a progress loop that sleeps in the poller only after a pass that moved nothing (so a lost wake-up
+// shows as a stall), and an all-to-all exchange of patterned messages checked byte by byte. The templates need
+// `conns`, `poller` and `longSleeps` on a rank and `ranks` (unique_ptrs) on a cluster.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -11,11 +11,13 @@
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <stdexcept>
 #include <thread>
 #include <vector>
 
+#include "base/poller.hpp"
 #include "transport/transport.hpp"
 
 namespace collie::testing {
@@ -38,6 +40,63 @@ inline void runRanks(int n, const std::function<void(int)>& fn) {
   for (auto& t : threads) t.join();
   if (first) std::rethrow_exception(first);
 }
+
+/// One rank of a Cluster.
+struct TransportRank {
+  base::Poller poller;  // first: outlives the transport and the connections
+  std::unique_ptr<transport::Transport> transport;
+  transport::CommContext ctx;
+  std::vector<std::unique_ptr<transport::Connection>> conns;  ///< indexed by peer rank (null for self)
+  int longSleeps = 0;                                         ///< waits that ran into their (long) timeout
+};
+
+/// n ranks (threads of this process) of one transport kind, listening, with a shared secret and PeerInfo table
+/// (all on one host); connectAll() links every pair.
+struct Cluster {
+  using Factory = std::function<std::unique_ptr<transport::Transport>()>;
+  std::vector<std::unique_ptr<TransportRank>> ranks;
+
+  explicit Cluster(int n, const Factory& make, std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
+    std::vector<transport::PeerInfo> infos(static_cast<size_t>(n));
+    for (int r = 0; r < n; ++r) {
+      auto rank = std::make_unique<TransportRank>();
+      rank->transport = make();
+      infos[r].rank = r;
+      infos[r].hostHash = 42;
+      rank->transport->listen(infos[r]);
+      ranks.push_back(std::move(rank));
+    }
+    for (int r = 0; r < n; ++r) {
+      transport::CommContext& ctx = ranks[r]->ctx;
+      ctx.rank = r;
+      ctx.nranks = n;
+      ctx.peers = infos;
+      for (int i = 0; i < 16; ++i) ctx.secret[i] = static_cast<uint8_t>(0xA0 + i);
+      ctx.name = "test";
+      ctx.timeout = timeout;
+      ctx.poller = &ranks[r]->poller;
+    }
+  }
+
+  /// Every rank connects to every other rank (and itself, which gives a self connection that is dropped).
+  void connectAll() {
+    runRanks(static_cast<int>(ranks.size()), [&](int r) { connectRank(r); });
+  }
+  void connectRank(int r) {
+    int n = static_cast<int>(ranks.size());
+    std::vector<int> peers;
+    for (int p = 0; p < n; ++p) peers.push_back(p);
+    connectTo(r, peers);
+  }
+  /// Rank r connects to `peers` (one connect() call); the connections land in conns[peer].
+  void connectTo(int r, const std::vector<int>& peers) {
+    TransportRank& rank = *ranks[r];
+    auto conns = rank.transport->connect(rank.ctx, peers);
+    rank.conns.resize(ranks.size());
+    for (size_t i = 0; i < peers.size(); ++i)
+      if (peers[i] != r) rank.conns[peers[i]] = std::move(conns[i]);
+  }
+};
 
 /// Byte i of message `msg` from rank `from` to rank `to`.
 inline uint8_t pattern(int from, int to, int msg, size_t i) {

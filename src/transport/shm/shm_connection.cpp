@@ -12,12 +12,15 @@
 // Every slot carries the message number and size, which the receiver checks against what it posted.
 //
 // Waking. The executor polls progress() for a while, then sleeps in Poller::wait (epoll), which first asks
-// ShmWaker::prepareToSleep(). That stores 1 in this rank's RankControl::sleeping, issues a full fence, and
-// re-checks every ring (wouldMove). A peer, after publishing a slot or advancing a head, issues a full fence and
-// loads the sleeping flag of the rank on the other end; if it is set, it clears it and writes the rank's poller
-// eventfd (a duplicate received at connect time), which is in the rank's epoll set. Store-fence-load on both
-// sides: the sleeper sees the data, or the peer sees the flag, so no wake-up is lost, and a peer never makes a
-// syscall while the other side is awake. One epoll set thus waits for tcp sockets and shm peers alike.
+// ShmWaker::prepareToSleep(). That sets this rank's RankControl::sleeping to 1 and re-checks every ring
+// (wouldMove). A peer, after publishing a slot (release store of its seq) or advancing a head (release store),
+// exchanges the sleeping flag of the rank on the other end with 0; if it was set, it writes the rank's poller
+// eventfd (a duplicate received at connect time), which is in the rank's epoll set. Every write of the flag, by
+// either side, is a read-modify-write (acq_rel), so the flag's modification order is one release sequence: if
+// the peer's exchange comes first, the sleeper's exchange reads from it and synchronises with it, so its re-check
+// sees the data; if the sleeper's comes first, the peer reads 1 and wakes it. No wake-up is lost, a peer never
+// makes a syscall while the other side is awake, and no fence is needed, so ThreadSanitizer checks all of it.
+// One epoll set thus waits for tcp sockets and shm peers alike.
 //
 // Failure. The peer's closed flags (set by its close()) are read when progress() is idle and busy; its
 // handshake socket, kept open and in the epoll set, tells (EOF/HUP) when the peer process died, which wakes a
@@ -63,18 +66,19 @@ void ShmWaker::remove(ShmConnection* c) {
 }
 
 bool ShmWaker::prepareToSleep() {
-  control()->sleeping.store(1, std::memory_order_seq_cst);
-  std::atomic_thread_fence(std::memory_order_seq_cst);
+  // Read-modify-writes only (see the top of this file): a plain store would end the release sequence of a
+  // peer's exchange and let this re-check miss what the peer published before it.
+  control()->sleeping.exchange(1, std::memory_order_acq_rel);
   for (ShmConnection* c : conns_) {
     if (c->wouldMove()) {
-      control()->sleeping.store(0, std::memory_order_relaxed);
+      control()->sleeping.exchange(0, std::memory_order_acq_rel);
       return false;
     }
   }
   return true;
 }
 
-void ShmWaker::finishSleep() { control()->sleeping.store(0, std::memory_order_relaxed); }
+void ShmWaker::finishSleep() { control()->sleeping.exchange(0, std::memory_order_acq_rel); }
 
 // ---- ShmConnection ---------------------------------------------------------------------------------------------
 
@@ -288,12 +292,10 @@ void ShmConnection::readPeer(void* dst, uint64_t addr, size_t bytes) {
 }
 
 void ShmConnection::wakePeer() {
-  // Pairs with ShmWaker::prepareToSleep on the peer: our slot/head stores above, then the fence, then the
-  // flag load; the peer stores the flag, fences, then loads our slots/head.
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  std::atomic<uint32_t>& flag = peerCtl_->sleeping;
-  if (flag.load(std::memory_order_relaxed) != 0 && flag.exchange(0, std::memory_order_acq_rel) != 0 &&
-      link_.peerWake.get() >= 0) {
+  // Pairs with ShmWaker::prepareToSleep on the peer: our release stores of slots/head above, then this
+  // exchange (release: it carries them to a sleeper whose exchange reads from it; acquire: it sees the flag the
+  // sleeper set before its re-check). An RMW even when the flag is 0, for the release sequence.
+  if (peerCtl_->sleeping.exchange(0, std::memory_order_acq_rel) != 0 && link_.peerWake.get() >= 0) {
     uint64_t one = 1;
     ssize_t rc = ::write(link_.peerWake.get(), &one, sizeof(one));
     (void)rc;  // EAGAIN: a wake-up is pending already

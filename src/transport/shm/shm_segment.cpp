@@ -182,16 +182,6 @@ void Segment::reset() {
   bytes_ = 0;
 }
 
-UniqueFd& UniqueFd::operator=(UniqueFd&& o) noexcept {
-  if (this != &o) reset(o.release());
-  return *this;
-}
-
-void UniqueFd::reset(int fd) {
-  if (fd_ >= 0) ::close(fd_);
-  fd_ = fd;
-}
-
 Backing parseBacking(const std::string& text) {
   if (text.empty() || text == "memfd") return Backing::Memfd;
   if (text == "devshm") return Backing::DevShm;

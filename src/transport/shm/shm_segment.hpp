@@ -28,6 +28,8 @@
 #include <cstdint>
 #include <string>
 
+#include "transport/handshake.hpp"
+
 namespace collie::transport::shm {
 
 constexpr uint32_t kRingMagic = 0x434c5352;     // "CLSR"
@@ -136,29 +138,6 @@ class Segment {
  private:
   void* addr_ = nullptr;
   size_t bytes_ = 0;
-};
-
-/// An owned file descriptor. Move-only.
-class UniqueFd {
- public:
-  UniqueFd() = default;
-  explicit UniqueFd(int fd) : fd_(fd) {}
-  ~UniqueFd() { reset(); }
-  UniqueFd(UniqueFd&& o) noexcept : fd_(o.release()) {}
-  UniqueFd& operator=(UniqueFd&& o) noexcept;
-  UniqueFd(const UniqueFd&) = delete;
-  UniqueFd& operator=(const UniqueFd&) = delete;
-
-  int get() const { return fd_; }
-  int release() {
-    int fd = fd_;
-    fd_ = -1;
-    return fd;
-  }
-  void reset(int fd = -1);
-
- private:
-  int fd_ = -1;
 };
 
 enum class Backing { Memfd, DevShm };

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "transport/handshake.hpp"
 #include "transport/shm/shm_segment.hpp"
 #include "transport/transport.hpp"
 
@@ -36,23 +37,26 @@ class ShmTransport : public Transport {
   ShmTransport& operator=(const ShmTransport&) = delete;
 
   const char* name() const override { return "shm"; }
-  /// Listens on an abstract unix socket (nothing in the filesystem); publishes its name in self.shmAddr and
-  /// this process's network namespace in self.netNs.
+  TransportKind kind() const override { return TransportKind::Shm; }
+  /// Listens on an abstract unix socket (nothing in the filesystem); publishes its name as self's address of
+  /// kind Shm and this process's network namespace in self.netNs.
   void listen(PeerInfo& self) override;
   /// Both ranks listen on shm, run on the same host (hostHash) and share a network namespace.
   bool canConnect(const PeerInfo& local, const PeerInfo& peer) const override;
-  /// Higher ranks connect to lower ranks' sockets; each side sends a hello carrying ctx.secret and, over
+  /// The common handshake (transport/handshake.hpp); each side's hello carries, over
   /// SCM_RIGHTS, the fd of the ring it receives on, of its control line and of its poller's eventfd; then
   /// each says whether it can read the other's memory. Fails with Timeout naming the missing ranks when a
   /// peer does not show up within ctx.timeout.
   std::vector<std::unique_ptr<Connection>> connect(const CommContext& ctx, const std::vector<int>& peers) override;
+  uint64_t stashedHellos() const override { return stash_.kept(); }
+
+  /// The name (in the abstract unix namespace) of the socket `info`'s shm transport listens on; "" if none.
+  static std::string addressOf(const PeerInfo& info);
 
   uint32_t slots() const { return slots_; }
   uint32_t slotBytes() const { return slotBytes_; }
 
  private:
-  struct Stashed;
-
   ShmOptions options_;
   uint32_t slots_;
   uint32_t slotBytes_;
@@ -63,7 +67,7 @@ class ShmTransport : public Transport {
   Segment control_;  ///< this rank's RankControl (moved into the waker at the first connect)
   UniqueFd controlFd_;
   std::shared_ptr<ShmWaker> waker_;
-  std::vector<Stashed> stash_;
+  handshake::Stash stash_;  ///< early hellos, for a later connect()
 };
 
 }  // namespace collie::transport::shm

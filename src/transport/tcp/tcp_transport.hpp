@@ -10,6 +10,7 @@
 #include <memory>
 #include <vector>
 
+#include "transport/handshake.hpp"
 #include "transport/transport.hpp"
 
 namespace collie::transport::tcp {
@@ -31,29 +32,31 @@ class TcpTransport : public Transport {
   TcpTransport& operator=(const TcpTransport&) = delete;
 
   const char* name() const override { return "tcp"; }
-  /// Listens on options.bindAddr (default: base::defaultLocalAddress()), port 0; publishes it in self.tcpAddr.
+  TransportKind kind() const override { return TransportKind::Tcp; }
+  /// Listens on options.bindAddr (default: base::defaultLocalAddress()), port 0; publishes it in self's
+  /// address of kind Tcp.
   void listen(PeerInfo& self) override;
   /// Always true: TCP is the fallback transport.
   bool canConnect(const PeerInfo& local, const PeerInfo& peer) const override { return true; }
-  /// Higher ranks connect to lower ranks' listeners; both sides exchange a hello carrying ctx.secret on every
-  /// socket. Connections that cannot show the secret are logged and dropped. Fails with Timeout naming the
+  /// The common handshake (transport/handshake.hpp) on each of socketsPerPeer() sockets per peer.
+  /// Connections that cannot show the secret are logged and dropped. Fails with Timeout naming the
   /// missing ranks when a peer does not show up within ctx.timeout (COLLIE_TIMEOUT when zero).
   std::vector<std::unique_ptr<Connection>> connect(const CommContext& ctx, const std::vector<int>& peers) override;
+  uint64_t stashedHellos() const override { return stash_.kept(); }
+
+  /// Where `info` says its TCP transport listens (family AF_UNSPEC when it published no tcp address).
+  static sockaddr_storage addressOf(const PeerInfo& info);
 
   int socketsPerPeer() const { return nsock_; }
   int64_t stripeMinBytes() const { return stripeMin_; }
 
  private:
-  struct Stashed;
-
   TcpOptions options_;
   int nsock_;
   int64_t stripeMin_;
   int listenFd_ = -1;
   sockaddr_storage listenAddr_{};
-  /// Verified connections from ranks that were not in the peer list of the connect() running when they
-  /// arrived (a later connect() picks them up).
-  std::vector<Stashed> stash_;
+  handshake::Stash stash_;  ///< early hellos, for a later connect()
 };
 
 }  // namespace collie::transport::tcp

@@ -1,0 +1,188 @@
+// The handshake every transport runs in connect(ctx, peers): who dials whom, how a connection proves it belongs
+// to the communicator, how strangers are refused, and how long anyone waits.
+//
+//   - Every handshake message starts with a Header: magic, version, the transport's kind, the sender's rank,
+//     the rank it is for, a channel number (which of the pair's links; tcp: the socket index) and the
+//     communicator's secret, compared in constant time. The transport's own fields follow (fixed size per
+//     transport, Wire::messageBytes).
+//   - Of each pair, the higher rank dials the lower one (dials()) and speaks first.
+//   - Handshake::acceptHigher() accepts from the higher-ranked peers until each has all its channels: it reads
+//     every pending connection at once (a silent stranger delays nobody); a connection that closes, sends
+//     garbage or cannot show the secret is logged (WARN, NET) with where it came from and closed; a verified
+//     hello from a rank that is not in this call's peer list but may be in a later one goes into the
+//     transport's Stash, which the next call reads first.
+//   - Handshake::await() reads the answers on the links of this call, checking each like a hello.
+//   - Every wait ends at one deadline (ctx.timeout, COLLIE_TIMEOUT when zero) with a Timeout naming exactly
+//     the ranks still missing.
+// The transport keeps only its specifics: how it dials, how a message is read (Wire), what a hello carries
+// and what it does with it (tcp: sockets per peer and striping; shm: segments and fds over its unix socket).
+#pragma once
+
+#include <unistd.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "base/socket.hpp"
+#include "transport/transport.hpp"
+
+namespace collie::transport {
+
+/// An owned file descriptor. Move-only.
+class UniqueFd {
+ public:
+  UniqueFd() = default;
+  explicit UniqueFd(int fd) : fd_(fd) {}
+  ~UniqueFd() { reset(); }
+  UniqueFd(UniqueFd&& o) noexcept : fd_(o.release()) {}
+  UniqueFd& operator=(UniqueFd&& o) noexcept {
+    if (this != &o) reset(o.release());
+    return *this;
+  }
+  UniqueFd(const UniqueFd&) = delete;
+  UniqueFd& operator=(const UniqueFd&) = delete;
+
+  int get() const { return fd_; }
+  int release() {
+    int fd = fd_;
+    fd_ = -1;
+    return fd;
+  }
+  void reset(int fd = -1) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = fd;
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+namespace handshake {
+
+constexpr uint32_t kMagic = 0x434c4849;  // "CLHI"
+constexpr uint16_t kVersion = 2;
+
+/// The first bytes of every handshake message of every transport.
+struct Header {
+  uint32_t magic;
+  uint16_t version;
+  uint16_t kind;  ///< the sender's TransportKind
+  uint32_t type;  ///< the transport's own message type
+  int32_t fromRank;
+  int32_t toRank;
+  int32_t channel;  ///< which of the pair's links this is (0 when there is one)
+  uint8_t secret[16];
+};
+static_assert(sizeof(Header) == 40);
+
+/// Whether two secrets are equal, in time that does not depend on where they differ.
+bool secretsEqual(const uint8_t* a, const uint8_t* b, size_t bytes);
+/// Whether `me` dials `peer` (the higher rank dials; the lower one accepts).
+inline bool dials(int me, int peer) { return me > peer; }
+/// "1, 2, 5"
+std::string rankList(const std::vector<int>& ranks);
+/// Milliseconds left until `deadline`, for poll() (0 when past).
+int pollMs(base::Deadline deadline);
+
+/// A handshake connection: a socket and what has arrived of its current message.
+struct Link {
+  UniqueFd fd;
+  std::string from;           ///< where it came from, for messages
+  int peer = -1;              ///< the rank at the other end (dialled: expected; accepted: from its hello)
+  int channel = 0;            ///< dialled: expected
+  std::vector<uint8_t> buf;   ///< the message (Wire::messageBytes once a read started)
+  size_t got = 0;             ///< bytes of it read so far
+  std::vector<UniqueFd> fds;  ///< descriptors that came with it (unix sockets)
+  bool done = false;          ///< the transport expects nothing more on it during this handshake
+
+  const Header& header() const { return *reinterpret_cast<const Header*>(buf.data()); }
+  /// The message as the transport's struct (which starts with a Header).
+  template <typename M>
+  const M& as() const {
+    return *reinterpret_cast<const M*>(buf.data());
+  }
+  /// Makes ready for the next message (keeps fd, peer and channel).
+  void clearMessage() {
+    got = 0;
+    fds.clear();
+  }
+};
+
+/// How a transport's handshake messages travel.
+class Wire {
+ public:
+  virtual ~Wire() = default;
+  /// Size of every handshake message of this transport (at least sizeof(Header)).
+  virtual size_t messageBytes() const = 0;
+  /// Reads without blocking what has arrived of one message into link.buf (sized messageBytes), link.got and
+  /// link.fds. Returns 1 when the message is complete, 0 when more is to come, -1 on EOF, error or garbage.
+  virtual int read(Link& link) = 0;
+};
+
+/// Verified connections from ranks that were not in the peer list of the connect() running when they arrived
+/// (a later connect() picks them up). One per transport, which keeps it across connect() calls.
+class Stash {
+ public:
+  /// How many hellos were ever kept here.
+  uint64_t kept() const { return kept_.load(std::memory_order_relaxed); }
+
+ private:
+  friend class Handshake;
+  std::vector<Link> links_;
+  std::atomic<uint64_t> kept_{0};
+};
+
+/// One connect() call of one transport (see the top of this file).
+class Handshake {
+ public:
+  /// `channels`: links per peer pair (>= 1). Checks `peers` (in range, no duplicates; this rank may be listed).
+  Handshake(const char* transport, TransportKind kind, const CommContext& ctx, const std::vector<int>& peers,
+            int channels, Wire& wire);
+
+  int rank() const { return ctx_.rank; }
+  const CommContext& context() const { return ctx_; }
+  base::Deadline deadline() const { return deadline_; }
+  /// Peers of this call below this rank (it dials them) and above it (they dial it), ascending.
+  const std::vector<int>& lower() const { return lower_; }
+  const std::vector<int>& higher() const { return higher_; }
+  /// " in <comm>" or "", for messages.
+  std::string where() const;
+
+  /// Our header for a message of `type` to `to` on `channel`.
+  Header header(uint32_t type, int to, int channel) const;
+  /// Right magic, version, kind and secret, and addressed to this rank.
+  bool authentic(const Header& h) const;
+  /// Throws Timeout: "<transport> connect of rank R in C: timed out after T ms waiting for peer rank(s) X to Y".
+  [[noreturn]] void failTimeout(const std::vector<int>& missing, const char* toDoWhat) const;
+
+  /// Accepts from the higher-ranked peers on `listenFd` (non-blocking) until each has all its channels. Each
+  /// verified hello of this call goes to adopt(link) with link.peer and link.channel set from it; adopt takes
+  /// the link (moves from it) or throws. Hellos for a later call go into `stash`; strangers are logged and closed.
+  void acceptHigher(int listenFd, Stash& stash, const std::function<void(Link&)>& adopt);
+  /// Reads messages on `links` until each is done: every complete message is checked (authentic, from
+  /// link.peer, on link.channel) and handed to onMessage(link), which sets link.done when it expects no more.
+  /// EOF fails with RemoteError naming the peer; a wrong message with InternalError.
+  void await(const std::vector<Link*>& links, const std::function<void(Link&)>& onMessage);
+
+ private:
+  /// Reads a message on an accepted link: 1 adopted, stashed or refused (link consumed), 0 not complete yet.
+  int takeIncoming(Link& link, Stash& stash, const std::function<void(Link&)>& adopt);
+
+  const char* transport_;
+  TransportKind kind_;
+  const CommContext& ctx_;
+  Wire& wire_;
+  int channels_;
+  std::chrono::milliseconds timeout_;
+  base::Deadline deadline_;
+  std::vector<int> lower_, higher_;
+  std::vector<std::vector<bool>> adopted_;  ///< [rank][channel], higher peers only
+  std::vector<bool> inCall_;                ///< [rank]: listed in this call
+};
+
+}  // namespace handshake
+}  // namespace collie::transport

@@ -1,0 +1,47 @@
+// The transport-independent parts of transport.hpp: the opaque per-transport addresses of a PeerInfo, the
+// network namespace id, and the one rule that picks the transport of a peer pair.
+#include "transport/transport.hpp"
+
+#include <sys/stat.h>
+
+#include <cstring>
+
+#include "base/errors.hpp"
+
+namespace collie::transport {
+
+const TransportAddress* PeerInfo::address(TransportKind kind) const {
+  for (const TransportAddress& a : addresses)
+    if (a.kind == static_cast<uint16_t>(kind) && kind != TransportKind::None) return &a;
+  return nullptr;
+}
+
+void PeerInfo::setAddress(TransportKind kind, const void* bytes, size_t length) {
+  COLLIE_INTERNAL_CHECK(kind != TransportKind::None && length <= TransportAddress::kBytes,
+                        "address of transport kind %d: %zu bytes (at most %zu)", static_cast<int>(kind), length,
+                        TransportAddress::kBytes);
+  TransportAddress* slot = const_cast<TransportAddress*>(address(kind));
+  for (TransportAddress& a : addresses)
+    if (!slot && a.kind == 0) slot = &a;
+  COLLIE_INTERNAL_CHECK(slot != nullptr, "no free address slot for transport kind %d (%d in use)",
+                        static_cast<int>(kind), kMaxAddresses);
+  *slot = TransportAddress{};
+  slot->kind = static_cast<uint16_t>(kind);
+  slot->length = static_cast<uint16_t>(length);
+  if (length) std::memcpy(slot->bytes, bytes, length);
+}
+
+uint64_t networkNamespaceId() {
+  struct stat st {};
+  if (stat("/proc/self/ns/net", &st) != 0) return 0;  // unknown: peers that cannot tell either are assumed alike
+  return static_cast<uint64_t>(st.st_ino) ^ (static_cast<uint64_t>(st.st_dev) << 32);
+}
+
+Transport* chooseTransport(const std::vector<std::unique_ptr<Transport>>& transports, const PeerInfo& local,
+                           const PeerInfo& peer) {
+  for (const auto& t : transports)
+    if (t && t->canConnect(local, peer)) return t.get();
+  return nullptr;
+}
+
+}  // namespace collie::transport
