@@ -37,11 +37,17 @@ uint64_t networkNamespaceId() {
   return static_cast<uint64_t>(st.st_ino) ^ (static_cast<uint64_t>(st.st_dev) << 32);
 }
 
+int chooseTransportIndex(const std::vector<std::unique_ptr<Transport>>& transports, const PeerInfo& local,
+                         const PeerInfo& peer) {
+  for (size_t i = 0; i < transports.size(); ++i)
+    if (transports[i] && transports[i]->canConnect(local, peer)) return static_cast<int>(i);
+  return -1;
+}
+
 Transport* chooseTransport(const std::vector<std::unique_ptr<Transport>>& transports, const PeerInfo& local,
                            const PeerInfo& peer) {
-  for (const auto& t : transports)
-    if (t && t->canConnect(local, peer)) return t.get();
-  return nullptr;
+  int i = chooseTransportIndex(transports, local, peer);
+  return i < 0 ? nullptr : transports[static_cast<size_t>(i)].get();
 }
 
 }  // namespace collie::transport

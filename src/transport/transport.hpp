@@ -119,6 +119,9 @@ class Transport {
 /// decide from the same PeerInfo table, so they agree), or nullptr when none can.
 Transport* chooseTransport(const std::vector<std::unique_ptr<Transport>>& transports, const PeerInfo& local,
                            const PeerInfo& peer);
+/// The index in `transports` of chooseTransport's answer; -1 when none can.
+int chooseTransportIndex(const std::vector<std::unique_ptr<Transport>>& transports, const PeerInfo& local,
+                         const PeerInfo& peer);
 
 /// A connection of a rank to itself (sends are copied into the matching receives).
 std::unique_ptr<Connection> makeSelfConnection(int rank);
