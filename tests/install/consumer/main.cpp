@@ -1,6 +1,5 @@
 // The C++ API from an installed collie.
 #include <collie/collie.hpp>
-
 #include <cstdio>
 #include <thread>
 #include <vector>
