@@ -7,9 +7,14 @@
  *      ranks are summed (collieAllReduce) into the #wrong column;
  *   2. time: -w warmup calls, collieBarrier, -n timed calls (with -z 1, a barrier after each call, as nccl-tests
  *      does); the per-rank mean time per call is combined across ranks per -a (rank 0 / avg / min / max);
- *   3. algbw = size / time and busbw = algbw * the collective's bus factor, as nccl-tests computes them.
+ *   3. algbw = size / time and busbw = algbw * the collective's bus factor, as nccl-tests computes them. A call
+ *      that took under kMinTimedSeconds (1 us: less than any exchange between processes) is too short to time, and
+ *      a single rank's in-place call moves nothing: their algbw and busbw read N/A (JSON null), with a note under
+ *      the table, and stay out of the average (instead of bandwidths of thousands of GB/s).
  * Rank 0 prints the nccl-tests header, table and summary, and with -J writes the rows as JSON.
  * Exit code: 0 when every check passed, 1 when any element was wrong, 2 on a usage or collie error.
+ * Without a launcher's environment the tool runs ONE rank in this process (as nccl-tests does with -g 1), after a
+ * warning on stderr that says how to start N ranks.
  *
  * With -g 1 the buffers are device memory (perf_cuda.hpp: GPU local rank % device count, its own stream) and every
  * call is enqueued on that stream. The check fills page-locked host images exactly as above and copies them in;
@@ -375,8 +380,12 @@ int64_t CountWrong(const void* buf, const TypeInfo& t, const Collective& coll, c
 
 // ---- Driver ------------------------------------------------------------------------------------------------------
 
+// A call faster than this was not timed meaningfully (the clock and the loop dominate): no bandwidth for it.
+constexpr double kMinTimedSeconds = 1e-6;
+
 struct Result {
   bool valid = false;
+  bool timed = true;  // false: the call took under kMinTimedSeconds, algbw and busbw are N/A
   double us = 0, algbw = 0, busbw = 0;
   int64_t wrong = -1;  // -1: not checked
 };
@@ -498,6 +507,7 @@ class Runner {
   }
 
   const std::vector<Row>& rows() const { return rows_; }
+  int64_t untimed() const { return untimed_; }
   int64_t failedChecks() const { return failedChecks_; }
 
  private:
@@ -554,8 +564,10 @@ class Runner {
     }
     CombineTime(&sec);
     res.us = sec * 1e6;
-    res.algbw = sec > 0 ? static_cast<double>(bytes) / 1e9 / sec : 0;
+    res.timed = sec >= kMinTimedSeconds && !(nranks_ == 1 && inPlace);  // one rank in place: a no-op
+    res.algbw = res.timed ? static_cast<double>(bytes) / 1e9 / sec : 0;
     res.busbw = res.algbw * coll_.busFactor(nranks_);
+    if (!res.timed) ++untimed_;
     return res;
   }
 
@@ -597,6 +609,10 @@ class Runner {
     } else {
       std::snprintf(wrong, sizeof wrong, "%5lld", static_cast<long long>(r.wrong));
     }
+    if (!r.timed) {
+      std::printf("  %7s  %6s  %6s  %5s", time, "N/A", "N/A", wrong);
+      return;
+    }
     std::printf("  %7s  %6.2f  %6.2f  %5s", time, r.algbw, r.busbw, wrong);
   }
 
@@ -620,6 +636,7 @@ class Runner {
   collieStream_t stream_ = nullptr;
   std::vector<Row> rows_;
   int64_t failedChecks_ = 0;
+  int64_t untimed_ = 0;  // results whose call was too short to time
 };
 
 void PrintHeader(const Options& o, const std::vector<RankInfo>& ranks) {
@@ -648,7 +665,11 @@ void WriteResultJson(FILE* f, const Result& r) {
     std::fprintf(f, "null");
     return;
   }
-  std::fprintf(f, "{\"time_us\": %.3f, \"algbw\": %.4f, \"busbw\": %.4f, \"wrong\": ", r.us, r.algbw, r.busbw);
+  if (r.timed) {
+    std::fprintf(f, "{\"time_us\": %.3f, \"algbw\": %.4f, \"busbw\": %.4f, \"wrong\": ", r.us, r.algbw, r.busbw);
+  } else {  // too short to time: no bandwidth
+    std::fprintf(f, "{\"time_us\": %.3f, \"algbw\": null, \"busbw\": null, \"wrong\": ", r.us);
+  }
   if (r.wrong < 0) {
     std::fprintf(f, "null}");
   } else {
@@ -708,6 +729,11 @@ int RunPerf(int argc, char** argv, const Collective& coll) {
   if (launched) {
     PERF_CHECK(collieCommInitFromEnv(&g_comm, nullptr));
   } else {
+    std::fprintf(stderr,
+                 "%s: warning: no launcher environment (COLLIE_RANK, RANK, OMPI_COMM_WORLD_RANK or SLURM_PROCID): "
+                 "running ONE rank in this process, so nothing is communicated (busbw 0). For N ranks run: "
+                 "collierun -n N %s ...\n",
+                 g_prog, g_prog);
     PERF_CHECK(collieCommInitAll(&g_comm, 1, nullptr));
   }
   int nranks = 0;
@@ -779,14 +805,17 @@ int RunPerf(int argc, char** argv, const Collective& coll) {
   int bwCount = 0;
   for (const Row& r : runner.rows())
     for (const Result* res : {&r.oop, &r.ip})
-      if (res->valid) {
+      if (res->valid && res->timed) {
         bwSum += res->busbw;
         ++bwCount;
       }
   const double avgBusbw = bwCount ? bwSum / bwCount : 0;
   if (g_rank == 0) {
     std::printf("# Out of bounds values : %lld %s\n", static_cast<long long>(errors), errors ? "FAILED" : "OK");
-    std::printf("# Avg bus bandwidth    : %g \n", avgBusbw);
+    std::printf("# Avg bus bandwidth    : %g GB/s\n", avgBusbw);
+    if (runner.untimed() > 0)
+      std::printf("# N/A algbw/busbw: %s the call took under %.0f us, too short to time\n",
+                  nranks == 1 ? "one rank in place moves no data, or" : "", kMinTimedSeconds * 1e6);
     std::printf("#\n");
     std::printf("%s\n", collieGetLastError(nullptr));
     if (json) {

@@ -217,34 +217,69 @@ void usage(FILE* out, const char* prog) {
 
 int main(int argc, char** argv) {
   const char* prog = argc > 0 ? argv[0] : "collie-info";
+  // The transports whose costs the tuner knows (--transport); anything else would silently get tcp's defaults.
+  static const char* const kTransports[] = {"tcp", "shm"};
+  auto listTransports = [] {
+    std::string list;
+    for (const char* t : kTransports) list += (list.empty() ? "" : ", ") + std::string(t);
+    return list;
+  };
+  auto listOptions = [] {
+    std::string list = "--help, --nranks N, --transport T";
+    for (const Section& s : kSections) list += std::string(", ") + s.flag;
+    return list;
+  };
   std::vector<const Section*> chosen;
+  bool tunerArgs = false;
   for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
+    const std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
       usage(stdout, prog);
       return 0;
     }
-    if ((std::strcmp(argv[i], "--nranks") == 0 || std::strcmp(argv[i], "--transport") == 0) && i + 1 < argc) {
-      if (argv[i][2] == 'n') {
-        gTunerRanks = std::atoi(argv[++i]);
-        if (gTunerRanks < 1) {
-          std::fprintf(stderr, "%s: --nranks %s: expected a positive number\n", prog, argv[i]);
+    if (arg == "--nranks" || arg == "--transport") {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "%s: %s needs a value\n", prog, arg.c_str());
+        return 2;
+      }
+      const char* value = argv[++i];
+      tunerArgs = true;
+      if (arg == "--nranks") {
+        char* end = nullptr;
+        const long n = std::strtol(value, &end, 10);
+        if (end == value || *end != '\0' || n < 1 || n > (1 << 20)) {
+          std::fprintf(stderr, "%s: --nranks %s: expected a positive number\n", prog, value);
           return 2;
         }
+        gTunerRanks = static_cast<int>(n);
       } else {
-        gTunerTransport = argv[++i];
+        bool known = false;
+        for (const char* t : kTransports) known = known || std::strcmp(value, t) == 0;
+        if (!known) {
+          std::fprintf(stderr, "%s: unknown transport '%s' for --transport (valid: %s)\n", prog, value,
+                       listTransports().c_str());
+          return 2;
+        }
+        gTunerTransport = value;
       }
       continue;
     }
     const Section* match = nullptr;
     for (const Section& s : kSections) {
-      if (std::strcmp(argv[i], s.flag) == 0) match = &s;
+      if (arg == s.flag) match = &s;
     }
     if (match == nullptr) {
-      std::fprintf(stderr, "%s: unknown option '%s'\n\n", prog, argv[i]);
+      std::fprintf(stderr, "%s: unknown option '%s' (valid: %s)\n\n", prog, arg.c_str(), listOptions().c_str());
       usage(stderr, prog);
       return 2;
     }
     chosen.push_back(match);
+  }
+  if (tunerArgs && std::find_if(chosen.begin(), chosen.end(), [](const Section* s) {
+                     return std::strcmp(s->flag, "--tuner") == 0;
+                   }) == chosen.end()) {
+    std::fprintf(stderr, "%s: --nranks and --transport only apply to --tuner\n", prog);
+    return 2;
   }
   try {
     if (chosen.empty()) {

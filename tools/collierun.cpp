@@ -18,7 +18,10 @@
 //     period to reach EOF (a grandchild may still hold one open), then we stop reading.
 //  4. SIGINT/SIGTERM/SIGHUP are forwarded to the group; a second such signal sends SIGKILL. The first rank that
 //     exits non-zero or dies by a signal decides our exit code (its code, or 128+signal) and is named on stderr;
-//     the others then get SIGTERM and, 3 s later, SIGKILL. --timeout does the same and exits 124.
+//     the others then get SIGTERM and, 3 s later, SIGKILL. --timeout does the same and exits 124. A rank that
+//     dies by SIGKILL we did not send is named as possibly killed by the OOM killer.
+//  0. Before any of this, a warning (the job still runs) when the ranks far exceed the cores (more than 8 per
+//     online CPU) or when a rough memory estimate (kRankBytesEstimate per rank) exceeds MemAvailable.
 //
 // Stdin: rank 0 inherits ours unless it is a terminal (a background process group that reads the terminal is
 // stopped by SIGTTIN); the other ranks read /dev/null. Depends on nothing from libcollie.
@@ -37,6 +40,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -55,6 +59,8 @@ constexpr auto kKillGrace = std::chrono::seconds(3);          // SIGTERM -> SIGK
 constexpr auto kDrainGrace = std::chrono::milliseconds(200);  // children gone, pipes not yet at EOF
 constexpr size_t kMaxPartialLine = 64 * 1024;                 // a longer unterminated line is flushed as is
 constexpr int kUsageError = 2;
+constexpr long kRanksPerCoreWarn = 8;                 // more ranks per online CPU than this: warn
+constexpr uint64_t kRankBytesEstimate = 64ull << 20;  // a small collie rank's resident memory, roughly
 
 constexpr char kUsage[] =
     "Usage: collierun -n N [--timeout SECONDS] [--] prog [args...]\n"
@@ -62,6 +68,8 @@ constexpr char kUsage[] =
     "  -n N                number of ranks (1..4096)\n"
     "  --timeout SECONDS   kill the job and exit 124 if it runs longer\n"
     "  -h, --help          print this help\n"
+    "Warns when N exceeds 8 ranks per CPU core, or N times COLLIERUN_RANK_MEM_MB (default 64) exceeds the\n"
+    "available memory.\n"
     "Each rank gets COLLIE_RANK, COLLIE_NRANKS, COLLIE_LOCAL_RANK, COLLIE_LOCAL_SIZE, COLLIE_ROOT_ADDR,\n"
     "COLLIE_SECRET, RANK, WORLD_SIZE, LOCAL_RANK and LOCAL_WORLD_SIZE. Output lines are prefixed \"[rank] \".\n"
     "Exit code: 0 if all ranks succeed, else that of the first failing rank (128+signal if killed),\n"
@@ -97,6 +105,54 @@ void say(const std::string& msg) {
 std::string signalName(int sig) {
   const char* abbrev = sigabbrev_np(sig);
   return abbrev ? std::string("SIG") + abbrev : "signal " + std::to_string(sig);
+}
+
+/** The first number in a file (cgroup v2's memory.max holds "max" when unlimited: 0 then), or 0. */
+uint64_t readNumber(const char* path) {
+  unsigned long long v = 0;
+  if (FILE* f = std::fopen(path, "r")) {
+    if (std::fscanf(f, "%llu", &v) != 1) v = 0;
+    std::fclose(f);
+  }
+  return static_cast<uint64_t>(v);
+}
+
+/** MemAvailable from /proc/meminfo in bytes, lowered to what a cgroup v2 limit leaves; 0 when unknown. */
+uint64_t memAvailableBytes() {
+  FILE* f = std::fopen("/proc/meminfo", "r");
+  if (!f) return 0;
+  char line[256];
+  unsigned long long kb = 0;
+  while (std::fgets(line, sizeof line, f)) {
+    if (std::sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
+  }
+  std::fclose(f);
+  uint64_t avail = static_cast<uint64_t>(kb) * 1024;
+  const uint64_t max = readNumber("/sys/fs/cgroup/memory.max"), cur = readNumber("/sys/fs/cgroup/memory.current");
+  if (max > 0 && avail > 0) avail = std::min(avail, max > cur ? max - cur : 0);
+  return avail;
+}
+
+/** Warns (the job still runs) when nranks is far more than this machine is likely to carry. */
+void warnIfOversubscribed(int nranks) {
+  const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  if (cores > 0 && nranks > kRanksPerCoreWarn * cores) {
+    say("warning: " + std::to_string(nranks) + " ranks on " + std::to_string(cores) + " CPU core" +
+        (cores == 1 ? "" : "s") + " (more than " + std::to_string(kRanksPerCoreWarn) +
+        " per core): expect slow collectives and timeouts");
+  }
+  const uint64_t avail = memAvailableBytes();
+  uint64_t perRank = kRankBytesEstimate;  // COLLIERUN_RANK_MEM_MB: the program's own figure, when known
+  if (const char* mb = std::getenv("COLLIERUN_RANK_MEM_MB"); mb && *mb) {
+    const unsigned long long v = std::strtoull(mb, nullptr, 10);
+    if (v > 0) perRank = static_cast<uint64_t>(v) << 20;
+  }
+  const uint64_t need = static_cast<uint64_t>(nranks) * perRank;
+  if (avail > 0 && need > avail) {
+    say("warning: " + std::to_string(nranks) + " ranks may need about " + std::to_string(need >> 20) + " MiB (about " +
+        std::to_string(perRank >> 20) + " MiB each, COLLIERUN_RANK_MEM_MB) but only " + std::to_string(avail >> 20) +
+        " MiB is available (MemAvailable): the OOM killer may kill ranks");
+  }
 }
 
 struct Options {
@@ -404,7 +460,10 @@ class Job {
         bool failed = WIFSIGNALED(status) || (WIFEXITED(status) && WEXITSTATUS(status) != 0);
         if (failed && !failure_ && !timedOut_) {
           if (WIFSIGNALED(status)) {
-            say("rank " + std::to_string(r) + " killed by signal " + signalName(WTERMSIG(status)));
+            // Nobody here sent SIGKILL (terminating_ is false): the usual sender is the kernel's OOM killer.
+            const bool oom = WTERMSIG(status) == SIGKILL && !terminating_ && !interruptSignal_;
+            say("rank " + std::to_string(r) + " killed by signal " + signalName(WTERMSIG(status)) +
+                (oom ? ", possibly by the OOM killer (out of memory; see dmesg, or run fewer ranks)" : ""));
             failure_ = 128 + WTERMSIG(status);
           } else {
             say("rank " + std::to_string(r) + " exited with code " + std::to_string(WEXITSTATUS(status)));
@@ -512,5 +571,6 @@ int main(int argc, char** argv) {
     if (fcntl(fd, F_GETFD) < 0) open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY);
   }
   Options opt = parseArgs(argc, argv);
+  warnIfOversubscribed(opt.nranks);
   return Job(std::move(opt)).run();
 }

@@ -227,7 +227,35 @@ TEST_F(CollierunTest, RankKilledBySignalGives128PlusSignal) {
   Result r = collierun("-n 3 -- /bin/sh -c 'if [ $COLLIE_RANK = 2 ]; then kill -KILL $$; fi; sleep 30'");
   EXPECT_EQ(r.code, 128 + SIGKILL) << r.err;
   EXPECT_LT(r.seconds, 10);
-  EXPECT_NE(r.err.find("collierun: rank 2 killed by signal SIGKILL"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("collierun: rank 2 killed by signal SIGKILL, possibly by the OOM killer (out of memory"),
+            std::string::npos)
+      << r.err;
+}
+
+TEST_F(CollierunTest, WarnsWhenRanksFarExceedTheCores) {
+  const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  if (cores <= 0 || 8 * cores + 1 > 1024) GTEST_SKIP() << cores << " cores: too many ranks to start for this test";
+  const long n = 8 * cores + 1;
+  Result r = collierun("-n " + std::to_string(n) + " -- true");
+  EXPECT_EQ(r.code, 0) << r.err;  // a warning, not a refusal
+  EXPECT_NE(r.err.find("collierun: warning: " + std::to_string(n) + " ranks on " + std::to_string(cores) + " CPU core"),
+            std::string::npos)
+      << r.err;
+  // 8 per core is still fine.
+  Result ok = collierun("-n " + std::to_string(8 * cores) + " -- true");
+  EXPECT_EQ(ok.code, 0) << ok.err;
+  EXPECT_EQ(ok.err.find("ranks on"), std::string::npos) << ok.err;
+}
+
+TEST_F(CollierunTest, WarnsWhenTheMemoryEstimateExceedsMemAvailable) {
+  // 2 ranks of 2^40 MiB each exceed any machine's MemAvailable.
+  Result r = runShell("env -u COLLIE_ROOT_ADDR -u COLLIE_SECRET COLLIERUN_RANK_MEM_MB=1099511627776 " + bin_ +
+                      " -n 2 -- true");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("collierun: warning: 2 ranks may need about"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("(MemAvailable): the OOM killer may kill ranks"), std::string::npos) << r.err;
+  // The default estimate for 2 ranks (128 MiB) says nothing on any machine able to build collie.
+  EXPECT_EQ(collierun("-n 2 -- true").err, "");
 }
 
 TEST_F(CollierunTest, AllRanksSucceedGivesZero) {
@@ -283,6 +311,125 @@ TEST_F(CollierunTest, Help) {
     EXPECT_EQ(r.code, 0);
     EXPECT_NE(r.out.find("Usage: collierun -n N"), std::string::npos) << r.out;
   }
+}
+
+// ---- The examples (examples/allreduce_c.c, examples/allreduce_cpp.cpp) under collierun, and without it ----------
+
+std::string findExample(const std::string& name) {
+  if (const char* dir = std::getenv("COLLIE_BUILD_DIR")) {
+    std::string path = std::string(dir) + "/examples/" + name;
+    if (executable(path)) return path;
+  }
+  return "";
+}
+
+// Each of the 4 ranks prints "<name>: rank R of 4: ..." ending in "ok", once: one 4-rank job, not four 1-rank jobs.
+void expectFourRanksOk(const Result& r, const std::string& name) {
+  EXPECT_EQ(r.code, 0) << r.err;
+  std::multiset<std::string> seen;
+  for (const std::string& line : lines(r.out)) {
+    if (line.find(name + ": rank ") == std::string::npos) continue;
+    EXPECT_NE(line.find(" of 4: "), std::string::npos) << line;
+    EXPECT_EQ(line.substr(line.size() - 4), ": ok") << line;
+    seen.insert(line.substr(0, line.find(' ')));
+  }
+  EXPECT_EQ(seen, (std::multiset<std::string>{"[0]", "[1]", "[2]", "[3]"})) << r.out;
+}
+
+TEST_F(CollierunTest, ExampleCRunsOneFourRankJob) {
+  const std::string prog = findExample("allreduce_c");
+  if (prog.empty()) GTEST_SKIP() << "examples/allreduce_c is not built";
+  Result r = collierun("-n 4 --timeout 60 " + prog);
+  expectFourRanksOk(r, "allreduce_c");
+  EXPECT_NE(r.out.find("[1] allreduce_c: rank 1 of 4: sum 10 (expected 10): ok"), std::string::npos) << r.out;
+}
+
+TEST_F(CollierunTest, ExampleCppRunsOneFourRankJob) {
+  const std::string prog = findExample("allreduce_cpp");
+  if (prog.empty()) GTEST_SKIP() << "examples/allreduce_cpp is not built";
+  Result r = collierun("-n 4 --timeout 60 " + prog);
+  expectFourRanksOk(r, "allreduce_cpp");
+  EXPECT_NE(r.out.find("[3] allreduce_cpp: rank 3 of 4: sum 10, async sum 12: ok"), std::string::npos) << r.out;
+}
+
+TEST_F(CollierunTest, ExampleCWithoutALauncherSaysWhy) {
+  const std::string prog = findExample("allreduce_c");
+  if (prog.empty()) GTEST_SKIP() << "examples/allreduce_c is not built";
+  // No launcher's variables at all (those of collierun, torchrun, Open MPI and Slurm).
+  Result r = runShell(
+      "env -u COLLIE_RANK -u COLLIE_NRANKS -u COLLIE_ROOT_ADDR -u COLLIE_SECRET -u RANK -u WORLD_SIZE "
+      "-u OMPI_COMM_WORLD_RANK -u OMPI_COMM_WORLD_SIZE -u PMI_RANK -u PMI_SIZE -u SLURM_PROCID -u SLURM_NTASKS " +
+      prog);
+  EXPECT_NE(r.code, 0);
+  EXPECT_EQ(r.out, "");
+  EXPECT_NE(r.err.find("allreduce_c: collieCommInitFromEnv failed: "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("no launcher environment found"), std::string::npos) << r.err;
+}
+
+// ---- collie-info's arguments, and a *_perf tool run without a launcher --------------------------------------------
+
+std::string findBuilt(const std::string& rel) {
+  if (const char* dir = std::getenv("COLLIE_BUILD_DIR")) {
+    std::string path = std::string(dir) + "/" + rel;
+    if (executable(path)) return path;
+  }
+  return "";
+}
+
+TEST(CollieInfoArgs, RejectsUnknownTransportsAndOptionsWithTheValidOnes) {
+  const std::string info = findBuilt("tools/collie-info");
+  if (info.empty()) GTEST_SKIP() << "tools/collie-info is not built";
+  Result r = runShell(info + " --tuner --transport foo");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.out, "");
+  EXPECT_NE(r.err.find("unknown transport 'foo' for --transport (valid: tcp, shm)"), std::string::npos) << r.err;
+
+  r = runShell(info + " --bogus");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("unknown option '--bogus' (valid: "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--tuner"), std::string::npos) << r.err;
+
+  for (const char* args : {"--tuner --nranks 0", "--tuner --nranks 3x", "--tuner --transport", "--nranks 4"}) {
+    r = runShell(info + " " + args);
+    EXPECT_EQ(r.code, 2) << args << ": " << r.out;
+    EXPECT_FALSE(r.err.empty()) << args;
+  }
+
+  r = runShell(info + " --tuner --transport shm --nranks 4");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("Tuner for 4 ranks over shm"), std::string::npos) << r.out;
+}
+
+// all_reduce_perf without collierun: one rank after a warning that says how to run N, and no absurd bandwidth.
+TEST(PerfWithoutLauncher, WarnsAndPrintsNoAbsurdBandwidth) {
+  const std::string perf = findBuilt("perf/all_reduce_perf");
+  if (perf.empty()) GTEST_SKIP() << "perf/all_reduce_perf is not built";
+  Result r =
+      runShell("env -u COLLIE_RANK -u COLLIE_NRANKS -u RANK -u WORLD_SIZE -u OMPI_COMM_WORLD_RANK -u SLURM_PROCID " +
+               perf + " -b 8 -e 8M -f 32 -n 5 -w 1");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("warning: no launcher environment"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("running ONE rank"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("collierun -n N "), std::string::npos) << r.err;
+  int rows = 0;
+  for (const std::string& line : lines(r.out)) {
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream in(line);
+    std::vector<std::string> f;
+    for (std::string w; in >> w;) f.push_back(w);
+    ASSERT_GE(f.size(), 13u) << line;
+    ++rows;
+    // Columns 6-7 and 10-11: algbw and busbw out of place and in place; in place with one rank moves nothing.
+    EXPECT_EQ(f[10], "N/A") << line;
+    for (size_t c : {6u, 10u}) {
+      if (f[c] == "N/A") continue;
+      EXPECT_LT(std::stod(f[c]), 1000.0) << "absurd algbw in: " << line;  // a single host's memory copy
+      EXPECT_EQ(std::stod(f[c + 1]), 0.0) << line;                        // one rank: busbw 0
+    }
+  }
+  EXPECT_EQ(rows, 5) << r.out;  // 8 B, 256 B, 8 KiB, 256 KiB, 8 MiB
+  EXPECT_NE(r.out.find("# Avg bus bandwidth    : 0 GB/s"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("# N/A algbw/busbw: one rank in place moves no data"), std::string::npos) << r.out;
 }
 
 }  // namespace
