@@ -1,8 +1,12 @@
 #include "common/bodies.hpp"
 
 #include <gtest/gtest.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -76,6 +80,7 @@ void checkCase(Communicator& comm, Coll coll, DataType type, ReduceOp op, size_t
       send.fillInput(0, count, op, rank, 0);
       void* out = inPlace ? send.data() : recv.data();
       comm.allReduce(send.data(), out, count, type, op);
+      checkLastCall(comm, "allreduce");
       EXPECT_TRUE(matchesReduced(out, count, type, op, n, 0));
       if (!inPlace) EXPECT_TRUE(matchesInput(send.data(), count, type, op, rank, 0)) << "sendbuff was written";
       EXPECT_TRUE(send.guardsIntact());
@@ -87,6 +92,7 @@ void checkCase(Communicator& comm, Coll coll, DataType type, ReduceOp op, size_t
       if (!inPlace || rank == root) send.fillInput(0, count, op, rank, 0);  // in place: non-roots hold sentinels
       void* out = inPlace ? send.data() : recv.data();
       comm.broadcast(send.data(), out, count, type, root);
+      checkLastCall(comm, "broadcast");
       EXPECT_TRUE(matchesInput(out, count, type, op, root, 0));
       if (!inPlace) EXPECT_TRUE(matchesInput(send.data(), count, type, op, rank, 0)) << "sendbuff was written";
       EXPECT_TRUE(send.guardsIntact());
@@ -98,6 +104,7 @@ void checkCase(Communicator& comm, Coll coll, DataType type, ReduceOp op, size_t
       send.fillInput(0, count, op, rank, 0);
       void* out = inPlace ? send.data() : recv.data();
       comm.reduce(send.data(), out, count, type, op, root);
+      checkLastCall(comm, "reduce");
       if (rank == root) {
         EXPECT_TRUE(matchesReduced(out, count, type, op, n, 0));
       } else if (inPlace) {
@@ -121,6 +128,7 @@ void checkCase(Communicator& comm, Coll coll, DataType type, ReduceOp op, size_t
         in = send.data();
       }
       comm.allGather(in, recv.data(), count, type);
+      checkLastCall(comm, "allgather");
       for (int p = 0; p < n; ++p) {
         EXPECT_TRUE(matchesInput(recv.at(static_cast<size_t>(p) * count), count, type, op, p, 0)) << "block " << p;
       }
@@ -134,6 +142,7 @@ void checkCase(Communicator& comm, Coll coll, DataType type, ReduceOp op, size_t
       send.fillInput(0, nr * count, op, rank, 0);
       void* out = inPlace ? send.at(me * count) : recv.data();
       comm.reduceScatter(send.data(), out, count, type, op);
+      checkLastCall(comm, "reducescatter");
       EXPECT_TRUE(matchesReduced(out, count, type, op, n, me * count));
       for (int p = 0; p < n; ++p) {
         if (inPlace && p == rank) continue;
@@ -149,6 +158,7 @@ void checkCase(Communicator& comm, Coll coll, DataType type, ReduceOp op, size_t
       Buffer send(type, nr * count), recv(type, nr * count);
       send.fillInput(0, nr * count, op, rank, 0);  // block p, element j: input(rank, p*count + j)
       comm.allToAll(send.data(), recv.data(), count, type);
+      checkLastCall(comm, "alltoall");
       for (int p = 0; p < n; ++p) {
         EXPECT_TRUE(matchesInput(recv.at(static_cast<size_t>(p) * count), count, type, op, p, me * count))
             << "block " << p;
@@ -166,6 +176,7 @@ void checkCase(Communicator& comm, Coll coll, DataType type, ReduceOp op, size_t
         comm.send(send.data(), count, type, next);
         comm.recv(recv.data(), count, type, prev);
       });
+      checkLastCall(comm, "");
       EXPECT_TRUE(matchesInput(recv.data(), count, type, op, prev, 0)) << "from rank " << prev;
       EXPECT_TRUE(matchesInput(send.data(), count, type, op, rank, 0)) << "sendbuff was written";
       EXPECT_TRUE(send.guardsIntact());
@@ -232,6 +243,7 @@ void asyncBody(Communicator& comm) {
     Buffer send(DataType::Uint64, 5000), recv(DataType::Uint64, 5000);
     send.fillInput(0, 5000, ReduceOp::Sum, rank, 0);
     comm.allReduce(send.data(), recv.data(), 5000, DataType::Uint64, ReduceOp::Sum);
+    checkLastCall(comm, "allreduce");
     EXPECT_TRUE(matchesReduced(recv.data(), 5000, DataType::Uint64, ReduceOp::Sum, n, 0)) << "blocking call";
     // A blocking call queued behind async work runs after it, so the earlier calls are done by now.
     for (size_t i = 0; i < before.size(); ++i) EXPECT_TRUE(works[i].test()) << "async call " << i;
@@ -273,6 +285,7 @@ void asyncBody(Communicator& comm) {
                             comm.reduceScatterAsync(rsIn.data(), rs.data(), count, t, ReduceOp::Max),
                             comm.allToAllAsync(aaIn.data(), aa.data(), count, t)};
   for (Work& w : more) w.wait();
+  checkLastCall(comm, "alltoall");  // the last one issued
   EXPECT_TRUE(matchesInput(bc.data(), count, t, kNoReduction, root, 0)) << "broadcastAsync";
   if (rank == root) {
     EXPECT_TRUE(matchesReduced(rd.data(), count, t, ReduceOp::Sum, n, 0)) << "reduceAsync";
@@ -301,6 +314,7 @@ void asyncBody(Communicator& comm) {
     }
     a.wait();
     b.wait();
+    checkLastCall(comm, "");
     EXPECT_TRUE(matchesInput(in.data(), 100000, t, kNoReduction, prev, 0)) << "recvAsync from " << prev;
   }
 }
@@ -320,6 +334,7 @@ void groupBody(Communicator& comm) {
       comm.send(out.data(), count, t, prev);
       comm.recv(fromNext.data(), count, t, next);
     });
+    checkLastCall(comm, "");
     EXPECT_TRUE(matchesInput(fromPrev.data(), count, t, kNoReduction, prev, 0)) << "from prev " << prev;
     EXPECT_TRUE(matchesInput(fromNext.data(), count, t, kNoReduction, next, 0)) << "from next " << next;
   }
@@ -340,6 +355,7 @@ void groupBody(Communicator& comm) {
       comm.allGather(agIn.data(), ag.data(), c, DataType::Bfloat16);
     });
     EXPECT_TRUE(w.test()) << "an async call of a group is done when groupEnd returns";
+    checkLastCall(comm, "allgather");  // the last one of the group
     w.wait();
     EXPECT_TRUE(matchesReduced(ar.data(), c, t, ReduceOp::Sum, n, 0)) << "allReduce in group";
     EXPECT_TRUE(matchesInput(bc.data(), c, DataType::Int64, kNoReduction, 0, 0)) << "broadcast in nested group";
@@ -366,12 +382,14 @@ void splitBody(Communicator& comm) {
   {
     int64_t mine = rank + 1, sum = 0;
     sub->allReduce(&mine, &sum, 1, DataType::Int64, ReduceOp::Sum);
+    checkLastCall(*sub, "allreduce");
     int64_t want = 0;
     for (int r : members) want += r + 1;
     EXPECT_EQ(sum, want) << "AllReduce on the color " << rank % 2 << " communicator";
     int32_t me32 = rank;
     std::vector<int32_t> got(members.size(), -1);
     sub->allGather(&me32, got.data(), 1, DataType::Int32);
+    checkLastCall(*sub, "allgather");
     EXPECT_EQ(got, std::vector<int32_t>(members.begin(), members.end())) << "AllGather of old ranks";
     // A large collective on the sub-communicator.
     checkCase(*sub, Coll::AllReduce, DataType::Float32, ReduceOp::Sum, 100003, false, 0);
@@ -406,6 +424,52 @@ void barrierBody(Communicator& comm) {
     comm.barrier();
     if (i % 5 == 0) checkCase(comm, Coll::AllReduce, DataType::Int32, ReduceOp::Sum, 3, true, 0);
   }
+}
+
+namespace {
+CallCheck gCallCheck;  // set before the ranks start, read by them
+}  // namespace
+
+CheckEachCall::CheckEachCall(CallCheck check) : previous_(std::move(gCallCheck)) { gCallCheck = std::move(check); }
+CheckEachCall::~CheckEachCall() { gCallCheck = std::move(previous_); }
+
+void checkLastCall(Communicator& comm, const std::string& collective) {
+  if (!gCallCheck) return;
+  const CallInfo ran = comm.lastCall();
+  SCOPED_TRACE("lastCall: " + ran.collective + " " + ran.algorithm + " over " + ran.transport);
+  if (collective.empty()) {
+    EXPECT_TRUE(ran.collective == "send" || ran.collective == "recv") << ran.collective;
+  } else {
+    EXPECT_EQ(ran.collective, collective);
+  }
+  gCallCheck(ran);
+}
+
+int rerunCurrentTestWith(const std::vector<std::string>& vars) {
+  const ::testing::TestInfo* test = ::testing::UnitTest::GetInstance()->current_test_info();
+  std::vector<std::string> env = vars;
+  auto replaced = [&](const std::string& var) {
+    if (var.rfind("GTEST_OUTPUT=", 0) == 0) return true;  // the parent writes the report
+    for (const std::string& v : vars)
+      if (var.compare(0, v.find('=') + 1, v, 0, v.find('=') + 1) == 0) return true;
+    return false;
+  };
+  for (char** e = environ; *e; ++e)
+    if (!replaced(*e)) env.push_back(*e);
+  std::vector<char*> envp, argv;
+  for (std::string& v : env) envp.push_back(v.data());
+  envp.push_back(nullptr);
+  std::string exe = "/proc/self/exe";
+  std::string filter = std::string("--gtest_filter=") + test->test_suite_name() + "." + test->name();
+  argv = {exe.data(), filter.data(), nullptr};
+  fflush(stdout);
+  pid_t pid = -1;
+  if (posix_spawn(&pid, exe.c_str(), nullptr, nullptr, argv.data(), envp.data()) != 0) return -1;
+  int status = -1;
+  while (waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) return -1;
+  }
+  return status;
 }
 
 namespace {

@@ -5,6 +5,7 @@
 
 #include <collie/collie.hpp>
 #include <cstddef>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -51,6 +52,29 @@ void groupBody(Communicator& comm);
 void splitBody(Communicator& comm);
 /// Barriers between small collectives.
 void barrierBody(Communicator& comm);
+/// A check of what the communicator ran (Communicator::lastCall()) that the bodies run after each call they make
+/// (checkCase, and the calls of asyncBody, groupBody and splitBody). Tests that force an algorithm install one.
+using CallCheck = std::function<void(const CallInfo& ran)>;
+/// Installs `check` while it lives (install it before the ranks start; it is shared by them).
+class CheckEachCall {
+ public:
+  explicit CheckEachCall(CallCheck check);
+  ~CheckEachCall();
+  CheckEachCall(const CheckEachCall&) = delete;
+  CheckEachCall& operator=(const CheckEachCall&) = delete;
+
+ private:
+  CallCheck previous_;
+};
+/// After a call: that comm.lastCall() describes `collective` ("allreduce", ...; "" for a group of sends and
+/// receives) and passes the installed check. Nothing without one.
+void checkLastCall(Communicator& comm, const std::string& collective);
+
+/// Runs the current test again in a child process of this binary, with `env` ("NAME=value") replacing those
+/// variables in its environment: for params read once per process (COLLIE_SHM_DISABLE, COLLIE_ALGO). The child
+/// tells that it is one by the variable being set. Returns the child's wait status (-1 if it could not start).
+int rerunCurrentTestWith(const std::vector<std::string>& env);
+
 /// Bad arguments through the C++ API: the right error code, a message naming the argument, no buffer written,
 /// and the communicator still working afterwards.
 void badArgumentsBody(Communicator& comm);

@@ -4,15 +4,19 @@
 // every size) (forced through core::setAlgoOverride, which is what COLLIE_ALGO sets for a whole process), for
 // 2..8 ranks (powers of two and not: halving-doubling folds the extra ranks), three types x three ops x counts
 // from 0 to 300001 (several slices per step), in place and out of place, checked element by element; plus
-// async calls and groups under each algorithm.
+// async calls, groups and split under each algorithm. After every call the bodies check with Communicator::lastCall()
+// that the forced algorithm is what ran (ranWhatIsForced). A bad COLLIE_ALGO fails communicator creation.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
 
+#include "algorithms/algorithms.hpp"
 #include "common/bodies.hpp"
 #include "common/launcher.hpp"
 #include "core/tuner.hpp"
@@ -38,6 +42,29 @@ Options testOptions() {
   return o;
 }
 
+// After each call the bodies make (checkLastCall): what ran is what `spec` forces. The algorithm lastCall() names
+// implements the collective, and is the forced one (one of the forced ones) wherever the forced algorithms
+// implement it; elsewhere the tuner falls back to a supported one (as NCCL does for NCCL_ALGO).
+CallCheck ranWhatIsForced(const std::string& spec) {
+  return [spec, sel = core::AlgoSelection::parse(spec)](const CallInfo& ran) {
+    algorithms::Collective coll;
+    ASSERT_TRUE(algorithms::parseCollective(ran.collective, &coll)) << "collective '" << ran.collective << "'";
+    algorithms::Algorithm algo;
+    ASSERT_TRUE(algorithms::parseAlgorithm(ran.algorithm, &algo)) << "algorithm '" << ran.algorithm << "'";
+    EXPECT_TRUE(algorithms::supports(algo, coll)) << ran.algorithm << " ran " << ran.collective;
+    std::string forced;
+    for (algorithms::Algorithm a : algorithms::kAllAlgorithms) {
+      if (sel.allowed(coll, a) && algorithms::supports(a, coll))
+        forced += std::string(" ") + algorithms::algorithmName(a) + " ";
+    }
+    if (!forced.empty()) {
+      EXPECT_NE(forced.find(" " + ran.algorithm + " "), std::string::npos)
+          << "COLLIE_ALGO='" << spec << "' forces {" << forced << "} for " << ran.collective << ", but "
+          << ran.algorithm << " ran";
+    }
+  };
+}
+
 struct Case {
   std::string algo;
   Coll coll;
@@ -53,6 +80,7 @@ class AlgorithmMatrix : public ::testing::TestWithParam<std::tuple<Case, int>> {
 TEST_P(AlgorithmMatrix, TypesOpsCountsAndPlacement) {
   const auto [c, nranks] = GetParam();
   ForcedAlgorithm forced(c.algo);
+  CheckEachCall check(ranWhatIsForced(c.algo));
   Matrix m;
   m.types = {DataType::Float32, DataType::Int64, DataType::Bfloat16};
   m.ops = {ReduceOp::Sum, ReduceOp::Max, ReduceOp::Avg};
@@ -74,16 +102,19 @@ class AlgorithmBodies : public ::testing::TestWithParam<std::tuple<std::string, 
 
 TEST_P(AlgorithmBodies, AsyncCalls) {
   ForcedAlgorithm forced(std::get<0>(GetParam()));
+  CheckEachCall check(ranWhatIsForced(std::get<0>(GetParam())));
   ThreadLauncher::run(std::get<1>(GetParam()), asyncBody, testOptions());
 }
 
 TEST_P(AlgorithmBodies, Groups) {
   ForcedAlgorithm forced(std::get<0>(GetParam()));
+  CheckEachCall check(ranWhatIsForced(std::get<0>(GetParam())));
   ThreadLauncher::run(std::get<1>(GetParam()), groupBody, testOptions());
 }
 
 TEST_P(AlgorithmBodies, Split) {
   ForcedAlgorithm forced(std::get<0>(GetParam()));
+  CheckEachCall check(ranWhatIsForced(std::get<0>(GetParam())));
   ThreadLauncher::run(std::get<1>(GetParam()), splitBody, testOptions());
 }
 
@@ -99,9 +130,28 @@ INSTANTIATE_TEST_SUITE_P(Forced, AlgorithmBodies,
                                             ::testing::Values(3, 4, 6)),
                          bodyName);
 
+// A COLLIE_ALGO that names an unknown algorithm or collective fails Communicator creation with InvalidArgument
+// naming the variable and the bad part. COLLIE_ALGO is read once per process, so the test runs itself in a child
+// process with the bad value set (and the test override, which is parsed when set, refuses it too).
 TEST(AlgorithmSelection, BadCollieAlgoFailsCommunicatorCreation) {
-  EXPECT_THROW(core::setAlgoOverride(std::string("trees")), Error);
-  EXPECT_THROW(core::setAlgoOverride(std::string("allreduce:tree;gather:ring")), Error);
+  const char* spec = std::getenv("COLLIE_ALGO");
+  if (spec == nullptr || std::string(spec).empty()) {
+    EXPECT_THROW(core::setAlgoOverride(std::string("trees")), Error);
+    const int status = rerunCurrentTestWith({"COLLIE_ALGO=broadcast:tree;allreduce:trees"});
+    ASSERT_TRUE(WIFEXITED(status)) << "the child run with a bad COLLIE_ALGO did not exit (status " << status << ")";
+    EXPECT_EQ(WEXITSTATUS(status), 0) << "the child run with a bad COLLIE_ALGO failed (its output is above)";
+    return;
+  }
+  try {
+    auto comms = Communicator::createAll(2, testOptions());
+    ADD_FAILURE() << "COLLIE_ALGO='" << spec << "': " << comms.size() << " communicators were created";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::InvalidArgument) << e.what();
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("COLLIE_ALGO"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("'trees'"), std::string::npos) << "the message must name the bad part: " << msg;
+    EXPECT_NE(msg.find(spec), std::string::npos) << "the message must quote the value: " << msg;
+  }
 }
 
 }  // namespace

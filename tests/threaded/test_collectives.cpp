@@ -4,6 +4,7 @@
 // 2-core machine (RelWithDebInfo), the 8-rank ReduceScatter (8M+24 elements per rank, 100 calls) the longest at
 // about 20 s. COLLIE_TEST_VERBOSE=1 prints the time per count. Plus async calls, groups, split and barrier.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 
 #include <algorithm>
 #include <atomic>
@@ -128,27 +129,43 @@ TEST_P(SamePeerTwice, TwoSendsAndTwoRecvsInOneGroupMatchInOrder) {
 
 INSTANTIATE_TEST_SUITE_P(Threads, SamePeerTwice, ::testing::Values(1000, 200003, 1 << 20));
 
-// A small call right after a larger one must not stall. Every socket of a communicator needs TCP_NODELAY: with
-// Nagle's algorithm on, the small segment waits for the peer's delayed ACK (~40 ms on Linux). The median of ten
-// such calls is compared, so a scheduling hiccup on a busy machine cannot fail the test.
+// A small call right after a larger one must not stall. Every TCP socket of a communicator needs TCP_NODELAY: with
+// Nagle's algorithm on, a small segment sent while the previous one is unacknowledged waits for the peer's delayed
+// ACK (~40 ms on Linux). So: after a barrier, rank 0 broadcasts 4000 bytes and then 4 bytes over the same socket
+// (COLLIE_SOCKETS_PER_PEER=1), and rank 1, which sends nothing back in between, times the small one. The median of
+// ten rounds is compared, so a scheduling hiccup on a busy machine cannot fail the test; with TCP_NODELAY off the
+// median is ~44 ms. The ranks must talk over TCP (threads of one process would otherwise use shm, which has no
+// sockets): these params are read once per process, so unless they are already set the test runs itself in a
+// child process of this binary with COLLIE_SHM_DISABLE=1, and checks by what ran (lastCall().transport) that it
+// was TCP.
+void smallAfterLargeBody(Communicator& comm) {
+  std::vector<float> medium(1000, 1.0f);
+  float one = 1.0f;
+  std::vector<double> ms;
+  for (int i = 0; i < 10; ++i) {
+    comm.barrier();
+    comm.broadcast(medium.data(), medium.data(), medium.size(), DataType::Float32, 0);
+    ASSERT_EQ(comm.lastCall().transport, "tcp") << "the test must run over TCP";
+    auto t0 = std::chrono::steady_clock::now();
+    comm.broadcast(&one, &one, 1, DataType::Float32, 0);
+    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    ASSERT_EQ(comm.lastCall().transport, "tcp") << "the test must run over TCP";
+  }
+  std::sort(ms.begin(), ms.end());
+  EXPECT_LT(ms[ms.size() / 2], 10.0) << "rank " << comm.rank()
+                                     << ": median latency of a 4-byte Broadcast after a 4000-byte one, in ms "
+                                        "(~40 ms means Nagle's algorithm is on for some socket)";
+}
+
 TEST(ThreadedLatency, SmallCallAfterALargerOneDoesNotStall) {
-  ThreadLauncher::run(
-      2,
-      [](Communicator& comm) {
-        std::vector<float> medium(1000, 1.0f);
-        float one = 1.0f;
-        std::vector<double> ms;
-        for (int i = 0; i < 10; ++i) {
-          comm.allReduce(medium.data(), medium.data(), medium.size(), DataType::Float32, ReduceOp::Max);
-          auto t0 = std::chrono::steady_clock::now();
-          comm.allReduce(&one, &one, 1, DataType::Float32, ReduceOp::Max);
-          ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-        }
-        std::sort(ms.begin(), ms.end());
-        EXPECT_LT(ms[ms.size() / 2], 10.0) << "median latency of a 4-byte AllReduce after a 4000-byte one, in ms "
-                                              "(~40 ms means Nagle's algorithm is on for some socket)";
-      },
-      testOptions());
+  const char* sockets = std::getenv("COLLIE_SOCKETS_PER_PEER");
+  if (envSet("COLLIE_SHM_DISABLE") && sockets && std::string(sockets) == "1") {
+    ThreadLauncher::run(2, smallAfterLargeBody, testOptions());
+    return;
+  }
+  const int status = rerunCurrentTestWith({"COLLIE_SHM_DISABLE=1", "COLLIE_SOCKETS_PER_PEER=1"});
+  ASSERT_TRUE(WIFEXITED(status)) << "the child run over TCP did not exit (status " << status << ")";
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "the child run over TCP failed (its output is above)";
 }
 
 TEST(ThreadLauncher, RethrowsTheFirstFailureWithItsRankAndUnblocksTheOthers) {
