@@ -1,0 +1,140 @@
+// CollieWork and FutureWaiter (collie_work.hpp).
+#include "collie_work.hpp"
+
+#include <ATen/core/jit_type.h>
+#include <c10/util/Exception.h>
+
+#include <stdexcept>
+
+namespace collie::torchbackend {
+
+CollieWork::CollieWork(int rank, c10d::OpType type, std::string name, std::vector<at::Tensor> outputs,
+                       std::shared_ptr<FutureWaiter> waiter)
+    : c10d::Work(rank, type), name_(std::move(name)), outputs_(std::move(outputs)), waiter_(std::move(waiter)) {}
+
+CollieWork::~CollieWork() = default;
+
+void CollieWork::complete() {
+  c10::intrusive_ptr<c10::ivalue::Future> future;
+  std::exception_ptr error;
+  {
+    std::lock_guard<std::mutex> lock(completeMutex_);
+    if (done_) return;
+    std::string message = issueError_;
+    for (const collie::Work& h : handles_) {
+      try {
+        h.wait();
+      } catch (const std::exception& e) {
+        if (message.empty()) message = e.what();
+      }
+    }
+    if (message.empty()) {
+      try {
+        for (auto& fn : post_) fn();
+      } catch (const std::exception& e) {
+        message = e.what();
+      }
+    }
+    post_.clear();
+    handles_.clear();
+    if (!message.empty()) error_ = std::make_exception_ptr(std::runtime_error("collie " + name_ + ": " + message));
+    done_ = true;
+    future = future_;
+    error = error_;
+  }
+  finish(error);
+  if (future) {
+    if (error)
+      future->setError(error);
+    else
+      future->markCompleted(c10::IValue(outputs_));
+  }
+}
+
+bool CollieWork::isCompleted() {
+  {
+    std::lock_guard<std::mutex> lock(completeMutex_);
+    if (done_) return true;
+    if (issueError_.empty()) {
+      for (const collie::Work& h : handles_)
+        if (!h.test()) return false;
+    }
+  }
+  complete();
+  return true;
+}
+
+bool CollieWork::wait(std::chrono::milliseconds timeout) {
+  if (timeout != kNoTimeout) {
+    auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (!isCompleted()) {
+      TORCH_CHECK(std::chrono::steady_clock::now() < deadline, "collie ", name_, ": wait timed out after ",
+                  timeout.count(), " ms");
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  }
+  complete();
+  if (error_) std::rethrow_exception(error_);
+  return true;
+}
+
+c10::intrusive_ptr<c10::ivalue::Future> CollieWork::getFuture() {
+  c10::intrusive_ptr<c10::ivalue::Future> future;
+  bool done;
+  {
+    std::lock_guard<std::mutex> lock(completeMutex_);
+    if (future_) return future_;
+    future_ = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()));
+    future = future_;
+    done = done_;
+  }
+  if (done) {
+    if (error_)
+      future->setError(error_);
+    else
+      future->markCompleted(c10::IValue(outputs_));
+  } else {
+    waiter_->enqueue(c10::intrusive_ptr<CollieWork>::reclaim_copy(this));
+  }
+  return future;
+}
+
+FutureWaiter::~FutureWaiter() { stop(); }
+
+void FutureWaiter::enqueue(c10::intrusive_ptr<CollieWork> work) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!stopping_) {
+      if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
+      queue_.push_back(std::move(work));
+      cv_.notify_one();
+      return;
+    }
+  }
+  work->complete();  // the group is going away: complete on the caller's thread
+}
+
+void FutureWaiter::stop() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+    cv_.notify_one();
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+void FutureWaiter::loop() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (true) {
+    cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+    if (queue_.empty()) return;
+    c10::intrusive_ptr<CollieWork> work = std::move(queue_.front());
+    queue_.pop_front();
+    lock.unlock();
+    work->complete();
+    work.reset();
+    lock.lock();
+  }
+}
+
+}  // namespace collie::torchbackend

@@ -1,0 +1,80 @@
+// The c10d Work of the collie torch backend. A CollieWork is one torch.distributed call: the collie async handles
+// it waits on, the post-processing to run once they are done (staging copies written back, gathered pieces
+// split out), and the output tensors. It completes (once) on whichever thread first needs it: wait() on the
+// caller's thread, isCompleted() when every handle is done, or the FutureWaiter thread once get_future() was
+// asked for (DDP's reducer chains its bucket callbacks on that future). A failure of collie becomes the Work's
+// exception (a RuntimeError in Python) and the future's error.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <ATen/core/ivalue.h>
+
+#include <chrono>
+#include <collie/collie.hpp>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+#include <vector>
+
+namespace collie::torchbackend {
+
+class FutureWaiter;
+
+class CollieWork : public c10d::Work {
+ public:
+  CollieWork(int rank, c10d::OpType type, std::string name, std::vector<at::Tensor> outputs,
+             std::shared_ptr<FutureWaiter> waiter);
+  ~CollieWork() override;
+
+  /// A collie handle this call waits on.
+  void add(const collie::Work& work) { handles_.push_back(work); }
+  /// Runs on success, after every handle is done (before the outputs are reported).
+  void then(std::function<void()> fn) { post_.push_back(std::move(fn)); }
+  /// Marks the call as failed already (a group that threw at its end).
+  void failWith(const std::string& message) { issueError_ = message; }
+
+  bool isCompleted() override;
+  bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
+  std::vector<at::Tensor> result() override { return outputs_; }
+
+  /// Waits for every handle, runs the post-processing, sets the exception and the future. Idempotent.
+  void complete();
+
+ private:
+  std::string name_;
+  std::vector<at::Tensor> outputs_;
+  std::vector<collie::Work> handles_;
+  std::vector<std::function<void()>> post_;
+  std::string issueError_;
+  std::shared_ptr<FutureWaiter> waiter_;
+  std::mutex completeMutex_;
+  bool done_ = false;
+  std::exception_ptr error_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+};
+
+/// One thread per process group that completes the Works whose futures were asked for, in order.
+class FutureWaiter {
+ public:
+  FutureWaiter() = default;
+  ~FutureWaiter();
+  void enqueue(c10::intrusive_ptr<CollieWork> work);
+  /// Completes what is queued, then stops the thread.
+  void stop();
+
+ private:
+  void loop();
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<c10::intrusive_ptr<CollieWork>> queue_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+}  // namespace collie::torchbackend

@@ -1,0 +1,246 @@
+// ProcessGroupCollie: rendezvous, the reductions, broadcast, the all-gathers and the barrier
+// (process_group_collie.hpp). The data-exchange calls (all-to-all, gather, scatter, send/recv) are in
+// process_group_p2p.cpp.
+#include "process_group_collie.hpp"
+
+#include <c10/util/Exception.h>
+
+#include "tensor_staging.hpp"
+
+namespace collie::torchbackend {
+
+namespace {
+
+constexpr const char* kUniqueIdKey = "collie/unique_id";
+
+void checkSingle(const std::vector<at::Tensor>& tensors, const char* what) {
+  TORCH_CHECK(tensors.size() == 1, "collie ", what, ": takes exactly one tensor per call, got ", tensors.size());
+}
+
+}  // namespace
+
+ProcessGroupCollie::ProcessGroupCollie(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                                       std::chrono::milliseconds timeout)
+    : COLLIE_C10D_BASE(rank, size), waiter_(std::make_shared<FutureWaiter>()), timeout_(timeout) {
+  TORCH_CHECK(store, "collie: no c10d Store to rendezvous through");
+  UniqueId id;
+  issueCollie("init", [&] {
+    if (rank == 0) {
+      id = UniqueId::create();
+      const std::string text = id.toString();
+      store->set(kUniqueIdKey, std::vector<uint8_t>(text.begin(), text.end()));
+    } else {
+      const std::vector<uint8_t> text = store->get(kUniqueIdKey);  // blocks until rank 0 set it
+      id = UniqueId::fromString(std::string(text.begin(), text.end()));
+    }
+    collie::Options options;
+    options.timeout = timeout;
+    options.name = "torch";
+    comm_ = Communicator::create(size, id, rank, options);
+  });
+}
+
+ProcessGroupCollie::~ProcessGroupCollie() {
+  waiter_->stop();
+  comm_.reset();
+}
+
+c10::intrusive_ptr<CollieWork> ProcessGroupCollie::makeWork(c10d::OpType type, const char* name,
+                                                            std::vector<at::Tensor> outputs) {
+  return c10::make_intrusive<CollieWork>(rank_, type, name, std::move(outputs), waiter_);
+}
+
+void ProcessGroupCollie::checkRank(int64_t rank, const char* what) const {
+  TORCH_CHECK(rank >= 0 && rank < size_, "collie: ", what, " ", rank, " is not a rank of this group (size ", size_,
+              ")");
+}
+
+ProcessGroupCollie::WorkPtr ProcessGroupCollie::broadcast(std::vector<at::Tensor>& tensors,
+                                                          const c10d::BroadcastOptions& opts) {
+  checkSingle(tensors, "broadcast");
+  checkRank(opts.rootRank, "broadcast: root");
+  auto work = makeWork(c10d::OpType::BROADCAST, "broadcast", tensors);
+  Staged s = stageBytes(tensors[0], "broadcast: tensor");
+  issueCollie("broadcast", [&] {
+    work->add(comm_->broadcastAsync(s.ptr(), s.ptr(), s.count, s.type, static_cast<int>(opts.rootRank)));
+  });
+  if (!s.contig.is_same(s.original)) work->then([s] { s.copyBack(); });
+  return work;
+}
+
+ProcessGroupCollie::WorkPtr ProcessGroupCollie::allreduce(std::vector<at::Tensor>& tensors,
+                                                          const c10d::AllreduceOptions& opts) {
+  checkSingle(tensors, "allreduce");
+  checkCpuDense(tensors[0], "allreduce: tensor");
+  const ReduceOp op = reductionFor(opts.reduceOp, tensors[0].scalar_type(), "allreduce");
+  auto work = makeWork(c10d::OpType::ALLREDUCE, "allreduce", tensors);
+  at::Tensor in = preMultiplied(tensors[0], opts.reduceOp);
+  Staged s = stageTyped(in, "allreduce: tensor");
+  s.original = tensors[0];
+  issueCollie("allreduce", [&] { work->add(comm_->allReduceAsync(s.ptr(), s.ptr(), s.count, s.type, op)); });
+  if (!s.contig.is_same(s.original)) work->then([s] { s.copyBack(); });
+  return work;
+}
+
+ProcessGroupCollie::WorkPtr ProcessGroupCollie::allreduce_coalesced(std::vector<at::Tensor>& tensors,
+                                                                    const c10d::AllreduceCoalescedOptions& opts) {
+  TORCH_CHECK(!tensors.empty(), "collie allreduce_coalesced: no tensors");
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    checkCpuDense(tensors[i], "allreduce_coalesced: tensor " + std::to_string(i));
+    TORCH_CHECK(tensors[i].scalar_type() == tensors[0].scalar_type(), "collie allreduce_coalesced: tensor ", i,
+                " has dtype ", c10::toString(tensors[i].scalar_type()), ", tensor 0 has ",
+                c10::toString(tensors[0].scalar_type()), " (all must have the same)");
+  }
+  const ReduceOp op = reductionFor(opts.reduceOp, tensors[0].scalar_type(), "allreduce_coalesced");
+  auto work = makeWork(c10d::OpType::ALLREDUCE_COALESCED, "allreduce_coalesced", tensors);
+  std::vector<at::Tensor> flat;
+  for (const at::Tensor& t : tensors) flat.push_back(preMultiplied(t, opts.reduceOp).reshape({-1}));
+  Staged s = stageTyped(at::cat(flat), "allreduce_coalesced: tensors");
+  issueCollie("allreduce_coalesced", [&] { work->add(comm_->allReduceAsync(s.ptr(), s.ptr(), s.count, s.type, op)); });
+  work->then([s, tensors] {
+    int64_t offset = 0;
+    for (const at::Tensor& t : tensors) {
+      const_cast<at::Tensor&>(t).copy_(s.contig.narrow(0, offset, t.numel()).view(t.sizes()));
+      offset += t.numel();
+    }
+  });
+  return work;
+}
+
+ProcessGroupCollie::WorkPtr ProcessGroupCollie::reduce(std::vector<at::Tensor>& tensors,
+                                                       const c10d::ReduceOptions& opts) {
+  checkSingle(tensors, "reduce");
+  checkRank(opts.rootRank, "reduce: root");
+  checkCpuDense(tensors[0], "reduce: tensor");
+  const ReduceOp op = reductionFor(opts.reduceOp, tensors[0].scalar_type(), "reduce");
+  auto work = makeWork(c10d::OpType::REDUCE, "reduce", tensors);
+  Staged s = stageTyped(preMultiplied(tensors[0], opts.reduceOp), "reduce: tensor");
+  s.original = tensors[0];
+  const int root = static_cast<int>(opts.rootRank);
+  issueCollie("reduce", [&] { work->add(comm_->reduceAsync(s.ptr(), s.ptr(), s.count, s.type, op, root)); });
+  if (rank_ == root && !s.contig.is_same(s.original)) work->then([s] { s.copyBack(); });
+  return work;
+}
+
+ProcessGroupCollie::WorkPtr ProcessGroupCollie::allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                                          std::vector<at::Tensor>& inputs,
+                                                          const c10d::AllgatherOptions& opts) {
+  checkSingle(inputs, "allgather");
+  TORCH_CHECK(outputs.size() == 1, "collie allgather: takes one output list, got ", outputs.size());
+  TORCH_CHECK(static_cast<int>(outputs[0].size()) == size_, "collie allgather: the output list has ", outputs[0].size(),
+              " tensors, the group has ", size_, " ranks");
+  Staged in = stageBytes(inputs[0], "allgather: input");
+  checkSameLayout(outputs[0], inputs[0], "allgather: output");
+  auto work = makeWork(c10d::OpType::ALLGATHER, "allgather", outputs[0]);
+  at::Tensor flat = at::empty({static_cast<int64_t>(in.count) * size_}, at::kByte);
+  issueCollie("allgather",
+              [&] { work->add(comm_->allGatherAsync(in.ptr(), flat.data_ptr(), in.count, DataType::Uint8)); });
+  std::vector<at::Tensor> outs = outputs[0];
+  const size_t n = in.count;
+  work->then([flat, outs, n, in]() mutable {
+    for (size_t r = 0; r < outs.size(); ++r) copyFromBytes(flat.data_ptr<uint8_t>() + r * n, outs[r]);
+  });
+  return work;
+}
+
+ProcessGroupCollie::WorkPtr ProcessGroupCollie::_allgather_base(at::Tensor& output, at::Tensor& input,
+                                                                const c10d::AllgatherOptions& opts) {
+  Staged in = stageBytes(input, "_allgather_base: input");
+  Staged out = stageBytes(output, "_allgather_base: output");
+  TORCH_CHECK(output.scalar_type() == input.scalar_type(), "collie _allgather_base: output dtype ",
+              c10::toString(output.scalar_type()), " differs from input dtype ", c10::toString(input.scalar_type()));
+  TORCH_CHECK(output.numel() == input.numel() * size_, "collie _allgather_base: output has ", output.numel(),
+              " elements, expected input elements (", input.numel(), ") times the group size (", size_, ")");
+  auto work = makeWork(c10d::OpType::_ALLGATHER_BASE, "_allgather_base", {output});
+  issueCollie("_allgather_base",
+              [&] { work->add(comm_->allGatherAsync(in.ptr(), out.ptr(), in.count, DataType::Uint8)); });
+  work->then([in, out] { out.copyBack(); });
+  return work;
+}
+
+ProcessGroupCollie::WorkPtr ProcessGroupCollie::allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputLists,
+                                                                    std::vector<at::Tensor>& inputs,
+                                                                    const c10d::AllgatherOptions& opts) {
+  TORCH_CHECK(static_cast<int>(outputLists.size()) == size_, "collie allgather_coalesced: ", outputLists.size(),
+              " output lists, the group has ", size_, " ranks");
+  size_t total = 0;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    checkCpuDense(inputs[i], "allgather_coalesced: input " + std::to_string(i));
+    total += byteSize(inputs[i]);
+  }
+  std::vector<at::Tensor> flatOutputs;
+  for (int r = 0; r < size_; ++r) {
+    TORCH_CHECK(outputLists[r].size() == inputs.size(), "collie allgather_coalesced: output list ", r, " has ",
+                outputLists[r].size(), " tensors, there are ", inputs.size(), " inputs");
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      checkSameLayout({outputLists[r][i]}, inputs[i], "allgather_coalesced: output list " + std::to_string(r));
+      flatOutputs.push_back(outputLists[r][i]);
+    }
+  }
+  at::Tensor send = at::empty({static_cast<int64_t>(total)}, at::kByte);
+  size_t offset = 0;
+  for (const at::Tensor& t : inputs) {
+    copyToBytes(t, send.data_ptr<uint8_t>() + offset);
+    offset += byteSize(t);
+  }
+  at::Tensor recv = at::empty({static_cast<int64_t>(total) * size_}, at::kByte);
+  auto work = makeWork(c10d::OpType::ALLGATHER_COALESCED, "allgather_coalesced", flatOutputs);
+  issueCollie("allgather_coalesced",
+              [&] { work->add(comm_->allGatherAsync(send.data_ptr(), recv.data_ptr(), total, DataType::Uint8)); });
+  work->then([send, recv, flatOutputs]() mutable {
+    size_t at = 0;
+    for (at::Tensor& t : flatOutputs) {
+      copyFromBytes(recv.data_ptr<uint8_t>() + at, t);
+      at += byteSize(t);
+    }
+  });
+  return work;
+}
+
+ProcessGroupCollie::WorkPtr ProcessGroupCollie::reduce_scatter(std::vector<at::Tensor>& outputs,
+                                                               std::vector<std::vector<at::Tensor>>& inputs,
+                                                               const c10d::ReduceScatterOptions& opts) {
+  checkSingle(outputs, "reduce_scatter");
+  TORCH_CHECK(inputs.size() == 1, "collie reduce_scatter: takes one input list, got ", inputs.size());
+  TORCH_CHECK(static_cast<int>(inputs[0].size()) == size_, "collie reduce_scatter: the input list has ",
+              inputs[0].size(), " tensors, the group has ", size_, " ranks");
+  checkCpuDense(outputs[0], "reduce_scatter: output");
+  checkSameLayout(inputs[0], outputs[0], "reduce_scatter: input");
+  const ReduceOp op = reductionFor(opts.reduceOp, outputs[0].scalar_type(), "reduce_scatter");
+  std::vector<at::Tensor> flat;
+  for (const at::Tensor& t : inputs[0]) flat.push_back(preMultiplied(t, opts.reduceOp).reshape({-1}));
+  Staged in = stageTyped(at::cat(flat), "reduce_scatter: input");
+  Staged out = stageTyped(outputs[0], "reduce_scatter: output");
+  auto work = makeWork(c10d::OpType::REDUCE_SCATTER, "reduce_scatter", outputs);
+  issueCollie("reduce_scatter",
+              [&] { work->add(comm_->reduceScatterAsync(in.ptr(), out.ptr(), out.count, out.type, op)); });
+  work->then([in, out] { out.copyBack(); });
+  return work;
+}
+
+ProcessGroupCollie::WorkPtr ProcessGroupCollie::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
+                                                                     const c10d::ReduceScatterOptions& opts) {
+  checkCpuDense(input, "_reduce_scatter_base: input");
+  checkCpuDense(output, "_reduce_scatter_base: output");
+  TORCH_CHECK(output.scalar_type() == input.scalar_type(), "collie _reduce_scatter_base: output dtype ",
+              c10::toString(output.scalar_type()), " differs from input dtype ", c10::toString(input.scalar_type()));
+  TORCH_CHECK(input.numel() == output.numel() * size_, "collie _reduce_scatter_base: input has ", input.numel(),
+              " elements, expected output elements (", output.numel(), ") times the group size (", size_, ")");
+  const ReduceOp op = reductionFor(opts.reduceOp, output.scalar_type(), "_reduce_scatter_base");
+  Staged in = stageTyped(preMultiplied(input, opts.reduceOp), "_reduce_scatter_base: input");
+  Staged out = stageTyped(output, "_reduce_scatter_base: output");
+  auto work = makeWork(c10d::OpType::_REDUCE_SCATTER_BASE, "_reduce_scatter_base", {output});
+  issueCollie("_reduce_scatter_base",
+              [&] { work->add(comm_->reduceScatterAsync(in.ptr(), out.ptr(), out.count, out.type, op)); });
+  work->then([in, out] { out.copyBack(); });
+  return work;
+}
+
+ProcessGroupCollie::WorkPtr ProcessGroupCollie::barrier(const c10d::BarrierOptions& opts) {
+  auto work = makeWork(c10d::OpType::BARRIER, "barrier", {});
+  issueCollie("barrier", [&] { comm_->barrier(); });  // after every call issued before it (collie keeps call order)
+  work->complete();
+  return work;
+}
+
+}  // namespace collie::torchbackend

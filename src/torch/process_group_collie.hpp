@@ -1,0 +1,109 @@
+// ProcessGroupCollie: collie as a torch.distributed (c10d) backend. init_process_group("collie") builds one per
+// process group through the creator registered by the Python package collie.torch (module.cpp). The constructor
+// meets the other ranks through the c10d Store PyTorch passes in (rank 0 makes a collie::UniqueId and sets it,
+// the others get it, so env://, file:// and tcp:// all work) and creates a collie::Communicator whose timeout is
+// the group's timeout. Collectives run on collie's async calls; each returns a CollieWork (collie_work.hpp).
+// CPU tensors only. Against torch 1.x the class is a c10d::ProcessGroup; against torch 2.x a c10d::Backend.
+#pragma once
+
+#include <torch/version.h>
+
+#if TORCH_VERSION_MAJOR >= 2
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#define COLLIE_C10D_BASE ::c10d::Backend
+#else
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#define COLLIE_C10D_BASE ::c10d::ProcessGroup
+#endif
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)
+#define COLLIE_C10D_END_COALESCING_RETURNS_WORK 1
+#else
+#define COLLIE_C10D_END_COALESCING_RETURNS_WORK 0
+#endif
+
+#include <chrono>
+#include <collie/collie.hpp>
+#include <memory>
+#include <string>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/Types.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+#include <vector>
+
+#include "collie_work.hpp"
+
+namespace collie::torchbackend {
+
+class ProcessGroupCollie : public COLLIE_C10D_BASE {
+ public:
+  using WorkPtr = c10::intrusive_ptr<c10d::Work>;
+
+  /// Rendezvous through `store`, then joins the collie communicator (blocks until every rank has).
+  ProcessGroupCollie(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                     std::chrono::milliseconds timeout);
+  ~ProcessGroupCollie() override;
+
+  const std::string getBackendName() const override { return "collie"; }
+
+  WorkPtr broadcast(std::vector<at::Tensor>& tensors, const c10d::BroadcastOptions& opts) override;
+  WorkPtr allreduce(std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) override;
+  WorkPtr allreduce_coalesced(std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) override;
+  WorkPtr reduce(std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) override;
+  WorkPtr allgather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+                    const c10d::AllgatherOptions& opts) override;
+  WorkPtr _allgather_base(at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions& opts) override;
+  WorkPtr allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputLists, std::vector<at::Tensor>& inputs,
+                              const c10d::AllgatherOptions& opts) override;
+  WorkPtr gather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+                 const c10d::GatherOptions& opts) override;
+  WorkPtr scatter(std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+                  const c10d::ScatterOptions& opts) override;
+  WorkPtr reduce_scatter(std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+                         const c10d::ReduceScatterOptions& opts) override;
+  WorkPtr _reduce_scatter_base(at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) override;
+  WorkPtr alltoall_base(at::Tensor& output, at::Tensor& input, std::vector<int64_t>& outputSplits,
+                        std::vector<int64_t>& inputSplits, const c10d::AllToAllOptions& opts) override;
+  WorkPtr alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+                   const c10d::AllToAllOptions& opts) override;
+  WorkPtr send(std::vector<at::Tensor>& tensors, int dstRank, int tag) override;
+  WorkPtr recv(std::vector<at::Tensor>& tensors, int srcRank, int tag) override;
+  WorkPtr recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
+  WorkPtr barrier(const c10d::BarrierOptions& opts) override;
+
+  // batch_isend_irecv: the sends and receives between start and end form one collie group.
+  void startCoalescing() override;
+#if COLLIE_C10D_END_COALESCING_RETURNS_WORK
+  WorkPtr endCoalescing() override;
+#else
+  void endCoalescing(std::vector<WorkPtr>& reqs) override;
+#endif
+
+  /// The collie communicator (for tests and tools).
+  Communicator& communicator() { return *comm_; }
+
+ private:
+  c10::intrusive_ptr<CollieWork> makeWork(c10d::OpType type, const char* name, std::vector<at::Tensor> outputs);
+  /// Sends and receives `sendBytes[p]`/`recvBytes[p]` bytes to/from every peer p as one collie group (self: memcpy).
+  void exchange(CollieWork& work, const char* send, const std::vector<size_t>& sendOff,
+                const std::vector<size_t>& sendBytes, char* recv, const std::vector<size_t>& recvOff,
+                const std::vector<size_t>& recvBytes);
+  void checkRank(int64_t rank, const char* what) const;
+
+  std::unique_ptr<Communicator> comm_;
+  std::shared_ptr<FutureWaiter> waiter_;
+  std::chrono::milliseconds timeout_;
+  bool coalescing_ = false;
+  std::vector<c10::intrusive_ptr<CollieWork>> coalesced_;  // p2p Works issued since startCoalescing
+};
+
+/// Runs `fn` (which issues collie calls), turning a collie::Error into a RuntimeError naming the call.
+template <typename Fn>
+void issueCollie(const char* name, Fn&& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    TORCH_CHECK(false, "collie ", name, ": ", e.what());
+  }
+}
+
+}  // namespace collie::torchbackend
