@@ -407,7 +407,10 @@ class Job {
     rank.pid = pid;
     rank.running = true;
     ++running_;
-    std::string prefix = "[" + std::to_string(r) + "] ";
+    // Appended piece by piece: "[" + std::to_string(r) trips GCC 12's -Wrestrict false positive at -O3.
+    std::string prefix = "[";
+    prefix += std::to_string(r);
+    prefix += "] ";
     rank.out = Stream{outPipe[0], STDOUT_FILENO, prefix, {}};
     rank.err = Stream{errPipe[0], STDERR_FILENO, prefix, {}};
     for (int fd : {outPipe[0], errPipe[0]}) fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
