@@ -9,8 +9,12 @@
 namespace collie::torchbackend {
 
 CollieWork::CollieWork(int rank, c10d::OpType type, std::string name, std::vector<at::Tensor> outputs,
-                       std::shared_ptr<FutureWaiter> waiter)
-    : c10d::Work(rank, type), name_(std::move(name)), outputs_(std::move(outputs)), waiter_(std::move(waiter)) {}
+                       std::shared_ptr<FutureWaiter> waiter, std::shared_ptr<FailureReporter> reporter)
+    : c10d::Work(rank, type),
+      name_(std::move(name)),
+      outputs_(std::move(outputs)),
+      waiter_(std::move(waiter)),
+      reporter_(std::move(reporter)) {}
 
 CollieWork::~CollieWork() = default;
 
@@ -25,7 +29,7 @@ void CollieWork::complete() {
       try {
         h.wait();
       } catch (const std::exception& e) {
-        if (message.empty()) message = e.what();
+        if (message.empty()) message = reporter_ ? reporter_->explain(e.what()) : e.what();
       }
     }
     if (message.empty()) {
@@ -97,6 +101,39 @@ c10::intrusive_ptr<c10::ivalue::Future> CollieWork::getFuture() {
     waiter_->enqueue(c10::intrusive_ptr<CollieWork>::reclaim_copy(this));
   }
   return future;
+}
+
+std::string FailureReporter::explain(const std::string& message) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!done_) {
+    done_ = true;
+    lost_ = findLost();
+  }
+  if (lost_.empty()) return message;
+  return lost_ + "; " + message;
+}
+
+std::string FailureReporter::findLost() {
+  if (!store_ || size_ < 2) return "";
+  const auto key = [](int r) { return "collie/failed/" + std::to_string(r); };
+  try {
+    store_->set(key(rank_), std::vector<uint8_t>{1});
+    const auto deadline = std::chrono::steady_clock::now() + wait_;
+    std::vector<int> missing;
+    while (true) {
+      missing.clear();
+      for (int r = 0; r < size_; ++r)
+        if (r != rank_ && !store_->check({key(r)})) missing.push_back(r);
+      if (missing.empty() || std::chrono::steady_clock::now() >= deadline) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    if (missing.empty()) return "";
+    std::string text = missing.size() == 1 ? "lost rank" : "lost ranks";
+    for (size_t i = 0; i < missing.size(); ++i) text += (i ? ", " : " ") + std::to_string(missing[i]);
+    return text + " (it did not report after the group failed: it died, hung or was killed)";
+  } catch (const std::exception&) {
+    return "";  // the store went away too (its server may have been on the lost rank)
+  }
 }
 
 FutureWaiter::~FutureWaiter() { stop(); }

@@ -18,6 +18,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 #include <vector>
 
@@ -25,10 +26,31 @@ namespace collie::torchbackend {
 
 class FutureWaiter;
 
+/// Names the lost ranks when a group fails. collie reports the peer a rank saw fail, which is not always the rank
+/// that died (a neighbour that aborted because of it closes its connections too). So each rank whose call failed
+/// sets "collie/failed/<rank>" in the group's c10d Store and waits (a few seconds at most) for the others' keys:
+/// the ranks that never report are the lost ones. Done once per group; store failures leave the message as is.
+class FailureReporter {
+ public:
+  FailureReporter(c10::intrusive_ptr<c10d::Store> store, int rank, int size, std::chrono::milliseconds wait)
+      : store_(std::move(store)), rank_(rank), size_(size), wait_(wait) {}
+  /// `message` with the lost ranks named in front ("lost rank 2 (...); <message>").
+  std::string explain(const std::string& message);
+
+ private:
+  std::string findLost();
+  c10::intrusive_ptr<c10d::Store> store_;
+  int rank_, size_;
+  std::chrono::milliseconds wait_;
+  std::mutex mutex_;
+  bool done_ = false;
+  std::string lost_;
+};
+
 class CollieWork : public c10d::Work {
  public:
   CollieWork(int rank, c10d::OpType type, std::string name, std::vector<at::Tensor> outputs,
-             std::shared_ptr<FutureWaiter> waiter);
+             std::shared_ptr<FutureWaiter> waiter, std::shared_ptr<FailureReporter> reporter);
   ~CollieWork() override;
 
   /// A collie handle this call waits on.
@@ -53,6 +75,7 @@ class CollieWork : public c10d::Work {
   std::vector<std::function<void()>> post_;
   std::string issueError_;
   std::shared_ptr<FutureWaiter> waiter_;
+  std::shared_ptr<FailureReporter> reporter_;
   std::mutex completeMutex_;
   bool done_ = false;
   std::exception_ptr error_;

@@ -5,6 +5,8 @@
 
 #include <c10/util/Exception.h>
 
+#include <algorithm>
+
 #include "tensor_staging.hpp"
 
 namespace collie::torchbackend {
@@ -24,7 +26,7 @@ ProcessGroupCollie::ProcessGroupCollie(const c10::intrusive_ptr<c10d::Store>& st
     : COLLIE_C10D_BASE(rank, size), waiter_(std::make_shared<FutureWaiter>()), timeout_(timeout) {
   TORCH_CHECK(store, "collie: no c10d Store to rendezvous through");
   UniqueId id;
-  issueCollie("init", [&] {
+  issueCollie("init", reporter_.get(), [&] {
     if (rank == 0) {
       id = UniqueId::create();
       const std::string text = id.toString();
@@ -38,6 +40,7 @@ ProcessGroupCollie::ProcessGroupCollie(const c10::intrusive_ptr<c10d::Store>& st
     options.name = "torch";
     comm_ = Communicator::create(size, id, rank, options);
   });
+  reporter_ = std::make_shared<FailureReporter>(store, rank, size, std::min(timeout, std::chrono::milliseconds(5000)));
 }
 
 ProcessGroupCollie::~ProcessGroupCollie() {
@@ -47,7 +50,7 @@ ProcessGroupCollie::~ProcessGroupCollie() {
 
 c10::intrusive_ptr<CollieWork> ProcessGroupCollie::makeWork(c10d::OpType type, const char* name,
                                                             std::vector<at::Tensor> outputs) {
-  return c10::make_intrusive<CollieWork>(rank_, type, name, std::move(outputs), waiter_);
+  return c10::make_intrusive<CollieWork>(rank_, type, name, std::move(outputs), waiter_, reporter_);
 }
 
 void ProcessGroupCollie::checkRank(int64_t rank, const char* what) const {
@@ -61,7 +64,7 @@ ProcessGroupCollie::WorkPtr ProcessGroupCollie::broadcast(std::vector<at::Tensor
   checkRank(opts.rootRank, "broadcast: root");
   auto work = makeWork(c10d::OpType::BROADCAST, "broadcast", tensors);
   Staged s = stageBytes(tensors[0], "broadcast: tensor");
-  issueCollie("broadcast", [&] {
+  issueCollie("broadcast", reporter_.get(), [&] {
     work->add(comm_->broadcastAsync(s.ptr(), s.ptr(), s.count, s.type, static_cast<int>(opts.rootRank)));
   });
   if (!s.contig.is_same(s.original)) work->then([s] { s.copyBack(); });
@@ -77,7 +80,8 @@ ProcessGroupCollie::WorkPtr ProcessGroupCollie::allreduce(std::vector<at::Tensor
   at::Tensor in = preMultiplied(tensors[0], opts.reduceOp);
   Staged s = stageTyped(in, "allreduce: tensor");
   s.original = tensors[0];
-  issueCollie("allreduce", [&] { work->add(comm_->allReduceAsync(s.ptr(), s.ptr(), s.count, s.type, op)); });
+  issueCollie("allreduce", reporter_.get(),
+              [&] { work->add(comm_->allReduceAsync(s.ptr(), s.ptr(), s.count, s.type, op)); });
   if (!s.contig.is_same(s.original)) work->then([s] { s.copyBack(); });
   return work;
 }
@@ -96,7 +100,8 @@ ProcessGroupCollie::WorkPtr ProcessGroupCollie::allreduce_coalesced(std::vector<
   std::vector<at::Tensor> flat;
   for (const at::Tensor& t : tensors) flat.push_back(preMultiplied(t, opts.reduceOp).reshape({-1}));
   Staged s = stageTyped(at::cat(flat), "allreduce_coalesced: tensors");
-  issueCollie("allreduce_coalesced", [&] { work->add(comm_->allReduceAsync(s.ptr(), s.ptr(), s.count, s.type, op)); });
+  issueCollie("allreduce_coalesced", reporter_.get(),
+              [&] { work->add(comm_->allReduceAsync(s.ptr(), s.ptr(), s.count, s.type, op)); });
   work->then([s, tensors] {
     int64_t offset = 0;
     for (const at::Tensor& t : tensors) {
@@ -117,7 +122,8 @@ ProcessGroupCollie::WorkPtr ProcessGroupCollie::reduce(std::vector<at::Tensor>& 
   Staged s = stageTyped(preMultiplied(tensors[0], opts.reduceOp), "reduce: tensor");
   s.original = tensors[0];
   const int root = static_cast<int>(opts.rootRank);
-  issueCollie("reduce", [&] { work->add(comm_->reduceAsync(s.ptr(), s.ptr(), s.count, s.type, op, root)); });
+  issueCollie("reduce", reporter_.get(),
+              [&] { work->add(comm_->reduceAsync(s.ptr(), s.ptr(), s.count, s.type, op, root)); });
   if (rank_ == root && !s.contig.is_same(s.original)) work->then([s] { s.copyBack(); });
   return work;
 }
@@ -133,7 +139,7 @@ ProcessGroupCollie::WorkPtr ProcessGroupCollie::allgather(std::vector<std::vecto
   checkSameLayout(outputs[0], inputs[0], "allgather: output");
   auto work = makeWork(c10d::OpType::ALLGATHER, "allgather", outputs[0]);
   at::Tensor flat = at::empty({static_cast<int64_t>(in.count) * size_}, at::kByte);
-  issueCollie("allgather",
+  issueCollie("allgather", reporter_.get(),
               [&] { work->add(comm_->allGatherAsync(in.ptr(), flat.data_ptr(), in.count, DataType::Uint8)); });
   std::vector<at::Tensor> outs = outputs[0];
   const size_t n = in.count;
@@ -152,7 +158,7 @@ ProcessGroupCollie::WorkPtr ProcessGroupCollie::_allgather_base(at::Tensor& outp
   TORCH_CHECK(output.numel() == input.numel() * size_, "collie _allgather_base: output has ", output.numel(),
               " elements, expected input elements (", input.numel(), ") times the group size (", size_, ")");
   auto work = makeWork(c10d::OpType::_ALLGATHER_BASE, "_allgather_base", {output});
-  issueCollie("_allgather_base",
+  issueCollie("_allgather_base", reporter_.get(),
               [&] { work->add(comm_->allGatherAsync(in.ptr(), out.ptr(), in.count, DataType::Uint8)); });
   work->then([in, out] { out.copyBack(); });
   return work;
@@ -185,7 +191,7 @@ ProcessGroupCollie::WorkPtr ProcessGroupCollie::allgather_coalesced(std::vector<
   }
   at::Tensor recv = at::empty({static_cast<int64_t>(total) * size_}, at::kByte);
   auto work = makeWork(c10d::OpType::ALLGATHER_COALESCED, "allgather_coalesced", flatOutputs);
-  issueCollie("allgather_coalesced",
+  issueCollie("allgather_coalesced", reporter_.get(),
               [&] { work->add(comm_->allGatherAsync(send.data_ptr(), recv.data_ptr(), total, DataType::Uint8)); });
   work->then([send, recv, flatOutputs]() mutable {
     size_t at = 0;
@@ -212,7 +218,7 @@ ProcessGroupCollie::WorkPtr ProcessGroupCollie::reduce_scatter(std::vector<at::T
   Staged in = stageTyped(at::cat(flat), "reduce_scatter: input");
   Staged out = stageTyped(outputs[0], "reduce_scatter: output");
   auto work = makeWork(c10d::OpType::REDUCE_SCATTER, "reduce_scatter", outputs);
-  issueCollie("reduce_scatter",
+  issueCollie("reduce_scatter", reporter_.get(),
               [&] { work->add(comm_->reduceScatterAsync(in.ptr(), out.ptr(), out.count, out.type, op)); });
   work->then([in, out] { out.copyBack(); });
   return work;
@@ -230,7 +236,7 @@ ProcessGroupCollie::WorkPtr ProcessGroupCollie::_reduce_scatter_base(at::Tensor&
   Staged in = stageTyped(preMultiplied(input, opts.reduceOp), "_reduce_scatter_base: input");
   Staged out = stageTyped(output, "_reduce_scatter_base: output");
   auto work = makeWork(c10d::OpType::_REDUCE_SCATTER_BASE, "_reduce_scatter_base", {output});
-  issueCollie("_reduce_scatter_base",
+  issueCollie("_reduce_scatter_base", reporter_.get(),
               [&] { work->add(comm_->reduceScatterAsync(in.ptr(), out.ptr(), out.count, out.type, op)); });
   work->then([in, out] { out.copyBack(); });
   return work;
@@ -238,7 +244,8 @@ ProcessGroupCollie::WorkPtr ProcessGroupCollie::_reduce_scatter_base(at::Tensor&
 
 ProcessGroupCollie::WorkPtr ProcessGroupCollie::barrier(const c10d::BarrierOptions& opts) {
   auto work = makeWork(c10d::OpType::BARRIER, "barrier", {});
-  issueCollie("barrier", [&] { comm_->barrier(); });  // after every call issued before it (collie keeps call order)
+  issueCollie("barrier", reporter_.get(),
+              [&] { comm_->barrier(); });  // after every call issued before it (collie keeps call order)
   work->complete();
   return work;
 }

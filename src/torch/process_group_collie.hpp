@@ -91,18 +91,22 @@ class ProcessGroupCollie : public COLLIE_C10D_BASE {
 
   std::unique_ptr<Communicator> comm_;
   std::shared_ptr<FutureWaiter> waiter_;
+  std::shared_ptr<FailureReporter> reporter_;
   std::chrono::milliseconds timeout_;
   bool coalescing_ = false;
   std::vector<c10::intrusive_ptr<CollieWork>> coalesced_;  // p2p Works issued since startCoalescing
 };
 
-/// Runs `fn` (which issues collie calls), turning a collie::Error into a RuntimeError naming the call.
+/// Runs `fn` (which issues collie calls), turning a collie::Error into a RuntimeError naming the call (and the
+/// lost ranks, when the group failed).
 template <typename Fn>
-void issueCollie(const char* name, Fn&& fn) {
+void issueCollie(const char* name, FailureReporter* reporter, Fn&& fn) {
   try {
     fn();
   } catch (const Error& e) {
-    TORCH_CHECK(false, "collie ", name, ": ", e.what());
+    const bool groupFailed =
+        e.code() == ErrorCode::RemoteError || e.code() == ErrorCode::Timeout || e.code() == ErrorCode::SystemError;
+    TORCH_CHECK(false, "collie ", name, ": ", groupFailed && reporter ? reporter->explain(e.what()) : e.what());
   }
 }
 

@@ -66,7 +66,7 @@ void ProcessGroupCollie::exchange(CollieWork& work, const char* send, const std:
     }
     groupEnd();
   } catch (const Error& e) {
-    work.failWith(e.what());
+    work.failWith(reporter_->explain(e.what()));
   }
 }
 
@@ -84,7 +84,7 @@ ProcessGroupCollie::WorkPtr ProcessGroupCollie::alltoall_base(at::Tensor& output
                 output.numel(), " (even splits need equal sizes)");
     TORCH_CHECK(in.count % size_ == 0, "collie alltoall_base: ", input.numel(), " elements do not split evenly over ",
                 size_, " ranks");
-    issueCollie("alltoall_base",
+    issueCollie("alltoall_base", reporter_.get(),
                 [&] { work->add(comm_->allToAllAsync(in.ptr(), out.ptr(), in.count / size_, DataType::Uint8)); });
   } else {
     std::vector<size_t> sendOff, sendLen, recvOff, recvLen;
@@ -141,7 +141,8 @@ ProcessGroupCollie::WorkPtr ProcessGroupCollie::gather(std::vector<std::vector<a
     TORCH_CHECK(outputs.empty() || (outputs.size() == 1 && outputs[0].empty()), "collie gather: only the root (rank ",
                 root, ") takes output tensors");
     auto work = makeWork(c10d::OpType::GATHER, "gather", {});
-    issueCollie("gather", [&] { work->add(comm_->sendAsync(in.ptr(), in.count, DataType::Uint8, root)); });
+    issueCollie("gather", reporter_.get(),
+                [&] { work->add(comm_->sendAsync(in.ptr(), in.count, DataType::Uint8, root)); });
     work->then([in] {});
     return work;
   }
@@ -151,7 +152,7 @@ ProcessGroupCollie::WorkPtr ProcessGroupCollie::gather(std::vector<std::vector<a
   auto work = makeWork(c10d::OpType::GATHER, "gather", outputs[0]);
   outputs[0][root].copy_(inputs[0]);
   std::vector<Staged> outs;
-  issueCollie("gather", [&] {
+  issueCollie("gather", reporter_.get(), [&] {
     for (int p = 0; p < size_; ++p) {
       if (p == root) continue;
       outs.push_back(stageBytes(outputs[0][p], "gather: output"));
@@ -175,7 +176,8 @@ ProcessGroupCollie::WorkPtr ProcessGroupCollie::scatter(std::vector<at::Tensor>&
   if (rank_ != root) {
     TORCH_CHECK(inputs.empty() || (inputs.size() == 1 && inputs[0].empty()), "collie scatter: only the root (rank ",
                 root, ") takes input tensors");
-    issueCollie("scatter", [&] { work->add(comm_->recvAsync(out.ptr(), out.count, DataType::Uint8, root)); });
+    issueCollie("scatter", reporter_.get(),
+                [&] { work->add(comm_->recvAsync(out.ptr(), out.count, DataType::Uint8, root)); });
     work->then([out] { out.copyBack(); });
     return work;
   }
@@ -183,7 +185,7 @@ ProcessGroupCollie::WorkPtr ProcessGroupCollie::scatter(std::vector<at::Tensor>&
               "collie scatter: the root needs one list of ", size_, " input tensors");
   checkSameLayout(inputs[0], outputs[0], "scatter: input");
   std::vector<Staged> ins;
-  issueCollie("scatter", [&] {
+  issueCollie("scatter", reporter_.get(), [&] {
     for (int p = 0; p < size_; ++p) {
       if (p == root) continue;
       ins.push_back(stageBytes(inputs[0][p], "scatter: input"));
@@ -200,7 +202,7 @@ ProcessGroupCollie::WorkPtr ProcessGroupCollie::send(std::vector<at::Tensor>& te
   checkRank(dstRank, "send: destination");
   Staged s = stageBytes(tensors[0], "send: tensor");
   auto work = makeWork(c10d::OpType::SEND, "send", {});
-  issueCollie("send", [&] {
+  issueCollie("send", reporter_.get(), [&] {
     collie::Work w = comm_->sendAsync(s.ptr(), s.count, DataType::Uint8, dstRank);
     if (!coalescing_) work->add(w);
   });
@@ -214,7 +216,7 @@ ProcessGroupCollie::WorkPtr ProcessGroupCollie::recv(std::vector<at::Tensor>& te
   checkRank(srcRank, "recv: source");
   Staged s = stageBytes(tensors[0], "recv: tensor");
   auto work = makeWork(c10d::OpType::RECV, "recv", tensors);
-  issueCollie("recv", [&] {
+  issueCollie("recv", reporter_.get(), [&] {
     collie::Work w = comm_->recvAsync(s.ptr(), s.count, DataType::Uint8, srcRank);
     if (!coalescing_) work->add(w);
   });
@@ -249,7 +251,7 @@ void ProcessGroupCollie::endCoalescing(std::vector<WorkPtr>& reqs) {
   try {
     groupEnd();  // issues the group's sends and receives together and waits for them
   } catch (const Error& e) {
-    error = e.what();
+    error = reporter_->explain(e.what());
   }
   for (auto& w : works) {
     if (!error.empty()) w->failWith(error);

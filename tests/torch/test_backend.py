@@ -1,0 +1,313 @@
+#!/usr/bin/env python3
+"""Tests of collie as a torch.distributed backend (import collie.torch; init_process_group("collie")).
+
+Each case runs in N forked processes, one per rank, meeting through file:// (or env:// under torchrun), and checks
+every value element by element against what the call must give:
+  collectives   reduce_scatter (list and _reduce_scatter_base), alltoall with uneven splits (alltoall_base and the
+                list form), batch_isend_irecv around a ring, all-reduce in bf16 and fp16 (exact small integers),
+                complex sum, non-contiguous tensors, async get_future, bad arguments raising at once
+  killed        a rank SIGKILLs itself; every other rank's pending all_reduce raises RuntimeError naming it within the
+                group's timeout
+  torchrun      the real launcher: python3 -m torch.distributed.run --nproc_per_node 2 ... (env://)
+  ddp           torch.nn.parallel.DistributedDataParallel trains an MLP for some steps; loss and parameters match one
+                process training on the whole batch
+Usage: PYTHONPATH=<build>/python /usr/bin/python3 test_backend.py CASE [--world-size N]
+Prints "PASS case" or "FAIL case: why" and exits 0 only on success.
+"""
+import argparse
+import datetime
+import multiprocessing
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+
+import torch
+import torch.distributed as dist
+
+import collie.torch  # noqa: F401  registers "collie"
+
+
+def check_equal(got, want, what):
+    got = got.to(torch.float64) if not got.is_complex() else got.to(torch.complex128)
+    want = torch.as_tensor(want).to(got.dtype)
+    if got.shape != want.shape:
+        raise AssertionError(f"{what}: shape {tuple(got.shape)}, want {tuple(want.shape)}")
+    bad = (got != want).reshape(-1).nonzero()
+    if bad.numel():
+        i = bad[0].item()
+        raise AssertionError(f"{what}: element {i} is {got.reshape(-1)[i].item()}, want {want.reshape(-1)[i].item()} "
+                             f"({bad.numel()} of {got.numel()} differ)")
+
+
+def expect_raises(fn, pattern, what):
+    try:
+        fn()
+    except (RuntimeError, ValueError) as e:
+        if not re.search(pattern, str(e)):
+            raise AssertionError(f"{what}: raised {e!r}, not matching {pattern!r}")
+        return
+    raise AssertionError(f"{what}: did not raise")
+
+
+# ---- collectives ---------------------------------------------------------------------------------------------------
+def case_collectives(rank, ws):
+    # reduce_scatter (list form): input j on rank r is full of 100*r + j; output on rank r = sum over ranks of j=r.
+    n = 5
+    inputs = [torch.full((n,), float(100 * rank + j)) for j in range(ws)]
+    out = torch.empty(n)
+    dist.reduce_scatter(out, inputs)
+    check_equal(out, torch.full((n,), float(sum(100 * r + rank for r in range(ws)))), "reduce_scatter")
+    # _reduce_scatter_base with MAX on int64.
+    flat = torch.arange(ws * n, dtype=torch.int64) * (rank + 1)
+    out = torch.empty(n, dtype=torch.int64)
+    dist._reduce_scatter_base(out, flat, op=dist.ReduceOp.MAX)
+    check_equal(out, torch.arange(rank * n, (rank + 1) * n) * ws, "_reduce_scatter_base max")
+
+    # alltoall_base with uneven splits: rank r sends (r + p + 1) rows of width 3 to rank p, valued 1000*r + p.
+    width = 3
+    in_splits = [rank + p + 1 for p in range(ws)]
+    out_splits = [q + rank + 1 for q in range(ws)]
+    send = torch.cat([torch.full((in_splits[p], width), float(1000 * rank + p)) for p in range(ws)])
+    recv = torch.empty(sum(out_splits), width)
+    dist.all_to_all_single(recv, send, out_splits, in_splits)
+    want = torch.cat([torch.full((out_splits[q], width), float(1000 * q + rank)) for q in range(ws)])
+    check_equal(recv, want, "all_to_all_single uneven")
+    # The list form with different sizes per peer (and an empty one).
+    ins = [torch.full((p + rank,), float(10 * rank + p), dtype=torch.float64) for p in range(ws)]
+    outs = [torch.empty(q + rank, dtype=torch.float64) for q in range(ws)]
+    dist.all_to_all(outs, ins)
+    for q in range(ws):
+        check_equal(outs[q], torch.full((q + rank,), float(10 * q + rank)), f"all_to_all from {q}")
+
+    # batch_isend_irecv around the ring, both directions.
+    right, left = (rank + 1) % ws, (rank - 1) % ws
+    to_right = torch.arange(7, dtype=torch.int32) + 10 * rank
+    to_left = torch.arange(7, dtype=torch.int32) - 10 * rank
+    from_left, from_right = torch.empty(7, dtype=torch.int32), torch.empty(7, dtype=torch.int32)
+    reqs = dist.batch_isend_irecv([dist.P2POp(dist.isend, to_right, right), dist.P2POp(dist.irecv, from_left, left),
+                                   dist.P2POp(dist.isend, to_left, left), dist.P2POp(dist.irecv, from_right, right)])
+    for r in reqs:
+        r.wait()
+    check_equal(from_left, torch.arange(7) + 10 * left, "batch_isend_irecv from left")
+    check_equal(from_right, torch.arange(7) - 10 * right, "batch_isend_irecv from right")
+
+    # bf16 and fp16 all-reduce: small integers are exact in both.
+    for dtype in (torch.bfloat16, torch.float16):
+        t = (torch.arange(1000) % 17).to(dtype) + rank
+        dist.all_reduce(t)
+        check_equal(t, (torch.arange(1000) % 17) * ws + sum(range(ws)), f"all_reduce {dtype} sum")
+        t = (torch.arange(64) % 5).to(dtype) - rank
+        dist.all_reduce(t, op=dist.ReduceOp.MIN)
+        check_equal(t, (torch.arange(64) % 5) - (ws - 1), f"all_reduce {dtype} min")
+
+    # Complex sum, as real pairs.
+    c = torch.tensor([1 + 2j, -3 + 0.5j], dtype=torch.complex64) * (rank + 1)
+    dist.all_reduce(c)
+    check_equal(c, torch.tensor([1 + 2j, -3 + 0.5j]) * sum(range(1, ws + 1)), "all_reduce complex")
+    expect_raises(lambda: dist.all_reduce(c, op=dist.ReduceOp.MAX), "complex", "complex MAX")
+
+    # Non-contiguous tensor: a transposed view, written back in place.
+    base = torch.arange(12, dtype=torch.float32).reshape(3, 4) * (rank + 1)
+    view = base.t()
+    dist.all_reduce(view)
+    check_equal(base, torch.arange(12).reshape(3, 4) * sum(range(1, ws + 1)), "all_reduce non-contiguous")
+
+    # Async with get_future: the future's value is the output list.
+    t = torch.ones(1000) * rank
+    fut = dist.all_reduce(t, async_op=True).get_future()
+    check_equal(fut.wait()[0], torch.full((1000,), float(sum(range(ws)))), "get_future value")
+    chained = dist.all_reduce(torch.ones(3), async_op=True).get_future().then(lambda f: f.value()[0] * 2)
+    check_equal(chained.wait(), torch.full((3,), 2.0 * ws), "get_future then")
+
+    # Bad arguments raise at once.
+    expect_raises(lambda: dist.all_gather([torch.empty(3)] * ws, torch.empty(4)), "shape", "all_gather sizes")
+    expect_raises(lambda: dist.all_gather([torch.empty(3, dtype=torch.int32)] * ws, torch.empty(3)), "dtype",
+                  "all_gather dtypes")
+    expect_raises(lambda: dist.reduce_scatter(torch.empty(2), [torch.empty(3)] * ws), "shape", "reduce_scatter sizes")
+    expect_raises(lambda: dist.all_reduce(torch.ones(2, dtype=torch.int16)), "int16|Short", "all_reduce int16")
+    expect_raises(lambda: dist.recv(torch.empty(1)), "any source", "recv from any source")
+    dist.barrier()
+
+
+# ---- a killed rank -------------------------------------------------------------------------------------------------
+KILL_TIMEOUT_S = 15
+
+
+def case_killed(rank, ws):
+    victim = ws - 1
+    t = torch.ones(1 << 16)
+    for _ in range(3):
+        dist.all_reduce(t)
+    if rank == victim:
+        os.kill(os.getpid(), signal.SIGKILL)
+    start = time.time()
+    try:
+        for _ in range(1000):
+            dist.all_reduce(t)
+    except RuntimeError as e:
+        took = time.time() - start
+        msg = str(e)
+        print(f"rank {rank}: RuntimeError after {took:.1f} s: {msg.splitlines()[0][:300]}", flush=True)
+        if took > KILL_TIMEOUT_S + 10:
+            raise AssertionError(f"raised after {took:.1f} s, the timeout is {KILL_TIMEOUT_S} s")
+        if not re.search(rf"(rank|peer)\s*{victim}\b", msg):
+            raise AssertionError(f"the error does not name rank {victim}: {msg}")
+        os._exit(0)  # the group is broken: leave without destroying it
+    raise AssertionError("all_reduce with a dead rank did not raise")
+
+
+# ---- DDP -------------------------------------------------------------------------------------------------------------
+def make_model():
+    torch.manual_seed(1234)
+    return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 32), torch.nn.Tanh(),
+                               torch.nn.Linear(32, 4)).double()
+
+
+def make_batch(step, total):
+    g = torch.Generator().manual_seed(99 + step)
+    return torch.randn(total, 16, generator=g, dtype=torch.float64), torch.randn(total, 4, generator=g,
+                                                                                 dtype=torch.float64)
+
+
+DDP_STEPS, DDP_BATCH = 8, 48
+
+
+def case_ddp(rank, ws):
+    ref = make_model()
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.05, momentum=0.9)
+    model = torch.nn.parallel.DistributedDataParallel(make_model(), bucket_cap_mb=0.001)  # several buckets
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    per = DDP_BATCH // ws
+    for step in range(DDP_STEPS):
+        x, y = make_batch(step, DDP_BATCH)
+        ref_opt.zero_grad()
+        ref_loss = torch.nn.functional.mse_loss(ref(x), y)
+        ref_loss.backward()
+        ref_opt.step()
+        opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x[rank * per:(rank + 1) * per]), y[rank * per:(rank + 1) * per])
+        loss.backward()
+        opt.step()
+        global_loss = loss.detach().clone()
+        dist.all_reduce(global_loss, op=dist.ReduceOp.AVG)
+        if not torch.allclose(global_loss, ref_loss.detach(), rtol=1e-10, atol=1e-12):
+            raise AssertionError(f"step {step}: loss {global_loss.item()} vs single process {ref_loss.item()}")
+    for (name, p), q in zip(model.module.named_parameters(), ref.parameters()):
+        diff = (p.detach() - q.detach()).abs()
+        if diff.max().item() > 1e-10:
+            i = diff.reshape(-1).argmax().item()
+            raise AssertionError(f"parameter {name} element {i}: {p.reshape(-1)[i].item()} vs single process "
+                                 f"{q.reshape(-1)[i].item()}")
+    if rank == 0:
+        print(f"ddp: {ws} ranks, {DDP_STEPS} steps, final loss {global_loss.item():.6f} matches one process", flush=True)
+    dist.barrier()
+
+
+# ---- torchrun --------------------------------------------------------------------------------------------------------
+def torchrun_worker():
+    dist.init_process_group("collie")  # env:// from torchrun's variables
+    rank, ws = dist.get_rank(), dist.get_world_size()
+    assert int(os.environ["RANK"]) == rank and int(os.environ["WORLD_SIZE"]) == ws
+    t = torch.arange(10, dtype=torch.float32) * (rank + 1)
+    dist.all_reduce(t)
+    check_equal(t, torch.arange(10) * sum(range(1, ws + 1)), "torchrun all_reduce")
+    gathered = [torch.empty(2, dtype=torch.int64) for _ in range(ws)]
+    dist.all_gather(gathered, torch.tensor([rank, -rank]))
+    for r in range(ws):
+        check_equal(gathered[r], torch.tensor([r, -r]), f"torchrun all_gather {r}")
+    case_collectives(rank, ws)
+    dist.destroy_process_group()
+    print(f"torchrun worker {rank}/{ws} ok", flush=True)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_torchrun(nproc):
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--master_addr",
+           "127.0.0.1", "--master_port", str(free_port()), os.path.abspath(__file__), "torchrun_worker"]
+    proc = subprocess.run(cmd, timeout=240, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    sys.stdout.write(proc.stdout[-4000:])
+    oks = proc.stdout.count("torchrun worker ")
+    if proc.returncode != 0 or oks != nproc:
+        raise AssertionError(f"torchrun exited {proc.returncode} with {oks} of {nproc} workers ok")
+
+
+# ---- launcher ----------------------------------------------------------------------------------------------------------
+CASES = {"collectives": (case_collectives, 60), "killed": (case_killed, KILL_TIMEOUT_S), "ddp": (case_ddp, 60)}
+
+
+def rank_main(case, rank, ws, init_file, queue):
+    try:
+        fn, timeout_s = CASES[case]
+        dist.init_process_group("collie", init_method=f"file://{init_file}", rank=rank, world_size=ws,
+                                timeout=datetime.timedelta(seconds=timeout_s))
+        fn(rank, ws)
+        dist.destroy_process_group()
+        queue.put((rank, None))
+    except BaseException:
+        queue.put((rank, traceback.format_exc()))
+        os._exit(1)
+
+
+def run_ranks(case, ws):
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    init_file = tempfile.mktemp(prefix="collie_torch_test_")
+    procs = [ctx.Process(target=rank_main, args=(case, r, ws, init_file, queue)) for r in range(ws)]
+    for p in procs:
+        p.start()
+    deadline = time.time() + 240
+    for p in procs:
+        p.join(max(1, deadline - time.time()))
+    errors = []
+    for p in procs:
+        if p.is_alive():
+            p.kill()
+            errors.append(f"{p.name} hung (killed)")
+    while not queue.empty():
+        rank, err = queue.get()
+        if err:
+            errors.append(f"rank {rank}: {err}")
+    expected = ws - 1 if case == "killed" else ws
+    ok = sum(1 for p in procs if p.exitcode == 0)
+    if not errors and ok < expected:
+        errors.append(f"{ok} of {expected} ranks exited cleanly: {[p.exitcode for p in procs]}")
+    if os.path.exists(init_file):
+        os.unlink(init_file)
+    if errors:
+        raise AssertionError("\n".join(errors))
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("case", choices=sorted(CASES) + ["torchrun", "torchrun_worker"])
+    parser.add_argument("--world-size", type=int, default=2)
+    args = parser.parse_args()
+    if args.case == "torchrun_worker":
+        torchrun_worker()
+        return 0
+    name = f"{args.case} (world size {args.world_size})"
+    try:
+        if args.case == "torchrun":
+            run_torchrun(args.world_size)
+        else:
+            run_ranks(args.case, args.world_size)
+    except AssertionError as e:
+        print(f"FAIL {name}: {e}")
+        return 1
+    print(f"PASS {name}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
