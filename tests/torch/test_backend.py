@@ -233,8 +233,11 @@ def free_port():
 
 
 def run_torchrun(nproc):
+    # --redirects 1 --tee 1: torchrun's defaults ("0") parse to None under Python 3.11 with Debian's torch 1.13
+    # (Std.from_str iterates a Flag enum, which skips 0 in 3.11) and it crashes; 1 (stdout) parses.
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--master_addr",
-           "127.0.0.1", "--master_port", str(free_port()), os.path.abspath(__file__), "torchrun_worker"]
+           "127.0.0.1", "--master_port", str(free_port()), "--redirects", "1", "--tee", "1", "--log_dir",
+           tempfile.mkdtemp(prefix="collie_torchrun_"), os.path.abspath(__file__), "torchrun_worker"]
     proc = subprocess.run(cmd, timeout=240, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     sys.stdout.write(proc.stdout[-4000:])
     oks = proc.stdout.count("torchrun worker ")
