@@ -49,6 +49,9 @@ struct TransportUnderTest {
   int (*dial)(const PeerInfo& info);
 };
 
+/// For gtest's messages: the transport's name, not the struct's bytes.
+void PrintTo(const TransportUnderTest& t, std::ostream* os) { *os << t.name; }
+
 int dialTcp(const PeerInfo& info) {
   return base::connectWithRetry(TcpTransport::addressOf(info), SteadyClock::now() + 5s, 10, "the stranger");
 }
