@@ -11,7 +11,9 @@
  *      that took under kMinTimedSeconds (1 us: less than any exchange between processes) is too short to time, and
  *      a single rank's in-place call moves nothing: their algbw and busbw read N/A (JSON null), with a note under
  *      the table, and stay out of the average (instead of bandwidths of thousands of GB/s).
- * Rank 0 prints the nccl-tests header, table and summary, and with -J writes the rows as JSON.
+ * Rank 0 prints the nccl-tests header, table and summary, and with -J writes the rows as JSON. Each row ends with
+ * the algorithm and transport(s) rank 0's communicator ran for the last timed call of that size
+ * (collie::lastCallOf), so a forced -A, or the tuner's pick, can be checked per size.
  * Exit code: 0 when every check passed, 1 when any element was wrong, 2 on a usage or collie error.
  * Without a launcher's environment the tool runs ONE rank in this process (as nccl-tests does with -g 1), after a
  * warning on stderr that says how to start N ranks.
@@ -38,6 +40,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <collie/collie.hpp>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -387,7 +390,8 @@ struct Result {
   bool valid = false;
   bool timed = true;  // false: the call took under kMinTimedSeconds, algbw and busbw are N/A
   double us = 0, algbw = 0, busbw = 0;
-  int64_t wrong = -1;  // -1: not checked
+  int64_t wrong = -1;                       // -1: not checked
+  std::string algo = "-", transport = "-";  // what the communicator ran for the last timed call
 };
 
 struct Row {
@@ -397,6 +401,19 @@ struct Row {
   int root;
   Result oop, ip;
 };
+
+/** The row's algorithm: the out-of-place call's, "oop/ip" when the in-place call ran another one. */
+std::string RowAlgo(const Row& row) {
+  if (!row.ip.valid || row.ip.algo == row.oop.algo) return row.oop.algo;
+  if (!row.oop.valid) return row.ip.algo;
+  return row.oop.algo + "/" + row.ip.algo;
+}
+
+std::string RowTransport(const Row& row) {
+  if (!row.ip.valid || row.ip.transport == row.oop.transport) return row.oop.transport;
+  if (!row.oop.valid) return row.ip.transport;
+  return row.oop.transport + "/" + row.ip.transport;
+}
 
 struct RankInfo {  // gathered to rank 0 for the "# Using devices" lines
   int32_t rank;
@@ -551,9 +568,11 @@ class Runner {
       call();
       if (opt_.blocking) {
         if (dev_) Synchronize();
+        if (i == opt_.iters - 1) RecordLastCall(&res);  // before the barrier, itself a call
         PERF_CHECK(collieBarrier(comm_));
       }
     }
+    if (!opt_.blocking) RecordLastCall(&res);  // before CombineTime's own collectives
     double sec = 0;
     if (dev_) {
       dev_->RecordStop();
@@ -569,6 +588,13 @@ class Runner {
     res.busbw = res.algbw * coll_.busFactor(nranks_);
     if (!res.timed) ++untimed_;
     return res;
+  }
+
+  /** What the communicator ran for its most recent call: the algorithm and the transport(s) of its peers. */
+  void RecordLastCall(Result* res) const {
+    const collie::CallInfo info = collie::lastCallOf(comm_);
+    if (!info.algorithm.empty()) res->algo = info.algorithm;
+    if (!info.transport.empty()) res->transport = info.transport;
   }
 
   /** -g 1: waits for the stream; a collective that failed on it (reported asynchronously) ends the run. */
@@ -620,7 +646,7 @@ class Runner {
     std::printf("%12zu  %12zu  %8s  %6s  %6d", row.bytes, row.count, row.type, row.op, row.root);
     PrintResult(row.oop);
     PrintResult(row.ip);
-    std::printf("\n");
+    std::printf("  %8s  %9s\n", RowAlgo(row).c_str(), RowTransport(row).c_str());
   }
 
   const Collective& coll_;
@@ -654,10 +680,11 @@ void PrintHeader(const Options& o, const std::vector<RankInfo>& ranks) {
   std::printf("#\n");
   std::printf("# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          \n", "", "",
               "", "", "");
-  std::printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s\n", "size", "count", "type", "redop",
-              "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong");
-  std::printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s  %7s  %6s  %6s  %5s\n", "(B)", "(elements)", "", "", "",
-              "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "");
+  std::printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s  %8s  %9s\n", "size", "count", "type",
+              "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong", "algo",
+              "transport");
+  std::printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s  %7s  %6s  %6s  %5s  %8s  %9s\n", "(B)", "(elements)",
+              "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "", "(as ran)", "(rank 0)");
 }
 
 void WriteResultJson(FILE* f, const Result& r) {
@@ -696,8 +723,9 @@ void WriteJson(FILE* f, const Collective& coll, const Options& o, int nranks, co
     const Row& r = rows[i];
     std::fprintf(f,
                  "%s\n    {\"size\": %zu, \"count\": %zu, \"dtype\": \"%s\", \"op\": \"%s\", \"root\": %d, "
-                 "\"out_of_place\": ",
-                 i ? "," : "", r.bytes, r.count, r.type, r.op, r.root);
+                 "\"algorithm\": %s, \"transport\": %s, \"out_of_place\": ",
+                 i ? "," : "", r.bytes, r.count, r.type, r.op, r.root, JsonString(RowAlgo(r)).c_str(),
+                 JsonString(RowTransport(r)).c_str());
     WriteResultJson(f, r.oop);
     std::fprintf(f, ", \"in_place\": ");
     WriteResultJson(f, r.ip);

@@ -233,4 +233,8 @@ COLLIE_EXPORT void groupEnd();
 /// "major.minor.patch"
 COLLIE_EXPORT const char* versionString();
 
+/// What the C API communicator `comm` ran for its most recent call (Communicator::lastCall); empty when comm is
+/// null or its non-blocking init has not finished. For tools on the C API, such as the *_perf benchmarks.
+COLLIE_EXPORT CallInfo lastCallOf(collieComm_t comm);
+
 }  // namespace collie

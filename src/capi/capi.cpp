@@ -491,3 +491,15 @@ collieResult_t collieRequestFree(collieRequest_t request) {
 }
 
 }  // extern "C"
+
+// ---- C++ access to a C handle (collie.hpp) -------------------------------------------------------------------------
+
+collie::CallInfo collie::lastCallOf(collieComm_t handle) {
+  if (!handle) return {};
+  std::shared_ptr<collie::Communicator> comm;
+  {
+    std::lock_guard<std::mutex> lock(handle->mu);
+    comm = handle->comm;
+  }
+  return comm ? comm->lastCall() : collie::CallInfo{};
+}

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <set>
@@ -430,6 +431,49 @@ TEST(PerfWithoutLauncher, WarnsAndPrintsNoAbsurdBandwidth) {
   EXPECT_EQ(rows, 5) << r.out;  // 8 B, 256 B, 8 KiB, 256 KiB, 8 MiB
   EXPECT_NE(r.out.find("# Avg bus bandwidth    : 0 GB/s"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("# N/A algbw/busbw: one rank in place moves no data"), std::string::npos) << r.out;
+}
+
+// The algo and transport columns and JSON fields say what ran (Communicator::lastCall), not what -A asked for.
+TEST_F(CollierunTest, PerfTableSaysWhichAlgorithmAndTransportRan) {
+  const std::string perf = findBuilt("perf/all_reduce_perf");
+  if (perf.empty()) GTEST_SKIP() << "perf/all_reduce_perf is not built";
+  char dir[] = "/tmp/collie_perf_json_XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string json = std::string(dir) + "/ring.json";
+  for (const char* transport : {"shm", "tcp"}) {
+    const std::string env = std::string(transport) == "tcp" ? "COLLIE_SHM_DISABLE=1 " : "COLLIE_SHM_DISABLE=0 ";
+    Result r = collierun("-n 3 --timeout 60 -- env " + env + perf + " -b 1K -e 64K -f 8 -n 2 -w 1 -A ring -J " + json);
+    ASSERT_EQ(r.code, 0) << r.err;
+    int rows = 0;
+    for (const std::string& line : lines(r.out)) {
+      if (line.rfind("[0] ", 0) != 0 || line.size() < 5 || line[4] == '#') continue;
+      std::istringstream in(line.substr(4));
+      std::vector<std::string> f;
+      for (std::string w; in >> w;) f.push_back(w);
+      if (f.size() < 15) continue;  // the empty last-error line
+      ++rows;
+      EXPECT_EQ(f[13], "ring") << line;
+      EXPECT_EQ(f[14], transport) << line;
+    }
+    EXPECT_EQ(rows, 3) << r.out;  // 1 KiB, 8 KiB, 64 KiB
+    EXPECT_NE(r.out.find("algo  transport"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("# Avg bus bandwidth    : "), std::string::npos);
+    EXPECT_NE(r.out.find(" GB/s\n"), std::string::npos) << r.out;
+    FILE* f = std::fopen(json.c_str(), "r");
+    ASSERT_NE(f, nullptr);
+    std::string text;
+    char buf[4096];
+    for (size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) text.append(buf, n);
+    std::fclose(f);
+    size_t algos = 0, transports = 0;
+    for (size_t pos = 0; (pos = text.find("\"algorithm\": \"ring\"", pos)) != std::string::npos; ++pos) ++algos;
+    const std::string t = std::string("\"transport\": \"") + transport + "\"";
+    for (size_t pos = 0; (pos = text.find(t, pos)) != std::string::npos; ++pos) ++transports;
+    EXPECT_EQ(algos, 3u) << text;
+    EXPECT_EQ(transports, 3u) << text;
+  }
+  std::remove(json.c_str());
+  rmdir(dir);
 }
 
 }  // namespace
