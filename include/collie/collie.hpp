@@ -121,16 +121,15 @@ struct CallInfo {
   size_t sliceBytes = 0;
 };
 
-namespace core {
-class CommImpl;
-struct WorkState;
-}  // namespace core
+class Communicator;
+struct InternalAccess;  // the library's own access to the internals (not part of the API)
 
 /// Handle of an async call; copies share the same operation.
 class COLLIE_EXPORT Work {
  public:
+  struct State;  ///< opaque completion state, shared with the communicator
+
   Work() = default;
-  explicit Work(std::shared_ptr<core::WorkState> state) : state_(std::move(state)) {}
   /// True when the operation finished (successfully or not); never blocks.
   bool test() const;
   /// Blocks until the operation is done; throws its Error if it failed.
@@ -142,7 +141,10 @@ class COLLIE_EXPORT Work {
   bool valid() const { return state_ != nullptr; }
 
  private:
-  std::shared_ptr<core::WorkState> state_;
+  friend class Communicator;
+  friend struct InternalAccess;
+  explicit Work(std::shared_ptr<State> state) : state_(std::move(state)) {}
+  std::shared_ptr<State> state_;
 };
 
 /// One rank's communicator. Not copyable; destroy it on every rank.
@@ -218,12 +220,13 @@ class COLLIE_EXPORT Communicator {
   /// What this communicator ran for its most recent call (blocking, async or in a group; the last one executed).
   CallInfo lastCall() const;
 
-  core::CommImpl& impl() { return *impl_; }
-  explicit Communicator(std::unique_ptr<core::CommImpl> impl);
+  struct Impl;  ///< opaque
 
  private:
+  friend struct InternalAccess;
+  explicit Communicator(std::unique_ptr<Impl> impl);
   static void checkSpan(size_t want, size_t have, const char* what);
-  std::unique_ptr<core::CommImpl> impl_;
+  std::unique_ptr<Impl> impl_;
 };
 
 /// Calls made on this thread between groupStart and groupEnd are issued together and complete at groupEnd.

@@ -1,9 +1,10 @@
-// The C API (include/collie/collie.h), built on the C++ API. Every entry point catches everything: no exception
-// crosses this boundary. A failure's message is kept per communicator (collieGetLastError(comm)) and per
-// thread (collieGetLastError(NULL)).
+// The C API (include/collie/collie.h), built on the C++ API, plus core/api_access.hpp for what the C++ API does not
+// offer (calls ordered on a CUDA stream, binding to a GPU). Every entry point catches everything: no exception
+// crosses this boundary. A failure's message is kept in the handle, per communicator (collieGetLastError(comm)),
+// and per thread (collieGetLastError(NULL)). Every config goes through one parser (parseConfig).
 //
-// A handle shares ownership of its Communicator with every call in flight, so collieCommAbort on one thread
-// can free the handle while a call blocked on another thread unwinds safely.
+// A handle shares ownership of its Communicator (and its last error) with every call in flight, so collieCommAbort
+// on one thread can free the handle while a call blocked on another thread unwinds safely.
 #include <collie/collie.h>
 
 #include <collie/collie.hpp>
@@ -14,15 +15,27 @@
 #include <thread>
 
 #include "base/errors.hpp"
-#include "core/communicator.hpp"
-#include "core/device_stager.hpp"
+#include "core/api_access.hpp"
 
 using collie::ErrorCode;
+using collie::algorithms::Collective;
+constexpr collie::ReduceOp kNoOp = collie::ReduceOp::Sum;  // for calls that do not reduce
+
+namespace {
+// What a handle shares with every call in flight on it: the communicator, and the last error message of a call on
+// it (collieGetLastError(comm)), so that a call unwinding after collieCommAbort freed the handle can still record it.
+struct CommShared {
+  explicit CommShared(std::unique_ptr<collie::Communicator> c) : comm(std::move(c)) {}
+  std::unique_ptr<collie::Communicator> comm;
+  std::mutex errorMu;
+  std::string lastError;
+};
+}  // namespace
 
 struct collieComm {
   std::mutex mu;
-  std::shared_ptr<collie::Communicator> comm;  // null until a non-blocking init finishes
-  std::thread initThread;                      // non-blocking init
+  std::shared_ptr<CommShared> shared;  // null until a non-blocking init finishes
+  std::thread initThread;              // non-blocking init
   collieResult_t initResult = collieSuccess;
   std::string initError;
   bool initDone = true;
@@ -38,18 +51,17 @@ thread_local std::string tlsLastError;
 
 collieResult_t toResult(ErrorCode code) { return static_cast<collieResult_t>(code); }
 
-void recordError(const std::shared_ptr<collie::Communicator>& comm, const std::string& message) {
+void recordError(const std::shared_ptr<CommShared>& comm, const std::string& message) {
   tlsLastError = message;
   if (comm) {
-    auto& impl = comm->impl();
-    std::lock_guard<std::mutex> lock(impl.lastErrorMu);
-    impl.lastError = message;
+    std::lock_guard<std::mutex> lock(comm->errorMu);
+    comm->lastError = message;
   }
 }
 
 // Runs `body`, turning exceptions into result codes and recording messages.
 template <typename F>
-collieResult_t guarded(const std::shared_ptr<collie::Communicator>& comm, F&& body) {
+collieResult_t guarded(const std::shared_ptr<CommShared>& comm, F&& body) {
   try {
     body();
     return collieSuccess;
@@ -74,7 +86,7 @@ collieResult_t argError(const char* message) {
 }
 
 // The communicator of a handle, waiting for a non-blocking init to finish.
-collieResult_t resolve(collieComm_t handle, std::shared_ptr<collie::Communicator>* out) {
+collieResult_t resolve(collieComm_t handle, std::shared_ptr<CommShared>* out) {
   if (!handle) return argError("comm is NULL");
   std::thread pending;
   {
@@ -87,17 +99,17 @@ collieResult_t resolve(collieComm_t handle, std::shared_ptr<collie::Communicator
     tlsLastError = handle->initError;
     return handle->initResult;
   }
-  *out = handle->comm;
+  *out = handle->shared;
   if (!*out) return argError("comm was destroyed");
   return collieSuccess;
 }
 
 template <typename F>
 collieResult_t withComm(collieComm_t handle, F&& body) {
-  std::shared_ptr<collie::Communicator> comm;
+  std::shared_ptr<CommShared> comm;
   collieResult_t r = resolve(handle, &comm);
   if (r != collieSuccess) return r;
-  return guarded(comm, [&] { body(*comm); });
+  return guarded(comm, [&] { body(*comm->comm); });
 }
 
 // A C caller may pass any int as an enum (42 as a datatype, say); loading it as the C enum type would be undefined
@@ -114,11 +126,10 @@ collie::ReduceOp rop(const collieRedOp_t& o) { return static_cast<collie::Reduce
 
 // A call with a stream argument: on host buffers (stream NULL) it blocks until done; on device buffers it is
 // enqueued on `stream` (NULL: the default stream) and returns at once (src/core/device_stager.hpp).
-template <typename F>
-collieResult_t streamCall(collieComm_t handle, collieStream_t stream, F&& body) {
+collieResult_t streamCall(collieComm_t handle, collieStream_t stream, Collective coll, const void* send, void* recv,
+                          size_t count, collie::DataType type, collie::ReduceOp op, int root) {
   return withComm(handle, [&](collie::Communicator& c) {
-    collie::core::StreamScope scope(stream);
-    body(c);
+    collie::InternalAccess::runOnStream(c, coll, send, recv, count, type, op, root, stream);
   });
 }
 
@@ -194,10 +205,12 @@ collieResult_t initRank(collieComm_t* out, int nranks, const collieUniqueId& id,
   collie::UniqueId uid;
   uid.raw = id;
   auto init = [handle, nranks, uid, rank, options] {
-    std::shared_ptr<collie::Communicator> comm;
-    collieResult_t r = guarded(nullptr, [&] { comm = collie::Communicator::create(nranks, uid, rank, options); });
+    std::shared_ptr<CommShared> comm;
+    collieResult_t r = guarded(nullptr, [&] {
+      comm = std::make_shared<CommShared>(collie::Communicator::create(nranks, uid, rank, options));
+    });
     std::lock_guard<std::mutex> lock(handle->mu);
-    handle->comm = std::move(comm);
+    handle->shared = std::move(comm);
     handle->initResult = r;
     if (r != collieSuccess) handle->initError = tlsLastError;
     handle->initDone = true;
@@ -268,8 +281,8 @@ collieResult_t collieCommInitAll(collieComm_t* comms, int ndev, const int* devli
   if (r != collieSuccess) return r;
   for (int i = 0; i < ndev; ++i) {
     comms[i] = new collieComm;
-    comms[i]->comm = std::move(all[static_cast<size_t>(i)]);
-    if (devlist) comms[i]->comm->impl().bindDevice(devlist[i]);  // several ranks may share a GPU
+    if (devlist) collie::InternalAccess::bindDevice(*all[static_cast<size_t>(i)], devlist[i]);  // may share a GPU
+    comms[i]->shared = std::make_shared<CommShared>(std::move(all[static_cast<size_t>(i)]));
   }
   return collieSuccess;
 }
@@ -284,17 +297,17 @@ collieResult_t collieCommInitFromEnv(collieComm_t* comm, collieConfig_t* config)
   collieResult_t r = guarded(nullptr, [&] { created = collie::Communicator::createFromEnv(options); });
   if (r != collieSuccess) return r;
   *comm = new collieComm;
-  (*comm)->comm = std::move(created);
+  (*comm)->shared = std::make_shared<CommShared>(std::move(created));
   return collieSuccess;
 }
 
 collieResult_t collieCommDestroy(collieComm_t handle) {
   if (!handle) return collieSuccess;
-  std::shared_ptr<collie::Communicator> comm;
+  std::shared_ptr<CommShared> comm;
   resolve(handle, &comm);
   {
     std::lock_guard<std::mutex> lock(handle->mu);
-    handle->comm.reset();
+    handle->shared.reset();
   }
   delete handle;
   comm.reset();  // the last owner closes connections once outstanding work is done
@@ -303,9 +316,9 @@ collieResult_t collieCommDestroy(collieComm_t handle) {
 
 collieResult_t collieCommAbort(collieComm_t handle) {
   if (!handle) return collieSuccess;
-  std::shared_ptr<collie::Communicator> comm;
+  std::shared_ptr<CommShared> comm;
   resolve(handle, &comm);
-  if (comm) comm->abort();
+  if (comm) comm->comm->abort();
   return collieCommDestroy(handle);
 }
 
@@ -317,7 +330,7 @@ collieResult_t collieCommGetAsyncError(collieComm_t handle, collieResult_t* asyn
   } else if (handle->initResult != collieSuccess) {
     *asyncError = handle->initResult;
   } else {
-    *asyncError = handle->comm ? toResult(handle->comm->asyncError()) : collieInvalidUsage;
+    *asyncError = handle->shared ? toResult(handle->shared->comm->asyncError()) : collieInvalidUsage;
   }
   return collieSuccess;
 }
@@ -342,7 +355,7 @@ collieResult_t collieCommSplit(collieComm_t comm, int color, int key, collieComm
   collieResult_t r = withComm(comm, [&](collie::Communicator& c) { created = c.split(color, key, options); });
   if (r != collieSuccess || !created) return r;
   *newcomm = new collieComm;
-  (*newcomm)->comm = std::move(created);
+  (*newcomm)->shared = std::make_shared<CommShared>(std::move(created));
   return collieSuccess;
 }
 
@@ -353,10 +366,10 @@ const char* collieGetErrorString(collieResult_t result) {
 const char* collieGetLastError(collieComm_t handle) {
   if (handle) {
     std::lock_guard<std::mutex> lock(handle->mu);
-    if (handle->comm) {
-      auto& impl = handle->comm->impl();
-      std::lock_guard<std::mutex> lock2(impl.lastErrorMu);
-      if (!impl.lastError.empty()) return impl.lastError.c_str();
+    if (handle->shared) {
+      CommShared& shared = *handle->shared;
+      std::lock_guard<std::mutex> lock2(shared.errorMu);
+      if (!shared.lastError.empty()) return shared.lastError.c_str();
     } else if (!handle->initError.empty()) {
       return handle->initError.c_str();
     }
@@ -366,49 +379,42 @@ const char* collieGetLastError(collieComm_t handle) {
 
 collieResult_t collieAllReduce(const void* sendbuff, void* recvbuff, size_t count, collieDataType_t datatype,
                                collieRedOp_t op, collieComm_t comm, collieStream_t stream) {
-  return streamCall(comm, stream,
-                    [&](collie::Communicator& c) { c.allReduce(sendbuff, recvbuff, count, dt(datatype), rop(op)); });
+  return streamCall(comm, stream, Collective::AllReduce, sendbuff, recvbuff, count, dt(datatype), rop(op), 0);
 }
 
 collieResult_t collieBroadcast(const void* sendbuff, void* recvbuff, size_t count, collieDataType_t datatype, int root,
                                collieComm_t comm, collieStream_t stream) {
-  return streamCall(comm, stream,
-                    [&](collie::Communicator& c) { c.broadcast(sendbuff, recvbuff, count, dt(datatype), root); });
+  return streamCall(comm, stream, Collective::Broadcast, sendbuff, recvbuff, count, dt(datatype), kNoOp, root);
 }
 
 collieResult_t collieReduce(const void* sendbuff, void* recvbuff, size_t count, collieDataType_t datatype,
                             collieRedOp_t op, int root, collieComm_t comm, collieStream_t stream) {
-  return streamCall(comm, stream,
-                    [&](collie::Communicator& c) { c.reduce(sendbuff, recvbuff, count, dt(datatype), rop(op), root); });
+  return streamCall(comm, stream, Collective::Reduce, sendbuff, recvbuff, count, dt(datatype), rop(op), root);
 }
 
 collieResult_t collieAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, collieDataType_t datatype,
                                collieComm_t comm, collieStream_t stream) {
-  return streamCall(comm, stream,
-                    [&](collie::Communicator& c) { c.allGather(sendbuff, recvbuff, sendcount, dt(datatype)); });
+  return streamCall(comm, stream, Collective::AllGather, sendbuff, recvbuff, sendcount, dt(datatype), kNoOp, 0);
 }
 
 collieResult_t collieReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, collieDataType_t datatype,
                                    collieRedOp_t op, collieComm_t comm, collieStream_t stream) {
-  return streamCall(comm, stream, [&](collie::Communicator& c) {
-    c.reduceScatter(sendbuff, recvbuff, recvcount, dt(datatype), rop(op));
-  });
+  return streamCall(comm, stream, Collective::ReduceScatter, sendbuff, recvbuff, recvcount, dt(datatype), rop(op), 0);
 }
 
 collieResult_t collieAllToAll(const void* sendbuff, void* recvbuff, size_t count, collieDataType_t datatype,
                               collieComm_t comm, collieStream_t stream) {
-  return streamCall(comm, stream,
-                    [&](collie::Communicator& c) { c.allToAll(sendbuff, recvbuff, count, dt(datatype)); });
+  return streamCall(comm, stream, Collective::AllToAll, sendbuff, recvbuff, count, dt(datatype), kNoOp, 0);
 }
 
 collieResult_t collieSend(const void* sendbuff, size_t count, collieDataType_t datatype, int peer, collieComm_t comm,
                           collieStream_t stream) {
-  return streamCall(comm, stream, [&](collie::Communicator& c) { c.send(sendbuff, count, dt(datatype), peer); });
+  return streamCall(comm, stream, Collective::Send, sendbuff, nullptr, count, dt(datatype), kNoOp, peer);
 }
 
 collieResult_t collieRecv(void* recvbuff, size_t count, collieDataType_t datatype, int peer, collieComm_t comm,
                           collieStream_t stream) {
-  return streamCall(comm, stream, [&](collie::Communicator& c) { c.recv(recvbuff, count, dt(datatype), peer); });
+  return streamCall(comm, stream, Collective::Recv, nullptr, recvbuff, count, dt(datatype), kNoOp, peer);
 }
 
 collieResult_t collieBarrier(collieComm_t comm) {
@@ -496,10 +502,10 @@ collieResult_t collieRequestFree(collieRequest_t request) {
 
 collie::CallInfo collie::lastCallOf(collieComm_t handle) {
   if (!handle) return {};
-  std::shared_ptr<collie::Communicator> comm;
+  std::shared_ptr<CommShared> shared;
   {
     std::lock_guard<std::mutex> lock(handle->mu);
-    comm = handle->comm;
+    shared = handle->shared;
   }
-  return comm ? comm->lastCall() : collie::CallInfo{};
+  return shared && shared->comm ? shared->comm->lastCall() : collie::CallInfo{};
 }

@@ -1,4 +1,5 @@
-// The C++ API (include/collie/collie.hpp): thin wrappers that describe each call and hand it to CommImpl.
+// The C++ API (include/collie/collie.hpp): thin wrappers that describe each call and hand it to the core
+// communicator (core::CommImpl, behind the opaque Communicator::Impl of api_access.hpp).
 #include <collie/config.h>
 
 #include <collie/collie.hpp>
@@ -7,8 +8,9 @@
 #include "base/errors.hpp"
 #include "base/params.hpp"
 #include "base/socket.hpp"
+#include "core/api_access.hpp"
 #include "core/bootstrap.hpp"
-#include "core/communicator.hpp"
+#include "core/group.hpp"
 
 namespace collie {
 
@@ -61,12 +63,12 @@ std::string Work::errorMessage() const {
 
 // ---- Communicator ----------------------------------------------------------------------------------------------
 
-Communicator::Communicator(std::unique_ptr<core::CommImpl> impl) : impl_(std::move(impl)) {}
+Communicator::Communicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Communicator::~Communicator() = default;
 
 std::unique_ptr<Communicator> Communicator::create(int nranks, const UniqueId& id, int rank, const Options& options) {
   auto data = core::decodeUniqueId(id.raw);
-  return std::make_unique<Communicator>(core::CommImpl::create(nranks, data, rank, options));
+  return InternalAccess::wrap(core::CommImpl::create(nranks, data, rank, options));
 }
 
 std::vector<std::unique_ptr<Communicator>> Communicator::createAll(int nranks, const Options& options) {
@@ -90,9 +92,9 @@ std::vector<std::unique_ptr<Communicator>> Communicator::createAll(int nranks, c
   return comms;
 }
 
-int Communicator::rank() const { return impl_->rank(); }
-int Communicator::size() const { return impl_->size(); }
-const std::string& Communicator::name() const { return impl_->name(); }
+int Communicator::rank() const { return impl_->comm->rank(); }
+int Communicator::size() const { return impl_->comm->size(); }
+const std::string& Communicator::name() const { return impl_->comm->name(); }
 
 namespace {
 OpDesc makeOp(Collective coll, const void* send, void* recv, size_t count, DataType type, ReduceOp op, int root) {
@@ -109,65 +111,63 @@ OpDesc makeOp(Collective coll, const void* send, void* recv, size_t count, DataT
 }  // namespace
 
 void Communicator::allReduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op) {
-  impl_->run(makeOp(Collective::AllReduce, send, recv, count, type, op, 0));
+  impl_->comm->run(makeOp(Collective::AllReduce, send, recv, count, type, op, 0));
 }
 void Communicator::broadcast(const void* send, void* recv, size_t count, DataType type, int root) {
-  impl_->run(makeOp(Collective::Broadcast, send, recv, count, type, ReduceOp::Sum, root));
+  impl_->comm->run(makeOp(Collective::Broadcast, send, recv, count, type, ReduceOp::Sum, root));
 }
 void Communicator::reduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op, int root) {
-  impl_->run(makeOp(Collective::Reduce, send, recv, count, type, op, root));
+  impl_->comm->run(makeOp(Collective::Reduce, send, recv, count, type, op, root));
 }
 void Communicator::allGather(const void* send, void* recv, size_t sendCount, DataType type) {
-  impl_->run(makeOp(Collective::AllGather, send, recv, sendCount, type, ReduceOp::Sum, 0));
+  impl_->comm->run(makeOp(Collective::AllGather, send, recv, sendCount, type, ReduceOp::Sum, 0));
 }
 void Communicator::reduceScatter(const void* send, void* recv, size_t recvCount, DataType type, ReduceOp op) {
-  impl_->run(makeOp(Collective::ReduceScatter, send, recv, recvCount, type, op, 0));
+  impl_->comm->run(makeOp(Collective::ReduceScatter, send, recv, recvCount, type, op, 0));
 }
 void Communicator::allToAll(const void* send, void* recv, size_t count, DataType type) {
-  impl_->run(makeOp(Collective::AllToAll, send, recv, count, type, ReduceOp::Sum, 0));
+  impl_->comm->run(makeOp(Collective::AllToAll, send, recv, count, type, ReduceOp::Sum, 0));
 }
 void Communicator::send(const void* buf, size_t count, DataType type, int peer) {
-  impl_->run(makeOp(Collective::Send, buf, nullptr, count, type, ReduceOp::Sum, peer));
+  impl_->comm->run(makeOp(Collective::Send, buf, nullptr, count, type, ReduceOp::Sum, peer));
 }
 void Communicator::recv(void* buf, size_t count, DataType type, int peer) {
-  impl_->run(makeOp(Collective::Recv, nullptr, buf, count, type, ReduceOp::Sum, peer));
+  impl_->comm->run(makeOp(Collective::Recv, nullptr, buf, count, type, ReduceOp::Sum, peer));
 }
-void Communicator::barrier() { impl_->barrier(); }
+void Communicator::barrier() { impl_->comm->barrier(); }
 
 Work Communicator::allReduceAsync(const void* send, void* recv, size_t count, DataType type, ReduceOp op) {
-  return Work(impl_->runAsync(makeOp(Collective::AllReduce, send, recv, count, type, op, 0)));
+  return Work(impl_->comm->runAsync(makeOp(Collective::AllReduce, send, recv, count, type, op, 0)));
 }
 Work Communicator::broadcastAsync(const void* send, void* recv, size_t count, DataType type, int root) {
-  return Work(impl_->runAsync(makeOp(Collective::Broadcast, send, recv, count, type, ReduceOp::Sum, root)));
+  return Work(impl_->comm->runAsync(makeOp(Collective::Broadcast, send, recv, count, type, ReduceOp::Sum, root)));
 }
 Work Communicator::reduceAsync(const void* send, void* recv, size_t count, DataType type, ReduceOp op, int root) {
-  return Work(impl_->runAsync(makeOp(Collective::Reduce, send, recv, count, type, op, root)));
+  return Work(impl_->comm->runAsync(makeOp(Collective::Reduce, send, recv, count, type, op, root)));
 }
 Work Communicator::allGatherAsync(const void* send, void* recv, size_t sendCount, DataType type) {
-  return Work(impl_->runAsync(makeOp(Collective::AllGather, send, recv, sendCount, type, ReduceOp::Sum, 0)));
+  return Work(impl_->comm->runAsync(makeOp(Collective::AllGather, send, recv, sendCount, type, ReduceOp::Sum, 0)));
 }
 Work Communicator::reduceScatterAsync(const void* send, void* recv, size_t recvCount, DataType type, ReduceOp op) {
-  return Work(impl_->runAsync(makeOp(Collective::ReduceScatter, send, recv, recvCount, type, op, 0)));
+  return Work(impl_->comm->runAsync(makeOp(Collective::ReduceScatter, send, recv, recvCount, type, op, 0)));
 }
 Work Communicator::allToAllAsync(const void* send, void* recv, size_t count, DataType type) {
-  return Work(impl_->runAsync(makeOp(Collective::AllToAll, send, recv, count, type, ReduceOp::Sum, 0)));
+  return Work(impl_->comm->runAsync(makeOp(Collective::AllToAll, send, recv, count, type, ReduceOp::Sum, 0)));
 }
 Work Communicator::sendAsync(const void* buf, size_t count, DataType type, int peer) {
-  return Work(impl_->runAsync(makeOp(Collective::Send, buf, nullptr, count, type, ReduceOp::Sum, peer)));
+  return Work(impl_->comm->runAsync(makeOp(Collective::Send, buf, nullptr, count, type, ReduceOp::Sum, peer)));
 }
 Work Communicator::recvAsync(void* buf, size_t count, DataType type, int peer) {
-  return Work(impl_->runAsync(makeOp(Collective::Recv, nullptr, buf, count, type, ReduceOp::Sum, peer)));
+  return Work(impl_->comm->runAsync(makeOp(Collective::Recv, nullptr, buf, count, type, ReduceOp::Sum, peer)));
 }
 
 std::unique_ptr<Communicator> Communicator::split(int color, int key, const Options& options) {
-  auto impl = impl_->split(color, key, options);
-  if (!impl) return nullptr;
-  return std::make_unique<Communicator>(std::move(impl));
+  return InternalAccess::wrap(impl_->comm->split(color, key, options));
 }
 
-void Communicator::abort() { impl_->abort(); }
-ErrorCode Communicator::asyncError() const { return impl_->asyncError(); }
-CallInfo Communicator::lastCall() const { return impl_->lastCall(); }
+void Communicator::abort() { impl_->comm->abort(); }
+ErrorCode Communicator::asyncError() const { return impl_->comm->asyncError(); }
+CallInfo Communicator::lastCall() const { return impl_->comm->lastCall(); }
 
 void Communicator::checkSpan(size_t want, size_t have, const char* what) {
   COLLIE_ARG_CHECK(have >= want, "%s span holds %zu elements, expected at least %zu", what, have, want);

@@ -12,10 +12,11 @@
 #include <cstring>
 #include <vector>
 
-#include "core/communicator.hpp"
 #include "base/errors.hpp"
 #include "base/log.hpp"
 #include "base/params.hpp"
+#include "core/communicator.hpp"
+#include "core/setup.hpp"
 
 namespace collie::core {
 
@@ -49,34 +50,21 @@ double timeReduce() {
 
 }  // namespace
 
-std::vector<std::string> CommImpl::kindsInUse(const std::vector<transport::PeerInfo>& peers) const {
-  std::vector<std::string> kinds;
-  for (int r = 1; r < nranks_ && kinds.size() < transports_.size(); ++r) {
-    for (const auto& t : transports_) {
-      if (!t->canConnect(peers[0], peers[static_cast<size_t>(r)])) continue;
-      if (std::find(kinds.begin(), kinds.end(), std::string(t->name())) == kinds.end()) kinds.push_back(t->name());
-      break;
-    }
-  }
-  return kinds;
-}
-
 void CommImpl::calibrate(const std::vector<transport::PeerInfo>& peers) {
-  const std::vector<std::string> kinds = kindsInUse(peers);
+  const std::vector<std::string> kinds = kindsInUse(links_.transports, peers);
   COLLIE_INTERNAL_CHECK(kinds.size() <= kMaxKinds, "%zu transport kinds", kinds.size());
   if (kinds.empty()) {  // one rank: nothing to measure
-    tuner_.setModel(costModel(kinds));
+    planner_.tuner().setModel(costModel(kinds));
     return;
   }
   // The peer rank 0 measures each kind with: its first peer over that kind (every rank computes the same).
   std::vector<int> partner(kinds.size(), -1);
   for (int r = 1; r < nranks_; ++r) {
-    for (const auto& t : transports_) {
-      if (!t->canConnect(peers[0], peers[static_cast<size_t>(r)])) continue;
-      auto k = static_cast<size_t>(std::find(kinds.begin(), kinds.end(), std::string(t->name())) - kinds.begin());
-      if (partner[k] < 0) partner[k] = r;
-      break;
-    }
+    const transport::Transport* t =
+        transport::chooseTransport(links_.transports, peers[0], peers[static_cast<size_t>(r)]);
+    if (!t) continue;
+    auto k = static_cast<size_t>(std::find(kinds.begin(), kinds.end(), std::string(t->name())) - kinds.begin());
+    if (partner[k] < 0) partner[k] = r;
   }
 
   Wire w;
@@ -138,24 +126,24 @@ void CommImpl::calibrate(const std::vector<transport::PeerInfo>& peers) {
   for (size_t k = 0; k < kinds.size(); ++k)
     if (w.have[k] || measuring) measured_.set(kinds[k], LinkCost{w.alpha[k], w.beta[k]});
   measured_.gamma = w.gamma;
-  tuner_.setModel(costModel(kinds));
-  const CostModel& m = tuner_.model();
+  planner_.tuner().setModel(costModel(kinds));
+  const CostModel& m = planner_.tuner().model();
   COLLIE_INFO(base::kLogTune,
               "%s: cost model (%s): alpha %.2f us, beta %.4f ns/B (%.2f GB/s), gamma %.4f ns/B (beta and gamma x %.2f: "
               "ranks of this host per CPU)",
               name_.c_str(), m.transport.c_str(), m.link.alpha * 1e6, m.link.beta * 1e9,
-              m.link.beta > 0 ? 1e-9 / m.link.beta : 0.0, m.gamma * 1e9, cpuShare_);
+              m.link.beta > 0 ? 1e-9 / m.link.beta : 0.0, m.gamma * 1e9, links_.cpuShare);
 }
 
 // Measured with one pair of ranks, beta and gamma are what a rank moves and reduces with a CPU to itself. With
 // more ranks on a host than CPUs, every rank's copies and reductions queue for the same CPUs, so each byte costs
-// cpuShare_ times more while a hop's latency does not grow the same way. Without this, the tuner kept
+// cpuShare times more while a hop's latency does not grow the same way. Without this, the tuner kept
 // latency-bound plans far past their crossover there (8 ranks on 2 CPUs: direct AllReduce chosen at 32 KiB, 1.6x
 // slower than rhd; measured crossover 8-16 KiB).
 CostModel CommImpl::costModel(const std::vector<std::string>& kinds) const {
   CostModel m = measured_.modelFor(kinds);
-  m.link.beta *= cpuShare_;
-  m.gamma *= cpuShare_;
+  m.link.beta *= links_.cpuShare;
+  m.gamma *= links_.cpuShare;
   return m;
 }
 

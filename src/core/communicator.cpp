@@ -1,72 +1,42 @@
+// A call's path through a communicator's parts (see communicator.hpp): validate, classify memory, stage device
+// buffers, run inline or queue, plan and execute; plus the failure state, barrier, split and abort.
 #include "core/communicator.hpp"
 
-#include <sched.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cctype>
 #include <cstring>
 
 #include "base/errors.hpp"
 #include "base/log.hpp"
 #include "base/params.hpp"
-#include "base/topology.hpp"
 #include "core/cuda_plugin.hpp"
 #include "core/device_stager.hpp"
-#include "core/tuner.hpp"
-#include "transport/shm/shm_transport.hpp"
-#include "transport/tcp/tcp_transport.hpp"
+#include "core/group.hpp"
+#include "core/validate.hpp"
 
 namespace collie::core {
 
 using algorithms::Collective;
 
-// ---- WorkState ------------------------------------------------------------------------------------------------
-
-void WorkState::complete(ErrorCode c, std::string msg) {
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    code = c;
-    message = std::move(msg);
-    done = true;
-  }
-  cv.notify_all();
-}
-
-void WorkState::wait() {
-  std::unique_lock<std::mutex> lock(mu);
-  cv.wait(lock, [&] { return done; });
-}
-
-bool WorkState::test() {
-  std::lock_guard<std::mutex> lock(mu);
-  return done;
-}
-
 // ---- Creation ------------------------------------------------------------------------------------------------
-
-// The transports a communicator may use, in order of preference.
-std::vector<std::unique_ptr<transport::Transport>> makeTransports() {
-  std::vector<std::unique_ptr<transport::Transport>> list;
-  if (base::params::shmDisable() == 0) list.push_back(std::make_unique<transport::ShmTransport>());  // same host
-  list.push_back(std::make_unique<transport::TcpTransport>());
-  return list;
-}
-
-transport::PeerInfo localPeerInfo(int rank) {
-  transport::PeerInfo self;
-  self.rank = rank;
-  self.pid = getpid();
-  self.hostHash = localHostHash();
-  gethostname(self.hostName, sizeof(self.hostName) - 1);
-  return self;
-}
 
 CommImpl::CommImpl(int rank, int nranks, const Options& options)
     : rank_(rank),
       nranks_(nranks),
       name_(options.name.empty() ? std::string("comm") : options.name),
-      timeout_(options.timeout.count() > 0 ? options.timeout : std::chrono::milliseconds(base::params::timeoutMs())) {}
+      timeout_(options.timeout.count() > 0 ? options.timeout : std::chrono::milliseconds(base::params::timeoutMs())),
+      planner_(rank, nranks, name_),
+      queue_([this](std::vector<OpDesc>& ops, ErrorCode& code, std::string& message) {
+        try {
+          runBatch(ops);
+        } catch (const Error& e) {
+          code = e.code();
+          message = e.what();
+        } catch (const std::exception& e) {
+          code = ErrorCode::InternalError;
+          message = e.what();
+        }
+        finishDevice(ops, code, message);
+      }) {}
 
 std::unique_ptr<CommImpl> CommImpl::create(int nranks, const UniqueIdData& id, int rank, const Options& options) {
   COLLIE_ARG_CHECK(nranks >= 1, "nranks=%d: expected at least 1", nranks);
@@ -74,74 +44,39 @@ std::unique_ptr<CommImpl> CommImpl::create(int nranks, const UniqueIdData& id, i
   AlgoSelection selection = currentAlgoSelection();  // a bad COLLIE_ALGO fails here, naming the variable
   std::unique_ptr<CommImpl> comm(new CommImpl(rank, nranks, options));
   comm->secret_ = id.secret;
-  comm->transports_ = makeTransports();
+  comm->links_.transports = makeTransports();
   transport::PeerInfo self = localPeerInfo(rank);
-  for (auto& t : comm->transports_) t->listen(self);
+  for (auto& t : comm->links_.transports) t->listen(self);
   auto peers = bootstrapExchange(id, rank, nranks, self, comm->timeout_);
-  comm->tuner_ = Tuner(comm->measured_.modelFor(comm->kindsInUse(peers)), std::move(selection));
-  comm->connectAll(peers, id.secret);
+  comm->planner_.tuner() =
+      Tuner(comm->measured_.modelFor(kindsInUse(comm->links_.transports, peers)), std::move(selection));
+  comm->connect(peers);
   comm->calibrate(peers);
   COLLIE_INFO(base::kLogInit, "%s rank %d of %d ready", comm->name_.c_str(), rank, nranks);
   return comm;
 }
 
-void CommImpl::connectAll(const std::vector<transport::PeerInfo>& peers, const std::array<uint8_t, 16>& secret) {
-  // More ranks of this communicator on this host than CPUs for them: waiting ranks must yield when they spin.
-  int localRanks = 0;
-  for (const auto& p : peers) localRanks += p.hostHash == peers[static_cast<size_t>(rank_)].hostHash ? 1 : 0;
-  cpu_set_t cpus;
-  int ncpus = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
-  oversubscribed_ = localRanks > ncpus;
-  cpuShare_ = std::max(1.0, static_cast<double>(localRanks) / std::max(1, ncpus));
+void CommImpl::connect(const std::vector<transport::PeerInfo>& peers) {
   transport::CommContext ctx;
   ctx.rank = rank_;
   ctx.nranks = nranks_;
   ctx.peers = peers;
-  memcpy(ctx.secret, secret.data(), secret.size());
+  memcpy(ctx.secret, secret_.data(), secret_.size());
   ctx.name = name_;
   ctx.timeout = timeout_;
   ctx.poller = &poller_;
-  // For each peer the first transport that can connect wins; both sides decide from the same table.
-  std::vector<std::vector<int>> chosen(transports_.size());
-  for (int r = 0; r < nranks_; ++r) {
-    if (r == rank_) continue;
-    size_t t = 0;
-    while (t < transports_.size() &&
-           !transports_[t]->canConnect(peers[static_cast<size_t>(rank_)], peers[static_cast<size_t>(r)]))
-      ++t;
-    COLLIE_ENFORCE(t < transports_.size(), ErrorCode::InvalidUsage, "%s rank %d: no transport can reach rank %d",
-                   name_.c_str(), rank_, r);
-    chosen[t].push_back(r);
-  }
-  conns_.clear();
-  conns_.resize(static_cast<size_t>(nranks_));
-  peerTransport_.assign(static_cast<size_t>(nranks_), "self");
-  for (size_t t = 0; t < transports_.size(); ++t)
-    for (int r : chosen[t]) peerTransport_[static_cast<size_t>(r)] = transports_[t]->name();
-  for (size_t t = 0; t < transports_.size(); ++t) {
-    if (chosen[t].empty()) continue;
-    auto conns = transports_[t]->connect(ctx, chosen[t]);
-    for (size_t i = 0; i < chosen[t].size(); ++i) conns_[static_cast<size_t>(chosen[t][i])] = std::move(conns[i]);
-    COLLIE_INFO(base::kLogInit, "%s rank %d: %zu peer(s) over %s", name_.c_str(), rank_, chosen[t].size(),
-                transports_[t]->name());
-  }
-  conns_[static_cast<size_t>(rank_)] = transport::makeSelfConnection(rank_);
+  connectAll(links_, ctx);
+  planner_.setTransports(transportNames(links_), links_.peerTransport);
   std::vector<transport::Connection*> raw;
-  for (auto& c : conns_) raw.push_back(c.get());
+  for (auto& c : links_.conns) raw.push_back(c.get());
   executor_ = std::make_unique<Executor>(rank_, nranks_, std::move(raw), poller_, abort_, name_);
   barrier();  // every rank is connected before anyone returns
 }
 
 CommImpl::~CommImpl() {
-  {
-    std::unique_lock<std::mutex> lock(qmu_);
-    qcv_.wait(lock, [&] { return pending_ == 0 && !inlineRunning_; });
-    stop_ = true;
-  }
-  qcv_.notify_all();
-  if (progress_.joinable()) progress_.join();
+  queue_.drain();
   stager_.reset();  // every staged call was released by the progress thread
-  for (auto& c : conns_)
+  for (auto& c : links_.conns)
     if (c) c->close();
 }
 
@@ -160,7 +95,7 @@ void CommImpl::fail(ErrorCode code, const std::string& message) {
   if (recordFailure(code, message))
     COLLIE_WARN(base::kLogColl, "%s rank %d failed: %s", name_.c_str(), rank_, message.c_str());
   // Closing our connections makes peers that wait on us fail at once instead of at their timeout.
-  for (auto& c : conns_)
+  for (auto& c : links_.conns)
     if (c) c->close();
 }
 
@@ -178,80 +113,25 @@ void CommImpl::abort() {
   poller_.wake();
 }
 
+void CommImpl::validate(const OpDesc& op) const {
+  if (failCode_.load() != ErrorCode::Success) {
+    throw Error(failCode_.load(), base::format("%s rank %d failed earlier and cannot be used: %s", name_.c_str(), rank_,
+                                               failureMessage().c_str()));
+  }
+  validateOp(op, rank_, nranks_);
+}
+
 // ---- Execution ------------------------------------------------------------------------------------------------
-
-const algorithms::Schedule& CommImpl::schedule(algorithms::Algorithm algo, const algorithms::ScheduleKey& key) {
-  const algorithms::ScheduleId k{algo, key};
-  auto it = cache_.find(k);
-  if (it != cache_.end()) return it->second;
-  if (cache_.size() > 4096) {  // only the executing thread touches the cache; nothing refers to it now
-    cache_.clear();
-    transportCache_.clear();
-  }
-  return cache_.emplace(k, algorithms::build(algo, key)).first->second;
-}
-
-const std::string& CommImpl::transportsOf(const algorithms::Schedule& schedule) {
-  auto it = transportCache_.find(&schedule);
-  if (it != transportCache_.end()) return it->second;
-  std::vector<bool> used(transports_.size(), false);
-  auto mark = [&](int peer) {
-    if (peer < 0 || peer == rank_) return;
-    const std::string& name = peerTransport_[static_cast<size_t>(peer)];
-    for (size_t t = 0; t < transports_.size(); ++t)
-      if (name == transports_[t]->name()) used[t] = true;
-  };
-  for (const algorithms::Step& step : schedule.steps) {
-    mark(step.sendPeer);
-    mark(step.recvPeer);
-  }
-  std::string names;
-  for (size_t t = 0; t < transports_.size(); ++t)
-    if (used[t]) names += (names.empty() ? "" : "+") + std::string(transports_[t]->name());
-  if (names.empty()) names = "self";  // one rank, or nothing to move
-  return transportCache_.emplace(&schedule, std::move(names)).first->second;
-}
-
-CallInfo CommImpl::lastCall() const {
-  std::lock_guard<std::mutex> lock(callMu_);
-  return lastCall_;
-}
 
 void CommImpl::execute(const std::vector<OpDesc>& ops) {
   if (failCode_.load() != ErrorCode::Success) throw Error(failCode_.load(), failureMessage());
-  jobs_.clear();
-  bool prevP2P = false;
-  for (const OpDesc& op : ops) {
-    algorithms::ScheduleKey key{op.coll, rank_, nranks_, op.count, op.root};
-    TunedPlan plan = tuner_.choose(op.coll, nranks_, op.count * base::dataTypeSize(op.type));
-    COLLIE_TRACE(base::kLogTune, "%s rank %d: %s of %zu x %s: %s, %zu-byte slices, %d in flight", name_.c_str(), rank_,
-                 algorithms::collectiveName(op.coll), op.count, base::dataTypeName(op.type),
-                 algorithms::algorithmName(plan.algorithm), plan.sliceBytes, plan.slicesInFlight);
-    Job job;
-    job.schedule = &schedule(plan.algorithm, key);
-    job.buffers = JobBuffers{op.send, op.recv, op.type, op.op};
-    job.sliceBytes = plan.sliceBytes;
-    job.slicesInFlight = plan.slicesInFlight;
-    bool p2p = op.coll == Collective::Send || op.coll == Collective::Recv;
-    job.concurrentWithPrevious = p2p && prevP2P && ops.size() > 1;
-    prevP2P = p2p;
-    jobs_.push_back(job);
-    CallInfo info;
-    info.collective = algorithms::collectiveName(op.coll);
-    for (char& ch : info.collective) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-    info.algorithm = algorithms::algorithmName(plan.algorithm);
-    info.transport = transportsOf(*job.schedule);
-    info.bytes = op.count * base::dataTypeSize(op.type);
-    info.sliceBytes = plan.sliceBytes;
-    std::lock_guard<std::mutex> lock(callMu_);
-    lastCall_ = std::move(info);
-  }
+  const std::vector<Job>& jobs = planner_.plan(ops);
   ExecConfig config;
   config.timeout = timeout_;
   config.spin = std::chrono::microseconds(base::params::spinUs());
-  config.yieldWhileSpinning = oversubscribed_;
+  config.yieldWhileSpinning = links_.oversubscribed;
   try {
-    executor_->run(jobs_, config);
+    executor_->run(jobs, config);
   } catch (const Error& e) {
     if (base::isFatal(e.code()) || abort_.load()) fail(e.code(), e.what());
     throw;
@@ -262,63 +142,50 @@ void CommImpl::execute(const std::vector<OpDesc>& ops) {
 }
 
 void CommImpl::run(OpDesc op) {
-  op.stream = StreamScope::stream();
-  op.streamOrdered = StreamScope::active();
   validate(op);
-  classifyMemory(op);
+  classifyMemory(op, rank_, boundDevice_);
   if (op.device) return runDevice(std::move(op));
   if (inGroup()) {
     groupAdd(this, std::move(op));
     return;
   }
-  bool runInline = false;
-  {
-    std::lock_guard<std::mutex> lock(qmu_);
-    if (pending_ == 0 && !inlineRunning_) runInline = inlineRunning_ = true;
-  }
-  if (!runInline) {
+  if (!queue_.beginInline()) {
     // Async work is queued: run after it, on the progress thread, to keep the order.
     auto work = std::make_shared<WorkState>();
-    enqueue({std::move(op)}, work);
+    queue_.enqueue({std::move(op)}, work);
     work->wait();
     if (work->code != ErrorCode::Success) throw Error(work->code, work->message);
     return;
   }
   struct InlineGuard {
-    CommImpl* c;
-    ~InlineGuard() {
-      {
-        std::lock_guard<std::mutex> lock(c->qmu_);
-        c->inlineRunning_ = false;
-      }
-      c->qcv_.notify_all();
-    }
-  } guard{this};
+    ProgressQueue& q;
+    ~InlineGuard() { q.endInline(); }
+  } guard{queue_};
   execute({std::move(op)});
 }
 
 std::shared_ptr<WorkState> CommImpl::runAsync(OpDesc op) {
   validate(op);
-  classifyMemory(op);  // device buffers: on the default stream; the Work completes once the result is back
+  classifyMemory(op, rank_, boundDevice_);  // device buffers: the Work completes once the result is back
   auto work = std::make_shared<WorkState>();
   op.work = work;
+  std::unique_lock<std::mutex> deviceLock(deviceMu_, std::defer_lock);
   if (op.device) {
-    std::lock_guard<std::mutex> lock(deviceMu_);
+    deviceLock.lock();
     stageDevice(op);
-    if (inGroup()) {
-      groupAdd(this, std::move(op));
-    } else {
-      std::vector<OpDesc> ops{std::move(op)};
-      enqueue(std::move(ops), work);
-    }
-    return work;
   }
   if (inGroup()) {
     groupAdd(this, std::move(op));
-    return work;
+  } else {
+    std::vector<OpDesc> ops{std::move(op)};
+    queue_.enqueue(std::move(ops), work);
   }
-  std::vector<OpDesc> ops{std::move(op)};
-  enqueue(std::move(ops), work);
+  return work;
+}
+
+std::shared_ptr<WorkState> CommImpl::submitBatch(std::vector<OpDesc> ops) {
+  auto work = std::make_shared<WorkState>();
+  queue_.enqueue(std::move(ops), work);
   return work;
 }
 
@@ -353,14 +220,13 @@ void CommImpl::runDevice(OpDesc op) {
       groupAdd(this, std::move(op));
       return;
     }
-    enqueue({std::move(op)}, work);
+    queue_.enqueue({std::move(op)}, work);
   }
   if (streamOrdered) return;  // a C API call: it completes in stream order; failures come out asynchronously
   work->wait();
   if (work->code != ErrorCode::Success) throw Error(work->code, work->message);
 }
 
-// On the progress thread.
 void CommImpl::runBatch(std::vector<OpDesc>& ops) {
   if (failCode_.load() != ErrorCode::Success) throw Error(failCode_.load(), failureMessage());
   for (const OpDesc& op : ops) {
@@ -399,60 +265,6 @@ void CommImpl::finishDevice(std::vector<OpDesc>& ops, ErrorCode& code, std::stri
       recordFailure(code, message);
       return;
     }
-  }
-}
-
-std::shared_ptr<WorkState> CommImpl::submitBatch(std::vector<OpDesc> ops) {
-  auto work = std::make_shared<WorkState>();
-  enqueue(std::move(ops), work);
-  return work;
-}
-
-void CommImpl::enqueue(std::vector<OpDesc> ops, std::shared_ptr<WorkState> work) {
-  std::lock_guard<std::mutex> lock(qmu_);
-  queue_.push_back(Batch{std::move(ops), std::move(work)});
-  ++pending_;
-  if (!progress_.joinable()) {
-    // COLLIE_PIN_THREADS: the progress thread runs on the NUMA node of the rank's (calling) thread, near its memory.
-    const int node = base::params::pinThreads() ? base::currentNumaNode() : -1;
-    progress_ = std::thread([this, node] {
-      if (node >= 0) base::bindThreadToNode(node);
-      progressLoop();
-    });
-  }
-  qcv_.notify_all();
-}
-
-void CommImpl::progressLoop() {
-  while (true) {
-    Batch batch;
-    {
-      std::unique_lock<std::mutex> lock(qmu_);
-      qcv_.wait(lock, [&] { return stop_ || (!queue_.empty() && !inlineRunning_); });
-      if (queue_.empty()) return;  // stop_ with nothing left
-      batch = std::move(queue_.front());
-      queue_.pop_front();
-    }
-    ErrorCode code = ErrorCode::Success;
-    std::string message;
-    try {
-      runBatch(batch.ops);
-    } catch (const Error& e) {
-      code = e.code();
-      message = e.what();
-    } catch (const std::exception& e) {
-      code = ErrorCode::InternalError;
-      message = e.what();
-    }
-    finishDevice(batch.ops, code, message);
-    for (OpDesc& op : batch.ops)
-      if (op.work && op.work != batch.work) op.work->complete(code, message);
-    batch.work->complete(code, message);
-    {
-      std::lock_guard<std::mutex> lock(qmu_);
-      --pending_;
-    }
-    qcv_.notify_all();
   }
 }
 
@@ -519,18 +331,13 @@ std::unique_ptr<CommImpl> CommImpl::split(int color, int key, const Options& opt
   if (opts.timeout.count() == 0) opts.timeout = timeout_;
   if (opts.name.empty()) opts.name = base::format("%s.split%d.color%d", name_.c_str(), epoch, color);
   std::unique_ptr<CommImpl> comm(new CommImpl(newRank, newSize, opts));
-  // A secret of its own: parent secret mixed with the split epoch and the color.
-  comm->secret_ = secret_;
-  uint64_t salt = (static_cast<uint64_t>(epoch) << 32) ^ static_cast<uint32_t>(color) ^ 0x9e3779b97f4a7c15ull;
-  for (size_t i = 0; i < comm->secret_.size(); ++i) {
-    comm->secret_[i] ^= static_cast<uint8_t>(salt >> (8 * (i % 8)));
-    salt = salt * 6364136223846793005ull + 1442695040888963407ull;
-  }
-  comm->transports_ = std::move(transports);
+  comm->secret_ = splitSecret(secret_, epoch, color);  // a secret of its own
+  comm->links_.transports = std::move(transports);
   comm->measured_ = measured_;  // the parent's measurements, for the kinds the new communicator uses
-  comm->tuner_ = Tuner(measured_.modelFor(comm->kindsInUse(peers)), tuner_.selection());
-  comm->connectAll(peers, comm->secret_);
-  comm->tuner_.setModel(comm->costModel(comm->kindsInUse(peers)));  // now that cpuShare_ is known
+  const std::vector<std::string> kinds = kindsInUse(comm->links_.transports, peers);
+  comm->planner_.tuner() = Tuner(measured_.modelFor(kinds), planner_.tuner().selection());
+  comm->connect(peers);
+  comm->planner_.tuner().setModel(comm->costModel(kinds));  // now that cpuShare is known
   return comm;
 }
 

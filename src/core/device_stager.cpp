@@ -6,34 +6,14 @@
 #include <optional>
 #include <thread>
 
-#include "core/communicator.hpp"
 #include "base/datatypes.hpp"
 #include "base/errors.hpp"
 #include "base/log.hpp"
+#include "core/validate.hpp"
 
 namespace collie::core {
 
 using algorithms::Collective;
-
-// ---- StreamScope --------------------------------------------------------------------------------------------
-
-namespace {
-thread_local bool tlsStreamActive = false;
-thread_local void* tlsStream = nullptr;
-}  // namespace
-
-StreamScope::StreamScope(void* stream) : prevActive_(tlsStreamActive), prevStream_(tlsStream) {
-  tlsStreamActive = true;
-  tlsStream = stream;
-}
-
-StreamScope::~StreamScope() {
-  tlsStreamActive = prevActive_;
-  tlsStream = prevStream_;
-}
-
-bool StreamScope::active() { return tlsStreamActive; }
-void* StreamScope::stream() { return tlsStream; }
 
 // ---- Helpers ------------------------------------------------------------------------------------------------
 
@@ -64,45 +44,6 @@ class DeviceGuard {
   int prev_ = -1;
   bool changed_ = false;
 };
-
-// Which buffers a call reads and writes on this rank, and how many bytes of each (as in CommImpl::validate).
-struct Extent {
-  bool send = true, recv = true;
-  size_t sendBytes = 0, recvBytes = 0;
-};
-
-Extent extentOf(const OpDesc& op, int rank, int nranks) {
-  Extent e;
-  const size_t bytes = op.count * base::dataTypeSize(op.type);
-  const size_t n = static_cast<size_t>(nranks);
-  e.sendBytes = e.recvBytes = bytes;
-  switch (op.coll) {
-    case Collective::Broadcast:
-      e.send = rank == op.root;
-      break;
-    case Collective::Reduce:
-      e.recv = rank == op.root;
-      break;
-    case Collective::AllGather:
-      e.recvBytes = bytes * n;
-      break;
-    case Collective::ReduceScatter:
-      e.sendBytes = bytes * n;
-      break;
-    case Collective::AllToAll:
-      e.sendBytes = e.recvBytes = bytes * n;
-      break;
-    case Collective::Send:
-      e.recv = false;
-      break;
-    case Collective::Recv:
-      e.send = false;
-      break;
-    default:
-      break;
-  }
-  return e;
-}
 
 size_t roundBlock(size_t bytes) {
   bytes = std::max(bytes, kMinBlock);
@@ -138,7 +79,8 @@ DeviceStager::~DeviceStager() {
   }
   if (stream_) {
     int rc = p_.streamSynchronize(stream_);
-    if (rc != 0) COLLIE_WARN(base::kLogColl, "cudaStreamSynchronize at communicator destruction: %s", p_.errorString(rc));
+    if (rc != 0)
+      COLLIE_WARN(base::kLogColl, "cudaStreamSynchronize at communicator destruction: %s", p_.errorString(rc));
     p_.streamDestroy(stream_);
   }
   for (void* ev : allEvents_) p_.eventDestroy(ev);
@@ -220,7 +162,7 @@ void DeviceStager::reclaim() {
 
 std::shared_ptr<StagedOp> DeviceStager::stage(OpDesc& op, int rank, int nranks, void* userStream, bool streamOrdered) {
   reclaim();
-  const Extent e = extentOf(op, rank, nranks);
+  const BufferExtent e = bufferExtent(op, rank, nranks);  // as validateOp checked it
   auto staged = std::make_shared<StagedOp>();
   const char* devSend = static_cast<const char*>(op.send);
   char* devRecv = static_cast<char*>(op.recv);

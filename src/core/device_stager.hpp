@@ -33,23 +33,6 @@ namespace collie::core {
 
 struct OpDesc;
 
-/// The thread's stream for calls made through the C API (collie.h): while a StreamScope lives, calls on this
-/// thread are stream-ordered on `stream` (NULL: the legacy default stream) and return once enqueued.
-class StreamScope {
- public:
-  explicit StreamScope(void* stream);
-  ~StreamScope();
-  StreamScope(const StreamScope&) = delete;
-  StreamScope& operator=(const StreamScope&) = delete;
-
-  static bool active();
-  static void* stream();
-
- private:
-  bool prevActive_;
-  void* prevStream_;
-};
-
 /// One call on device buffers in flight.
 struct StagedOp {
   void* evInput = nullptr;   ///< recorded on the caller's stream

@@ -2,11 +2,13 @@
 // then issued together at the end — one batch per communicator, all batches in flight at once so that
 // several communicators driven by one thread (collieCommInitAll) progress together — and the end returns
 // when all are done. Inside a batch, consecutive Send/Recv calls run concurrently.
+#include "core/group.hpp"
+
 #include <map>
 #include <vector>
 
-#include "core/communicator.hpp"
 #include "base/errors.hpp"
+#include "core/communicator.hpp"
 
 namespace collie::core {
 namespace {

@@ -8,12 +8,12 @@
 #include <cstdlib>
 #include <functional>
 
-#include "core/bootstrap.hpp"
-#include "core/communicator.hpp"
 #include "base/errors.hpp"
 #include "base/log.hpp"
 #include "base/params.hpp"
 #include "base/socket.hpp"
+#include "core/bootstrap.hpp"
+#include "core/communicator.hpp"
 
 namespace collie {
 namespace {

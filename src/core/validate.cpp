@@ -1,10 +1,14 @@
-// Argument checks for every call: run before anything is queued or any buffer touched. Messages name the
-// argument, the rank and what was expected.
+// Argument checks for every call and the buffer extents they share with device staging (see validate.hpp).
+// Messages name the argument, the rank and what was expected.
+#include "core/validate.hpp"
+
+#include <cstdint>
 #include <limits>
 
-#include "core/communicator.hpp"
-#include "core/cuda_plugin.hpp"
+#include "base/datatypes.hpp"
 #include "base/errors.hpp"
+#include "core/cuda_plugin.hpp"
+#include "core/group.hpp"
 
 namespace collie::core {
 
@@ -20,71 +24,91 @@ bool overlapsPartially(const void* a, size_t aBytes, const void* b, size_t bByte
 
 }  // namespace
 
-void CommImpl::validate(const OpDesc& op) const {
-  if (failCode_.load() != ErrorCode::Success) {
-    throw Error(failCode_.load(), base::format("%s rank %d failed earlier and cannot be used: %s", name_.c_str(), rank_,
-                                         failureMessage().c_str()));
+BufferExtent bufferExtent(const OpDesc& op, int rank, int nranks) {
+  BufferExtent e;
+  const size_t bytes = op.count * base::dataTypeSize(op.type);
+  const size_t n = static_cast<size_t>(nranks);
+  e.sendBytes = e.recvBytes = bytes;
+  switch (op.coll) {
+    case Collective::Broadcast:
+      e.send = rank == op.root;
+      break;
+    case Collective::Reduce:
+      e.recv = rank == op.root;
+      break;
+    case Collective::AllGather:
+      e.recvBytes = bytes * n;
+      break;
+    case Collective::ReduceScatter:
+      e.sendBytes = bytes * n;
+      break;
+    case Collective::AllToAll:
+      e.sendBytes = e.recvBytes = bytes * n;
+      break;
+    case Collective::Send:
+      e.recv = false;
+      break;
+    case Collective::Recv:
+      e.send = false;
+      break;
+    default:
+      break;
   }
+  return e;
+}
+
+void validateOp(const OpDesc& op, int rank, int nranks) {
   const char* what = algorithms::collectiveName(op.coll);
-  COLLIE_ARG_CHECK(base::isValidDataType(static_cast<int>(op.type)), "%s on rank %d: datatype=%d is not a collie type", what,
-                   rank_, static_cast<int>(op.type));
+  COLLIE_ARG_CHECK(base::isValidDataType(static_cast<int>(op.type)), "%s on rank %d: datatype=%d is not a collie type",
+                   what, rank, static_cast<int>(op.type));
   bool reduces =
       op.coll == Collective::AllReduce || op.coll == Collective::Reduce || op.coll == Collective::ReduceScatter;
   if (reduces) {
-    COLLIE_ARG_CHECK(base::isValidReduceOp(static_cast<int>(op.op)), "%s on rank %d: op=%d is not a collie reduction", what,
-                     rank_, static_cast<int>(op.op));
+    COLLIE_ARG_CHECK(base::isValidReduceOp(static_cast<int>(op.op)), "%s on rank %d: op=%d is not a collie reduction",
+                     what, rank, static_cast<int>(op.op));
   }
   bool rooted = op.coll == Collective::Broadcast || op.coll == Collective::Reduce;
   bool p2p = op.coll == Collective::Send || op.coll == Collective::Recv;
   if (rooted || p2p) {
-    COLLIE_ARG_CHECK(op.root >= 0 && op.root < nranks_, "%s on rank %d: %s=%d is outside [0, %d)", what, rank_,
-                     p2p ? "peer" : "root", op.root, nranks_);
+    COLLIE_ARG_CHECK(op.root >= 0 && op.root < nranks, "%s on rank %d: %s=%d is outside [0, %d)", what, rank,
+                     p2p ? "peer" : "root", op.root, nranks);
   }
-  if (p2p && op.root == rank_) {
-    COLLIE_USAGE_CHECK(inGroup(), "%s on rank %d: a %s to itself outside a group can never complete", what, rank_,
+  if (p2p && op.root == rank) {
+    COLLIE_USAGE_CHECK(inGroup(), "%s on rank %d: a %s to itself outside a group can never complete", what, rank,
                        op.coll == Collective::Send ? "send" : "receive");
   }
   const size_t elem = base::dataTypeSize(op.type);
   const bool perRankBlocks =
       op.coll == Collective::AllGather || op.coll == Collective::ReduceScatter || op.coll == Collective::AllToAll;
-  const size_t factor = perRankBlocks ? static_cast<size_t>(nranks_) : 1;
+  const size_t factor = perRankBlocks ? static_cast<size_t>(nranks) : 1;
   COLLIE_ARG_CHECK(op.count <= std::numeric_limits<size_t>::max() / elem / factor,
-                   "%s on rank %d: count=%zu overflows (x %zu bytes x %zu blocks)", what, rank_, op.count, elem,
-                   factor);
+                   "%s on rank %d: count=%zu overflows (x %zu bytes x %zu blocks)", what, rank, op.count, elem, factor);
   if (op.count == 0) return;
   const size_t bytes = op.count * elem;
-
-  bool needSend = true, needRecv = true;
-  if (op.coll == Collective::Broadcast) needSend = rank_ == op.root;
-  if (op.coll == Collective::Reduce) needRecv = rank_ == op.root;
-  if (op.coll == Collective::Send) needRecv = false;
-  if (op.coll == Collective::Recv) needSend = false;
-  COLLIE_ARG_CHECK(!needSend || op.send != nullptr, "%s on rank %d: sendbuff is NULL with count=%zu", what, rank_,
+  const BufferExtent e = bufferExtent(op, rank, nranks);
+  COLLIE_ARG_CHECK(!e.send || op.send != nullptr, "%s on rank %d: sendbuff is NULL with count=%zu", what, rank,
                    op.count);
-  COLLIE_ARG_CHECK(!needRecv || op.recv != nullptr, "%s on rank %d: recvbuff is NULL with count=%zu", what, rank_,
+  COLLIE_ARG_CHECK(!e.recv || op.recv != nullptr, "%s on rank %d: recvbuff is NULL with count=%zu", what, rank,
                    op.count);
-  if (!needSend || !needRecv) return;
+  if (!e.send || !e.recv) return;
 
   // Buffers may be the same (in place) but not overlap any other way.
-  size_t sendBytes = bytes, recvBytes = bytes;
+  const size_t sendBytes = e.sendBytes, recvBytes = e.recvBytes;
   const char* inPlace = static_cast<const char*>(op.recv);  // where sendbuff may sit
   if (op.coll == Collective::AllGather) {
-    recvBytes = bytes * factor;
-    inPlace = static_cast<const char*>(op.recv) + static_cast<size_t>(rank_) * bytes;
+    inPlace = static_cast<const char*>(op.recv) + static_cast<size_t>(rank) * bytes;
   } else if (op.coll == Collective::ReduceScatter) {
-    sendBytes = bytes * factor;
-    inPlace = static_cast<const char*>(op.send) + static_cast<size_t>(rank_) * bytes;
+    inPlace = static_cast<const char*>(op.send) + static_cast<size_t>(rank) * bytes;
   } else if (op.coll == Collective::AllToAll) {
-    sendBytes = recvBytes = bytes * factor;
     inPlace = nullptr;
   }
   if (op.coll == Collective::ReduceScatter) {
     COLLIE_ARG_CHECK(!overlapsPartially(op.recv, recvBytes, op.send, sendBytes, inPlace),
                      "%s on rank %d: recvbuff overlaps sendbuff; in place means recvbuff == sendbuff + rank*recvcount",
-                     what, rank_);
+                     what, rank);
   } else {
     COLLIE_ARG_CHECK(!overlapsPartially(op.send, sendBytes, op.recv, recvBytes, inPlace),
-                     "%s on rank %d: sendbuff overlaps recvbuff%s", what, rank_,
+                     "%s on rank %d: sendbuff overlaps recvbuff%s", what, rank,
                      op.coll == Collective::AllGather  ? "; in place means sendbuff == recvbuff + rank*sendcount"
                      : op.coll == Collective::AllToAll ? " (AllToAll is out of place only)"
                                                        : "; in place means sendbuff == recvbuff");
@@ -94,7 +118,7 @@ void CommImpl::validate(const OpDesc& op) const {
 // Memory kinds. Host calls in a process without CUDA cost one cheap check (cuda::driverLoaded) and never load the
 // CUDA plugin. With a stream, pinned host memory counts as device memory (the device can copy it in stream order);
 // without one, only device and managed memory do.
-void CommImpl::classifyMemory(OpDesc& op) const {
+void classifyMemory(OpDesc& op, int rank, int boundDevice) {
   op.device = false;
   op.deviceOrdinal = -1;
   const bool hasStream = op.stream != nullptr;
@@ -105,14 +129,12 @@ void CommImpl::classifyMemory(OpDesc& op) const {
     COLLIE_FAIL(ErrorCode::InvalidUsage,
                 "%s on rank %d: a CUDA stream was passed, but this process has not initialised CUDA, so no buffer "
                 "can be device memory (pass NULL as stream for host buffers)",
-                what, rank_);
+                what, rank);
   }
-  if (hasStream) cuda::requirePlugin(base::format("%s on rank %d: a CUDA stream was passed", what, rank_).c_str());
-  bool needSend = true, needRecv = true;
-  if (op.coll == Collective::Broadcast) needSend = rank_ == op.root;
-  if (op.coll == Collective::Reduce) needRecv = rank_ == op.root;
-  if (op.coll == Collective::Send) needRecv = false;
-  if (op.coll == Collective::Recv) needSend = false;
+  if (hasStream) cuda::requirePlugin(base::format("%s on rank %d: a CUDA stream was passed", what, rank).c_str());
+  // classifyMemory runs after validateOp, so the extent cannot overflow; only which buffers count matters here.
+  const BufferExtent e = bufferExtent(op, rank, 1);
+  const bool needSend = e.send, needRecv = e.recv;
   int sendDev = -1, recvDev = -1;
   const int sendKind = needSend ? cuda::memoryKind(op.send, &sendDev) : -1;
   const int recvKind = needRecv ? cuda::memoryKind(op.recv, &recvDev) : -1;
@@ -126,7 +148,7 @@ void CommImpl::classifyMemory(OpDesc& op) const {
     COLLIE_FAIL(ErrorCode::InvalidUsage,
                 "%s on rank %d: sendbuff is %s but recvbuff is %s; one call takes host buffers or device buffers, "
                 "not both",
-                what, rank_, cuda::memoryKindName(sendKind, sendDev).c_str(),
+                what, rank, cuda::memoryKindName(sendKind, sendDev).c_str(),
                 cuda::memoryKindName(recvKind, recvDev).c_str());
   }
   if (!sendOnDevice && !recvOnDevice) {
@@ -135,22 +157,22 @@ void CommImpl::classifyMemory(OpDesc& op) const {
       COLLIE_FAIL(ErrorCode::InvalidUsage,
                   "%s on rank %d: a CUDA stream was passed, but %s is pageable host memory (pass NULL as stream for "
                   "host buffers, or pass device or pinned memory)",
-                  what, rank_, which);
+                  what, rank, which);
     }
     return;
   }
   int ordinal = sendOnDevice ? sendDev : recvDev;
   if (sendOnDevice && recvOnDevice && sendDev >= 0 && recvDev >= 0 && sendDev != recvDev) {
-    COLLIE_FAIL(ErrorCode::InvalidUsage, "%s on rank %d: sendbuff is on GPU %d but recvbuff on GPU %d", what, rank_,
+    COLLIE_FAIL(ErrorCode::InvalidUsage, "%s on rank %d: sendbuff is on GPU %d but recvbuff on GPU %d", what, rank,
                 sendDev, recvDev);
   }
   if (ordinal < 0) ordinal = sendOnDevice && sendDev >= 0 ? sendDev : recvDev;
-  if (boundDevice_ >= 0 && ordinal >= 0 && ordinal != boundDevice_) {
+  if (boundDevice >= 0 && ordinal >= 0 && ordinal != boundDevice) {
     COLLIE_FAIL(ErrorCode::InvalidUsage, "%s on rank %d: the buffers are on GPU %d, but this communicator uses GPU %d",
-                what, rank_, ordinal, boundDevice_);
+                what, rank, ordinal, boundDevice);
   }
   op.device = true;
-  op.deviceOrdinal = ordinal >= 0 ? ordinal : boundDevice_;
+  op.deviceOrdinal = ordinal >= 0 ? ordinal : boundDevice;
 }
 
 }  // namespace collie::core

@@ -1,6 +1,6 @@
-// Collectives on device buffers, stream-ordered (the C API's semantics, through a StreamScope): every collective,
-// type and op, in place and out of place, with 2 and 4 ranks as threads (createAll) and as processes, all ranks
-// sharing GPU 0 when there is one GPU (else rank r uses GPU r % count).
+// Collectives on device buffers, stream-ordered (the C API's semantics, through InternalAccess::runOnStream): every
+// collective, type and op, in place and out of place, with 2 and 4 ranks as threads (createAll) and as processes, all
+// ranks sharing GPU 0 when there is one GPU (else rank r uses GPU r % count).
 //
 // Each case copies a host image of the buffers (guard zones included) to the device, makes the call, copies the
 // image back, all on the rank's stream with no host synchronisation in between, and compares it byte for byte
@@ -23,7 +23,7 @@
 #include "common/bodies.hpp"
 #include "common/data.hpp"
 #include "common/launcher.hpp"
-#include "core/device_stager.hpp"
+#include "core/api_access.hpp"
 #include "gpu/gpu_test_util.hpp"
 
 namespace collie::test {
@@ -59,26 +59,50 @@ Shape shapeOf(Coll coll, size_t count, int rank, int nranks, bool inPlace) {
 
 bool hasInPlace(Coll coll) { return coll != Coll::AllToAll && coll != Coll::SendRecv; }
 
-// One call of coll on whatever memory the pointers are (host: blocking; device under a StreamScope: enqueued).
-void call(Communicator& c, Coll coll, const void* s, void* r, size_t count, DataType t, ReduceOp op, int root) {
+// One call of coll on whatever memory the pointers are: host buffers (ordered == false) block; device buffers with
+// ordered == true are enqueued on `stream`, as the C API does (InternalAccess::runOnStream).
+void call(Communicator& c, Coll coll, const void* s, void* r, size_t count, DataType t, ReduceOp op, int root,
+          bool ordered = false, cudaStream_t stream = nullptr) {
+  using algorithms::Collective;
   const int n = c.size(), me = c.rank();
+  auto run = [&](Collective which, const void* send, void* recv, int rootOrPeer) {
+    if (ordered) return InternalAccess::runOnStream(c, which, send, recv, count, t, op, rootOrPeer, stream);
+    switch (which) {
+      case Collective::AllReduce:
+        return c.allReduce(send, recv, count, t, op);
+      case Collective::Broadcast:
+        return c.broadcast(send, recv, count, t, rootOrPeer);
+      case Collective::Reduce:
+        return c.reduce(send, recv, count, t, op, rootOrPeer);
+      case Collective::AllGather:
+        return c.allGather(send, recv, count, t);
+      case Collective::ReduceScatter:
+        return c.reduceScatter(send, recv, count, t, op);
+      case Collective::AllToAll:
+        return c.allToAll(send, recv, count, t);
+      case Collective::Send:
+        return c.send(send, count, t, rootOrPeer);
+      case Collective::Recv:
+        return c.recv(recv, count, t, rootOrPeer);
+    }
+  };
   switch (coll) {
     case Coll::AllReduce:
-      return c.allReduce(s, r, count, t, op);
+      return run(Collective::AllReduce, s, r, 0);
     case Coll::Broadcast:
-      return c.broadcast(s, r, count, t, root);
+      return run(Collective::Broadcast, s, r, root);
     case Coll::Reduce:
-      return c.reduce(s, r, count, t, op, root);
+      return run(Collective::Reduce, s, r, root);
     case Coll::AllGather:
-      return c.allGather(s, r, count, t);
+      return run(Collective::AllGather, s, r, 0);
     case Coll::ReduceScatter:
-      return c.reduceScatter(s, r, count, t, op);
+      return run(Collective::ReduceScatter, s, r, 0);
     case Coll::AllToAll:
-      return c.allToAll(s, r, count, t);
+      return run(Collective::AllToAll, s, r, 0);
     case Coll::SendRecv:
       groupStart();
-      c.send(s, count, t, (me + 1) % n);
-      c.recv(r, count, t, (me + n - 1) % n);
+      run(Collective::Send, s, nullptr, (me + 1) % n);
+      run(Collective::Recv, nullptr, r, (me + n - 1) % n);
       groupEnd();
       return;
   }
@@ -130,10 +154,9 @@ void runCase(Communicator& comm, Rig& rig, Coll coll, DataType t, ReduceOp op, s
   CUDA_ASSERT(cudaMemcpyAsync(da, rig.inA.get(), a.size(), cudaMemcpyHostToDevice, st));
   if (!single) CUDA_ASSERT(cudaMemcpyAsync(db, rig.inB.get(), b.size(), cudaMemcpyHostToDevice, st));
   {
-    core::StreamScope scope(st);
     const void* dsend = da + kGuardBytes + s.sendOffset * es;
     void* drecv = single ? static_cast<void*>(da + kGuardBytes + s.recvOffset * es) : db + kGuardBytes;
-    call(comm, coll, dsend, drecv, count, t, op, root);
+    call(comm, coll, dsend, drecv, count, t, op, root, true, st);
   }
   CUDA_ASSERT(cudaMemcpyAsync(rig.outA.get(), da, a.size(), cudaMemcpyDeviceToHost, st));
   if (!single) CUDA_ASSERT(cudaMemcpyAsync(rig.outB.get(), db, b.size(), cudaMemcpyDeviceToHost, st));

@@ -15,7 +15,7 @@
 
 #include "common/data.hpp"
 #include "common/launcher.hpp"
-#include "core/device_stager.hpp"
+#include "core/api_access.hpp"
 #include "gpu/gpu_test_util.hpp"
 
 namespace collie::test {
@@ -50,19 +50,16 @@ void streamOrderBody(Communicator& comm) {
     comm.barrier();
 
     gpu::launchDelayedCopy(send.get(), ready.get(), bytes, kSpinNs, st);  // writes the input after 0.2 s
-    {
-      core::StreamScope scope(st);
-      comm.allReduce(send.get(), recv.get(), count, DataType::Float32, ReduceOp::Sum);
-    }
+    InternalAccess::runOnStream(comm, algorithms::Collective::AllReduce, send.get(), recv.get(), count,
+                                DataType::Float32, ReduceOp::Sum, 0, st);
     EXPECT_EQ(cudaStreamQuery(st), cudaErrorNotReady) << "the call did not return before its stream reached it";
     gpu::launchDelayedCopy(check.get(), recv.get(), bytes, 0, st);  // a kernel reads the output
     CUDA_ASSERT(cudaMemsetAsync(recv.get(), 0xFF, bytes, st));      // later writes must not reach `check`
-    {
-      // Chained calls in place on the copy: Max of equal values leaves them alone, Sum of nranks copies scales.
-      core::StreamScope scope(st);
-      comm.allReduce(check.get(), check.get(), count, DataType::Float32, ReduceOp::Max);
-      comm.allReduce(check.get(), check.get(), count, DataType::Float32, ReduceOp::Avg);
-    }
+    // Chained calls in place on the copy: Max of equal values leaves them alone, Sum of nranks copies scales.
+    InternalAccess::runOnStream(comm, algorithms::Collective::AllReduce, check.get(), check.get(), count,
+                                DataType::Float32, ReduceOp::Max, 0, st);
+    InternalAccess::runOnStream(comm, algorithms::Collective::AllReduce, check.get(), check.get(), count,
+                                DataType::Float32, ReduceOp::Avg, 0, st);
     CUDA_ASSERT(cudaMemcpyAsync(got.get(), check.get(), bytes, cudaMemcpyDeviceToHost, st));
     CUDA_ASSERT(cudaStreamSynchronize(st));
     comm.barrier();

@@ -1,0 +1,19 @@
+// Groups (collieGroupStart/End): the thread-local state of the calls made between the outermost start and end,
+// issued together at the end (group.cpp).
+#pragma once
+
+#include "core/op_desc.hpp"
+
+namespace collie::core {
+
+class CommImpl;
+
+/// True while this thread is between groupStart and its matching groupEnd.
+bool inGroup();
+void groupStart();
+/// Issues the calls recorded since the outermost groupStart, one batch per communicator, and waits for them all.
+void groupEnd();
+/// Records a call made inside a group.
+void groupAdd(CommImpl* comm, OpDesc op);
+
+}  // namespace collie::core

@@ -1,0 +1,37 @@
+// OpDesc: one call as the user made it, the unit every part of a communicator passes along: validated
+// (validate.hpp), classified by memory kind, staged for device buffers (device_stager.hpp), queued
+// (progress_queue.hpp), planned into jobs (planner.hpp) and run by the executor.
+#pragma once
+
+#include <collie/collie.hpp>
+#include <cstddef>
+#include <memory>
+
+#include "algorithms/schedule.hpp"
+
+namespace collie::core {
+
+struct StagedOp;
+using WorkState = Work::State;
+
+/// One call as the user made it.
+struct OpDesc {
+  algorithms::Collective coll = algorithms::Collective::AllReduce;
+  const void* send = nullptr;
+  void* recv = nullptr;
+  size_t count = 0;  ///< as in the C API (per rank for AllGather/ReduceScatter/AllToAll)
+  DataType type = DataType::Float32;
+  ReduceOp op = ReduceOp::Sum;
+  int root = 0;                     ///< root, or peer for Send/Recv
+  std::shared_ptr<WorkState> work;  ///< set for async calls and calls deferred by a group
+  /// The caller's cudaStream_t, set by the API entry point (the C API); NULL: the legacy default stream.
+  void* stream = nullptr;
+  /// Set by the API entry point for a C API call: on device buffers, enqueue on `stream` and return at once.
+  bool streamOrdered = false;
+  // Device buffers (device_stager.hpp). Set by the communicator, not by callers.
+  bool device = false;               ///< the buffers are device memory (classifyMemory)
+  int deviceOrdinal = -1;            ///< their GPU (-1: pinned host memory passed with a stream)
+  std::shared_ptr<StagedOp> staged;  ///< the pinned copies and events, once staged
+};
+
+}  // namespace collie::core

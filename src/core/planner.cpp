@@ -1,0 +1,89 @@
+// The plan of each call: tuner choice, cached schedule, job, and the CallInfo record (see planner.hpp).
+#include "core/planner.hpp"
+
+#include <cctype>
+
+#include "base/datatypes.hpp"
+#include "base/log.hpp"
+
+namespace collie::core {
+
+using algorithms::Collective;
+
+void Planner::setTransports(std::vector<std::string> preference, std::vector<std::string> byRank) {
+  preference_ = std::move(preference);
+  peerTransport_ = std::move(byRank);
+  transportCache_.clear();
+}
+
+const algorithms::Schedule& Planner::schedule(algorithms::Algorithm algo, const algorithms::ScheduleKey& key) {
+  const algorithms::ScheduleId k{algo, key};
+  auto it = cache_.find(k);
+  if (it != cache_.end()) return it->second;
+  if (cache_.size() > 4096) {  // only the executing thread touches the cache; nothing refers to it now
+    cache_.clear();
+    transportCache_.clear();
+  }
+  return cache_.emplace(k, algorithms::build(algo, key)).first->second;
+}
+
+const std::string& Planner::transportsOf(const algorithms::Schedule& schedule) {
+  auto it = transportCache_.find(&schedule);
+  if (it != transportCache_.end()) return it->second;
+  std::vector<bool> used(preference_.size(), false);
+  auto mark = [&](int peer) {
+    if (peer < 0 || peer == rank_ || static_cast<size_t>(peer) >= peerTransport_.size()) return;
+    const std::string& name = peerTransport_[static_cast<size_t>(peer)];
+    for (size_t t = 0; t < preference_.size(); ++t)
+      if (name == preference_[t]) used[t] = true;
+  };
+  for (const algorithms::Step& step : schedule.steps) {
+    mark(step.sendPeer);
+    mark(step.recvPeer);
+  }
+  std::string names;
+  for (size_t t = 0; t < preference_.size(); ++t)
+    if (used[t]) names += (names.empty() ? "" : "+") + preference_[t];
+  if (names.empty()) names = "self";  // one rank, or nothing to move
+  return transportCache_.emplace(&schedule, std::move(names)).first->second;
+}
+
+const std::vector<Job>& Planner::plan(const std::vector<OpDesc>& ops) {
+  jobs_.clear();
+  bool prevP2P = false;
+  for (const OpDesc& op : ops) {
+    algorithms::ScheduleKey key{op.coll, rank_, nranks_, op.count, op.root};
+    const size_t bytes = op.count * base::dataTypeSize(op.type);
+    TunedPlan plan = tuner_.choose(op.coll, nranks_, bytes);
+    COLLIE_TRACE(base::kLogTune, "%s rank %d: %s of %zu x %s: %s, %zu-byte slices, %d in flight", name_.c_str(), rank_,
+                 algorithms::collectiveName(op.coll), op.count, base::dataTypeName(op.type),
+                 algorithms::algorithmName(plan.algorithm), plan.sliceBytes, plan.slicesInFlight);
+    Job job;
+    job.schedule = &schedule(plan.algorithm, key);
+    job.buffers = JobBuffers{op.send, op.recv, op.type, op.op};
+    job.sliceBytes = plan.sliceBytes;
+    job.slicesInFlight = plan.slicesInFlight;
+    bool p2p = op.coll == Collective::Send || op.coll == Collective::Recv;
+    job.concurrentWithPrevious = p2p && prevP2P && ops.size() > 1;
+    prevP2P = p2p;
+    jobs_.push_back(job);
+
+    CallInfo info;
+    info.collective = algorithms::collectiveName(op.coll);
+    for (char& ch : info.collective) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    info.algorithm = algorithms::algorithmName(plan.algorithm);
+    info.transport = transportsOf(*job.schedule);
+    info.bytes = bytes;
+    info.sliceBytes = plan.sliceBytes;
+    std::lock_guard<std::mutex> lock(callMu_);
+    lastCall_ = std::move(info);
+  }
+  return jobs_;
+}
+
+CallInfo Planner::lastCall() const {
+  std::lock_guard<std::mutex> lock(callMu_);
+  return lastCall_;
+}
+
+}  // namespace collie::core

@@ -1,0 +1,51 @@
+// Planner: turns a batch of calls into the executor's jobs. For each call the tuner picks the algorithm and its
+// slicing, the schedule comes from a cache (built on first use), and the choice is recorded as the
+// communicator's CallInfo (Communicator::lastCall): collective, algorithm, the transports of the peers the
+// schedule touches, bytes and slice size. Only the thread that runs the executor calls plan().
+#pragma once
+
+#include <collie/collie.hpp>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "algorithms/algorithms.hpp"
+#include "core/executor.hpp"
+#include "core/op_desc.hpp"
+#include "core/tuner.hpp"
+
+namespace collie::core {
+
+class Planner {
+ public:
+  Planner(int rank, int nranks, std::string name) : rank_(rank), nranks_(nranks), name_(std::move(name)) {}
+
+  /// The transports in order of preference, and the one that connected each rank ("self" for this rank).
+  void setTransports(std::vector<std::string> preference, std::vector<std::string> byRank);
+  Tuner& tuner() { return tuner_; }
+  const Tuner& tuner() const { return tuner_; }
+
+  /// The jobs for `ops` (valid until the next call), recording the last one as lastCall().
+  const std::vector<Job>& plan(const std::vector<OpDesc>& ops);
+  /// What the most recent planned call runs. Any thread.
+  CallInfo lastCall() const;
+
+ private:
+  const algorithms::Schedule& schedule(algorithms::Algorithm algo, const algorithms::ScheduleKey& key);
+  /// The transports of the peers `schedule` touches ("shm", "shm+tcp", "self"), cached per schedule.
+  const std::string& transportsOf(const algorithms::Schedule& schedule);
+
+  const int rank_, nranks_;
+  const std::string name_;
+  Tuner tuner_;
+  std::vector<std::string> preference_;     // transport names, in order of preference
+  std::vector<std::string> peerTransport_;  // by rank
+  std::unordered_map<algorithms::ScheduleId, algorithms::Schedule, algorithms::ScheduleIdHash> cache_;
+  std::unordered_map<const algorithms::Schedule*, std::string> transportCache_;  // follows cache_
+  std::vector<Job> jobs_;
+  mutable std::mutex callMu_;
+  CallInfo lastCall_;
+};
+
+}  // namespace collie::core

@@ -1,0 +1,79 @@
+// ProgressQueue: the order in which a communicator's calls run, and the progress thread that runs queued ones.
+//
+// Who drives progress: a blocking call with nothing queued runs on the calling thread (beginInline/endInline, no
+// hand-off); async calls, and blocking calls that arrive while async work is queued, are enqueued and run on the
+// progress thread in order. The progress thread starts with the first enqueued batch and sleeps on a condition
+// variable when idle. WorkState is the completion shared by a Work handle and the queue.
+#pragma once
+
+#include <collie/collie.hpp>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/op_desc.hpp"
+
+namespace collie {
+
+/// Completion state shared by a Work handle and the communicator (core::WorkState).
+struct Work::State {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  ErrorCode code = ErrorCode::Success;
+  std::string message;
+
+  void complete(ErrorCode c, std::string msg);
+  void wait();
+  bool test();
+};
+
+}  // namespace collie
+
+namespace collie::core {
+
+using WorkState = Work::State;
+
+class ProgressQueue {
+ public:
+  /// Runs one batch on the progress thread and reports its outcome in code and message (never throws).
+  using Runner = std::function<void(std::vector<OpDesc>& ops, ErrorCode& code, std::string& message)>;
+
+  explicit ProgressQueue(Runner runner) : runner_(std::move(runner)) {}
+  ~ProgressQueue() { drain(); }
+  ProgressQueue(const ProgressQueue&) = delete;
+  ProgressQueue& operator=(const ProgressQueue&) = delete;
+
+  /// Waits until nothing is queued or running, then stops the progress thread. Idempotent.
+  void drain();
+  /// True, and marks a call as running inline, when nothing is queued or running: the caller then runs its call
+  /// on its own thread and calls endInline(). False: the caller must enqueue to keep the order.
+  bool beginInline();
+  void endInline();
+  /// Queues a batch; the progress thread runs it after everything queued before, then completes every op's work
+  /// and `work` with the outcome.
+  void enqueue(std::vector<OpDesc> ops, std::shared_ptr<WorkState> work);
+
+ private:
+  struct Batch {
+    std::vector<OpDesc> ops;
+    std::shared_ptr<WorkState> work;
+  };
+  void loop();
+
+  Runner runner_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Batch> queue_;
+  size_t pending_ = 0;  // queued or running on the progress thread
+  bool inlineRunning_ = false;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace collie::core

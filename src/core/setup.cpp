@@ -1,0 +1,98 @@
+// Transports, PeerInfo and connecting a communicator's peers (see setup.hpp).
+#include "core/setup.hpp"
+
+#include <sched.h>
+#include <unistd.h>
+
+#include <algorithm>
+
+#include "base/errors.hpp"
+#include "base/log.hpp"
+#include "base/params.hpp"
+#include "base/topology.hpp"
+#include "core/bootstrap.hpp"
+#include "transport/shm/shm_transport.hpp"
+#include "transport/tcp/tcp_transport.hpp"
+
+namespace collie::core {
+
+std::vector<std::unique_ptr<transport::Transport>> makeTransports() {
+  std::vector<std::unique_ptr<transport::Transport>> list;
+  if (base::params::shmDisable() == 0) list.push_back(std::make_unique<transport::ShmTransport>());  // same host
+  list.push_back(std::make_unique<transport::TcpTransport>());
+  return list;
+}
+
+transport::PeerInfo localPeerInfo(int rank) {
+  transport::PeerInfo self;
+  self.rank = rank;
+  self.pid = getpid();
+  self.hostHash = localHostHash();
+  gethostname(self.hostName, sizeof(self.hostName) - 1);
+  return self;
+}
+
+void connectAll(Links& links, const transport::CommContext& ctx) {
+  const int rank = ctx.rank, nranks = ctx.nranks;
+  const auto& peers = ctx.peers;
+  const auto& transports = links.transports;
+  // More ranks of this communicator on this host than CPUs for them: waiting ranks must yield when they spin.
+  int localRanks = 0;
+  for (const auto& p : peers) localRanks += p.hostHash == peers[static_cast<size_t>(rank)].hostHash ? 1 : 0;
+  cpu_set_t cpus;
+  int ncpus = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+  links.oversubscribed = localRanks > ncpus;
+  links.cpuShare = std::max(1.0, static_cast<double>(localRanks) / std::max(1, ncpus));
+  // For each peer the first transport that can connect wins; both sides decide from the same table.
+  std::vector<std::vector<int>> chosen(transports.size());
+  for (int r = 0; r < nranks; ++r) {
+    if (r == rank) continue;
+    int t =
+        transport::chooseTransportIndex(transports, peers[static_cast<size_t>(rank)], peers[static_cast<size_t>(r)]);
+    COLLIE_ENFORCE(t >= 0, ErrorCode::InvalidUsage, "%s rank %d: no transport can reach rank %d", ctx.name.c_str(),
+                   rank, r);
+    chosen[static_cast<size_t>(t)].push_back(r);
+  }
+  links.conns.clear();
+  links.conns.resize(static_cast<size_t>(nranks));
+  links.peerTransport.assign(static_cast<size_t>(nranks), "self");
+  for (size_t t = 0; t < transports.size(); ++t) {
+    if (chosen[t].empty()) continue;
+    auto conns = transports[t]->connect(ctx, chosen[t]);
+    for (size_t i = 0; i < chosen[t].size(); ++i) {
+      links.conns[static_cast<size_t>(chosen[t][i])] = std::move(conns[i]);
+      links.peerTransport[static_cast<size_t>(chosen[t][i])] = transports[t]->name();
+    }
+    COLLIE_INFO(base::kLogInit, "%s rank %d: %zu peer(s) over %s", ctx.name.c_str(), rank, chosen[t].size(),
+                transports[t]->name());
+  }
+  links.conns[static_cast<size_t>(rank)] = transport::makeSelfConnection(rank);
+}
+
+std::vector<std::string> transportNames(const Links& links) {
+  std::vector<std::string> names;
+  for (const auto& t : links.transports) names.emplace_back(t->name());
+  return names;
+}
+
+std::vector<std::string> kindsInUse(const std::vector<std::unique_ptr<transport::Transport>>& transports,
+                                    const std::vector<transport::PeerInfo>& peers) {
+  std::vector<std::string> kinds;
+  for (size_t r = 1; r < peers.size() && kinds.size() < transports.size(); ++r) {
+    const transport::Transport* t = transport::chooseTransport(transports, peers[0], peers[r]);
+    if (t && std::find(kinds.begin(), kinds.end(), std::string(t->name())) == kinds.end()) kinds.push_back(t->name());
+  }
+  return kinds;
+}
+
+std::array<uint8_t, 16> splitSecret(const std::array<uint8_t, 16>& parent, int epoch, int color) {
+  std::array<uint8_t, 16> secret = parent;
+  uint64_t salt = (static_cast<uint64_t>(epoch) << 32) ^ static_cast<uint32_t>(color) ^ 0x9e3779b97f4a7c15ull;
+  for (size_t i = 0; i < secret.size(); ++i) {
+    secret[i] ^= static_cast<uint8_t>(salt >> (8 * (i % 8)));
+    salt = salt * 6364136223846793005ull + 1442695040888963407ull;
+  }
+  return secret;
+}
+
+}  // namespace collie::core
