@@ -52,7 +52,7 @@ struct PeerInfo {
   int32_t pid = 0;
   uint64_t hostHash = 0;  ///< same value for ranks on the same host
   char hostName[64] = {0};
-  uint64_t netNs = 0;  ///< this process's network namespace (0: unknown); see networkNamespaceId()
+  uint64_t netNs = 0;  ///< networkNamespaceId() of this process, set by listen() of the transports that need it (shm)
   TransportAddress addresses[kMaxAddresses];  ///< one per listening transport, in no particular order
 
   /// The address `kind` published, or nullptr when it did not.
