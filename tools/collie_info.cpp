@@ -105,13 +105,8 @@ void printTopo() {
   pairs[2].peer.hostHash ^= 1;
   for (Pair& p : pairs) {
     p.peer.rank = 1;
-    const char* chosen = "none (no transport can reach it)";
-    for (auto& t : transports) {
-      if (t->canConnect(self, p.peer)) {
-        chosen = t->name();
-        break;
-      }
-    }
+    const collie::transport::Transport* t = collie::transport::chooseTransport(transports, self, p.peer);
+    const char* chosen = t ? t->name() : "none (no transport can reach it)";
     std::printf("  %-36s %s\n", p.what, chosen);
   }
 }
