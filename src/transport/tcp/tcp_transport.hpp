@@ -37,7 +37,7 @@ class TcpTransport : public Transport {
   /// address of kind Tcp.
   void listen(PeerInfo& self) override;
   /// Always true: TCP is the fallback transport.
-  bool canConnect(const PeerInfo& local, const PeerInfo& peer) const override { return true; }
+  bool canConnect(const PeerInfo& /*local*/, const PeerInfo& /*peer*/) const override { return true; }
   /// The common handshake (transport/handshake.hpp) on each of socketsPerPeer() sockets per peer.
   /// Connections that cannot show the secret are logged and dropped. Fails with Timeout naming the
   /// missing ranks when a peer does not show up within ctx.timeout (COLLIE_TIMEOUT when zero).
