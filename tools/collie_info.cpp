@@ -21,10 +21,10 @@
 #include <string>
 #include <vector>
 
-#include "core/communicator.hpp"
 #include "base/datatypes.hpp"
 #include "base/params.hpp"
 #include "base/topology.hpp"
+#include "core/communicator.hpp"
 #include "core/tuner.hpp"
 
 namespace {

@@ -17,10 +17,10 @@
 #include <vector>
 
 #include "algorithms/algorithms.hpp"
-#include "sim/simulator.hpp"
 #include "base/datatypes.hpp"
 #include "base/errors.hpp"
 #include "core/tuner.hpp"
+#include "sim/simulator.hpp"
 
 namespace {
 

@@ -80,7 +80,8 @@ void serveRoot(int listenFd, std::array<uint8_t, 16> secret, std::chrono::millis
       sockaddr_storage from{};
       int fd = base::acceptUntil(listenFd, deadline, &from);
       if (fd < 0) {
-        COLLIE_WARN(base::kLogBootstrap, "bootstrap root: timed out with %zu of %d ranks checked in", rankFds.size(), nranks);
+        COLLIE_WARN(base::kLogBootstrap, "bootstrap root: timed out with %zu of %d ranks checked in", rankFds.size(),
+                    nranks);
         closeAll();
         return;
       }
@@ -131,7 +132,8 @@ void serveRoot(int listenFd, std::array<uint8_t, 16> secret, std::chrono::millis
       }
       table[static_cast<size_t>(hello.rank)] = info;
       rankFds[hello.rank] = fd;
-      COLLIE_INFO(base::kLogBootstrap, "bootstrap root: rank %d of %d checked in from %s", hello.rank, nranks, who.c_str());
+      COLLIE_INFO(base::kLogBootstrap, "bootstrap root: rank %d of %d checked in from %s", hello.rank, nranks,
+                  who.c_str());
     }
     for (auto& [r, fd] : rankFds) {
       sendReply(fd, ErrorCode::Success, "", deadline);

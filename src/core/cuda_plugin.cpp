@@ -66,7 +66,8 @@ Loaded load() {
     errors += base::format("%s%s", errors.empty() ? "" : "; ", e ? e : c.c_str());
   }
   if (!handle) {
-    out.why = base::format("the CUDA plugin libcollie_cuda.so could not be loaded (%s)%s", errors.c_str(),
+    out.why =
+        base::format("the CUDA plugin libcollie_cuda.so could not be loaded (%s)%s", errors.c_str(),
                      *env ? "" : "; set COLLIE_CUDA_PLUGIN to its path, or build collie with COLLIE_WITH_CUDA=ON");
     return out;
   }
@@ -77,8 +78,8 @@ Loaded load() {
   }
   int rc = get(COLLIE_CUDA_PLUGIN_ABI, &out.table, sizeof(out.table));
   if (rc != 0 || out.table.abi != COLLIE_CUDA_PLUGIN_ABI || out.table.size < sizeof(CollieCudaPlugin)) {
-    out.why = base::format("the CUDA plugin has ABI %u (size %u), this libcollie needs ABI %d (size %zu)", out.table.abi,
-                     out.table.size, COLLIE_CUDA_PLUGIN_ABI, sizeof(CollieCudaPlugin));
+    out.why = base::format("the CUDA plugin has ABI %u (size %u), this libcollie needs ABI %d (size %zu)",
+                           out.table.abi, out.table.size, COLLIE_CUDA_PLUGIN_ABI, sizeof(CollieCudaPlugin));
     return out;
   }
   out.ptr = &out.table;
@@ -93,7 +94,8 @@ Loaded& loadOnce() {
     if (loaded.ptr) {
       loaded.ptr = &loaded.table;  // load() pointed into its own copy
       loadedTable.store(loaded.ptr, std::memory_order_release);
-      COLLIE_INFO(base::kLogInit, "CUDA plugin loaded (runtime %d, %s)", loaded.table.runtimeVersion, loaded.table.archs);
+      COLLIE_INFO(base::kLogInit, "CUDA plugin loaded (runtime %d, %s)", loaded.table.runtimeVersion,
+                  loaded.table.archs);
     } else {
       COLLIE_INFO(base::kLogInit, "%s", loaded.why.c_str());
     }

@@ -323,7 +323,8 @@ std::string MemoryFabric::pendingOf(int rank) const {
 uint64_t MemoryFabric::bytesSent(int rank) const { return state_->bytes[static_cast<size_t>(rank)]; }
 uint64_t MemoryFabric::messagesSent(int rank) const { return state_->messages[static_cast<size_t>(rank)]; }
 
-std::pair<std::unique_ptr<transport::Connection>, std::unique_ptr<transport::Connection>> makeMemoryConnectionPair(int a, int b) {
+std::pair<std::unique_ptr<transport::Connection>, std::unique_ptr<transport::Connection>> makeMemoryConnectionPair(
+    int a, int b) {
   // A private fabric just big enough for the two ranks; the connections keep its state alive.
   MemoryFabric fabric(std::max(a, b) + 1);
   return {fabric.connect(a, b), fabric.connect(b, a)};

@@ -72,6 +72,7 @@ class MemoryFabric {
 };
 
 /// Two connected in-memory connections with zero costs: first is a's connection to b, second b's to a.
-std::pair<std::unique_ptr<transport::Connection>, std::unique_ptr<transport::Connection>> makeMemoryConnectionPair(int a, int b);
+std::pair<std::unique_ptr<transport::Connection>, std::unique_ptr<transport::Connection>> makeMemoryConnectionPair(
+    int a, int b);
 
 }  // namespace collie::sim

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "base/errors.hpp"
-#include "core/executor.hpp"
 #include "base/poller.hpp"
+#include "core/executor.hpp"
 
 namespace collie::sim {
 namespace {
@@ -33,10 +33,6 @@ Layout layoutOf(algorithms::Collective coll, int n, size_t count) {
     default:
       return {count, count};
   }
-}
-
-bool reducesData(algorithms::Collective coll) {
-  return coll == Collective::AllReduce || coll == Collective::Reduce || coll == Collective::ReduceScatter;
 }
 
 // One rank's memory: an input and an output, or one buffer for in-place calls; kGuard bytes after each.
@@ -223,8 +219,7 @@ auto byIntegerType(DataType type, F&& f) {
 
 // The receives each rank posts from each peer, in posting order, marked when they are reduced after landing
 // (for the gamma part of the time model). Mirrors how the executor slices a step (core/executor.cpp).
-void setReduceMarks(sim::MemoryFabric& fabric, int rank, const Schedule& sch, size_t elemSize,
-                    size_t sliceBytes) {
+void setReduceMarks(sim::MemoryFabric& fabric, int rank, const Schedule& sch, size_t elemSize, size_t sliceBytes) {
   const size_t sliceElems = std::max<size_t>(1, sliceBytes / elemSize);
   std::vector<std::pair<int, std::vector<uint8_t>>> byPeer;
   for (const Step& s : sch.steps) {
@@ -243,8 +238,8 @@ void setReduceMarks(sim::MemoryFabric& fabric, int rank, const Schedule& sch, si
 SimResult simulate(const SimOptions& o) {
   const int n = o.nranks;
   COLLIE_ARG_CHECK(n >= 1, "simulator: nranks=%d", n);
-  COLLIE_ARG_CHECK(algorithms::supports(o.algo, o.coll), "simulator: %s does not implement %s", algorithms::algorithmName(o.algo),
-                   algorithms::collectiveName(o.coll));
+  COLLIE_ARG_CHECK(algorithms::supports(o.algo, o.coll), "simulator: %s does not implement %s",
+                   algorithms::algorithmName(o.algo), algorithms::collectiveName(o.coll));
   COLLIE_ARG_CHECK(o.coll != Collective::Send && o.coll != Collective::Recv,
                    "simulator: Send/Recv are not collectives");
   COLLIE_ARG_CHECK(o.root >= 0 && o.root < n, "simulator: root=%d with nranks=%d", o.root, n);
@@ -255,7 +250,8 @@ SimResult simulate(const SimOptions& o) {
   // Schedules and buffers.
   std::vector<algorithms::Schedule> schedules(static_cast<size_t>(n));
   for (int r = 0; r < n; ++r) {
-    schedules[static_cast<size_t>(r)] = algorithms::build(o.algo, algorithms::ScheduleKey{o.coll, r, n, o.count, o.root});
+    schedules[static_cast<size_t>(r)] =
+        algorithms::build(o.algo, algorithms::ScheduleKey{o.coll, r, n, o.count, o.root});
     if (o.mutate) o.mutate(r, schedules[static_cast<size_t>(r)]);
   }
   std::vector<RankBuffers> bufs(static_cast<size_t>(n));

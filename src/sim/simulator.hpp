@@ -24,8 +24,8 @@
 namespace collie::sim {
 
 using algorithms::Algorithm;
-using algorithms::Collective;
 using algorithms::Buffer;
+using algorithms::Collective;
 using algorithms::Schedule;
 using algorithms::Step;
 using algorithms::StepKind;

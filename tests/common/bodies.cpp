@@ -82,7 +82,9 @@ void checkCase(Communicator& comm, Coll coll, DataType type, ReduceOp op, size_t
       comm.allReduce(send.data(), out, count, type, op);
       checkLastCall(comm, "allreduce");
       EXPECT_TRUE(matchesReduced(out, count, type, op, n, 0));
-      if (!inPlace) EXPECT_TRUE(matchesInput(send.data(), count, type, op, rank, 0)) << "sendbuff was written";
+      if (!inPlace) {
+        EXPECT_TRUE(matchesInput(send.data(), count, type, op, rank, 0)) << "sendbuff was written";
+      }
       EXPECT_TRUE(send.guardsIntact());
       EXPECT_TRUE(recv.guardsIntact());
       break;
@@ -94,7 +96,9 @@ void checkCase(Communicator& comm, Coll coll, DataType type, ReduceOp op, size_t
       comm.broadcast(send.data(), out, count, type, root);
       checkLastCall(comm, "broadcast");
       EXPECT_TRUE(matchesInput(out, count, type, op, root, 0));
-      if (!inPlace) EXPECT_TRUE(matchesInput(send.data(), count, type, op, rank, 0)) << "sendbuff was written";
+      if (!inPlace) {
+        EXPECT_TRUE(matchesInput(send.data(), count, type, op, rank, 0)) << "sendbuff was written";
+      }
       EXPECT_TRUE(send.guardsIntact());
       EXPECT_TRUE(recv.guardsIntact());
       break;
@@ -112,7 +116,9 @@ void checkCase(Communicator& comm, Coll coll, DataType type, ReduceOp op, size_t
       } else {
         EXPECT_TRUE(isSentinel(out, count, type)) << "a non-root's recvbuff was written";
       }
-      if (!inPlace) EXPECT_TRUE(matchesInput(send.data(), count, type, op, rank, 0)) << "sendbuff was written";
+      if (!inPlace) {
+        EXPECT_TRUE(matchesInput(send.data(), count, type, op, rank, 0)) << "sendbuff was written";
+      }
       EXPECT_TRUE(send.guardsIntact());
       EXPECT_TRUE(recv.guardsIntact());
       break;
@@ -132,7 +138,9 @@ void checkCase(Communicator& comm, Coll coll, DataType type, ReduceOp op, size_t
       for (int p = 0; p < n; ++p) {
         EXPECT_TRUE(matchesInput(recv.at(static_cast<size_t>(p) * count), count, type, op, p, 0)) << "block " << p;
       }
-      if (!inPlace) EXPECT_TRUE(matchesInput(send.data(), count, type, op, rank, 0)) << "sendbuff was written";
+      if (!inPlace) {
+        EXPECT_TRUE(matchesInput(send.data(), count, type, op, rank, 0)) << "sendbuff was written";
+      }
       EXPECT_TRUE(send.guardsIntact());
       EXPECT_TRUE(recv.guardsIntact());
       break;

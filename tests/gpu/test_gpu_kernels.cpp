@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "base/datatypes.hpp"
 #include "common/data.hpp"
 #include "core/cuda_plugin.hpp"
-#include "base/datatypes.hpp"
 #include "gpu/gpu_test_util.hpp"
 
 namespace collie::test {

@@ -97,7 +97,9 @@ TEST(GpuLoading, ThePluginLoadsAndNamesAMissingDevice) {
     EXPECT_EQ(e.code(), ErrorCode::UnhandledCudaError);
     std::string msg = e.what();
     EXPECT_TRUE(mentions(msg, "no CUDA device") || mentions(msg, "cudaGetDeviceCount")) << msg;
-    if (rc != 0) EXPECT_TRUE(mentions(msg, p->errorString(rc))) << msg;
+    if (rc != 0) {
+      EXPECT_TRUE(mentions(msg, p->errorString(rc))) << msg;
+    }
     std::printf("without a device, a device call says: %s\n", msg.c_str());
   }
 }

@@ -101,8 +101,12 @@ TEST_P(CApiCollectives, EveryCollectiveChecked) {
           EXPECT_TRUE(matchesReduced(out.data(), c, t, op, n, 0)) << "allReduce " << opName(op);
           Buffer red(t, c);
           EXPECT_OK(collieReduce(in.data(), red.data(), c, ct, cOp(op), n - 1, comm, nullptr));
-          if (rank == n - 1) EXPECT_TRUE(matchesReduced(red.data(), c, t, op, n, 0)) << "reduce " << opName(op);
-          if (rank != n - 1) EXPECT_TRUE(isSentinel(red.data(), c, t)) << "reduce, non-root";
+          if (rank == n - 1) {
+            EXPECT_TRUE(matchesReduced(red.data(), c, t, op, n, 0)) << "reduce " << opName(op);
+          }
+          if (rank != n - 1) {
+            EXPECT_TRUE(isSentinel(red.data(), c, t)) << "reduce, non-root";
+          }
           Buffer rsIn(t, nr * c), rs(t, c);
           rsIn.fillInput(0, nr * c, op, rank, 0);
           EXPECT_OK(collieReduceScatter(rsIn.data(), rs.data(), c, ct, cOp(op), comm, nullptr));
@@ -174,7 +178,9 @@ TEST_P(CApiCollectives, AsyncRequests) {
     EXPECT_TRUE(matchesReduced(a.data(), c, t, ReduceOp::Sum, n, 0)) << "allReduceAsync sum";
     EXPECT_TRUE(matchesReduced(b.data(), c, t, ReduceOp::Min, n, 0)) << "allReduceAsync min";
     EXPECT_TRUE(matchesInput(bc.data(), c, t, kNoReduction, 0, 0)) << "broadcastAsync";
-    if (rank == 0) EXPECT_TRUE(matchesReduced(red.data(), c, t, ReduceOp::Prod, n, 0)) << "reduceAsync";
+    if (rank == 0) {
+      EXPECT_TRUE(matchesReduced(red.data(), c, t, ReduceOp::Prod, n, 0)) << "reduceAsync";
+    }
     EXPECT_TRUE(matchesReduced(rs.data(), c, t, ReduceOp::Avg, n, me * c)) << "reduceScatterAsync";
     for (int p = 0; p < n; ++p) {
       const size_t pb = static_cast<size_t>(p) * c;

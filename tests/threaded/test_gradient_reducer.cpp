@@ -330,9 +330,11 @@ TEST(ReducerThreads, FindUnusedReducesZerosAndLeavesGloballyUnusedAlone) {
           EXPECT_TRUE(red.globallyUsed(2));
           EXPECT_FALSE(red.globallyUsed(4));
           EXPECT_EQ(red.locallyUsed(2), r == 0);
-          EXPECT_FLOAT_EQ(g[0][0], 2.0f);                     // (1 + 2 + 3) / 3
-          EXPECT_FLOAT_EQ(g[1][0], 4.0f / 3.0f);              // (1 + 0 + 3) / 3, written to rank 1's buffer too
-          if (r == 0) EXPECT_FLOAT_EQ(g[2][0], 1.0f / 3.0f);  // (1 + 0 + 0) / 3
+          EXPECT_FLOAT_EQ(g[0][0], 2.0f);         // (1 + 2 + 3) / 3
+          EXPECT_FLOAT_EQ(g[1][0], 4.0f / 3.0f);  // (1 + 0 + 3) / 3, written to rank 1's buffer too
+          if (r == 0) {
+            EXPECT_FLOAT_EQ(g[2][0], 1.0f / 3.0f);
+          }  // (1 + 0 + 0) / 3
           EXPECT_EQ(g[4][0], -7.0f);
         }
         EXPECT_FALSE(red.bucketsRebuilt());  // the gradient order is not stable with unused parameters
@@ -482,7 +484,9 @@ TEST(ReducerThreads, DifferentParameterListsFailOnEveryRank) {
           ADD_FAILURE() << "constructor did not throw";
         } catch (const Error& e) {
           EXPECT_EQ(e.code(), ErrorCode::InvalidUsage);
-          if (comm.rank() == 2) EXPECT_NE(std::string(e.what()).find("p1"), std::string::npos) << e.what();
+          if (comm.rank() == 2) {
+            EXPECT_NE(std::string(e.what()).find("p1"), std::string::npos) << e.what();
+          }
         }
       },
       opts());

@@ -68,7 +68,9 @@ TEST(Topology, CurrentNodeAndBinding) {
     CPU_ZERO(&set);
     ASSERT_EQ(pthread_getaffinity_np(pthread_self(), sizeof(set), &set), 0);
     for (int c = 0; c < CPU_SETSIZE; ++c)
-      if (CPU_ISSET(c, &set)) EXPECT_EQ(base::numaNodeOfCpu(c), node) << "CPU " << c;
+      if (CPU_ISSET(c, &set)) {
+        EXPECT_EQ(base::numaNodeOfCpu(c), node) << "CPU " << c;
+      }
     EXPECT_EQ(base::currentNumaNode(), node);
   }).join();
   EXPECT_FALSE(base::bindThreadToNode(1 << 20)) << "an unknown node binds nothing";

@@ -77,7 +77,9 @@ TEST(TreePatterns, AtMostOneRankIsInnerInBothTrees) {
     int both = 0;
     for (int r = 0; r < n; ++r) both += doubleTree(0, r, n).nchildren > 0 && doubleTree(1, r, n).nchildren > 0;
     EXPECT_LE(both, 1) << "n=" << n;
-    if (n % 2 == 0) EXPECT_EQ(both, 0) << "n=" << n;
+    if (n % 2 == 0) {
+      EXPECT_EQ(both, 0) << "n=" << n;
+    }
   }
 }
 
@@ -118,7 +120,9 @@ TEST(HalvingDoublingPatterns, ParticipantsCoverEveryRankOnce) {
     ASSERT_EQ(hd.firstRank(hd.pof2), n);
     for (int r = 0; r < n; ++r) {
       ASSERT_EQ(covered[static_cast<size_t>(r)], 1) << "n=" << n << " rank " << r;
-      if (hd.isExtra(r)) ASSERT_TRUE(hd.absorbs(r + 1));
+      if (hd.isExtra(r)) {
+        ASSERT_TRUE(hd.absorbs(r + 1));
+      }
     }
   }
 }

@@ -171,7 +171,9 @@ TEST(Tuner, NeverChoosesAnUnsupportedPair) {
           if (std::string(spec).size() > 0 && std::string(spec).find_first_of("^;") == std::string::npos) {
             Algorithm forced;
             ASSERT_TRUE(algorithms::parseAlgorithm(spec, &forced));
-            if (algorithms::supports(forced, c)) EXPECT_EQ(a, forced) << spec << " " << algorithms::collectiveName(c);
+            if (algorithms::supports(forced, c)) {
+              EXPECT_EQ(a, forced) << spec << " " << algorithms::collectiveName(c);
+            }
           }
         }
       }
