@@ -27,25 +27,21 @@ const algorithms::Schedule& Planner::schedule(algorithms::Algorithm algo, const 
   return cache_.emplace(k, algorithms::build(algo, key)).first->second;
 }
 
-const std::string& Planner::transportsOf(const algorithms::Schedule& schedule) {
+uint32_t Planner::transportsOf(const algorithms::Schedule& schedule) {
   auto it = transportCache_.find(&schedule);
   if (it != transportCache_.end()) return it->second;
-  std::vector<bool> used(preference_.size(), false);
+  uint32_t used = 0;
   auto mark = [&](int peer) {
     if (peer < 0 || peer == rank_ || static_cast<size_t>(peer) >= peerTransport_.size()) return;
     const std::string& name = peerTransport_[static_cast<size_t>(peer)];
-    for (size_t t = 0; t < preference_.size(); ++t)
-      if (name == preference_[t]) used[t] = true;
+    for (size_t t = 0; t < preference_.size() && t < 32; ++t)
+      if (name == preference_[t]) used |= 1u << t;
   };
   for (const algorithms::Step& step : schedule.steps) {
     mark(step.sendPeer);
     mark(step.recvPeer);
   }
-  std::string names;
-  for (size_t t = 0; t < preference_.size(); ++t)
-    if (used[t]) names += (names.empty() ? "" : "+") + preference_[t];
-  if (names.empty()) names = "self";  // one rank, or nothing to move
-  return transportCache_.emplace(&schedule, std::move(names)).first->second;
+  return transportCache_.emplace(&schedule, used).first->second;
 }
 
 const std::vector<Job>& Planner::plan(const std::vector<OpDesc>& ops) {
@@ -68,22 +64,30 @@ const std::vector<Job>& Planner::plan(const std::vector<OpDesc>& ops) {
     prevP2P = p2p;
     jobs_.push_back(job);
 
-    CallInfo info;
-    info.collective = algorithms::collectiveName(op.coll);
-    for (char& ch : info.collective) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-    info.algorithm = algorithms::algorithmName(plan.algorithm);
-    info.transport = transportsOf(*job.schedule);
-    info.bytes = bytes;
-    info.sliceBytes = plan.sliceBytes;
+    Record record{true, op.coll, plan.algorithm, transportsOf(*job.schedule), bytes, plan.sliceBytes};
     std::lock_guard<std::mutex> lock(callMu_);
-    lastCall_ = std::move(info);
+    last_ = record;
   }
   return jobs_;
 }
 
 CallInfo Planner::lastCall() const {
-  std::lock_guard<std::mutex> lock(callMu_);
-  return lastCall_;
+  Record record;
+  {
+    std::lock_guard<std::mutex> lock(callMu_);
+    record = last_;
+  }
+  CallInfo info;
+  if (!record.valid) return info;
+  info.collective = algorithms::collectiveName(record.coll);
+  for (char& ch : info.collective) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  info.algorithm = algorithms::algorithmName(record.algo);
+  for (size_t t = 0; t < preference_.size() && t < 32; ++t)
+    if (record.transports & (1u << t)) info.transport += (info.transport.empty() ? "" : "+") + preference_[t];
+  if (info.transport.empty()) info.transport = "self";  // one rank, or nothing to move
+  info.bytes = record.bytes;
+  info.sliceBytes = record.sliceBytes;
+  return info;
 }
 
 }  // namespace collie::core

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <collie/collie.hpp>
+#include <cstdint>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -33,8 +34,18 @@ class Planner {
 
  private:
   const algorithms::Schedule& schedule(algorithms::Algorithm algo, const algorithms::ScheduleKey& key);
-  /// The transports of the peers `schedule` touches ("shm", "shm+tcp", "self"), cached per schedule.
-  const std::string& transportsOf(const algorithms::Schedule& schedule);
+  /// The transports of the peers `schedule` touches, as bits of preference_ (0: "self"), cached per schedule.
+  uint32_t transportsOf(const algorithms::Schedule& schedule);
+
+  /// What plan() records per call: no strings, so the hot path allocates nothing; lastCall() names them.
+  struct Record {
+    bool valid = false;
+    algorithms::Collective coll = algorithms::Collective::AllReduce;
+    algorithms::Algorithm algo = algorithms::Algorithm::Ring;
+    uint32_t transports = 0;
+    size_t bytes = 0;
+    size_t sliceBytes = 0;
+  };
 
   const int rank_, nranks_;
   const std::string name_;
@@ -42,10 +53,10 @@ class Planner {
   std::vector<std::string> preference_;     // transport names, in order of preference
   std::vector<std::string> peerTransport_;  // by rank
   std::unordered_map<algorithms::ScheduleId, algorithms::Schedule, algorithms::ScheduleIdHash> cache_;
-  std::unordered_map<const algorithms::Schedule*, std::string> transportCache_;  // follows cache_
+  std::unordered_map<const algorithms::Schedule*, uint32_t> transportCache_;  // follows cache_
   std::vector<Job> jobs_;
   mutable std::mutex callMu_;
-  CallInfo lastCall_;
+  Record last_;
 };
 
 }  // namespace collie::core
