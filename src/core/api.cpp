@@ -3,9 +3,11 @@
 #include <collie/config.h>
 
 #include <collie/collie.hpp>
+#include <cstdlib>
 #include <thread>
 
 #include "base/errors.hpp"
+#include "base/log.hpp"
 #include "base/params.hpp"
 #include "base/socket.hpp"
 #include "core/api_access.hpp"
@@ -73,6 +75,12 @@ std::unique_ptr<Communicator> Communicator::create(int nranks, const UniqueId& i
 
 std::vector<std::unique_ptr<Communicator>> Communicator::createAll(int nranks, const Options& options) {
   COLLIE_ARG_CHECK(nranks >= 1, "nranks=%d: expected at least 1", nranks);
+  // Under collierun every process would make its own nranks-rank job: say so (createFromEnv makes one job).
+  if (const char* launched = std::getenv("COLLIE_NRANKS"))
+    COLLIE_WARN(base::kLogInit,
+                "Communicator::createAll(%d) in a process started by collierun (COLLIE_NRANKS=%s): each process makes "
+                "its own %d-rank job of threads; use Communicator::createFromEnv() for one job across the processes",
+                nranks, launched, nranks);
   UniqueId id = UniqueId::create();
   std::vector<std::unique_ptr<Communicator>> comms(static_cast<size_t>(nranks));
   std::vector<std::exception_ptr> errors(static_cast<size_t>(nranks));
