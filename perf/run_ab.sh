@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# run_ab.sh: two builds of collie side by side in one run, interleaved, to see what a change did to the hot path.
+#
+#   perf/run_ab.sh OLD_BUILD NEW_BUILD [REPS]     (default 5; each build needs tools/collierun, perf/all_reduce_perf)
+#
+# For each case (2 and 4 ranks over shm, 2 ranks over TCP loopback with COLLIE_SHM_DISABLE=1; 8 B, 1 MiB and
+# 64 MiB AllReduce of float sum, out of place) it runs OLD then NEW, REPS times in turn, and prints a markdown
+# table of the medians: time (us) for 8 B, busbw (GB/s) for the large sizes, and NEW/OLD. memcpy_bw of NEW is run
+# once first: the limit the shm figures chase. Nothing is written to RESULTS.md: paste the table with its date,
+# machine, load average and this command.
+set -euo pipefail
+[[ $# -ge 2 ]] || { sed -n 2,9p "$0"; exit 2; }
+old=$(cd "$1" && pwd)
+new=$(cd "$2" && pwd)
+reps=${3:-5}
+for b in "$old" "$new"; do
+  for exe in tools/collierun perf/all_reduce_perf; do
+    [[ -x $b/$exe ]] || { echo "run_ab.sh: $b/$exe not built" >&2; exit 2; }
+  done
+done
+
+# One figure from one run: column 6 (out-of-place time, us) or 8 (busbw, GB/s) of the single data row.
+measure() {  # build ranks env bytes iters column
+  local b=$1 r=$2 envs=$3 bytes=$4 iters=$5 col=$6
+  env $envs "$b/tools/collierun" -n "$r" "$b/perf/all_reduce_perf" -b "$bytes" -e "$bytes" -n "$iters" \
+    -w $((iters / 10 + 2)) -c 0 2>/dev/null |
+    awk -v c="$col" '$1 == "[0]" && $2 ~ /^[0-9]+$/ { print $(c + 1); exit }'
+}
+median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+
+if [[ -x $new/perf/memcpy_bw ]]; then
+  echo '```text'
+  "$new/perf/memcpy_bw"
+  echo '```'
+fi
+echo
+echo "| case | size | figure | old (median of $reps) | new (median of $reps) | new / old |"
+echo "|---|---|---|---|---|---|"
+cases=("2 shm" "4 shm" "2 tcp")
+for c in "${cases[@]}"; do
+  read -r ranks kind <<<"$c"
+  envs="COLLIE_DEBUG=WARN"
+  [[ $kind == tcp ]] && envs="$envs COLLIE_SHM_DISABLE=1"
+  for spec in "8 5000 6 time_us" "1048576 200 8 busbw_GBps" "67108864 10 8 busbw_GBps"; do
+    read -r bytes iters col what <<<"$spec"
+    o=() n=()
+    for ((i = 0; i < reps; ++i)); do
+      o+=("$(measure "$old" "$ranks" "$envs" "$bytes" "$iters" "$col")")
+      n+=("$(measure "$new" "$ranks" "$envs" "$bytes" "$iters" "$col")")
+    done
+    mo=$(printf '%s\n' "${o[@]}" | median)
+    mn=$(printf '%s\n' "${n[@]}" | median)
+    ratio=$(awk -v a="$mo" -v b="$mn" 'BEGIN { if (a > 0) printf "%.2f", b / a; else print "n/a" }')
+    echo "| $ranks ranks $kind | $bytes B | $what | $mo | $mn | $ratio |"
+  done
+done
