@@ -5,6 +5,7 @@
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <mutex>
 #include <string>
 
@@ -88,8 +89,19 @@ LogConfig makeConfig() {
   return c;
 }
 
+// Logging never throws: a bad COLLIE_* value (which every parameter read reports) is said once on stderr and the
+// defaults are used; the same value then fails init with InvalidArgument at the communicator's own reads.
+LogConfig makeConfigOrDefault() {
+  try {
+    return makeConfig();
+  } catch (const std::exception& e) {
+    fprintf(stderr, "collie WARN %s (logging at WARN to stderr)\n", e.what());
+    return LogConfig{};
+  }
+}
+
 const LogConfig& config() {
-  static const LogConfig c = makeConfig();
+  static const LogConfig c = makeConfigOrDefault();
   return c;
 }
 

@@ -3,7 +3,6 @@
 #include "core/validate.hpp"
 
 #include <cstdint>
-#include <limits>
 
 #include "base/datatypes.hpp"
 #include "base/errors.hpp"
@@ -26,8 +25,20 @@ bool overlapsPartially(const void* a, size_t aBytes, const void* b, size_t bByte
 
 BufferExtent bufferExtent(const OpDesc& op, int rank, int nranks) {
   BufferExtent e;
-  const size_t bytes = op.count * base::dataTypeSize(op.type);
-  const size_t n = static_cast<size_t>(nranks);
+  const size_t elem = base::dataTypeSize(op.type);
+  const size_t n = static_cast<size_t>(nranks < 1 ? 1 : nranks);
+  const bool perRankBlocks =
+      op.coll == Collective::AllGather || op.coll == Collective::ReduceScatter || op.coll == Collective::AllToAll;
+  // Checked products: count x element size (x nranks for the per-rank-block buffers) must fit in size_t, and no
+  // buffer can be larger than PTRDIFF_MAX bytes (the largest object C and C++ allow; half the address space).
+  constexpr size_t kMaxBuffer = static_cast<size_t>(PTRDIFF_MAX);
+  size_t bytes = 0, blocks = 0;
+  if (__builtin_mul_overflow(op.count, elem, &bytes) || bytes > kMaxBuffer ||
+      (perRankBlocks && (__builtin_mul_overflow(bytes, n, &blocks) || blocks > kMaxBuffer))) {
+    COLLIE_FAIL(ErrorCode::InvalidArgument, "%s on rank %d: count=%zu of %s%s overflows the address space",
+                algorithms::collectiveName(op.coll), rank, op.count, base::dataTypeName(op.type),
+                perRankBlocks ? base::format(" over %d ranks", nranks).c_str() : "");
+  }
   e.sendBytes = e.recvBytes = bytes;
   switch (op.coll) {
     case Collective::Broadcast:
@@ -78,18 +89,22 @@ void validateOp(const OpDesc& op, int rank, int nranks) {
                        op.coll == Collective::Send ? "send" : "receive");
   }
   const size_t elem = base::dataTypeSize(op.type);
-  const bool perRankBlocks =
-      op.coll == Collective::AllGather || op.coll == Collective::ReduceScatter || op.coll == Collective::AllToAll;
-  const size_t factor = perRankBlocks ? static_cast<size_t>(nranks) : 1;
-  COLLIE_ARG_CHECK(op.count <= std::numeric_limits<size_t>::max() / elem / factor,
-                   "%s on rank %d: count=%zu overflows (x %zu bytes x %zu blocks)", what, rank, op.count, elem, factor);
+  const BufferExtent e = bufferExtent(op, rank, nranks);  // throws when count x size (x nranks) overflows
   if (op.count == 0) return;
   const size_t bytes = op.count * elem;
-  const BufferExtent e = bufferExtent(op, rank, nranks);
   COLLIE_ARG_CHECK(!e.send || op.send != nullptr, "%s on rank %d: sendbuff is NULL with count=%zu", what, rank,
                    op.count);
   COLLIE_ARG_CHECK(!e.recv || op.recv != nullptr, "%s on rank %d: recvbuff is NULL with count=%zu", what, rank,
                    op.count);
+  // A buffer whose last byte lies past the end of the address space cannot exist (and its end would wrap in the
+  // overlap check below).
+  uintptr_t end = 0;
+  COLLIE_ARG_CHECK(!e.send || !__builtin_add_overflow(reinterpret_cast<uintptr_t>(op.send), e.sendBytes, &end),
+                   "%s on rank %d: sendbuff=%p + %zu bytes (count=%zu of %s) overflows the address space", what, rank,
+                   op.send, e.sendBytes, op.count, base::dataTypeName(op.type));
+  COLLIE_ARG_CHECK(!e.recv || !__builtin_add_overflow(reinterpret_cast<uintptr_t>(op.recv), e.recvBytes, &end),
+                   "%s on rank %d: recvbuff=%p + %zu bytes (count=%zu of %s) overflows the address space", what, rank,
+                   op.recv, e.recvBytes, op.count, base::dataTypeName(op.type));
   if (!e.send || !e.recv) return;
 
   // Buffers may be the same (in place) but not overlap any other way.

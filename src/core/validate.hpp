@@ -17,7 +17,8 @@ struct BufferExtent {
   size_t recvBytes = 0;
 };
 
-/// The extents of op on `rank` of `nranks` (op.count must not overflow: validateOp checks it first).
+/// The extents of op on `rank` of `nranks`; throws InvalidArgument, naming count, type and nranks, when count x
+/// element size (x nranks for AllGather recv, ReduceScatter send, AllToAll) overflows or exceeds PTRDIFF_MAX.
 BufferExtent bufferExtent(const OpDesc& op, int rank, int nranks);
 
 /// Throws InvalidArgument / InvalidUsage, naming the argument, the rank and what was expected.
