@@ -57,7 +57,7 @@ void buildOne(benchmark::State& state, Algorithm algo, Collective coll, int nran
 }
 
 void lookup(benchmark::State& state, int nranks) {
-  std::unordered_map<algos::ScheduleId, algos::Schedule, algos::ScheduleIdHash> cache;  // as CommImpl keeps it
+  std::unordered_map<algos::ScheduleId, algos::Schedule, algos::ScheduleIdHash> cache;  // as core::Planner keeps it
   const algos::ScheduleId id{Algorithm::Ring, keyFor(Collective::AllReduce, nranks)};
   cache.emplace(id, algos::build(id.first, id.second));
   for (auto _ : state) benchmark::DoNotOptimize(cache.find(id));
