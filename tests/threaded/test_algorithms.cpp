@@ -18,6 +18,7 @@
 
 #include "algorithms/algorithms.hpp"
 #include "common/bodies.hpp"
+#include "common/forced_algorithm.hpp"
 #include "common/launcher.hpp"
 #include "core/tuner.hpp"
 
@@ -25,15 +26,6 @@ namespace collie::test {
 namespace {
 
 using namespace std::chrono_literals;
-
-// Forces an algorithm for the communicators created while it lives.
-class ForcedAlgorithm {
- public:
-  explicit ForcedAlgorithm(const std::string& spec) { core::setAlgoOverride(spec); }
-  ~ForcedAlgorithm() { core::setAlgoOverride(std::nullopt); }
-  ForcedAlgorithm(const ForcedAlgorithm&) = delete;
-  ForcedAlgorithm& operator=(const ForcedAlgorithm&) = delete;
-};
 
 Options testOptions() {
   Options o;

@@ -9,49 +9,12 @@
 #include <tuple>
 #include <vector>
 
+#include "base/datatypes.hpp"
+#include "common/bodies.hpp"
 #include "common/launcher.hpp"
 
 namespace collie::test {
 namespace {
-
-enum class Coll { AllReduce, Broadcast, Reduce, AllGather, ReduceScatter, AllToAll, SendRecv };
-
-const char* collName(Coll c) {
-  switch (c) {
-    case Coll::AllReduce:
-      return "AllReduce";
-    case Coll::Broadcast:
-      return "Broadcast";
-    case Coll::Reduce:
-      return "Reduce";
-    case Coll::AllGather:
-      return "AllGather";
-    case Coll::ReduceScatter:
-      return "ReduceScatter";
-    case Coll::AllToAll:
-      return "AllToAll";
-    case Coll::SendRecv:
-      return "SendRecv";
-  }
-  return "?";
-}
-
-size_t sizeOf(DataType t) {
-  switch (t) {
-    case DataType::Int8:
-    case DataType::Uint8:
-      return 1;
-    case DataType::Float16:
-    case DataType::Bfloat16:
-      return 2;
-    case DataType::Int32:
-    case DataType::Uint32:
-    case DataType::Float32:
-      return 4;
-    default:
-      return 8;
-  }
-}
 
 void issue(Communicator& comm, Coll c, const void* send, void* recv, size_t count, DataType type) {
   const int peer = 1 - comm.rank();
@@ -91,7 +54,7 @@ class CountOverflow : public ::testing::TestWithParam<std::tuple<Coll, DataType>
 TEST_P(CountOverflow, EveryRankGetsInvalidArgumentAndTheCommunicatorStillWorks) {
   const auto [coll, type] = GetParam();
   ThreadLauncher::run(2, [coll, type](Communicator& comm) {
-    const size_t es = sizeOf(type);
+    const size_t es = base::dataTypeSize(type);
     const size_t nranks = static_cast<size_t>(comm.size());
     const size_t counts[] = {SIZE_MAX / es, SIZE_MAX / es - 1, SIZE_MAX / (es * nranks) + 1};
     // Real, distinct buffers: only the count is wrong.
@@ -114,7 +77,7 @@ TEST_P(CountOverflow, EveryRankGetsInvalidArgumentAndTheCommunicatorStillWorks) 
 std::string comboName(const ::testing::TestParamInfo<std::tuple<Coll, DataType>>& info) {
   static const char* types[] = {"int8",   "uint8",   "int32",   "uint32",  "int64",
                                 "uint64", "float16", "float32", "float64", "bfloat16"};
-  return std::string(collName(std::get<0>(info.param))) + "_" + types[static_cast<int>(std::get<1>(info.param))];
+  return collName(std::get<0>(info.param)) + "_" + types[static_cast<int>(std::get<1>(info.param))];
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -10,21 +10,13 @@
 #include <string>
 #include <vector>
 
+#include "common/forced_algorithm.hpp"
 #include "common/launcher.hpp"
-#include "core/tuner.hpp"
 
 namespace collie::test {
 namespace {
 
 using namespace std::chrono_literals;
-
-class ForcedAlgorithm {
- public:
-  explicit ForcedAlgorithm(const std::string& spec) { core::setAlgoOverride(spec); }
-  ~ForcedAlgorithm() { core::setAlgoOverride(std::nullopt); }
-  ForcedAlgorithm(const ForcedAlgorithm&) = delete;
-  ForcedAlgorithm& operator=(const ForcedAlgorithm&) = delete;
-};
 
 Options testOptions() {
   Options o;
