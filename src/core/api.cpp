@@ -17,6 +17,7 @@
 namespace collie {
 
 using algorithms::Collective;
+using core::makeOp;
 using core::OpDesc;
 
 // ---- UniqueId ------------------------------------------------------------------------------------------------
@@ -103,20 +104,6 @@ std::vector<std::unique_ptr<Communicator>> Communicator::createAll(int nranks, c
 int Communicator::rank() const { return impl_->comm->rank(); }
 int Communicator::size() const { return impl_->comm->size(); }
 const std::string& Communicator::name() const { return impl_->comm->name(); }
-
-namespace {
-OpDesc makeOp(Collective coll, const void* send, void* recv, size_t count, DataType type, ReduceOp op, int root) {
-  OpDesc d;
-  d.coll = coll;
-  d.send = send;
-  d.recv = recv;
-  d.count = count;
-  d.type = type;
-  d.op = op;
-  d.root = root;
-  return d;
-}
-}  // namespace
 
 void Communicator::allReduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op) {
   impl_->comm->run(makeOp(Collective::AllReduce, send, recv, count, type, op, 0));

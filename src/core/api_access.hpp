@@ -31,14 +31,7 @@ struct InternalAccess {
   /// (NULL: the legacy default stream) and returns at once (device_stager.hpp).
   static void runOnStream(Communicator& c, algorithms::Collective coll, const void* send, void* recv, size_t count,
                           DataType type, ReduceOp op, int root, void* stream) {
-    core::OpDesc d;
-    d.coll = coll;
-    d.send = send;
-    d.recv = recv;
-    d.count = count;
-    d.type = type;
-    d.op = op;
-    d.root = root;
+    core::OpDesc d = core::makeOp(coll, send, recv, count, type, op, root);
     d.stream = stream;
     d.streamOrdered = true;
     coreComm(c).run(std::move(d));

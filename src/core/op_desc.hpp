@@ -34,4 +34,18 @@ struct OpDesc {
   std::shared_ptr<StagedOp> staged;  ///< the pinned copies and events, once staged
 };
 
+/// The OpDesc of one call (the stream and device fields keep their defaults).
+inline OpDesc makeOp(algorithms::Collective coll, const void* send, void* recv, size_t count, DataType type,
+                     ReduceOp op, int root) {
+  OpDesc d;
+  d.coll = coll;
+  d.send = send;
+  d.recv = recv;
+  d.count = count;
+  d.type = type;
+  d.op = op;
+  d.root = root;
+  return d;
+}
+
 }  // namespace collie::core

@@ -10,27 +10,12 @@
 #include <vector>
 
 #include "common/launcher.hpp"
+#include "common/scoped_env.hpp"
 
 namespace collie::test {
 namespace {
 
 using namespace std::chrono_literals;
-
-/// Sets an environment variable for the scope (children forked inside inherit it); a null name sets nothing.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name ? name : "") {
-    if (name) setenv(name, value, 1);
-  }
-  ~ScopedEnv() {
-    if (!name_.empty()) unsetenv(name_.c_str());
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  std::string name_;
-};
 
 class LastCallProc : public ::testing::TestWithParam<std::tuple<bool, std::string>> {};
 
