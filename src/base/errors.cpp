@@ -1,7 +1,10 @@
 #include "base/errors.hpp"
 
+#include <cerrno>
 #include <cstring>
 #include <vector>
+
+#include "base/fd_limits.hpp"
 
 namespace collie::base {
 
@@ -57,7 +60,9 @@ const char* errorCodeName(ErrorCode code) {
 std::string errnoString(int err) {
   char buf[256];
   // GNU strerror_r returns the message pointer.
-  return std::string(strerror_r(err, buf, sizeof(buf)));
+  std::string text = strerror_r(err, buf, sizeof(buf));
+  if (isFdShortage(err)) text += " (" + fdShortageMessage(err) + ")";
+  return text;
 }
 
 }  // namespace collie::base

@@ -28,6 +28,7 @@
 #include <thread>
 
 #include "base/errors.hpp"
+#include "base/fd_limits.hpp"
 #include "base/log.hpp"
 #include "base/params.hpp"
 
@@ -291,9 +292,16 @@ int listenOn(sockaddr_storage& addr, int backlog) {
 int connectWithRetry(const sockaddr_storage& addr, Deadline deadline, int retries, const std::string& what) {
   auto backoff = milliseconds(10);
   int lastErr = 0;
+  FdShortageBackoff shortage;
   for (int attempt = 1;; ++attempt) {
     FdGuard fd(::socket(addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+    if (fd.get() < 0 && isFdShortage(errno)) {
+      shortage.wait(errno, format("socket for %s", what.c_str()).c_str(), deadline);
+      --attempt;  // not an attempt to connect
+      continue;
+    }
     COLLIE_SYSCHECK(fd.get(), "socket");
+    shortage.reset();
     int rc = ::connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr), addressLength(addr));
     int err = rc == 0 ? 0 : errno;
     if (err == EINPROGRESS) {

@@ -1,8 +1,5 @@
-// Bootstrap root and client (see bootstrap.hpp for the protocol).
-//
-// Wire format (all host byte order: every rank of a job runs the same build on the same architecture):
-//   rank -> root : Hello {magic, secret[16], rank, nranks} then PeerInfo
-//   root -> rank : Reply {magic, status, message[200]} then, if status == 0, nranks x PeerInfo
+// The unique id and the bootstrap client (see bootstrap.hpp for the protocol, bootstrap_wire.hpp for its bytes and
+// bootstrap_root.cpp for the root).
 #include "core/bootstrap.hpp"
 
 #include <sys/random.h>
@@ -11,18 +8,17 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
-#include <map>
 
 #include "base/errors.hpp"
 #include "base/log.hpp"
 #include "base/socket.hpp"
+#include "core/bootstrap_wire.hpp"
+#include "transport/handshake.hpp"
 
 namespace collie::core {
 namespace {
 
 constexpr uint32_t kIdMagic = 0xc011e1d0;
-constexpr uint32_t kHelloMagic = 0xc011eb00;
-constexpr auto kHelloWait = std::chrono::seconds(5);  // how long the root waits for a connection to speak
 
 struct PackedId {
   uint32_t magic;
@@ -33,117 +29,6 @@ struct PackedId {
   uint32_t scopeId;
 };
 static_assert(sizeof(PackedId) <= COLLIE_UNIQUE_ID_BYTES);
-
-struct Hello {
-  uint32_t magic;
-  uint8_t secret[16];
-  int32_t rank;
-  int32_t nranks;
-};
-
-struct Reply {
-  uint32_t magic;
-  int32_t status;  // 0 ok, else an ErrorCode
-  char message[200];
-};
-
-base::Deadline deadlineAfter(std::chrono::milliseconds ms) { return std::chrono::steady_clock::now() + ms; }
-
-struct FdGuard {
-  int fd = -1;
-  ~FdGuard() {
-    if (fd >= 0) ::close(fd);
-  }
-};
-
-void sendReply(int fd, ErrorCode status, const std::string& message, base::Deadline deadline) {
-  Reply reply{};
-  reply.magic = kHelloMagic;
-  reply.status = static_cast<int32_t>(status);
-  snprintf(reply.message, sizeof(reply.message), "%s", message.c_str());
-  base::sendAll(fd, &reply, sizeof(reply), deadline, "bootstrap rank");
-}
-
-// Serves one bootstrap: collects every rank's PeerInfo, then sends everyone the table.
-void serveRoot(int listenFd, std::array<uint8_t, 16> secret, std::chrono::milliseconds timeout) {
-  FdGuard listener{listenFd};
-  base::Deadline deadline = deadlineAfter(timeout);
-  std::map<int, int> rankFds;  // rank -> fd
-  std::vector<transport::PeerInfo> table;
-  int nranks = -1;
-  auto closeAll = [&] {
-    for (auto& [r, fd] : rankFds) ::close(fd);
-    rankFds.clear();
-  };
-  try {
-    while (nranks < 0 || static_cast<int>(rankFds.size()) < nranks) {
-      sockaddr_storage from{};
-      int fd = base::acceptUntil(listenFd, deadline, &from);
-      if (fd < 0) {
-        COLLIE_WARN(base::kLogBootstrap, "bootstrap root: timed out with %zu of %d ranks checked in", rankFds.size(),
-                    nranks);
-        closeAll();
-        return;
-      }
-      std::string who = base::addressToString(from);
-      Hello hello{};
-      try {
-        base::Deadline helloDeadline = std::min(deadline, std::chrono::steady_clock::now() + kHelloWait);
-        base::recvAll(fd, &hello, sizeof(hello), helloDeadline, "bootstrap connection from " + who);
-      } catch (const Error& e) {
-        COLLIE_WARN(base::kLogBootstrap, "bootstrap root: refused connection from %s: %s", who.c_str(), e.what());
-        ::close(fd);
-        continue;
-      }
-      if (hello.magic != kHelloMagic || memcmp(hello.secret, secret.data(), secret.size()) != 0) {
-        COLLIE_WARN(base::kLogBootstrap, "bootstrap root: refused connection from %s: it did not present the secret",
-                    who.c_str());
-        ::close(fd);
-        continue;
-      }
-      transport::PeerInfo info;
-      try {
-        base::recvAll(fd, &info, sizeof(info), deadline, "bootstrap rank at " + who);
-      } catch (const Error& e) {
-        COLLIE_WARN(base::kLogBootstrap, "bootstrap root: lost %s: %s", who.c_str(), e.what());
-        ::close(fd);
-        continue;
-      }
-      std::string problem;
-      if (nranks < 0 && hello.nranks > 0) {
-        nranks = hello.nranks;
-        table.resize(static_cast<size_t>(nranks));
-      }
-      if (hello.nranks != nranks) {
-        problem = base::format("rank %d says nranks=%d but an earlier rank said %d", hello.rank, hello.nranks, nranks);
-      } else if (hello.rank < 0 || hello.rank >= nranks) {
-        problem = base::format("rank %d is outside [0, %d)", hello.rank, nranks);
-      } else if (rankFds.count(hello.rank)) {
-        problem = base::format("rank %d checked in twice (from %s)", hello.rank, who.c_str());
-      }
-      if (!problem.empty()) {
-        COLLIE_WARN(base::kLogBootstrap, "bootstrap root: %s", problem.c_str());
-        try {
-          sendReply(fd, ErrorCode::InvalidUsage, problem, deadline);
-        } catch (const Error&) {
-        }
-        ::close(fd);
-        continue;
-      }
-      table[static_cast<size_t>(hello.rank)] = info;
-      rankFds[hello.rank] = fd;
-      COLLIE_INFO(base::kLogBootstrap, "bootstrap root: rank %d of %d checked in from %s", hello.rank, nranks,
-                  who.c_str());
-    }
-    for (auto& [r, fd] : rankFds) {
-      sendReply(fd, ErrorCode::Success, "", deadline);
-      base::sendAll(fd, table.data(), table.size() * sizeof(transport::PeerInfo), deadline, base::format("rank %d", r));
-    }
-  } catch (const Error& e) {
-    COLLIE_WARN(base::kLogBootstrap, "bootstrap root failed: %s", e.what());
-  }
-  closeAll();
-}
 
 }  // namespace
 
@@ -221,43 +106,27 @@ std::array<uint8_t, 16> randomSecret() {
   return secret;
 }
 
-UniqueIdData BootstrapRoot::start(const sockaddr_storage& addr, const std::array<uint8_t, 16>& secret,
-                                  std::chrono::milliseconds timeout) {
-  UniqueIdData data;
-  data.root = addr;
-  data.secret = secret;
-  int fd = base::listenOn(data.root);
-  std::thread(serveRoot, fd, secret, timeout).detach();
-  COLLIE_INFO(base::kLogBootstrap, "bootstrap root listening on %s", base::addressToString(data.root).c_str());
-  return data;
-}
-
 std::vector<transport::PeerInfo> bootstrapExchange(const UniqueIdData& id, int rank, int nranks,
                                                    const transport::PeerInfo& self, std::chrono::milliseconds timeout) {
-  base::Deadline deadline = deadlineAfter(timeout);
+  base::Deadline deadline = std::chrono::steady_clock::now() + timeout;
   std::string root = "bootstrap root " + base::addressToString(id.root);
-  FdGuard conn{base::connectWithRetry(id.root, deadline, 1 << 30, root)};
-  Hello hello{};
-  hello.magic = kHelloMagic;
-  memcpy(hello.secret, id.secret.data(), 16);
+  transport::UniqueFd conn(base::connectWithRetry(id.root, deadline, 1 << 30, root));
+  BootstrapHello hello;
+  hello.secret = id.secret;
   hello.rank = rank;
   hello.nranks = nranks;
-  base::sendAll(conn.fd, &hello, sizeof(hello), deadline, root);
-  base::sendAll(conn.fd, &self, sizeof(self), deadline, root);
-  Reply reply{};
-  base::recvAll(conn.fd, &reply, sizeof(reply), deadline, root);
-  COLLIE_ENFORCE(reply.magic == kHelloMagic, ErrorCode::RemoteError, "%s sent a malformed reply", root.c_str());
-  if (reply.status != 0) {
-    reply.message[sizeof(reply.message) - 1] = '\0';
-    COLLIE_FAIL(static_cast<ErrorCode>(reply.status), "%s refused rank %d: %s", root.c_str(), rank, reply.message);
-  }
-  std::vector<transport::PeerInfo> table(static_cast<size_t>(nranks));
-  base::recvAll(conn.fd, table.data(), table.size() * sizeof(transport::PeerInfo), deadline, root);
-  for (int r = 0; r < nranks; ++r) {
-    COLLIE_ENFORCE(table[static_cast<size_t>(r)].rank == r, ErrorCode::InternalError,
-                   "bootstrap table entry %d names rank %d", r, table[static_cast<size_t>(r)].rank);
-  }
-  return table;
+  hello.info = self;
+  std::vector<uint8_t> out = encodeBootstrapHello(hello);
+  base::sendAll(conn.get(), out.data(), out.size(), deadline, root);
+  std::vector<uint8_t> in(kBootstrapReplyHeaderBytes);
+  base::recvAll(conn.get(), in.data(), in.size(), deadline, root);
+  in.resize(bootstrapReplyBytes(in.data(), in.size(), nranks));  // the parsers' messages say what is wrong
+  base::recvAll(conn.get(), in.data() + kBootstrapReplyHeaderBytes, in.size() - kBootstrapReplyHeaderBytes, deadline,
+                root);
+  BootstrapReply reply = parseBootstrapReply(in.data(), in.size(), nranks);
+  if (reply.status != ErrorCode::Success)
+    COLLIE_FAIL(reply.status, "%s refused rank %d: %s", root.c_str(), rank, reply.message.c_str());
+  return reply.table;
 }
 
 uint64_t localHostHash() {

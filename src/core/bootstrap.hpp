@@ -2,9 +2,10 @@
 //
 // The unique id holds the root's address and a random 128-bit secret. The root (a thread in the process
 // that created the id, or in rank 0 for launcher-driven init) accepts one connection per rank; each rank
-// presents the secret, its rank, nranks and its PeerInfo (where its transports listen). A connection
-// without the right secret is refused and logged, and the root keeps waiting for real ranks. Once all
-// ranks have checked in, the root sends every rank the whole PeerInfo table and exits. Everything after
+// presents the secret, its rank, nranks and its PeerInfo (where its transports listen). The root serves all
+// connections at once (bootstrap_root.cpp): a connection that is silent, sends garbage or lacks the secret is
+// refused and logged without delaying anyone, and the root keeps waiting for real ranks. Once all ranks have
+// checked in, the root closes its listener, sends every rank the whole PeerInfo table and exits. Everything after
 // that (connecting transports, barriers, split) uses the communicator's own connections.
 #pragma once
 

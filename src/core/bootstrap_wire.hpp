@@ -1,0 +1,57 @@
+// The bytes the bootstrap exchanges (see bootstrap.hpp for the protocol), as pure functions: encoding, and parsing
+// that checks everything a stranger or a broken root could get wrong. A parser reads only the bytes it is given
+// and throws collie::Error (RemoteError: the bytes came from another process) saying what is wrong.
+//
+// Layout (host byte order: every rank of a job runs the same build on the same architecture):
+//   hello (rank -> root, kBootstrapHelloBytes):  magic u32 | secret[16] | rank i32 | nranks i32 | PeerInfo
+//   reply (root -> rank):  magic u32 | status i32 | count i32 | message[200]      (kBootstrapReplyHeaderBytes)
+//                          then, when status is Success, `count` (= nranks) PeerInfo, indexed by rank
+// The secret is not checked here: the root compares it (in constant time) with its own.
+#pragma once
+
+#include <array>
+#include <collie/collie.hpp>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "transport/transport.hpp"
+
+namespace collie::core {
+
+constexpr uint32_t kBootstrapMagic = 0xc011eb00;
+
+/// What a rank tells the root.
+struct BootstrapHello {
+  std::array<uint8_t, 16> secret{};
+  int32_t rank = -1;
+  int32_t nranks = 0;
+  transport::PeerInfo info;  ///< info.rank == rank
+};
+
+/// What the root answers: a refusal (status and message) or the table of every rank's PeerInfo.
+struct BootstrapReply {
+  ErrorCode status = ErrorCode::Success;
+  std::string message;                     ///< why, when status is not Success (at most kBootstrapMessageBytes - 1)
+  std::vector<transport::PeerInfo> table;  ///< when Success: nranks entries, entry r of rank r
+};
+
+constexpr size_t kBootstrapMessageBytes = 200;
+constexpr size_t kBootstrapHelloBytes = 4 + 16 + 4 + 4 + sizeof(transport::PeerInfo);
+constexpr size_t kBootstrapReplyHeaderBytes = 4 + 4 + 4 + kBootstrapMessageBytes;
+
+std::vector<uint8_t> encodeBootstrapHello(const BootstrapHello& hello);
+/// Checks size, magic, rank in [0, nranks), nranks >= 1 and the PeerInfo (its rank, terminated host name,
+/// address lengths). Throws RemoteError naming the first problem.
+BootstrapHello parseBootstrapHello(const uint8_t* data, size_t size);
+
+std::vector<uint8_t> encodeBootstrapReply(const BootstrapReply& reply);
+/// The size of the whole reply whose first kBootstrapReplyHeaderBytes are `header` (`size` of them given), for a
+/// rank of a job of `nranks`. Throws RemoteError when the header is not a reply for such a rank.
+size_t bootstrapReplyBytes(const uint8_t* header, size_t size, int nranks);
+/// Checks size, magic, status (a known code), the count (nranks on success, 0 on a refusal) and every table entry
+/// (entry r is rank r, each PeerInfo as in parseBootstrapHello). Throws RemoteError naming the first problem.
+BootstrapReply parseBootstrapReply(const uint8_t* data, size_t size, int nranks);
+
+}  // namespace collie::core
