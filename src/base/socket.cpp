@@ -425,6 +425,24 @@ void setNoDelay(int fd) {
   COLLIE_SYSCHECK(setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)), "setsockopt(TCP_NODELAY)");
 }
 
+void setDeadPeerTimeout(int fd, int64_t ms) {
+  if (ms <= 0) return;
+  // Seconds for the probes: half the time idle, the other half split into up to 5 unanswered probes.
+  const int total = static_cast<int>(std::max<int64_t>(1, (ms + 999) / 1000));
+  const int idle = std::max(1, total / 2);
+  const int rest = std::max(1, total - idle);
+  const int count = std::min(rest, 5);
+  const int interval = std::max(1, rest / count);
+  const int one = 1;
+  const auto userTimeout = static_cast<unsigned>(ms);
+  COLLIE_SYSCHECK(setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one)), "setsockopt(SO_KEEPALIVE)");
+  COLLIE_SYSCHECK(setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle)), "setsockopt(TCP_KEEPIDLE)");
+  COLLIE_SYSCHECK(setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof(interval)), "setsockopt(TCP_KEEPINTVL)");
+  COLLIE_SYSCHECK(setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof(count)), "setsockopt(TCP_KEEPCNT)");
+  COLLIE_SYSCHECK(setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &userTimeout, sizeof(userTimeout)),
+                  "setsockopt(TCP_USER_TIMEOUT)");
+}
+
 void setBufferSizes(int fd, int bytes) {
   // Setting SO_SNDBUF/SO_RCVBUF turns off the kernel's buffer auto-tuning, and the kernel caps the value at
   // net.core.{w,r}mem_max. Where that cap is below what we ask for, auto-tuning (which may grow past the cap)

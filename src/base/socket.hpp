@@ -55,6 +55,11 @@ void recvAll(int fd, void* buf, size_t bytes, Deadline deadline, const std::stri
 
 void setNonBlocking(int fd, bool on);
 void setNoDelay(int fd);
+/// Dead-peer detection on a connected TCP socket: keep-alive probes after idle time and TCP_USER_TIMEOUT for
+/// unacknowledged data, both set so that a peer that stops answering (host down, link cut) makes the socket fail
+/// with ETIMEDOUT after about `ms` milliseconds. A live peer's kernel answers the probes, however long its
+/// process does not call. ms <= 0 leaves the kernel's defaults (keep-alive off, 15 retransmissions).
+void setDeadPeerTimeout(int fd, int64_t ms);
 /// Larger kernel buffers for the data path.
 void setBufferSizes(int fd, int bytes);
 

@@ -25,6 +25,7 @@ CommImpl::CommImpl(int rank, int nranks, const Options& options)
       name_(options.name.empty() ? std::string("comm") : options.name),
       timeout_(options.timeout.count() > 0 ? options.timeout : std::chrono::milliseconds(base::params::timeoutMs())),
       planner_(rank, nranks, name_),
+      recorder_(rank, nranks, name_, static_cast<size_t>(base::params::flightRecorderEntries())),
       queue_([this](std::vector<OpDesc>& ops, ErrorCode& code, std::string& message) {
         try {
           runBatch(ops);
@@ -52,6 +53,7 @@ std::unique_ptr<CommImpl> CommImpl::create(int nranks, const UniqueIdData& id, i
       Tuner(comm->measured_.modelFor(kindsInUse(comm->links_.transports, peers)), std::move(selection));
   comm->connect(peers);
   comm->calibrate(peers);
+  comm->planner_.setRecorder(&comm->recorder_);  // the user's calls only: call #0 is the first on every rank
   COLLIE_INFO(base::kLogInit, "%s rank %d of %d ready", comm->name_.c_str(), rank, nranks);
   return comm;
 }
@@ -67,6 +69,7 @@ void CommImpl::connect(const std::vector<transport::PeerInfo>& peers) {
   ctx.poller = &poller_;
   connectAll(links_, ctx);
   planner_.setTransports(transportNames(links_), links_.peerTransport);
+  recorder_.setTransportNames(transportNames(links_));
   std::vector<transport::Connection*> raw;
   for (auto& c : links_.conns) raw.push_back(c.get());
   executor_ = std::make_unique<Executor>(rank_, nranks_, std::move(raw), poller_, abort_, name_);
@@ -75,6 +78,7 @@ void CommImpl::connect(const std::vector<transport::PeerInfo>& peers) {
 
 CommImpl::~CommImpl() {
   queue_.drain();
+  if (base::params::flightRecorderDestroy()) recorder_.dump("destroy");
   stager_.reset();  // every staged call was released by the progress thread
   for (auto& c : links_.conns)
     if (c) c->close();
@@ -111,6 +115,7 @@ void CommImpl::abort() {
                 base::format("%s rank %d: the communicator was aborted", name_.c_str(), rank_));
   abort_.store(true);
   poller_.wake();
+  recorder_.dump("abort");
 }
 
 void CommImpl::validate(const OpDesc& op) const {
@@ -132,10 +137,13 @@ void CommImpl::execute(const std::vector<OpDesc>& ops) {
   config.yieldWhileSpinning = links_.oversubscribed;
   try {
     executor_->run(jobs, config);
+    recorder_.finish(true);
   } catch (const Error& e) {
+    recorder_.failed(e.code(), e.what());
     if (base::isFatal(e.code()) || abort_.load()) fail(e.code(), e.what());
     throw;
   } catch (const std::exception& e) {
+    recorder_.failed(ErrorCode::InternalError, e.what());
     fail(ErrorCode::InternalError, e.what());
     throw Error(ErrorCode::InternalError, e.what());
   }
@@ -338,6 +346,7 @@ std::unique_ptr<CommImpl> CommImpl::split(int color, int key, const Options& opt
   comm->planner_.tuner() = Tuner(measured_.modelFor(kinds), planner_.tuner().selection());
   comm->connect(peers);
   comm->planner_.tuner().setModel(comm->costModel(kinds));  // now that cpuShare is known
+  comm->planner_.setRecorder(&comm->recorder_);
   return comm;
 }
 

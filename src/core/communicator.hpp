@@ -19,6 +19,7 @@
 #include "base/poller.hpp"
 #include "core/bootstrap.hpp"
 #include "core/executor.hpp"
+#include "core/flight_recorder.hpp"
 #include "core/op_desc.hpp"
 #include "core/planner.hpp"
 #include "core/progress_queue.hpp"
@@ -88,7 +89,8 @@ class CommImpl {
   Links links_;
   std::unique_ptr<Executor> executor_;
   Planner planner_;
-  MeasuredCosts measured_;  // per transport kind, as agreed at init (inherited by split)
+  FlightRecorder recorder_;  // this communicator's last calls (flight_recorder.hpp)
+  MeasuredCosts measured_;   // per transport kind, as agreed at init (inherited by split)
   std::atomic<bool> abort_{false};
 
   std::atomic<ErrorCode> failCode_{ErrorCode::Success};

@@ -227,7 +227,8 @@ void Executor::finishJobIfDone(size_t job) {
 void Executor::failTimeout() {
   std::string waiting;
   for (int p : activePeers_) {
-    if (conns_[static_cast<size_t>(p)]->busy()) waiting += (waiting.empty() ? "" : ", ") + std::to_string(p);
+    if (p != rank_ && conns_[static_cast<size_t>(p)]->busy())
+      waiting += (waiting.empty() ? "" : ", ") + std::to_string(p);
   }
   COLLIE_FAIL(ErrorCode::Timeout,
               "%s rank %d: no progress for %lld ms while waiting on peer(s) %s (a peer may have died, hung, or "

@@ -65,6 +65,7 @@ const std::vector<Job>& Planner::plan(const std::vector<OpDesc>& ops) {
     jobs_.push_back(job);
 
     Record record{true, op.coll, plan.algorithm, transportsOf(*job.schedule), bytes, plan.sliceBytes};
+    if (recorder_) recorder_->begin(op, plan.algorithm, record.transports, bytes);
     std::lock_guard<std::mutex> lock(callMu_);
     last_ = record;
   }

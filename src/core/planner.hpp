@@ -13,6 +13,7 @@
 
 #include "algorithms/algorithms.hpp"
 #include "core/executor.hpp"
+#include "core/flight_recorder.hpp"
 #include "core/op_desc.hpp"
 #include "core/tuner.hpp"
 
@@ -24,6 +25,8 @@ class Planner {
 
   /// The transports in order of preference, and the one that connected each rank ("self" for this rank).
   void setTransports(std::vector<std::string> preference, std::vector<std::string> byRank);
+  /// Every planned call is recorded there (when set) as it starts.
+  void setRecorder(FlightRecorder* recorder) { recorder_ = recorder; }
   Tuner& tuner() { return tuner_; }
   const Tuner& tuner() const { return tuner_; }
 
@@ -50,6 +53,7 @@ class Planner {
   const int rank_, nranks_;
   const std::string name_;
   Tuner tuner_;
+  FlightRecorder* recorder_ = nullptr;
   std::vector<std::string> preference_;     // transport names, in order of preference
   std::vector<std::string> peerTransport_;  // by rank
   std::unordered_map<algorithms::ScheduleId, algorithms::Schedule, algorithms::ScheduleIdHash> cache_;

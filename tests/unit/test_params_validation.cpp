@@ -25,6 +25,12 @@ const std::vector<Case>& cases() {
       {"COLLIE_TIMEOUT",
        {"1", "300000", "3153600000000", "inf", "never", "NEVER", "Inf"},
        {"0", "-1", "-5", "99999999999999999999", "3153600000001", "abc", "10ms", "", " 5"}},
+      {"COLLIE_PEER_DEAD_TIMEOUT",
+       {"0", "1000", "20000", "3600000"},
+       {"-1", "1", "999", "3600001", "99999999999999999999", "inf", "20s", ""}},
+      {"COLLIE_FLIGHT_RECORDER", {"/tmp/job", "fr"}, {}},
+      {"COLLIE_FLIGHT_RECORDER_ENTRIES", {"0", "1", "256", "1048576"}, {"-1", "1048577", "lots", "1e3"}},
+      {"COLLIE_FLIGHT_RECORDER_DESTROY", {"0", "1"}, {"2", "-1", "yes"}},
       {"COLLIE_DEBUG", {"NONE", "WARN", "info", "Trace"}, {"VERBOSE", "", "2", "WARN,INFO"}},
       {"COLLIE_DEBUG_SUBSYS",
        {"ALL", "INIT,NET", "^coll", "tune,^env", "BOOTSTRAP"},
@@ -114,6 +120,14 @@ TEST(ParamsValidation, TimeoutNeverIsAHundredYearsAndDoesNotOverflowADeadline) {
   const auto deadline = now + std::chrono::milliseconds(kNeverMs);
   EXPECT_GT(deadline, now);
   EXPECT_GT(std::chrono::duration_cast<std::chrono::hours>(deadline - now).count(), 24 * 365 * 99);
+}
+
+TEST(ParamsValidation, TimeoutDefaultsAreTenMinutesAndTwentySeconds) {
+  // Late (alive, not calling) waits as long as torch's NCCL default; dead (unreachable) is told in 20 s.
+  for (const ParamInfo& p : all()) {
+    if (std::string(p.env) == "COLLIE_TIMEOUT") EXPECT_STREQ(p.defaultValue, "600000");
+    if (std::string(p.env) == "COLLIE_PEER_DEAD_TIMEOUT") EXPECT_STREQ(p.defaultValue, "20000");
+  }
 }
 
 TEST(ParamsValidation, IntegersAreNormalised) {

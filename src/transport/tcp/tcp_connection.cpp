@@ -175,7 +175,13 @@ void TcpConnection::consume(std::deque<Part>& q, size_t n, bool recv) {
 }
 
 void TcpConnection::failIo(int err, const char* op) {
-  if (err == 0 || err == ECONNRESET || err == EPIPE || err == ENOTCONN || err == ETIMEDOUT) {
+  if (err == ETIMEDOUT || err == EHOSTUNREACH) {
+    COLLIE_FAIL(ErrorCode::RemoteError,
+                "peer %d is dead or unreachable: its host stopped answering (keep-alive and retransmissions gave up "
+                "after COLLIE_PEER_DEAD_TIMEOUT): %s",
+                peer_, base::errnoString(err).c_str());
+  }
+  if (err == 0 || err == ECONNRESET || err == EPIPE || err == ENOTCONN) {
     COLLIE_FAIL(ErrorCode::RemoteError, "peer %d closed the connection (it may have exited or failed)%s%s", peer_,
                 err ? ": " : "", err ? base::errnoString(err).c_str() : "");
   }

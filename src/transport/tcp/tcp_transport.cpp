@@ -168,7 +168,9 @@ std::vector<std::unique_ptr<Connection>> TcpTransport::connect(const CommContext
     l.done = true;
   });
 
-  // The data path: non-blocking sockets with large buffers, registered with the poller.
+  // The data path: non-blocking sockets with large buffers and dead-peer detection, registered with the poller.
+  const int64_t deadMs =
+      options_.peerDeadTimeoutMs >= 0 ? options_.peerDeadTimeoutMs : base::params::peerDeadTimeoutMs();
   std::vector<std::unique_ptr<Connection>> out;
   out.reserve(peers.size());
   for (int p : peers) {
@@ -182,7 +184,8 @@ std::vector<std::unique_ptr<Connection>> TcpTransport::connect(const CommContext
       base::setNonBlocking(fd, true);
       base::setNoDelay(fd);  // accepted sockets do not have it yet; without it a small message waits ~40 ms
       if (options_.socketBufferBytes > 0) base::setBufferSizes(fd, options_.socketBufferBytes);
-      if (ctx.poller) ctx.poller->add(fd);  // a failure later closes fd, which also takes it out of the epoll set
+      base::setDeadPeerTimeout(fd, deadMs);  // dead (no answer) is told apart from late (alive, not calling)
+      if (ctx.poller) ctx.poller->add(fd);   // a failure later closes fd, which also takes it out of the epoll set
     }
     out.push_back(std::make_unique<TcpConnection>(ctx.rank, p, list, stripeMin_, ctx.poller));
     for (Link& l : links[p]) l.fd.release();  // owned by the connection now

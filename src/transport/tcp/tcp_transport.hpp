@@ -20,6 +20,7 @@ struct TcpOptions {
   int socketsPerPeer = 0;           ///< 0: COLLIE_SOCKETS_PER_PEER. Must be equal on all ranks.
   int64_t stripeMinBytes = -1;      ///< < 0: COLLIE_STRIPE_MIN_BYTES. Must be equal on all ranks.
   int socketBufferBytes = 4 << 20;  ///< SO_SNDBUF / SO_RCVBUF of the data sockets
+  int64_t peerDeadTimeoutMs = -1;   ///< < 0: COLLIE_PEER_DEAD_TIMEOUT; 0: the kernel's defaults
   sockaddr_storage bindAddr{};      ///< AF_UNSPEC: base::defaultLocalAddress() (port is ignored; 0 is used)
 };
 

@@ -1,0 +1,229 @@
+// FlightRecorder's cold half: reading entries back, the JSON dump, the log summary (see flight_recorder.hpp).
+#include "core/flight_recorder.hpp"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <ctime>
+
+#include "base/datatypes.hpp"
+#include "base/errors.hpp"
+#include "base/log.hpp"
+#include "base/params.hpp"
+
+namespace collie::core {
+
+void registerFlightRecorder(FlightRecorder* r);  // flight_signals.cpp
+void unregisterFlightRecorder(FlightRecorder* r);
+
+namespace {
+
+int64_t steadyNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+int64_t wallUs() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+const char* stateName(FlightRecorder::State s) {
+  switch (s) {
+    case FlightRecorder::State::Running:
+      return "running";
+    case FlightRecorder::State::Done:
+      return "done";
+    case FlightRecorder::State::Failed:
+      return "failed";
+  }
+  return "unknown";
+}
+
+std::string jsonString(const std::string& s) {
+  std::string out = "\"";
+  for (char ch : s) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += ch;
+    } else if (c < 0x20) {
+      out += base::format("\\u%04x", c);
+    } else {
+      out += ch;
+    }
+  }
+  return out + "\"";
+}
+
+}  // namespace
+
+struct FlightRecorder::Entry {
+  uint64_t seq;
+  State state;
+  algorithms::Collective coll;
+  DataType type;
+  ReduceOp op;
+  algorithms::Algorithm algo;
+  uint64_t count, bytes;
+  int root;
+  uint32_t transports;
+  uint64_t start, end;
+};
+
+FlightRecorder::FlightRecorder(int rank, int nranks, std::string commName, size_t entries)
+    : rank_(rank),
+      nranks_(nranks),
+      name_(std::move(commName)),
+      capacity_(entries),
+      slots_(entries ? std::make_unique<Slot[]>(entries) : nullptr),
+      originTicks_(ticks()),
+      originSteadyNs_(steadyNs()),
+      originWallUs_(wallUs()) {
+  if (slots_) registerFlightRecorder(this);
+}
+
+FlightRecorder::~FlightRecorder() {
+  if (slots_) unregisterFlightRecorder(this);
+}
+
+void FlightRecorder::setTransportNames(std::vector<std::string> names) { transportNames_ = std::move(names); }
+
+bool FlightRecorder::read(uint64_t seq, Entry* e) const {
+  const Slot& s = slots_[seq % capacity_];
+  const uint64_t v1 = s.version.load(std::memory_order_acquire);
+  if (v1 & 1) return false;
+  const uint64_t kind = s.kind.load(std::memory_order_relaxed);
+  const uint64_t rt = s.rootAndTransports.load(std::memory_order_relaxed);
+  e->seq = s.seq.load(std::memory_order_relaxed);
+  e->count = s.count.load(std::memory_order_relaxed);
+  e->bytes = s.bytes.load(std::memory_order_relaxed);
+  e->start = s.start.load(std::memory_order_relaxed);
+  e->end = s.end.load(std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_acquire);
+  if (s.version.load(std::memory_order_relaxed) != v1 || e->seq != seq) return false;
+  e->state = static_cast<State>(kind & 0xff);
+  e->coll = static_cast<algorithms::Collective>((kind >> 8) & 0xff);
+  e->type = static_cast<DataType>((kind >> 16) & 0xff);
+  e->op = static_cast<ReduceOp>((kind >> 24) & 0xff);
+  e->algo = static_cast<algorithms::Algorithm>((kind >> 32) & 0xff);
+  e->root = static_cast<int>(static_cast<int32_t>(rt & 0xffffffffu));
+  e->transports = static_cast<uint32_t>(rt >> 32);
+  return true;
+}
+
+double FlightRecorder::nsPerTick() const {
+#if defined(__x86_64__)
+  const uint64_t t = ticks();
+  const int64_t ns = steadyNs() - originSteadyNs_;
+  if (t <= originTicks_ || ns < 1000000) return 1.0 / 2.5;  // too soon to measure: assume 2.5 GHz
+  return static_cast<double>(ns) / static_cast<double>(t - originTicks_);
+#else
+  return 1.0;
+#endif
+}
+
+double FlightRecorder::ticksToWallUs(uint64_t t, double nsPerTick) const {
+  const double sinceOrigin = (static_cast<double>(t) - static_cast<double>(originTicks_)) * nsPerTick / 1000.0;
+  return static_cast<double>(originWallUs_) + sinceOrigin;
+}
+
+std::string FlightRecorder::toJson(const std::string& reason) const {
+  const uint64_t n = calls();
+  const uint64_t first = n > capacity_ ? n - capacity_ : 0;
+  const double npt = nsPerTick();
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  std::string out = base::format(
+      "{\"format\": \"collie-flight-recorder/1\", \"comm\": %s, \"rank\": %d, \"nranks\": %d, \"host\": %s, "
+      "\"pid\": %d, \"reason\": %s, \"dumped_at_us\": %lld, \"calls\": %llu, \"entries\": [",
+      jsonString(name_).c_str(), rank_, nranks_, jsonString(host).c_str(), static_cast<int>(getpid()),
+      jsonString(reason).c_str(), static_cast<long long>(wallUs()), static_cast<unsigned long long>(n));
+  bool any = false;
+  for (uint64_t seq = first; seq < n; ++seq) {
+    Entry e{};
+    if (!read(seq, &e)) continue;  // being rewritten right now
+    std::string transport;
+    for (size_t t = 0; t < transportNames_.size() && t < 32; ++t)
+      if (e.transports & (1u << t)) transport += (transport.empty() ? "" : "+") + transportNames_[t];
+    if (transport.empty()) transport = "self";
+    const double startUs = ticksToWallUs(e.start, npt);
+    out += base::format(
+        "%s\n  {\"seq\": %llu, \"coll\": \"%s\", \"dtype\": \"%s\", \"op\": \"%s\", \"count\": %llu, \"bytes\": %llu, "
+        "\"root\": %d, \"algo\": \"%s\", \"transport\": \"%s\", \"state\": \"%s\", \"start_us\": %.1f",
+        any ? "," : "", static_cast<unsigned long long>(e.seq), algorithms::collectiveName(e.coll),
+        base::dataTypeName(e.type), base::reduceOpName(e.op), static_cast<unsigned long long>(e.count),
+        static_cast<unsigned long long>(e.bytes), e.root, algorithms::algorithmName(e.algo), transport.c_str(),
+        stateName(e.state), startUs);
+    if (e.state != State::Running && e.end >= e.start) {
+      out += base::format(", \"end_us\": %.1f, \"duration_us\": %.1f", ticksToWallUs(e.end, npt),
+                          static_cast<double>(e.end - e.start) * npt / 1000.0);
+    }
+    out += "}";
+    any = true;
+  }
+  return out + "\n]}\n";
+}
+
+std::string FlightRecorder::summary() const {
+  const uint64_t n = calls();
+  const uint64_t first = n > capacity_ ? n - capacity_ : 0;
+  const double npt = nsPerTick();
+  std::string open, lastDone;
+  for (uint64_t seq = n; seq-- > first;) {
+    Entry e{};
+    if (!read(seq, &e)) continue;
+    std::string what = base::format("#%llu %s(%s, %s, %llu B)", static_cast<unsigned long long>(e.seq),
+                                    algorithms::collectiveName(e.coll), base::dataTypeName(e.type),
+                                    base::reduceOpName(e.op), static_cast<unsigned long long>(e.bytes));
+    if (e.state == State::Running) {
+      const double ms = static_cast<double>(ticks() - e.start) * npt / 1e6;
+      open = base::format("%s running for %.0f ms%s%s", what.c_str(), ms, open.empty() ? "" : "; ", open.c_str());
+    } else if (e.state == State::Done) {
+      lastDone = what;
+      break;
+    } else if (open.empty()) {
+      open = what + " failed";
+    }
+  }
+  return base::format("%s rank %d: %llu call(s); in flight: %s; last done: %s", name_.c_str(), rank_,
+                      static_cast<unsigned long long>(n), open.empty() ? "none" : open.c_str(),
+                      lastDone.empty() ? "none" : lastDone.c_str());
+}
+
+std::string FlightRecorder::path() const {
+  const std::string& prefix = base::params::flightRecorder();
+  if (prefix.empty() || !slots_) return {};
+  if (name_ == "comm") return base::format("%s.rank%d.json", prefix.c_str(), rank_);
+  return base::format("%s.%s.rank%d.json", prefix.c_str(), name_.c_str(), rank_);
+}
+
+void FlightRecorder::failed(ErrorCode code, const std::string& message) {
+  finish(false);
+  if (!slots_) return;
+  if (code == ErrorCode::Timeout) COLLIE_WARN(base::kLogColl, "flight recorder: %s", summary().c_str());
+  dump(std::string(base::errorCodeName(code)) + ": " + message);
+}
+
+std::string FlightRecorder::dump(const std::string& reason) const {
+  const std::string file = path();
+  if (file.empty()) return {};
+  const std::string text = toJson(reason);
+  static std::atomic<unsigned> dumps{0};  // two threads may dump at once (abort while a call fails)
+  const std::string tmp = base::format("%s.tmp.%d.%u", file.c_str(), static_cast<int>(getpid()), dumps.fetch_add(1));
+  FILE* f = std::fopen(tmp.c_str(), "w");
+  bool ok = f && std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  if (f) ok = (std::fclose(f) == 0) && ok;
+  if (!ok || std::rename(tmp.c_str(), file.c_str()) != 0) {
+    COLLIE_WARN(base::kLogColl, "%s rank %d: could not write the flight recorder to %s: %s", name_.c_str(), rank_,
+                file.c_str(), base::errnoString(errno).c_str());
+    std::remove(tmp.c_str());
+    return {};
+  }
+  COLLIE_INFO(base::kLogColl, "%s rank %d: flight recorder written to %s (%s)", name_.c_str(), rank_, file.c_str(),
+              reason.c_str());
+  return file;
+}
+
+}  // namespace collie::core

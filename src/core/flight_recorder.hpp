@@ -1,0 +1,146 @@
+// FlightRecorder: each communicator's last N calls (COLLIE_FLIGHT_RECORDER_ENTRIES), for the post-mortem of a
+// hang or a failure: sequence number, collective, type, op, count, bytes, root, algorithm, transports, state
+// (running, done, failed) and start/end times.
+//
+// Cost. The ring is allocated once; recording a call is a few relaxed atomic stores (plain moves on x86) and a
+// time-stamp counter read at its start and its end, so the 8-byte latency does not move (perf/RESULTS.md). Only
+// the thread that runs the executor records; a dump may run on another thread (SIGUSR1, abort), so every field
+// is an atomic word and each entry carries a version (odd while it is being written): a dump skips an entry
+// whose version moved under it instead of printing a torn one.
+//
+// Dumps. With COLLIE_FLIGHT_RECORDER=PREFIX, dump() writes PREFIX.rank<R>.json (PREFIX.<name>.rank<R>.json for a
+// communicator not named "comm"): one JSON object, one call per line, written to a temporary file and renamed.
+// The communicator dumps on a failure (timeout, dead peer, abort, any collective error) and at destroy when
+// COLLIE_FLIGHT_RECORDER_DESTROY=1; flight_signals.cpp dumps every live recorder on SIGUSR1 and before a
+// SIGTERM or SIGABRT ends the process. tools/collie-flight merges the ranks' files into one report.
+#pragma once
+
+#if defined(__x86_64__)
+#include <x86intrin.h>
+#endif
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "algorithms/algorithms.hpp"
+#include "base/errors.hpp"
+#include "core/op_desc.hpp"
+
+namespace collie::core {
+
+class FlightRecorder {
+ public:
+  enum class State : uint8_t { Running = 1, Done = 2, Failed = 3 };
+
+  /// entries == 0: the recorder keeps nothing (and dumps nothing).
+  FlightRecorder(int rank, int nranks, std::string commName, size_t entries);
+  ~FlightRecorder();
+  FlightRecorder(const FlightRecorder&) = delete;
+  FlightRecorder& operator=(const FlightRecorder&) = delete;
+
+  /// The transport names, in the planner's order of preference (bit t of a call's transports names [t]).
+  void setTransportNames(std::vector<std::string> names);
+
+  // The hot path, on the executing thread only.
+  /// A call starts: a new entry in state Running.
+  void begin(const OpDesc& op, algorithms::Algorithm algo, uint32_t transports, size_t bytes) {
+    if (!slots_) return;
+    Slot& s = slots_[next_ % capacity_];
+    const uint64_t v = s.version.load(std::memory_order_relaxed);
+    s.version.store(v + 1, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_release);
+    s.seq.store(next_, std::memory_order_relaxed);
+    s.kind.store(pack(op, algo, State::Running), std::memory_order_relaxed);
+    s.count.store(op.count, std::memory_order_relaxed);
+    s.bytes.store(bytes, std::memory_order_relaxed);
+    s.rootAndTransports.store(static_cast<uint32_t>(op.root) | uint64_t{transports} << 32, std::memory_order_relaxed);
+    s.start.store(ticks(), std::memory_order_relaxed);
+    s.end.store(0, std::memory_order_relaxed);
+    s.version.store(v + 2, std::memory_order_release);
+    next_++;
+    published_.store(next_, std::memory_order_release);
+  }
+  /// Every call begun since the last finish() ends, successfully or not.
+  void finish(bool ok) {
+    if (!slots_) return;
+    const uint64_t t = ticks();
+    for (; open_ < next_; ++open_) {
+      Slot& s = slots_[open_ % capacity_];
+      const uint64_t v = s.version.load(std::memory_order_relaxed);
+      s.version.store(v + 1, std::memory_order_relaxed);
+      std::atomic_thread_fence(std::memory_order_release);
+      const uint64_t k = s.kind.load(std::memory_order_relaxed);
+      s.kind.store((k & ~uint64_t{0xff}) | static_cast<uint8_t>(ok ? State::Done : State::Failed),
+                   std::memory_order_relaxed);
+      s.end.store(t, std::memory_order_relaxed);
+      s.version.store(v + 2, std::memory_order_release);
+    }
+  }
+
+  /// The running calls failed with `code`: finish(false), then the log gets summary() for a timeout, and the
+  /// dump file is written.
+  void failed(ErrorCode code, const std::string& message);
+
+  /// Writes the dump file when COLLIE_FLIGHT_RECORDER is set; `reason` goes into it. Returns the path written
+  /// (empty when none). Any thread.
+  std::string dump(const std::string& reason) const;
+  /// The recorder as JSON (what dump() writes).
+  std::string toJson(const std::string& reason) const;
+  /// One line for the log: the calls in flight and the last one done.
+  std::string summary() const;
+
+  /// Calls begun so far (the next call's sequence number).
+  uint64_t calls() const { return published_.load(std::memory_order_acquire); }
+  /// Where dump() writes for this rank ("" when COLLIE_FLIGHT_RECORDER is unset).
+  std::string path() const;
+
+ private:
+  struct Slot {
+    std::atomic<uint64_t> version{0};
+    std::atomic<uint64_t> seq{0};
+    std::atomic<uint64_t> kind{0};  ///< state | coll << 8 | type << 16 | op << 24 | algo << 32 (pack())
+    std::atomic<uint64_t> count{0};
+    std::atomic<uint64_t> bytes{0};
+    std::atomic<uint64_t> rootAndTransports{0};
+    std::atomic<uint64_t> start{0};
+    std::atomic<uint64_t> end{0};
+  };
+  /// One entry as read back, with its fields decoded.
+  struct Entry;
+
+  static uint64_t pack(const OpDesc& op, algorithms::Algorithm algo, State state) {
+    return static_cast<uint64_t>(state) | uint64_t{static_cast<uint8_t>(op.coll)} << 8 |
+           uint64_t{static_cast<uint8_t>(op.type)} << 16 | uint64_t{static_cast<uint8_t>(op.op)} << 24 |
+           uint64_t{static_cast<uint8_t>(algo)} << 32;
+  }
+  /// A cheap monotonic tick (the TSC on x86, steady_clock nanoseconds elsewhere); converted at dump time.
+  static uint64_t ticks() {
+#if defined(__x86_64__)
+    return __rdtsc();
+#else
+    return static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+#endif
+  }
+  bool read(uint64_t seq, Entry* out) const;
+  double nsPerTick() const;
+  double ticksToWallUs(uint64_t t, double nsPerTick) const;
+
+  const int rank_, nranks_;
+  const std::string name_;
+  const size_t capacity_;
+  std::unique_ptr<Slot[]> slots_;
+  uint64_t next_ = 0;  // executing thread only
+  uint64_t open_ = 0;  // first call not finished
+  std::atomic<uint64_t> published_{0};
+  std::vector<std::string> transportNames_;
+  // The tick clock's origin, for converting ticks to wall-clock microseconds.
+  uint64_t originTicks_;
+  int64_t originSteadyNs_;
+  int64_t originWallUs_;
+};
+
+}  // namespace collie::core

@@ -1,0 +1,153 @@
+// The flight recorder end to end, with every rank a forked process and COLLIE_FLIGHT_RECORDER set: the ranks that
+// time out write their dumps, a rank that is merely behind writes its own on SIGUSR1, and tools/collie-flight,
+// run on those files, names the lagging rank and its call, and the call the others wait in. Calls that differ
+// at the same sequence number are reported as a mismatch.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <regex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/launcher.hpp"
+#include "common/scoped_env.hpp"
+
+namespace collie::test {
+namespace {
+
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+
+enum Counter { kReported = 0 };
+
+/// A fresh directory for one test's dumps, removed afterwards.
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    char tmpl[] = "/tmp/collie-flight-XXXXXX";
+    path = mkdtemp(tmpl);
+  }
+  ~TempDir() { fs::remove_all(path); }
+};
+
+/// Runs the merge tool on `prefix`; returns its output (stdout and stderr) and sets *status to its exit status.
+std::string runTool(const std::string& prefix, int* status) {
+  const std::string cmd = std::string("/usr/bin/python3 ") + COLLIE_FLIGHT_TOOL_PATH + " " + prefix + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return "popen failed";
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+  const int st = pclose(p);
+  *status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return out;
+}
+
+bool waitForFile(const fs::path& f, std::chrono::seconds limit) {
+  auto deadline = std::chrono::steady_clock::now() + limit;
+  while (!fs::exists(f)) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(5ms);
+  }
+  return true;
+}
+
+TEST(FlightRecorder, MergeToolNamesTheLaggingRankAndItsCall) {
+  // Ranks 0 and 1 go on to a Broadcast from rank 2; rank 2 stops after the AllReduces. The two time out (3 s) and
+  // dump; rank 2 dumps on SIGUSR1.
+  constexpr int kRanks = 3, kLagging = 2;
+  TempDir dir;
+  const std::string prefix = (dir.path / "job").string();
+  ScopedEnv recorder("COLLIE_FLIGHT_RECORDER", prefix.c_str());
+  ProcessLauncher launcher(kRanks, Options{3s, ""});
+  SharedArea& sh = launcher.shared();
+  launcher.start([&sh, prefix](Communicator& comm) {
+    const int r = comm.rank();
+    std::vector<float> v(1 << 20);  // 4 MiB
+    for (int i = 0; i < 5; ++i) {
+      for (size_t j = 0; j < v.size(); ++j) v[j] = static_cast<float>(j % 7 + r);
+      comm.allReduce(v.data(), v.data(), v.size(), DataType::Float32, ReduceOp::Sum);
+      for (size_t j = 0; j < v.size(); j += 4099) ASSERT_EQ(v[j], static_cast<float>(3 * (j % 7) + 3)) << j;
+    }
+    if (r == kLagging) {  // alive, behind: waits for the others to give up, then for its own dump (SIGUSR1)
+      const fs::path mine = prefix + ".rank2.json";
+      auto deadline = std::chrono::steady_clock::now() + 60s;
+      while (!fs::exists(mine) && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(5ms);
+      EXPECT_TRUE(fs::exists(mine)) << "no dump after SIGUSR1";
+      return;
+    }
+    try {
+      comm.broadcast(v.data(), v.data(), v.size(), DataType::Float32, kLagging);
+      ADD_FAILURE() << "the broadcast from a rank that never calls succeeded";
+    } catch (const Error& e) {
+      // The first to time out closes its connections: the other may see that first.
+      EXPECT_TRUE(e.code() == ErrorCode::Timeout || e.code() == ErrorCode::RemoteError) << e.what();
+    }
+    sh.counters[kReported].fetch_add(1);
+  });
+  auto deadline = std::chrono::steady_clock::now() + 60s;
+  while (sh.counters[kReported].load() < kRanks - 1 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(5ms);
+  ASSERT_EQ(sh.counters[kReported].load(), kRanks - 1) << "ranks 0 and 1 did not time out";
+  launcher.kill(kLagging, SIGUSR1);
+  EXPECT_TRUE(allRanksSucceeded(launcher.wait(60s)));
+  for (int r = 0; r < kRanks; ++r)
+    ASSERT_TRUE(fs::exists(prefix + ".rank" + std::to_string(r) + ".json")) << "rank " << r << " wrote no dump";
+
+  int status = 0;
+  const std::string report = runTool(prefix, &status);
+  std::printf("%s", report.c_str());
+  EXPECT_EQ(status, 1) << "a rank is behind: the tool must say so in its status";
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(
+      report, m, std::regex(R"(BEHIND: rank 2 is at call #(\d+) \(AllReduce\(float32, sum, 4 MiB\), done\))")))
+      << report;
+  const int lagging = std::stoi(m[1]);
+  const std::string waiting = "ranks 0,1 failed in call #" + std::to_string(lagging + 1) + " Broadcast(root 2, 4 MiB)";
+  EXPECT_NE(report.find(waiting), std::string::npos) << "expected \"" << waiting << "\" in:\n" << report;
+  EXPECT_NE(report.find("timed out waiting for a peer: "), std::string::npos) << "a dump's reason names the timeout:\n"
+                                                                              << report;
+  EXPECT_NE(report.find("rank 2 ("), std::string::npos) << report;
+  EXPECT_NE(report.find("signal USR1"), std::string::npos) << "rank 2 dumped on SIGUSR1:\n" << report;
+  EXPECT_EQ(report.find("MISMATCH"), std::string::npos) << report;
+}
+
+TEST(FlightRecorder, MergeToolReportsCallsThatDifferAtTheSameSequenceNumber) {
+  TempDir dir;
+  const std::string prefix = (dir.path / "mm").string();
+  ScopedEnv recorder("COLLIE_FLIGHT_RECORDER", prefix.c_str());
+  ProcessLauncher launcher(2, Options{5s, ""});
+  launcher.start([](Communicator& comm) {
+    std::vector<int32_t> v(4096, 1);
+    comm.allReduce(v.data(), v.data(), 16, DataType::Int32, ReduceOp::Sum);
+    const size_t count = comm.rank() == 0 ? 1024 : 2048;  // the bug under test
+    EXPECT_THROW(comm.allReduce(v.data(), v.data(), count, DataType::Int32, ReduceOp::Sum), Error);
+  });
+  EXPECT_TRUE(allRanksSucceeded(launcher.wait(60s)));
+  int status = 0;
+  const std::string report = runTool(prefix, &status);
+  std::printf("%s", report.c_str());
+  EXPECT_EQ(status, 1);
+  EXPECT_TRUE(std::regex_search(
+      report,
+      std::regex(
+          R"(MISMATCH at call #\d+: rank 0 called AllReduce\(int32, sum, 4 KiB\) count 1024; rank 1 called AllReduce\(int32, sum, 8 KiB\) count 2048)")))
+      << report;
+}
+
+TEST(FlightRecorder, ToolRefusesAPrefixWithoutDumps) {
+  int status = 0;
+  const std::string report = runTool("/nonexistent/collie-flight-test", &status);
+  EXPECT_EQ(status, 2) << report;
+  EXPECT_NE(report.find("no dump matches"), std::string::npos) << report;
+}
+
+}  // namespace
+}  // namespace collie::test

@@ -1,0 +1,210 @@
+// Dead versus late, with every rank a forked process. A dead peer (SIGKILLed) is reported on every survivor within
+// about a second even with COLLIE_TIMEOUT=inf; a late peer (alive, calling seconds after the others, longer than
+// COLLIE_PEER_DEAD_TIMEOUT) still completes the call exactly; a stopped peer over TCP (its kernel still answers
+// keep-alives) is late, not dead: the others get Timeout at COLLIE_TIMEOUT, not RemoteError at the dead timeout.
+// Each case runs over TCP and over shm.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <cctype>
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/launcher.hpp"
+#include "common/scoped_env.hpp"
+
+namespace collie::test {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr int64_t kMs = 1000000;  // ns
+enum Counter { kEventNs = 0, kReported = 1, kStarted = 2 };
+enum PerRank { kCodePlusOne = 0, kErrorAfterNs = 1, kCalls = 2 };
+
+struct Transport {
+  const char* name;
+  bool shm;
+};
+class Liveness : public ::testing::TestWithParam<Transport> {
+ protected:
+  // COLLIE_* values are read once per process: the children, forked after these are set, read them.
+  ScopedEnv noShm_{GetParam().shm ? nullptr : "COLLIE_SHM_DISABLE", "1"};
+  ScopedEnv deadTimeout_{"COLLIE_PEER_DEAD_TIMEOUT", "1000"};
+};
+
+// The peers a Timeout message says this rank waits on ("... waiting on peer(s) 0, 2 (...").
+std::vector<int> peersWaitedOn(const std::string& message) {
+  std::vector<int> peers;
+  const std::string key = "waiting on peer(s) ";
+  size_t pos = message.find(key);
+  if (pos == std::string::npos) return peers;
+  pos += key.size();
+  while (pos < message.size() && std::isdigit(static_cast<unsigned char>(message[pos]))) {
+    size_t end = 0;
+    peers.push_back(std::stoi(message.substr(pos), &end));
+    pos += end;
+    if (message.compare(pos, 2, ", ") != 0) break;
+    pos += 2;
+  }
+  return peers;
+}
+
+bool waitFor(const std::atomic<int64_t>& v, int64_t atLeast, std::chrono::seconds limit) {
+  auto deadline = std::chrono::steady_clock::now() + limit;
+  while (v.load() < atLeast) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(2ms);
+  }
+  return true;
+}
+
+TEST_P(Liveness, LatePeerStillCompletesExactly) {
+  // Rank 2 calls 3 s after the others: three times the dead-peer window, far under COLLIE_TIMEOUT.
+  constexpr int kRanks = 3;
+  Options o;
+  o.timeout = 30s;
+  o.name = "late";
+  ProcessLauncher launcher(kRanks, o);
+  launcher.start([](Communicator& comm) {
+    const int r = comm.rank();
+    std::vector<int32_t> v(100000);
+    for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<int32_t>(i) * (r + 1);
+    if (r == 2) std::this_thread::sleep_for(3s);
+    const auto t0 = std::chrono::steady_clock::now();
+    comm.allReduce(v.data(), v.data(), v.size(), DataType::Int32, ReduceOp::Sum);
+    for (size_t i = 0; i < v.size(); ++i) ASSERT_EQ(v[i], static_cast<int32_t>(i) * 6) << "element " << i;
+    if (r != 2) EXPECT_GT(std::chrono::steady_clock::now() - t0, 2500ms) << "rank " << r << " did not wait";
+  });
+  EXPECT_TRUE(allRanksSucceeded(launcher.wait(60s)));
+}
+
+TEST_P(Liveness, KilledPeerIsReportedWithinASecondWithAnInfiniteTimeout) {
+  ScopedEnv never("COLLIE_TIMEOUT", "inf");
+  constexpr int kRanks = 4, kVictim = 1;
+  ProcessLauncher launcher(kRanks, Options{0ms, "dead"});
+  SharedArea& sh = launcher.shared();
+  launcher.start([&sh](Communicator& comm) {
+    const int r = comm.rank();
+    std::vector<float> v(1 << 16, 1.0f);
+    for (;;) {
+      try {
+        comm.allReduce(v.data(), v.data(), v.size(), DataType::Float32, ReduceOp::Max);
+        if (sh.perRank[r][kCalls].fetch_add(1) == 3) sh.counters[kStarted].fetch_add(1);
+      } catch (const Error& e) {
+        const int64_t event = sh.counters[kEventNs].load();
+        sh.perRank[r][kErrorAfterNs].store(monotonicNs() - event);
+        sh.perRank[r][kCodePlusOne].store(static_cast<int>(e.code()) + 1);
+        EXPECT_NE(event, 0) << e.what();
+        EXPECT_EQ(e.code(), ErrorCode::RemoteError) << e.what();
+        return;
+      }
+    }
+  });
+  ASSERT_TRUE(waitFor(sh.counters[kStarted], kRanks, 60s)) << "the ranks did not get going";
+  sh.counters[kEventNs].store(monotonicNs());
+  launcher.kill(kVictim, SIGKILL);
+  auto exits = launcher.wait(60s);
+  std::string seen;
+  for (int r = 0; r < kRanks; ++r) {
+    if (r == kVictim) continue;
+    EXPECT_TRUE(exits[r].ok()) << exits[r].describe();
+    const int64_t after = sh.perRank[r][kErrorAfterNs].load();
+    EXPECT_NE(sh.perRank[r][kCodePlusOne].load(), 0) << "rank " << r << " saw no error";
+    EXPECT_LT(after, 1500 * kMs) << "rank " << r << " reported the dead peer after " << after / kMs << " ms";
+    seen += " rank " + std::to_string(r) + ": " + std::to_string(after / 1000) + " us;";
+  }
+  std::printf("[%s] killed peer reported after:%s\n", GetParam().name, seen.c_str());
+  RecordProperty("detection", seen);
+}
+
+TEST_P(Liveness, StoppedPeerIsLateNotDead) {
+  // SIGSTOP: the process is frozen but its kernel keeps answering (TCP ACKs and keep-alive probes; over shm the
+  // process is alive), so even with a 1 s dead-peer window the others wait for COLLIE_TIMEOUT and report Timeout.
+  constexpr int kRanks = 3, kVictim = 2;
+  constexpr auto kTimeout = 4s;
+  ProcessLauncher launcher(kRanks, Options{kTimeout, "stopped"});
+  SharedArea& sh = launcher.shared();
+  launcher.start([&sh](Communicator& comm) {
+    const int r = comm.rank();
+    std::vector<float> v(1 << 20, 1.0f);  // 4 MiB: the stopped rank's receive buffers fill (zero window)
+    for (;;) {
+      try {
+        comm.allReduce(v.data(), v.data(), v.size(), DataType::Float32, ReduceOp::Max);
+        if (sh.perRank[r][kCalls].fetch_add(1) == 2) sh.counters[kStarted].fetch_add(1);
+      } catch (const Error& e) {
+        sh.perRank[r][kErrorAfterNs].store(monotonicNs() - sh.counters[kEventNs].load());
+        if (e.code() == ErrorCode::Timeout) {  // it names whom it waits on, never itself
+          const std::vector<int> peers = peersWaitedOn(e.what());
+          EXPECT_FALSE(peers.empty()) << e.what();
+          for (int p : peers) EXPECT_NE(p, r) << "rank " << r << " lists itself: " << e.what();
+        }
+        sh.perRank[r][kCodePlusOne].store(static_cast<int>(e.code()) + 1);
+        sh.counters[kReported].fetch_add(1);
+        return;
+      }
+    }
+  });
+  ASSERT_TRUE(waitFor(sh.counters[kStarted], kRanks, 60s)) << "the ranks did not get going";
+  sh.counters[kEventNs].store(monotonicNs());
+  launcher.kill(kVictim, SIGSTOP);
+  const bool reported = waitFor(sh.counters[kReported], kRanks - 1, 30s);
+  launcher.kill(kVictim, SIGKILL);
+  auto exits = launcher.wait(30s);
+  EXPECT_TRUE(reported);
+  bool sawTimeout = false;
+  std::string seen;
+  for (int r = 0; r < kRanks; ++r) {
+    if (r == kVictim) continue;
+    EXPECT_TRUE(exits[r].ok()) << exits[r].describe();
+    const int64_t code = sh.perRank[r][kCodePlusOne].load() - 1;
+    const int64_t after = sh.perRank[r][kErrorAfterNs].load();
+    sawTimeout |= code == static_cast<int>(ErrorCode::Timeout);
+    // Nothing may call the stopped peer dead: a RemoteError is allowed only as the echo of another survivor's
+    // timeout (it closes its connections), so never before the timeout.
+    EXPECT_GE(after, 4000 * kMs - 500 * kMs) << "rank " << r << ": code " << code << " after " << after / kMs << " ms";
+    seen += " rank " + std::to_string(r) + ": code " + std::to_string(code) + " after " + std::to_string(after / kMs) +
+            " ms;";
+  }
+  EXPECT_TRUE(sawTimeout) << seen;
+  std::printf("[%s] stopped peer:%s\n", GetParam().name, seen.c_str());
+}
+
+TEST_P(Liveness, TimeoutNamesThePeersWaitedOnAndNeverTheRankItself) {
+  // Rank 2 never calls; ranks 0 and 1 time out (1 s) in a small AllReduce (the direct algorithm, which also
+  // sends to itself) or an AllToAll, and each names whom it waits on.
+  constexpr int kRanks = 3;
+  for (int call = 0; call < 2; ++call) {
+    ProcessLauncher launcher(kRanks, Options{1s, "self"});
+    SharedArea& sh = launcher.shared();
+    launcher.start([&sh, call](Communicator& comm) {
+      const int r = comm.rank();
+      if (r == 2) {
+        waitFor(sh.counters[kReported], kRanks - 1, 30s);
+        return;
+      }
+      std::vector<int32_t> in(6, r), out(6, 0);
+      try {
+        if (call == 0) comm.allReduce(in.data(), out.data(), 2, DataType::Int32, ReduceOp::Sum);
+        if (call == 1) comm.allToAll(in.data(), out.data(), 2, DataType::Int32);
+        ADD_FAILURE() << "no error";
+      } catch (const Error& e) {
+        if (e.code() == ErrorCode::Timeout) {
+          const std::vector<int> peers = peersWaitedOn(e.what());
+          EXPECT_FALSE(peers.empty()) << e.what();
+          for (int p : peers) EXPECT_NE(p, r) << "rank " << r << " lists itself: " << e.what();
+        }
+      }
+      sh.counters[kReported].fetch_add(1);
+    });
+    EXPECT_TRUE(allRanksSucceeded(launcher.wait(60s))) << "call " << call;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, Liveness, ::testing::Values(Transport{"tcp", false}, Transport{"shm", true}),
+                         [](const ::testing::TestParamInfo<Transport>& i) { return std::string(i.param.name); });
+
+}  // namespace
+}  // namespace collie::test

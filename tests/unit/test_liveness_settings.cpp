@@ -1,0 +1,98 @@
+// The pieces behind dead-versus-late and the flight recorder, without ranks: the keep-alive and user timeout a
+// TCP data socket gets from COLLIE_PEER_DEAD_TIMEOUT, and the recorder's ring (wrap-around, states, JSON, summary).
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <string>
+
+#include "base/socket.hpp"
+#include "core/flight_recorder.hpp"
+
+namespace collie {
+namespace {
+
+int intOption(int fd, int level, int name) {
+  int v = -1;
+  socklen_t len = sizeof(v);
+  EXPECT_EQ(getsockopt(fd, level, name, &v, &len), 0);
+  return v;
+}
+
+TEST(DeadPeerTimeout, SetsKeepAliveAndUserTimeoutThatAddUpToIt) {
+  for (int64_t ms : {1000, 2000, 20000, 3600000}) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    ASSERT_GE(fd, 0);
+    base::setDeadPeerTimeout(fd, ms);
+    EXPECT_EQ(intOption(fd, SOL_SOCKET, SO_KEEPALIVE), 1);
+    const int idle = intOption(fd, IPPROTO_TCP, TCP_KEEPIDLE);
+    const int intvl = intOption(fd, IPPROTO_TCP, TCP_KEEPINTVL);
+    const int cnt = intOption(fd, IPPROTO_TCP, TCP_KEEPCNT);
+    EXPECT_GE(idle, 1);
+    EXPECT_GE(intvl, 1);
+    EXPECT_GE(cnt, 1);
+    // A silent peer is dropped after idle + cnt * intvl seconds: within a second of the asked time.
+    const int64_t total = int64_t{idle} + int64_t{cnt} * intvl;
+    EXPECT_LE(total * 1000, ms + 1000) << ms;
+    EXPECT_GE(total * 1000, ms - 1000) << ms;
+    EXPECT_EQ(intOption(fd, IPPROTO_TCP, TCP_USER_TIMEOUT), static_cast<int>(ms));
+    close(fd);
+  }
+}
+
+TEST(DeadPeerTimeout, ZeroLeavesTheKernelDefaults) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  base::setDeadPeerTimeout(fd, 0);
+  EXPECT_EQ(intOption(fd, SOL_SOCKET, SO_KEEPALIVE), 0);
+  EXPECT_EQ(intOption(fd, IPPROTO_TCP, TCP_USER_TIMEOUT), 0);
+  close(fd);
+}
+
+core::OpDesc op(algorithms::Collective coll, size_t count, int root = 0) {
+  return core::makeOp(coll, nullptr, nullptr, count, DataType::Float32, ReduceOp::Max, root);
+}
+
+TEST(FlightRecorderRing, KeepsTheLastEntriesWithTheirStates) {
+  core::FlightRecorder rec(1, 4, "ring-test", 4);
+  rec.setTransportNames({"shm", "tcp"});
+  for (int i = 0; i < 6; ++i) {
+    rec.begin(op(algorithms::Collective::AllReduce, 100 + i), algorithms::Algorithm::Ring, 1u, (100 + i) * 4);
+    rec.finish(true);
+  }
+  rec.begin(op(algorithms::Collective::Broadcast, 7, 3), algorithms::Algorithm::Tree, 3u, 28);
+  EXPECT_EQ(rec.calls(), 7u);
+  const std::string json = rec.toJson("test");
+  // Entries 0..2 fell out of the 4-entry ring; 3..5 are done, 6 runs.
+  EXPECT_EQ(json.find("\"seq\": 2,"), std::string::npos) << json;
+  for (int s = 3; s <= 6; ++s) EXPECT_NE(json.find("\"seq\": " + std::to_string(s) + ","), std::string::npos) << json;
+  EXPECT_NE(json.find("\"seq\": 5, \"coll\": \"AllReduce\", \"dtype\": \"float32\", \"op\": \"max\", \"count\": 105, "
+                      "\"bytes\": 420, \"root\": 0, \"algo\": \"ring\", \"transport\": \"shm\", \"state\": \"done\""),
+            std::string::npos)
+      << json;
+  EXPECT_NE(json.find("\"seq\": 6, \"coll\": \"Broadcast\""), std::string::npos) << json;
+  EXPECT_NE(json.find("\"root\": 3, \"algo\": \"tree\", \"transport\": \"shm+tcp\", \"state\": \"running\""),
+            std::string::npos)
+      << json;
+  EXPECT_NE(json.find("\"rank\": 1, \"nranks\": 4"), std::string::npos) << json;
+  const std::string summary = rec.summary();
+  EXPECT_NE(summary.find("in flight: #6 Broadcast"), std::string::npos) << summary;
+  EXPECT_NE(summary.find("last done: #5 AllReduce"), std::string::npos) << summary;
+  rec.finish(false);
+  EXPECT_NE(rec.toJson("x").find("\"seq\": 6, \"coll\": \"Broadcast\""), std::string::npos);
+  EXPECT_NE(rec.toJson("x").find("\"state\": \"failed\""), std::string::npos);
+  // No COLLIE_FLIGHT_RECORDER in this process: nothing is written.
+  EXPECT_EQ(rec.dump("x"), "");
+}
+
+TEST(FlightRecorderRing, ZeroEntriesRecordsNothing) {
+  core::FlightRecorder rec(0, 2, "off", 0);
+  rec.begin(op(algorithms::Collective::AllReduce, 1), algorithms::Algorithm::Ring, 0, 4);
+  rec.finish(true);
+  EXPECT_EQ(rec.calls(), 0u);
+}
+
+}  // namespace
+}  // namespace collie
