@@ -50,15 +50,6 @@ std::string runTool(const std::string& prefix, int* status) {
   return out;
 }
 
-bool waitForFile(const fs::path& f, std::chrono::seconds limit) {
-  auto deadline = std::chrono::steady_clock::now() + limit;
-  while (!fs::exists(f)) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(5ms);
-  }
-  return true;
-}
-
 TEST(FlightRecorder, MergeToolNamesTheLaggingRankAndItsCall) {
   // Ranks 0 and 1 go on to a Broadcast from rank 2; rank 2 stops after the AllReduces. The two time out (3 s) and
   // dump; rank 2 dumps on SIGUSR1.

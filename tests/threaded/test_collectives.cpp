@@ -25,7 +25,7 @@ using namespace std::chrono_literals;
 
 Options testOptions() {
   Options o;
-  o.timeout = 60s;  // a hang fails the test in a minute instead of COLLIE_TIMEOUT's five
+  o.timeout = 60s;  // a hang fails the test in a minute instead of COLLIE_TIMEOUT's ten
   o.name = "threaded";
   return o;
 }

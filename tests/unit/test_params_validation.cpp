@@ -125,8 +125,12 @@ TEST(ParamsValidation, TimeoutNeverIsAHundredYearsAndDoesNotOverflowADeadline) {
 TEST(ParamsValidation, TimeoutDefaultsAreTenMinutesAndTwentySeconds) {
   // Late (alive, not calling) waits as long as torch's NCCL default; dead (unreachable) is told in 20 s.
   for (const ParamInfo& p : all()) {
-    if (std::string(p.env) == "COLLIE_TIMEOUT") EXPECT_STREQ(p.defaultValue, "600000");
-    if (std::string(p.env) == "COLLIE_PEER_DEAD_TIMEOUT") EXPECT_STREQ(p.defaultValue, "20000");
+    if (std::string(p.env) == "COLLIE_TIMEOUT") {
+      EXPECT_STREQ(p.defaultValue, "600000");
+    }
+    if (std::string(p.env) == "COLLIE_PEER_DEAD_TIMEOUT") {
+      EXPECT_STREQ(p.defaultValue, "20000");
+    }
   }
 }
 
