@@ -9,6 +9,7 @@ packages=(build-essential cmake ninja-build pkg-config googletest libgtest-dev l
 packages+=(libtorch-dev python3-torch)
 packages+=(gnuplot-nox)  # perf/plot_perf: PNGs of the -J results (png and pngcairo terminals, no X)
 packages+=(python3-dev pybind11-dev)  # Python bindings (pybind11 module)
+packages+=(clang libclang-rt-14-dev)  # scripts/run_fuzzers.sh: clang and its libFuzzer, ASan and UBSan runtimes
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <mutex>
 #include <vector>
@@ -74,32 +75,53 @@ CostModel MeasuredCosts::modelFor(const std::vector<std::string>& kinds) const {
   return model;
 }
 
+namespace {
+/// One non-empty, comment-free line of a tuning file into `costs`; false when it is malformed.
+bool parseTuneLine(const std::string& line, MeasuredCosts* costs) {
+  if (line.find('\0') != std::string::npos) return false;  // sscanf would stop at the NUL
+  auto cost = [](double v) { return std::isfinite(v) && v >= 0; };
+  char name[64] = {0};
+  char rest = 0;  // anything after the last number makes the line malformed
+  double a = 0, b = 0;
+  if (sscanf(line.c_str(), " reduce gamma_ns_per_byte=%lf %c", &a, &rest) == 1) {
+    if (!cost(a)) return false;
+    costs->gamma = a * 1e-9;
+    return true;
+  }
+  if (sscanf(line.c_str(), " %63s alpha_us=%lf beta_ns_per_byte=%lf %c", name, &a, &b, &rest) != 3) return false;
+  if (!cost(a) || !cost(b)) return false;
+  costs->set(name, LinkCost{a * 1e-6, b * 1e-9});
+  return true;
+}
+}  // namespace
+
+void parseTuneText(const std::string& text, const std::string& source, MeasuredCosts* costs) {
+  MeasuredCosts parsed = *costs;  // all or nothing: a bad line leaves *costs as it was
+  int lineNo = 0;
+  for (size_t pos = 0; pos < text.size();) {
+    size_t end = std::min(text.find('\n', pos), text.size());
+    std::string line = text.substr(pos, end - pos);
+    pos = end + 1;
+    ++lineNo;
+    if (size_t hash = line.find('#'); hash != std::string::npos) line.resize(hash);
+    line = trimmed(line);
+    COLLIE_ARG_CHECK(line.empty() || parseTuneLine(line, &parsed),
+                     "COLLIE_TUNE_FILE: %s:%d: expected '<transport> alpha_us=<x> beta_ns_per_byte=<y>' or "
+                     "'reduce gamma_ns_per_byte=<z>' (each a finite number >= 0), got '%s'",
+                     source.c_str(), lineNo, line.c_str());
+  }
+  *costs = std::move(parsed);
+}
+
 bool readTuneFile(const std::string& path, MeasuredCosts* costs) {
   FILE* f = fopen(path.c_str(), "r");
   if (!f) return false;
-  char buf[512];
-  int lineNo = 0;
-  std::string error;
-  while (error.empty() && fgets(buf, sizeof(buf), f)) {
-    ++lineNo;
-    std::string line = buf;
-    if (size_t hash = line.find('#'); hash != std::string::npos) line.resize(hash);
-    char name[64] = {0};
-    double a = 0, b = 0;
-    if (trimmed(line).empty()) continue;
-    if (sscanf(line.c_str(), " reduce gamma_ns_per_byte=%lf", &a) == 1 && a >= 0) {
-      costs->gamma = a * 1e-9;
-    } else if (sscanf(line.c_str(), " %63s alpha_us=%lf beta_ns_per_byte=%lf", name, &a, &b) == 3 && a >= 0 && b >= 0) {
-      costs->set(name, LinkCost{a * 1e-6, b * 1e-9});
-    } else {
-      error = base::format(
-          "%s:%d: expected '<transport> alpha_us=<x> beta_ns_per_byte=<y>' or "
-          "'reduce gamma_ns_per_byte=<z>', got '%s'",
-          path.c_str(), lineNo, trimmed(line).c_str());
-    }
-  }
+  std::string text;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), f)) > 0) text.append(buf, n);
   fclose(f);
-  COLLIE_ARG_CHECK(error.empty(), "COLLIE_TUNE_FILE: %s", error.c_str());
+  parseTuneText(text, path, costs);
   return true;
 }
 

@@ -55,6 +55,9 @@ struct MeasuredCosts {
 /// '#' starts a comment. readTuneFile returns false when the file does not exist; a malformed line throws
 /// InvalidArgument naming the file and the line.
 bool readTuneFile(const std::string& path, MeasuredCosts* costs);
+/// The parser behind readTuneFile, on the file's text (`source` names it in messages): all lines or none are
+/// taken; numbers must be finite and >= 0.
+void parseTuneText(const std::string& text, const std::string& source, MeasuredCosts* costs);
 /// Writes every entry of `costs` (atomically: a temporary file renamed over `path`).
 void writeTuneFile(const std::string& path, const MeasuredCosts& costs);
 

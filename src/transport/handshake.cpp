@@ -22,6 +22,16 @@ bool secretsEqual(const uint8_t* a, const uint8_t* b, size_t bytes) {
   return diff == 0;
 }
 
+bool headerAuthentic(const Header& h, TransportKind kind, int rank, const uint8_t* secret) {
+  bool secretOk = secretsEqual(h.secret, secret, sizeof(h.secret));
+  return secretOk && h.magic == kMagic && h.version == kVersion && h.kind == static_cast<uint16_t>(kind) &&
+         h.toRank == rank;
+}
+
+bool helloSenderValid(const Header& h, int rank, int nranks, int channels) {
+  return h.fromRank > rank && h.fromRank < nranks && h.channel >= 0 && h.channel < channels;
+}
+
 std::string rankList(const std::vector<int>& ranks) {
   std::string out;
   for (int r : ranks) out += (out.empty() ? "" : ", ") + std::to_string(r);
@@ -87,11 +97,7 @@ Header Handshake::header(uint32_t type, int to, int channel) const {
   return h;
 }
 
-bool Handshake::authentic(const Header& h) const {
-  bool secret = secretsEqual(h.secret, ctx_.secret, sizeof(h.secret));
-  return secret && h.magic == kMagic && h.version == kVersion && h.kind == static_cast<uint16_t>(kind_) &&
-         h.toRank == ctx_.rank;
-}
+bool Handshake::authentic(const Header& h) const { return headerAuthentic(h, kind_, ctx_.rank, ctx_.secret); }
 
 void Handshake::failTimeout(const std::vector<int>& missing, const char* toDoWhat) const {
   COLLIE_FAIL(ErrorCode::Timeout, "%s connect of rank %d%s: timed out after %lld ms waiting for peer rank(s) %s to %s",
@@ -117,7 +123,7 @@ int Handshake::takeIncoming(Link& link, Stash& stash, const std::function<void(L
     return 1;
   }
   const int from = h.fromRank;
-  if (from <= me || from >= ctx_.nranks || h.channel < 0 || h.channel >= channels_) {
+  if (!helloSenderValid(h, me, ctx_.nranks, channels_)) {
     COLLIE_WARN(base::kLogNet, "%s: rank %d refused a connection from %s: it says it is rank %d (channel %d)",
                 transport_, me, link.from.c_str(), from, h.channel);
     link.fd.reset();

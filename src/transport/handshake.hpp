@@ -81,6 +81,12 @@ static_assert(sizeof(Header) == 40);
 
 /// Whether two secrets are equal, in time that does not depend on where they differ.
 bool secretsEqual(const uint8_t* a, const uint8_t* b, size_t bytes);
+/// Whether a received Header is for this receiver: right magic, version and transport `kind`, the communicator's
+/// `secret` (16 bytes, compared in constant time), addressed to `rank`. Pure (the fuzzers call it on any bytes).
+bool headerAuthentic(const Header& h, TransportKind kind, int rank, const uint8_t* secret);
+/// Whether an accepted hello comes from a rank that may dial `rank`: a higher one below `nranks`, on a channel in
+/// [0, channels). Pure.
+bool helloSenderValid(const Header& h, int rank, int nranks, int channels);
 /// Whether `me` dials `peer` (the higher rank dials; the lower one accepts).
 inline bool dials(int me, int peer) { return me > peer; }
 /// "1, 2, 5"

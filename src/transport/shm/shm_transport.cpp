@@ -48,28 +48,12 @@
 #include "base/socket.hpp"
 #include "base/topology.hpp"
 #include "transport/shm/shm_connection.hpp"
+#include "transport/shm/shm_hello.hpp"
 
 namespace collie::transport::shm {
 namespace {
 
 using handshake::Link;
-
-enum MsgType : uint32_t { kHello = 1, kAck = 2 };
-constexpr int kMaxFds = 3;  // ring, control, eventfd
-
-struct Msg {
-  handshake::Header header;
-  int32_t pid;  ///< the sender's own view (for messages only)
-  uint32_t nfds;
-  uint64_t token;  ///< equal tokens (and pids): the same process
-  uint64_t probeAddr;
-  uint64_t probeValue;
-  uint64_t ringBytes;
-  uint32_t slots;
-  uint32_t slotBytes;
-  uint32_t canReadYou;  ///< kAck
-  uint32_t pad;
-};
 
 /// Handshake messages on the SOCK_SEQPACKET socket: one Msg per packet, with its fds.
 class SeqpacketWire : public handshake::Wire {
@@ -346,10 +330,7 @@ std::vector<std::unique_ptr<Connection>> ShmTransport::connect(const CommContext
   };
   // Maps what the peer's hello brought, probes its memory and answers with our Ack.
   auto absorbHello = [&](int p, PeerState& ps, const Msg& m, std::vector<UniqueFd>& fds) {
-    COLLIE_ENFORCE(m.header.type == kHello && m.nfds >= 2 && fds.size() == m.nfds && m.slots >= 1 &&
-                       (m.slots & (m.slots - 1)) == 0 && m.slotBytes % 64 == 0 && m.slotBytes > 0 &&
-                       m.ringBytes == ringBytes(m.slots, m.slotBytes),
-                   ErrorCode::InternalError, "shm connect of rank %d: rank %d sent a malformed hello", me, p);
+    checkHello(m, fds.size(), me, p);
     std::string what = base::format("the ring of rank %d", p);
     ps.shm.sendRing = mapSegment(fds[0].get(), m.ringBytes, what);
     const auto* h = static_cast<const RingHeader*>(ps.shm.sendRing.data());

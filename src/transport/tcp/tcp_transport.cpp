@@ -28,22 +28,12 @@
 #include "base/poller.hpp"
 #include "base/socket.hpp"
 #include "transport/tcp/tcp_connection.hpp"
+#include "transport/tcp/tcp_hello.hpp"
 
 namespace collie::transport::tcp {
 namespace {
 
 using handshake::Link;
-
-constexpr uint32_t kHello = 1;
-
-/// The first bytes on every socket, in both directions.
-struct Hello {
-  handshake::Header header;
-  int32_t nsock;
-  int32_t pad;
-  int64_t stripeMinBytes;
-};
-static_assert(sizeof(Hello) == 56);
 
 /// Handshake messages on a stream socket: a fixed-size Hello, read as it arrives.
 class StreamWire : public handshake::Wire {
@@ -114,19 +104,12 @@ std::vector<std::unique_ptr<Connection>> TcpTransport::connect(const CommContext
   std::map<int, std::vector<Link>> links;
   auto makeHello = [&](int to, int index) {
     Hello h{};
-    h.header = hs.header(kHello, to, index);
+    h.header = hs.header(kHelloType, to, index);
     h.nsock = nsock;
     h.stripeMinBytes = stripeMin_;
     return h;
   };
-  auto validConfig = [&](const Link& l) {
-    const Hello& h = l.as<Hello>();
-    COLLIE_USAGE_CHECK(h.header.type == kHello && h.nsock == nsock && h.stripeMinBytes == stripeMin_,
-                       "tcp: rank %d uses %d sockets per peer and stripes from %lld bytes but rank %d uses %d and "
-                       "%lld; COLLIE_SOCKETS_PER_PEER and COLLIE_STRIPE_MIN_BYTES must be equal on all ranks",
-                       h.header.fromRank, h.nsock, static_cast<long long>(h.stripeMinBytes), ctx.rank, nsock,
-                       static_cast<long long>(stripeMin_));
-  };
+  auto validConfig = [&](const Link& l) { checkHelloConfig(l.as<Hello>(), ctx.rank, nsock, stripeMin_); };
 
   // Step 1: connect to lower-ranked peers.
   for (int p : hs.lower()) {
