@@ -146,6 +146,14 @@ COLLIE_EXPORT collieResult_t collieCommUserRank(const collieComm_t comm, int* ra
 /** Splits comm by color (COLLIE_SPLIT_NOCOLOR: *newcomm = NULL), ordering new ranks by key then old rank. */
 COLLIE_EXPORT collieResult_t collieCommSplit(collieComm_t comm, int color, int key, collieComm_t* newcomm,
                                              collieConfig_t* config);
+/** Makes *newcomm, the communicator of comm's ranks not in excludeRanks (excludeCount of them; NULL when 0):
+ * new ranks 0..n-1 in the order of the old ones. For going on after a rank died: it works on a failed comm and
+ * uses neither comm's connections nor its bootstrap root (which may have died). Every surviving rank calls it
+ * with the same list (in any order); an excluded rank that calls it gets collieInvalidUsage. A survivor missing
+ * or passing another list makes it fail (collieRemoteError or collieTimeout, within comm's timeout). comm is left
+ * as it was: destroy it (collieCommAbort if it failed) when done. The new communicator has comm's timeout. */
+COLLIE_EXPORT collieResult_t collieCommShrink(collieComm_t comm, const int* excludeRanks, int excludeCount,
+                                              collieComm_t* newcomm);
 
 COLLIE_EXPORT const char* collieGetErrorString(collieResult_t result);
 /** The message of the last failure on comm, or of this thread's last failure when comm is NULL. */

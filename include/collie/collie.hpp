@@ -213,6 +213,11 @@ class COLLIE_EXPORT Communicator {
 
   /// Splits by color (COLLIE_SPLIT_NOCOLOR returns null), ordering new ranks by key then old rank.
   std::unique_ptr<Communicator> split(int color, int key, const Options& options = {});
+  /// The communicator of the ranks not in `exclude` (NCCL's ncclCommShrink): new ranks 0..n-1 in the order of
+  /// the old ones. Works after a failure (a dead peer): it uses neither this communicator's connections nor its
+  /// bootstrap root. Collective over the survivors, which all pass the same list; an excluded rank must not call
+  /// it (InvalidUsage). This communicator stays as it was (destroy it, failed or not, when done with it).
+  std::unique_ptr<Communicator> shrink(std::span<const int> exclude, const Options& options = {});
   /// Stops all work now; blocked and later calls fail with an error.
   void abort();
   /// The error hit in the background, or Success.

@@ -359,6 +359,20 @@ collieResult_t collieCommSplit(collieComm_t comm, int color, int key, collieComm
   return collieSuccess;
 }
 
+collieResult_t collieCommShrink(collieComm_t comm, const int* excludeRanks, int excludeCount, collieComm_t* newcomm) {
+  if (!newcomm) return argError("newcomm is NULL");
+  *newcomm = nullptr;
+  if (excludeCount < 0) return argError("excludeCount is negative");
+  if (excludeCount > 0 && !excludeRanks) return argError("excludeRanks is NULL but excludeCount > 0");
+  std::span<const int> exclude(excludeRanks, static_cast<size_t>(excludeCount));
+  std::unique_ptr<collie::Communicator> created;
+  collieResult_t r = withComm(comm, [&](collie::Communicator& c) { created = c.shrink(exclude); });
+  if (r != collieSuccess) return r;
+  *newcomm = new collieComm;
+  (*newcomm)->shared = std::make_shared<CommShared>(std::move(created));
+  return collieSuccess;
+}
+
 const char* collieGetErrorString(collieResult_t result) {
   return collie::base::errorCodeName(static_cast<ErrorCode>(result));
 }

@@ -160,6 +160,10 @@ std::unique_ptr<Communicator> Communicator::split(int color, int key, const Opti
   return InternalAccess::wrap(impl_->comm->split(color, key, options));
 }
 
+std::unique_ptr<Communicator> Communicator::shrink(std::span<const int> exclude, const Options& options) {
+  return InternalAccess::wrap(impl_->comm->shrink(std::vector<int>(exclude.begin(), exclude.end()), options));
+}
+
 void Communicator::abort() { impl_->comm->abort(); }
 ErrorCode Communicator::asyncError() const { return impl_->comm->asyncError(); }
 CallInfo Communicator::lastCall() const { return impl_->comm->lastCall(); }

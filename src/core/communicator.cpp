@@ -63,6 +63,7 @@ void CommImpl::connect(const std::vector<transport::PeerInfo>& peers) {
   ctx.rank = rank_;
   ctx.nranks = nranks_;
   ctx.peers = peers;
+  peers_ = peers;
   memcpy(ctx.secret, secret_.data(), secret_.size());
   ctx.name = name_;
   ctx.timeout = timeout_;

@@ -5,7 +5,7 @@
 //   progress_queue.hpp  call order, the progress thread and WorkState
 //   planner.hpp         tuner + schedule cache -> executor jobs, and the CallInfo record
 // This file keeps what ties them together: a call's path through them, the failure state, barrier, split and
-// abort.
+// abort; shrink.cpp makes the communicator of the survivors after a failure.
 #pragma once
 
 #include <array>
@@ -52,6 +52,9 @@ class CommImpl {
 
   void barrier();
   std::unique_ptr<CommImpl> split(int color, int key, const Options& options);
+  /// The communicator of every rank not in `exclude`, made without this one's connections or bootstrap root, so
+  /// that it works after a failure (shrink.cpp). Collective over the survivors, which pass the same list.
+  std::unique_ptr<CommImpl> shrink(const std::vector<int>& exclude, const Options& options);
   /// Stops all work: running and later calls fail; connections are closed.
   void abort();
   ErrorCode asyncError() const { return failCode_.load(); }
@@ -84,6 +87,8 @@ class CommImpl {
   std::chrono::milliseconds timeout_;
   std::array<uint8_t, 16> secret_{};
   int splitCount_ = 0;
+  int shrinkCount_ = 0;
+  std::vector<transport::PeerInfo> peers_;  // as connected: shrink finds the survivors' listeners here
 
   base::Poller poller_;
   Links links_;

@@ -113,6 +113,10 @@ class Transport {
   /// How many verified hellos arrived while they were not expected yet and were kept for a later connect()
   /// (observable so that tests can check that path ran).
   virtual uint64_t stashedHellos() const { return 0; }
+  /// A new transport of the same kind and settings that accepts on this one's listener (a duplicate of it), so
+  /// that the address this one published reaches it, with no connection or other state of this one: for a
+  /// communicator made without a bootstrap (core's shrink). nullptr when the transport cannot do that.
+  virtual std::unique_ptr<Transport> shareListener() const { return nullptr; }
 };
 
 /// The transport that links `local` and `peer`: the first of `transports` whose canConnect() is true (both sides

@@ -257,6 +257,14 @@ void ShmTransport::listen(PeerInfo& self) {
 
 std::string ShmTransport::addressOf(const PeerInfo& info) { return shmAddressOf(info); }
 
+std::unique_ptr<Transport> ShmTransport::shareListener() const {
+  COLLIE_USAGE_CHECK(listenFd_ >= 0, "shm transport: shareListener() before listen()");
+  auto copy = std::make_unique<ShmTransport>(options_);
+  copy->listenFd_ = ::fcntl(listenFd_, F_DUPFD_CLOEXEC, 0);  // the same open socket: the same address
+  COLLIE_SYSCHECK(copy->listenFd_, "dup of the shm listener");
+  return copy;
+}
+
 bool ShmTransport::canConnect(const PeerInfo& local, const PeerInfo& peer) const {
   return local.address(TransportKind::Shm) && peer.address(TransportKind::Shm) && local.hostHash == peer.hostHash &&
          local.netNs == peer.netNs;

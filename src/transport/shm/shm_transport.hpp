@@ -49,6 +49,9 @@ class ShmTransport : public Transport {
   /// peer does not show up within ctx.timeout.
   std::vector<std::unique_ptr<Connection>> connect(const CommContext& ctx, const std::vector<int>& peers) override;
   uint64_t stashedHellos() const override { return stash_.kept(); }
+  /// A ShmTransport with these options on a duplicate of this listener (same address), with a control line and
+  /// waker of its own (made at its first connect, for that communicator's poller).
+  std::unique_ptr<Transport> shareListener() const override;
 
   /// The name (in the abstract unix namespace) of the socket `info`'s shm transport listens on; "" if none.
   static std::string addressOf(const PeerInfo& info);

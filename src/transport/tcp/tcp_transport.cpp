@@ -14,6 +14,7 @@
 // a TcpConnection per peer.
 #include "transport/tcp/tcp_transport.hpp"
 
+#include <fcntl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -79,6 +80,15 @@ TcpTransport::~TcpTransport() {
 }
 
 sockaddr_storage TcpTransport::addressOf(const PeerInfo& info) { return tcpAddressOf(info); }
+
+std::unique_ptr<Transport> TcpTransport::shareListener() const {
+  COLLIE_USAGE_CHECK(listenFd_ >= 0, "tcp transport: shareListener() before listen()");
+  auto copy = std::make_unique<TcpTransport>(options_);
+  copy->listenFd_ = ::fcntl(listenFd_, F_DUPFD_CLOEXEC, 0);  // the same open socket: the same address
+  COLLIE_SYSCHECK(copy->listenFd_, "dup of the tcp listener");
+  copy->listenAddr_ = listenAddr_;
+  return copy;
+}
 
 void TcpTransport::listen(PeerInfo& self) {
   COLLIE_USAGE_CHECK(listenFd_ < 0, "tcp transport: listen() called twice");

@@ -44,6 +44,8 @@ class TcpTransport : public Transport {
   /// missing ranks when a peer does not show up within ctx.timeout (COLLIE_TIMEOUT when zero).
   std::vector<std::unique_ptr<Connection>> connect(const CommContext& ctx, const std::vector<int>& peers) override;
   uint64_t stashedHellos() const override { return stash_.kept(); }
+  /// A TcpTransport with these options on a duplicate of this listener (same address).
+  std::unique_ptr<Transport> shareListener() const override;
 
   /// Where `info` says its TCP transport listens (family AF_UNSPEC when it published no tcp address).
   static sockaddr_storage addressOf(const PeerInfo& info);

@@ -1,0 +1,90 @@
+// collieCommShrink through the C API with every rank a thread: the survivors get a communicator of their own
+// (sizes, ranks in the old order, an AllReduce and an AllGather checked element by element), an excluded rank
+// that calls it gets collieInvalidUsage with a message, bad arguments are refused without touching anything,
+// and the parent keeps working. Shrink after a SIGKILLed rank is in tests/multiproc/test_shrink_proc.cpp.
+#include <collie/collie.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace collie::test {
+namespace {
+
+#define EXPECT_OK(call) EXPECT_EQ((call), collieSuccess) << #call << ": " << collieGetLastError(nullptr)
+
+TEST(CApiShrink, SurvivorsGetACommunicatorAndTheParentKeepsWorking) {
+  constexpr int n = 4;
+  const int exclude[] = {2, 0};  // any order
+  std::vector<collieComm_t> comms(n, nullptr);
+  ASSERT_EQ(collieCommInitAll(comms.data(), n, nullptr), collieSuccess) << collieGetLastError(nullptr);
+  std::atomic<int> shrunk{0};
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      ::testing::ScopedTrace trace(__FILE__, __LINE__, "rank " + std::to_string(r));
+      collieComm_t comm = comms[static_cast<size_t>(r)];
+      collieComm_t small = reinterpret_cast<collieComm_t>(&shrunk);  // must be set to NULL on failure
+      if (r == 0 || r == 2) {
+        EXPECT_EQ(collieCommShrink(comm, exclude, 2, &small), collieInvalidUsage);
+        EXPECT_EQ(small, nullptr);
+        EXPECT_NE(std::string(collieGetLastError(comm)).find("exclude list"), std::string::npos)
+            << collieGetLastError(comm);
+        while (shrunk.load() < 2) std::this_thread::yield();
+      } else {
+        EXPECT_OK(collieCommShrink(comm, exclude, 2, &small));
+        ASSERT_NE(small, nullptr);
+        int size = 0, rank = -1;
+        EXPECT_OK(collieCommCount(small, &size));
+        EXPECT_OK(collieCommUserRank(small, &rank));
+        EXPECT_EQ(size, 2);
+        EXPECT_EQ(rank, r == 1 ? 0 : 1);
+        std::vector<double> v(1001);
+        for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<double>(i) * (r + 1);
+        EXPECT_OK(collieAllReduce(v.data(), v.data(), v.size(), collieFloat64, collieSum, small, nullptr));
+        for (size_t i = 0; i < v.size(); ++i) ASSERT_EQ(v[i], static_cast<double>(i) * (2 + 4)) << "element " << i;
+        std::vector<int32_t> all(2, -1);
+        int32_t mine = 100 + r;
+        EXPECT_OK(collieAllGather(&mine, all.data(), 1, collieInt32, small, nullptr));
+        EXPECT_EQ(all[0], 101);
+        EXPECT_EQ(all[1], 103);
+        EXPECT_OK(collieCommDestroy(small));
+        shrunk.fetch_add(1);
+      }
+      int64_t x = r;
+      EXPECT_OK(collieAllReduce(&x, &x, 1, collieInt64, collieSum, comm, nullptr));
+      EXPECT_EQ(x, 0 + 1 + 2 + 3);
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (collieComm_t c : comms) EXPECT_OK(collieCommDestroy(c));
+}
+
+TEST(CApiShrink, BadArgumentsAreRefused) {
+  collieComm_t comm = nullptr;
+  ASSERT_EQ(collieCommInitAll(&comm, 1, nullptr), collieSuccess) << collieGetLastError(nullptr);
+  collieComm_t out = nullptr;
+  const int one[] = {1};
+  EXPECT_EQ(collieCommShrink(nullptr, nullptr, 0, &out), collieInvalidArgument);
+  EXPECT_EQ(collieCommShrink(comm, nullptr, 0, nullptr), collieInvalidArgument);
+  EXPECT_EQ(collieCommShrink(comm, nullptr, -1, &out), collieInvalidArgument);
+  EXPECT_EQ(collieCommShrink(comm, nullptr, 1, &out), collieInvalidArgument);
+  EXPECT_NE(std::string(collieGetLastError(nullptr)).find("excludeRanks is NULL"), std::string::npos);
+  EXPECT_EQ(collieCommShrink(comm, one, 1, &out), collieInvalidArgument);
+  EXPECT_NE(std::string(collieGetLastError(comm)).find("excludeRanks[0]=1"), std::string::npos)
+      << collieGetLastError(comm);
+  EXPECT_EQ(out, nullptr);
+  // Excluding nobody: a copy of the communicator on fresh connections.
+  EXPECT_OK(collieCommShrink(comm, nullptr, 0, &out));
+  ASSERT_NE(out, nullptr);
+  float f = 2.5f;
+  EXPECT_OK(collieAllReduce(&f, &f, 1, collieFloat32, collieSum, out, nullptr));
+  EXPECT_EQ(f, 2.5f);
+  EXPECT_OK(collieCommDestroy(out));
+  EXPECT_OK(collieCommDestroy(comm));
+}
+
+}  // namespace
+}  // namespace collie::test
