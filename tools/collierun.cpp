@@ -1,6 +1,6 @@
 // collierun: the local launcher. Starts N copies of a program on this machine as the ranks of one collie job.
 //
-//   collierun -n N [--timeout SECONDS] [--] prog args...
+//   collierun -n N [--timeout SECONDS] [--keep-going] [--] prog args...
 //
 // What it does, in order:
 //  1. Picks the job's bootstrap root: 127.0.0.1 and a port the kernel reports free (bind port 0, read it back,
@@ -19,7 +19,9 @@
 //  4. SIGINT/SIGTERM/SIGHUP are forwarded to the group; a second such signal sends SIGKILL. The first rank that
 //     exits non-zero or dies by a signal decides our exit code (its code, or 128+signal) and is named on stderr;
 //     the others then get SIGTERM and, 3 s later, SIGKILL. --timeout does the same and exits 124. A rank that
-//     dies by SIGKILL we did not send is named as possibly killed by the OOM killer.
+//     dies by SIGKILL we did not send is named as possibly killed by the OOM killer. With --keep-going (jobs that
+//     go on without a lost rank, collieCommShrink) every failing rank is named and the others run on; the exit
+//     code is still the first failing rank's.
 //  0. Before any of this, a warning (the job still runs) when the ranks far exceed the cores (more than 8 per
 //     online CPU) or when a rough memory estimate (kRankBytesEstimate per rank) exceeds MemAvailable.
 //
@@ -63,10 +65,11 @@ constexpr long kRanksPerCoreWarn = 8;                 // more ranks per online C
 constexpr uint64_t kRankBytesEstimate = 64ull << 20;  // a small collie rank's resident memory, roughly
 
 constexpr char kUsage[] =
-    "Usage: collierun -n N [--timeout SECONDS] [--] prog [args...]\n"
+    "Usage: collierun -n N [--timeout SECONDS] [--keep-going] [--] prog [args...]\n"
     "Runs N copies of prog on this machine as the ranks of one collie job.\n"
     "  -n N                number of ranks (1..4096)\n"
     "  --timeout SECONDS   kill the job and exit 124 if it runs longer\n"
+    "  --keep-going        a failing rank does not stop the others (they may go on without it)\n"
     "  -h, --help          print this help\n"
     "Warns when N exceeds 8 ranks per CPU core, or N times COLLIERUN_RANK_MEM_MB (default 64) exceeds the\n"
     "available memory.\n"
@@ -158,6 +161,7 @@ void warnIfOversubscribed(int nranks) {
 struct Options {
   int nranks = 0;
   std::optional<double> timeoutSec;
+  bool keepGoing = false;   // --keep-going
   std::vector<char*> argv;  // prog and its args, null-terminated
 };
 
@@ -195,6 +199,8 @@ Options parseArgs(int argc, char** argv) {
         usageError("--timeout wants a positive number of seconds, not '" + v + "'");
       }
       opt.timeoutSec = t;
+    } else if (arg == "--keep-going") {
+      opt.keepGoing = true;
     } else if (arg.size() > 1 && arg[0] == '-') {
       usageError("unknown option '" + arg + "'");
     } else {
@@ -461,18 +467,18 @@ class Job {
         rank.out.pump(1 << 20);  // its last words come before our verdict on it
         rank.err.pump(1 << 20);
         bool failed = WIFSIGNALED(status) || (WIFEXITED(status) && WEXITSTATUS(status) != 0);
-        if (failed && !failure_ && !timedOut_) {
+        if (failed && (!failure_ || opt_.keepGoing) && !timedOut_ && !terminating_) {
           if (WIFSIGNALED(status)) {
             // Nobody here sent SIGKILL (terminating_ is false): the usual sender is the kernel's OOM killer.
             const bool oom = WTERMSIG(status) == SIGKILL && !terminating_ && !interruptSignal_;
             say("rank " + std::to_string(r) + " killed by signal " + signalName(WTERMSIG(status)) +
                 (oom ? ", possibly by the OOM killer (out of memory; see dmesg, or run fewer ranks)" : ""));
-            failure_ = 128 + WTERMSIG(status);
+            if (!failure_) failure_ = 128 + WTERMSIG(status);
           } else {
             say("rank " + std::to_string(r) + " exited with code " + std::to_string(WEXITSTATUS(status)));
-            failure_ = WEXITSTATUS(status);
+            if (!failure_) failure_ = WEXITSTATUS(status);
           }
-          terminateAll();
+          if (!opt_.keepGoing) terminateAll();
         }
       }
     }
