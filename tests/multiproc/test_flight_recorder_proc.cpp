@@ -133,6 +133,40 @@ TEST(FlightRecorder, MergeToolReportsCallsThatDifferAtTheSameSequenceNumber) {
       << report;
 }
 
+TEST(FlightRecorder, SigtermWritesTheDumpAndStillEndsTheProcess) {
+  TempDir dir;
+  const std::string prefix = (dir.path / "term").string();
+  ScopedEnv recorder("COLLIE_FLIGHT_RECORDER", prefix.c_str());
+  ProcessLauncher launcher(2, Options{10s, ""});
+  SharedArea& sh = launcher.shared();
+  launcher.start([&sh](Communicator& comm) {
+    std::vector<int32_t> v(256, comm.rank() + 1);
+    for (int i = 0; i < 3; ++i) comm.allReduce(v.data(), v.data(), v.size(), DataType::Int32, ReduceOp::Sum);
+    EXPECT_EQ(v[255], 12);  // 1 + 2, then doubled twice
+    sh.counters[kReported].fetch_add(1);
+    if (comm.rank() == 1) std::this_thread::sleep_for(30s);  // SIGTERM ends it
+  });
+  auto deadline = std::chrono::steady_clock::now() + 60s;
+  while (sh.counters[kReported].load() < 2 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(5ms);
+  launcher.kill(1, SIGTERM);
+  auto exits = launcher.wait(60s);
+  EXPECT_TRUE(exits[0].ok()) << exits[0].describe();
+  EXPECT_FALSE(exits[1].exited) << exits[1].describe();
+  EXPECT_EQ(exits[1].signal, SIGTERM) << "the process must still end by the signal: " << exits[1].describe();
+  EXPECT_LT(exits[1].seconds, 20) << "it slept on instead of ending";
+  FILE* f = std::fopen((prefix + ".rank1.json").c_str(), "r");
+  ASSERT_NE(f, nullptr) << "no dump from rank 1 after SIGTERM";
+  std::string text(1 << 16, '\0');
+  text.resize(std::fread(text.data(), 1, text.size(), f));
+  std::fclose(f);
+  EXPECT_NE(text.find("\"reason\": \"signal TERM\""), std::string::npos) << text;
+  EXPECT_NE(text.find("\"seq\": 2, \"coll\": \"AllReduce\", \"dtype\": \"int32\", \"op\": \"sum\", \"count\": 256"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("\"seq\": 3,"), std::string::npos) << text;
+}
+
 TEST(FlightRecorder, ToolRefusesAPrefixWithoutDumps) {
   int status = 0;
   const std::string report = runTool("/nonexistent/collie-flight-test", &status);

@@ -16,10 +16,13 @@
 #                and faster than the 1gbit pair
 #   cleanup      a rank SIGKILLed mid-run, then down: no namespace or interface of the bed is left; the same after
 #                a case that fails on purpose and after one stopped by SIGTERM (nested runs of this script)
+#   deadpeer     3 ranks on 3 hosts in an endless AllReduce with COLLIE_TIMEOUT=inf; host 2's switch port goes down
+#                (nothing is closed: the peer is unreachable, not gone): every rank fails within
+#                COLLIE_PEER_DEAD_TIMEOUT (2 s) plus 2 s, and one names peer 2 dead or unreachable
 set -euo pipefail
 
 usage() {
-  echo "usage: $0 collectives|algorithms|ifname|ratelimit|cleanup COLLIERUN PERF_DIR" >&2
+  echo "usage: $0 collectives|algorithms|ifname|ratelimit|cleanup|deadpeer COLLIERUN PERF_DIR" >&2
   exit 2
 }
 (($# == 3)) || usage
@@ -392,6 +395,53 @@ case_cleanup() {
   expect_gone "$sub" "cleanup_term: after SIGTERM"
 }
 
+case_deadpeer() {
+  local r secret pids=() down end rc n=0 named=0 slowest=0 ms
+  readonly dead_ms=2000
+  # Ranks started by hand, one per host (no collierun: it would stop the others after the first failure), each
+  # stamping the time it ended; rank-exec puts rank r on host r.
+  echo "run: deadpeer: 3 ranks, all_reduce_perf 1 MiB without end, COLLIE_TIMEOUT=inf COLLIE_PEER_DEAD_TIMEOUT=$dead_ms"
+  secret=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')
+  for r in 0 1 2; do
+    env -u RANK -u WORLD_SIZE -u LOCAL_RANK -u OMPI_COMM_WORLD_RANK -u SLURM_PROCID -u COLLIE_UNIQUE_ID \
+      COLLIE_RANK=$r COLLIE_NRANKS=3 COLLIE_LOCAL_RANK=0 COLLIE_ROOT_ADDR="$subnet.1:$root_port" COLLIE_SECRET="$secret" \
+      COLLIE_TIMEOUT=inf COLLIE_PEER_DEAD_TIMEOUT=$dead_ms \
+      bash -c '"$@"; rc=$?; date +%s.%N >"$0.end"; exit $rc' "$work/dead.$r" \
+      timeout 60 "$tb" rank-exec "$prefix" -- "$perf_dir/all_reduce_perf" -b 1M -e 1M -c 0 -w 1 -n 100000000 \
+      >"$work/dead.$r.out" 2>&1 &
+    pids+=($!)
+  done
+  for ((n = 0; n < 200; ++n)); do  # up to 20 s for the ranks to connect and start the endless AllReduce
+    grep -q '^#  Rank  2' "$work/dead.0.out" 2>/dev/null && break
+    sleep 0.1
+  done
+  sleep 1
+  down=$(date +%s.%N)
+  ip -n "$prefix-sw" link set "$prefix-p2" down
+  n=0
+  for r in 0 1 2; do
+    rc=0
+    wait "${pids[r]}" || rc=$?
+    end=$(cat "$work/dead.$r.end" 2>/dev/null || echo 0)
+    ms=$(awk -v a="$down" -v b="$end" 'BEGIN { printf "%d", (b - a) * 1000 }')
+    grep -q 'peer 2 is dead or unreachable' "$work/dead.$r.out" && named=$((named + 1))
+    if ((rc == 0 || rc == 124)) || ((ms < 0 || ms > dead_ms + 2000)); then
+      fail "deadpeer: rank $r exited $rc ${ms} ms after host 2's link went down (expected an error within $((dead_ms + 2000)) ms)"
+      sed 's/^/    /' "$work/dead.$r.out" | tail -5
+    else
+      n=$((n + 1))
+      ((ms > slowest)) && slowest=$ms
+      echo "deadpeer: rank $r failed ${ms} ms after the link went down: $(grep -ho 'failed: .*' "$work/dead.$r.out" | head -1)"
+    fi
+  done
+  ip -n "$prefix-sw" link set "$prefix-p2" up
+  if ((n == 3 && named >= 1)); then
+    ok "deadpeer: every rank failed within ${slowest} ms of host 2 going unreachable (COLLIE_PEER_DEAD_TIMEOUT=$dead_ms, COLLIE_TIMEOUT=inf); $named named peer 2 dead or unreachable"
+  elif ((named == 0)); then
+    fail "deadpeer: no rank said 'peer 2 is dead or unreachable'"
+  fi
+}
+
 # Nested cases for case_cleanup: both leave their bed to the EXIT trap.
 case__fail_on_purpose() {
   [[ -n $(ip netns list | awk -v p="$prefix-h3" '$1 == p') ]] && ok "the bed $prefix is up"
@@ -408,7 +458,8 @@ case__wait_for_term() {
 }
 
 case $case_name in
-  collectives | algorithms | ifname | ratelimit | cleanup | _fail_on_purpose | _wait_for_term) "case_$case_name" ;;
+  collectives | algorithms | ifname | ratelimit | cleanup | deadpeer | _fail_on_purpose | _wait_for_term)
+    "case_$case_name" ;;
   *) usage ;;
 esac
 if ((failures)); then
