@@ -71,6 +71,7 @@ void CommImpl::connect(const std::vector<transport::PeerInfo>& peers) {
   connectAll(links_, ctx);
   planner_.setTransports(transportNames(links_), links_.peerTransport);
   recorder_.setTransportNames(transportNames(links_));
+  recorder_.setQueuedSource([this] { return queue_.queued(); });
   std::vector<transport::Connection*> raw;
   for (auto& c : links_.conns) raw.push_back(c.get());
   executor_ = std::make_unique<Executor>(rank_, nranks_, std::move(raw), poller_, abort_, name_);
@@ -79,6 +80,7 @@ void CommImpl::connect(const std::vector<transport::PeerInfo>& peers) {
 
 CommImpl::~CommImpl() {
   queue_.drain();
+  recorder_.setQueuedSource({});  // the queue goes before the recorder
   if (base::params::flightRecorderDestroy()) recorder_.dump("destroy");
   stager_.reset();  // every staged call was released by the progress thread
   for (auto& c : links_.conns)

@@ -88,6 +88,11 @@ FlightRecorder::~FlightRecorder() {
   if (slots_) unregisterFlightRecorder(this);
 }
 
+void FlightRecorder::setQueuedSource(QueuedSource source) {
+  std::lock_guard<std::mutex> lock(sourceMu_);
+  queued_ = std::move(source);
+}
+
 void FlightRecorder::setTransportNames(std::vector<std::string> names) { transportNames_ = std::move(names); }
 
 bool FlightRecorder::read(uint64_t seq, Entry* e) const {
@@ -129,7 +134,7 @@ double FlightRecorder::ticksToWallUs(uint64_t t, double nsPerTick) const {
   return static_cast<double>(originWallUs_) + sinceOrigin;
 }
 
-std::string FlightRecorder::toJson(const std::string& reason) const {
+std::string FlightRecorder::toJson(const std::string& reason) {
   const uint64_t n = calls();
   const uint64_t first = n > capacity_ ? n - capacity_ : 0;
   const double npt = nsPerTick();
@@ -161,6 +166,20 @@ std::string FlightRecorder::toJson(const std::string& reason) const {
                           static_cast<double>(e.end - e.start) * npt / 1000.0);
     }
     out += "}";
+    any = true;
+  }
+  std::vector<OpDesc> queued;
+  {
+    std::lock_guard<std::mutex> lock(sourceMu_);
+    if (queued_) queued = queued_();
+  }
+  uint64_t seq = n;
+  for (const OpDesc& q : queued) {
+    out += base::format(
+        "%s\n  {\"seq\": %llu, \"coll\": \"%s\", \"dtype\": \"%s\", \"op\": \"%s\", \"count\": %zu, \"bytes\": %zu, "
+        "\"root\": %d, \"state\": \"queued\"}",
+        any ? "," : "", static_cast<unsigned long long>(seq++), algorithms::collectiveName(q.coll),
+        base::dataTypeName(q.type), base::reduceOpName(q.op), q.count, q.count * base::dataTypeSize(q.type), q.root);
     any = true;
   }
   return out + "\n]}\n";
@@ -206,7 +225,7 @@ void FlightRecorder::failed(ErrorCode code, const std::string& message) {
   dump(std::string(base::errorCodeName(code)) + ": " + message);
 }
 
-std::string FlightRecorder::dump(const std::string& reason) const {
+std::string FlightRecorder::dump(const std::string& reason) {
   const std::string file = path();
   if (file.empty()) return {};
   const std::string text = toJson(reason);

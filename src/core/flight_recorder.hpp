@@ -1,6 +1,7 @@
 // FlightRecorder: each communicator's last N calls (COLLIE_FLIGHT_RECORDER_ENTRIES), for the post-mortem of a
 // hang or a failure: sequence number, collective, type, op, count, bytes, root, algorithm, transports, state
-// (running, done, failed) and start/end times.
+// (queued, running, done, failed) and start/end times. Queued calls (async calls waiting behind the running one)
+// cost nothing to record: a dump reads them from the progress queue.
 //
 // Cost. The ring is allocated once; recording a call is a few relaxed atomic stores (plain moves on x86) and a
 // time-stamp counter read at its start and its end, so the 8-byte latency does not move (perf/RESULTS.md). Only
@@ -22,7 +23,9 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -35,12 +38,17 @@ namespace collie::core {
 class FlightRecorder {
  public:
   enum class State : uint8_t { Running = 1, Done = 2, Failed = 3 };
+  /// The calls queued behind the running one (the progress queue's), read only when dumping.
+  using QueuedSource = std::function<std::vector<OpDesc>()>;
 
   /// entries == 0: the recorder keeps nothing (and dumps nothing).
   FlightRecorder(int rank, int nranks, std::string commName, size_t entries);
   ~FlightRecorder();
   FlightRecorder(const FlightRecorder&) = delete;
   FlightRecorder& operator=(const FlightRecorder&) = delete;
+
+  /// Where dumps find the queued calls; an empty source (set before the queue goes away) stops that.
+  void setQueuedSource(QueuedSource source);
 
   /// The transport names, in the planner's order of preference (bit t of a call's transports names [t]).
   void setTransportNames(std::vector<std::string> names);
@@ -87,9 +95,10 @@ class FlightRecorder {
 
   /// Writes the dump file when COLLIE_FLIGHT_RECORDER is set; `reason` goes into it. Returns the path written
   /// (empty when none). Any thread.
-  std::string dump(const std::string& reason) const;
-  /// The recorder as JSON (what dump() writes).
-  std::string toJson(const std::string& reason) const;
+  std::string dump(const std::string& reason);
+  /// The recorder as JSON (what dump() writes): the last calls, then the queued ones (state "queued", numbered as
+  /// they will be when they start).
+  std::string toJson(const std::string& reason);
   /// One line for the log: the calls in flight and the last one done.
   std::string summary() const;
 
@@ -137,6 +146,8 @@ class FlightRecorder {
   uint64_t open_ = 0;  // first call not finished
   std::atomic<uint64_t> published_{0};
   std::vector<std::string> transportNames_;
+  std::mutex sourceMu_;  // orders a dump's use of queued_ with its replacement
+  QueuedSource queued_;
   // The tick clock's origin, for converting ticks to wall-clock microseconds.
   uint64_t originTicks_;
   int64_t originSteadyNs_;

@@ -55,6 +55,13 @@ void ProgressQueue::endInline() {
   cv_.notify_all();
 }
 
+std::vector<OpDesc> ProgressQueue::queued() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<OpDesc> ops;
+  for (const Batch& b : queue_) ops.insert(ops.end(), b.ops.begin(), b.ops.end());
+  return ops;
+}
+
 void ProgressQueue::enqueue(std::vector<OpDesc> ops, std::shared_ptr<WorkState> work) {
   std::lock_guard<std::mutex> lock(mu_);
   queue_.push_back(Batch{std::move(ops), std::move(work)});

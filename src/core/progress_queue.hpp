@@ -58,6 +58,8 @@ class ProgressQueue {
   /// Queues a batch; the progress thread runs it after everything queued before, then completes every op's work
   /// and `work` with the outcome.
   void enqueue(std::vector<OpDesc> ops, std::shared_ptr<WorkState> work);
+  /// The calls queued and not yet started, in order (for the flight recorder). Any thread.
+  std::vector<OpDesc> queued();
 
  private:
   struct Batch {

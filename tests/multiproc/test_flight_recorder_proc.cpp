@@ -74,13 +74,18 @@ TEST(FlightRecorder, MergeToolNamesTheLaggingRankAndItsCall) {
       EXPECT_TRUE(fs::exists(mine)) << "no dump after SIGUSR1";
       return;
     }
+    // Async: the Broadcast runs on the progress thread and an AllReduce waits in the queue behind it.
+    std::vector<int64_t> w(8, r);
+    Work bcast = comm.broadcastAsync(v.data(), v.data(), v.size(), DataType::Float32, kLagging);
+    Work next = comm.allReduceAsync(w.data(), w.data(), w.size(), DataType::Int64, ReduceOp::Max);
     try {
-      comm.broadcast(v.data(), v.data(), v.size(), DataType::Float32, kLagging);
+      bcast.wait();
       ADD_FAILURE() << "the broadcast from a rank that never calls succeeded";
     } catch (const Error& e) {
       // The first to time out closes its connections: the other may see that first.
       EXPECT_TRUE(e.code() == ErrorCode::Timeout || e.code() == ErrorCode::RemoteError) << e.what();
     }
+    EXPECT_THROW(next.wait(), Error);
     sh.counters[kReported].fetch_add(1);
   });
   auto deadline = std::chrono::steady_clock::now() + 60s;
@@ -108,6 +113,9 @@ TEST(FlightRecorder, MergeToolNamesTheLaggingRankAndItsCall) {
   EXPECT_NE(report.find("rank 2 ("), std::string::npos) << report;
   EXPECT_NE(report.find("signal USR1"), std::string::npos) << "rank 2 dumped on SIGUSR1:\n" << report;
   EXPECT_EQ(report.find("MISMATCH"), std::string::npos) << report;
+  const std::string queued = "queued: #" + std::to_string(lagging + 2) + " AllReduce(int64, max, 64 B)";
+  EXPECT_NE(report.find("rank 0 ("), std::string::npos) << report;
+  EXPECT_NE(report.find(queued), std::string::npos) << "expected \"" << queued << "\" in:\n" << report;
 }
 
 TEST(FlightRecorder, MergeToolReportsCallsThatDifferAtTheSameSequenceNumber) {

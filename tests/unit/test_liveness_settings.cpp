@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <string>
+#include <vector>
 
 #include "base/socket.hpp"
 #include "core/flight_recorder.hpp"
@@ -85,6 +86,24 @@ TEST(FlightRecorderRing, KeepsTheLastEntriesWithTheirStates) {
   EXPECT_NE(rec.toJson("x").find("\"state\": \"failed\""), std::string::npos);
   // No COLLIE_FLIGHT_RECORDER in this process: nothing is written.
   EXPECT_EQ(rec.dump("x"), "");
+}
+
+TEST(FlightRecorderRing, QueuedCallsFollowWithTheirFutureNumbers) {
+  core::FlightRecorder rec(0, 2, "queued-test", 8);
+  rec.begin(op(algorithms::Collective::AllReduce, 10), algorithms::Algorithm::Ring, 1u, 40);
+  rec.setQueuedSource([] {
+    return std::vector<core::OpDesc>{op(algorithms::Collective::AllGather, 3),
+                                     op(algorithms::Collective::Reduce, 5, 1)};
+  });
+  const std::string json = rec.toJson("q");
+  EXPECT_NE(json.find("\"seq\": 0, \"coll\": \"AllReduce\""), std::string::npos) << json;
+  EXPECT_NE(json.find("\"seq\": 1, \"coll\": \"AllGather\", \"dtype\": \"float32\", \"op\": \"max\", \"count\": 3, "
+                      "\"bytes\": 12, \"root\": 0, \"state\": \"queued\"}"),
+            std::string::npos)
+      << json;
+  EXPECT_NE(json.find("\"seq\": 2, \"coll\": \"Reduce\""), std::string::npos) << json;
+  rec.setQueuedSource({});
+  EXPECT_EQ(rec.toJson("q").find("\"state\": \"queued\""), std::string::npos);
 }
 
 TEST(FlightRecorderRing, ZeroEntriesRecordsNothing) {
