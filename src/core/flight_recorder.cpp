@@ -93,7 +93,10 @@ void FlightRecorder::setQueuedSource(QueuedSource source) {
   queued_ = std::move(source);
 }
 
-void FlightRecorder::setTransportNames(std::vector<std::string> names) { transportNames_ = std::move(names); }
+void FlightRecorder::setTransportNames(std::vector<std::string> names) {
+  std::lock_guard<std::mutex> lock(sourceMu_);  // a dump (SIGUSR1) may run during init
+  transportNames_ = std::move(names);
+}
 
 bool FlightRecorder::read(uint64_t seq, Entry* e) const {
   const Slot& s = slots_[seq % capacity_];
@@ -145,13 +148,20 @@ std::string FlightRecorder::toJson(const std::string& reason) {
       "\"pid\": %d, \"reason\": %s, \"dumped_at_us\": %lld, \"calls\": %llu, \"entries\": [",
       jsonString(name_).c_str(), rank_, nranks_, jsonString(host).c_str(), static_cast<int>(getpid()),
       jsonString(reason).c_str(), static_cast<long long>(wallUs()), static_cast<unsigned long long>(n));
+  std::vector<std::string> names;
+  std::vector<OpDesc> queued;
+  {
+    std::lock_guard<std::mutex> lock(sourceMu_);
+    names = transportNames_;
+    if (queued_) queued = queued_();
+  }
   bool any = false;
   for (uint64_t seq = first; seq < n; ++seq) {
     Entry e{};
     if (!read(seq, &e)) continue;  // being rewritten right now
     std::string transport;
-    for (size_t t = 0; t < transportNames_.size() && t < 32; ++t)
-      if (e.transports & (1u << t)) transport += (transport.empty() ? "" : "+") + transportNames_[t];
+    for (size_t t = 0; t < names.size() && t < 32; ++t)
+      if (e.transports & (1u << t)) transport += (transport.empty() ? "" : "+") + names[t];
     if (transport.empty()) transport = "self";
     const double startUs = ticksToWallUs(e.start, npt);
     out += base::format(
@@ -167,11 +177,6 @@ std::string FlightRecorder::toJson(const std::string& reason) {
     }
     out += "}";
     any = true;
-  }
-  std::vector<OpDesc> queued;
-  {
-    std::lock_guard<std::mutex> lock(sourceMu_);
-    if (queued_) queued = queued_();
   }
   uint64_t seq = n;
   for (const OpDesc& q : queued) {

@@ -146,7 +146,7 @@ class FlightRecorder {
   uint64_t open_ = 0;  // first call not finished
   std::atomic<uint64_t> published_{0};
   std::vector<std::string> transportNames_;
-  std::mutex sourceMu_;  // orders a dump's use of queued_ with its replacement
+  std::mutex sourceMu_;  // orders a dump's reads of transportNames_ and queued_ with their replacement
   QueuedSource queued_;
   // The tick clock's origin, for converting ticks to wall-clock microseconds.
   uint64_t originTicks_;

@@ -5,6 +5,8 @@
 // Each case runs over TCP and over shm.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cctype>
 #include <chrono>
@@ -202,6 +204,53 @@ TEST_P(Liveness, TimeoutNamesThePeersWaitedOnAndNeverTheRankItself) {
       sh.counters[kReported].fetch_add(1);
     });
     EXPECT_TRUE(allRanksSucceeded(launcher.wait(60s))) << "call " << call;
+  }
+}
+
+// Init in a forked child with `env`=`value` (COLLIE_* values are read once per process): the error, or "" on success.
+std::string initError(const char* env, const char* value) {
+  int fds[2];
+  if (pipe(fds) != 0) return "pipe failed";
+  fflush(stdout);
+  fflush(stderr);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    close(fds[0]);
+    setenv(env, value, 1);
+    std::string what;
+    try {
+      auto comms = Communicator::createAll(2);
+    } catch (const Error& e) {
+      what = e.what();
+    }
+    if (!what.empty() && write(fds[1], what.data(), what.size()) < 0) _exit(2);
+    _exit(0);
+  }
+  close(fds[1]);
+  std::string out;
+  char buf[512];
+  ssize_t n;
+  while ((n = read(fds[0], buf, sizeof(buf))) > 0) out.append(buf, static_cast<size_t>(n));
+  close(fds[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return out;
+}
+
+TEST(TimeoutValues, BadValuesFailInitNamingTheVariableAndGoodOnesWork) {
+  for (const char* bad : {"-1", "0", "99999999999999999999", "3153600000001", "ten", "5s", ""}) {
+    const std::string err = initError("COLLIE_TIMEOUT", bad);
+    if (*bad == '\0') {  // empty: unset, the default applies
+      EXPECT_EQ(err, "");
+      continue;
+    }
+    EXPECT_NE(err.find("COLLIE_TIMEOUT=" + std::string(bad) + ": expected milliseconds"), std::string::npos)
+        << "COLLIE_TIMEOUT=" << bad << ": " << err;
+  }
+  for (const char* good : {"inf", "never", "5000", "600000"}) EXPECT_EQ(initError("COLLIE_TIMEOUT", good), "") << good;
+  for (const char* bad : {"-1", "0x", "999", "inf"}) {
+    const std::string err = initError("COLLIE_PEER_DEAD_TIMEOUT", bad);
+    EXPECT_NE(err.find("COLLIE_PEER_DEAD_TIMEOUT=" + std::string(bad) + ": expected"), std::string::npos) << err;
   }
 }
 
