@@ -14,11 +14,12 @@
 // Gather, Scatter and a Send/Recv ring inside ncclGroupStart/End, in place and out of place, with counts 0, 1, odd
 // and large. The values are small integers, so every sum and product is exact in every type, and an average is
 // the sum divided once (truncating for integers, one rounding for floating point) as NCCL and collie both do.
-// Then: ncclCommSplit (with NCCL_SPLIT_NOCOLOR), ncclCommCount/UserRank, non-blocking init and ncclCommGetAsyncError,
-// inits and splits inside a group driven by one thread, ncclCommInitAll, ncclCommInitRankScalable, config
-// checking, registration, ncclMemAlloc, ncclCommFinalize/Abort/Destroy, and the errors: a bad datatype, an fp8
-// datatype, a custom op, an unsupported function (ncclGetLastError non-empty each time), ncclGetErrorString and
-// ncclGetVersion. Exits 0 when every check passed, 1 otherwise, naming each failed check.
+// Then: ncclCommSplit (with NCCL_SPLIT_NOCOLOR), ncclCommShrink (of a healthy communicator), ncclCommCount/UserRank,
+// non-blocking init and ncclCommGetAsyncError, inits and splits inside a group driven by one thread,
+// ncclCommInitAll, ncclCommInitRankScalable, config checking, registration, ncclMemAlloc,
+// ncclCommFinalize/Abort/Destroy, and the errors: a bad datatype, an fp8 datatype, a custom op, an unsupported
+// function (ncclGetLastError non-empty each time), ncclGetErrorString and ncclGetVersion. Exits 0 when every check
+// passed, 1 otherwise, naming each failed check.
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <nccl.h>
@@ -534,6 +535,29 @@ void testSplit(ncclComm_t comm) {
   NCCL_OK(ncclCommAbort(sub));
 }
 
+void testShrink(ncclComm_t comm) {
+  // With 3 or more ranks the last rank is left out (alive, it does not call); the others pass the list.
+  if (gSize < 3) {
+    ncclComm_t same = nullptr;  // excluding nobody: a communicator of everyone on fresh connections
+    NCCL_OK(ncclCommShrink(comm, nullptr, 0, &same, nullptr, NCCL_SHRINK_DEFAULT));
+    if (same) checkSum(same, gRank, gSize * (gSize - 1) / 2, "AllReduce on a shrink excluding nobody");
+    if (same) NCCL_OK(ncclCommDestroy(same));
+    return;
+  }
+  if (gRank == gSize - 1) return;
+  int exclude = gSize - 1;
+  ncclComm_t small = nullptr;
+  NCCL_OK(ncclCommShrink(comm, &exclude, 1, &small, nullptr, NCCL_SHRINK_ABORT));
+  CHECK(small != nullptr, "ncclCommShrink gave no communicator");
+  if (!small) return;
+  int count = -1, rank = -1;
+  NCCL_OK(ncclCommCount(small, &count));
+  NCCL_OK(ncclCommUserRank(small, &rank));
+  CHECK(count == gSize - 1 && rank == gRank, "shrunk: rank %d of %d, expected %d of %d", rank, count, gRank, gSize - 1);
+  checkSum(small, gRank, (gSize - 1) * (gSize - 2) / 2, "AllReduce on the shrunk communicator");
+  NCCL_OK(ncclCommDestroy(small));
+}
+
 // Communicators of 2 ranks made and driven by this one thread: inits and splits inside a group, InitAll,
 // InitRankScalable and a non-blocking config.
 void testSingleThreadComms() {
@@ -675,9 +699,12 @@ void testErrors(ncclComm_t comm) {
   r = ncclRedOpCreatePreMulSum(&custom, &scalar, ncclFloat32, ncclScalarHostImmediate, comm);
   CHECK(r == ncclInvalidUsage, "ncclRedOpCreatePreMulSum gave %d", static_cast<int>(r));
   ncclComm_t shrunk = reinterpret_cast<ncclComm_t>(&buf);
-  int exclude = 0;
+  int exclude = gRank;  // an excluded rank must not call it
   r = ncclCommShrink(comm, &exclude, 1, &shrunk, nullptr, NCCL_SHRINK_DEFAULT);
-  CHECK(r == ncclInvalidUsage && shrunk == nullptr, "ncclCommShrink gave %d", static_cast<int>(r));
+  CHECK(r == ncclInvalidUsage && shrunk == nullptr, "ncclCommShrink excluding itself gave %d", static_cast<int>(r));
+  lastErrorHas("exclude list", "ncclCommShrink excluding itself");
+  r = ncclCommShrink(comm, &exclude, 1, &shrunk, nullptr, 7);
+  CHECK(r == ncclInvalidArgument && shrunk == nullptr, "ncclCommShrink with bad flags gave %d", static_cast<int>(r));
   ncclWindow_t win;
   r = ncclCommWindowRegister(comm, buf, sizeof(buf), &win, NCCL_WIN_DEFAULT);
   CHECK(r == ncclInvalidUsage, "ncclCommWindowRegister gave %d", static_cast<int>(r));
@@ -792,6 +819,7 @@ int main(int argc, char** argv) {
   timed("Gather/Scatter", [&] { testGatherScatter(comm); });
   timed("Send/Recv", [&] { testSendRecv(comm); });
   timed("CommSplit", [&] { testSplit(comm); });
+  timed("CommShrink", [&] { testShrink(comm); });
   timed("errors", [&] { testErrors(comm); });
   timed("misc", [&] { testMisc(comm); });
   timed("single-thread", [&] { testSingleThreadComms(); });

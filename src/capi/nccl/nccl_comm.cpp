@@ -1,6 +1,6 @@
 // libnccl.so.2, communicators: NCCL's unique ids, inits (by rank, config, scalable, all in one process), split,
 // finalize, destroy and abort, queries (count, rank, CUDA device, async error), error strings, registration, and
-// the communicator functions collie does not support (revoke, shrink, windows, custom reduction operators), each
+// shrink, and the communicator functions collie does not support (revoke, windows, custom reduction operators), each
 // returning an error with its reason. Built on collie's C API through the helpers of nccl_abi.hpp.
 //
 // Inits and splits inside a group are deferred to the outermost ncclGroupEnd (nccl_abi.cpp, deferToGroupEnd), as
@@ -181,16 +181,35 @@ NCCL_ABI(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key, ncclC
   });
 }
 
+// collieCommShrink: the survivors connect afresh, without the parent's connections, so it works on a parent whose
+// peer died. NCCL_SHRINK_ABORT is accepted like NCCL_SHRINK_DEFAULT: the parent's operations need not end first,
+// since the new communicator does not share anything with them. The config's blocking is honoured as split's is
+// (the call itself always completes before it returns); the new communicator keeps the parent's timeout.
 NCCL_ABI(ncclResult_t, ncclCommShrink, ncclComm_t comm, int* excludeRanksList, int excludeRanksCount,
          ncclComm_t* newcomm, ncclConfig_t* config, int shrinkFlags) {
-  (void)excludeRanksList;
-  (void)excludeRanksCount;
-  (void)config;
-  (void)shrinkFlags;
-  if (newcomm) *newcomm = nullptr;
-  return unsupported(comm, ncclInvalidUsage, "ncclCommShrink",
-                     "collie forms a new communicator only with every rank of the old one taking part "
-                     "(ncclCommSplit); excluded ranks do not call ncclCommShrink");
+  const char* fn = "ncclCommShrink";
+  if (!newcomm) return fail(comm, ncclInvalidArgument, "%s: newcomm is NULL", fn);
+  *newcomm = nullptr;
+  if (shrinkFlags != NCCL_SHRINK_DEFAULT && shrinkFlags != NCCL_SHRINK_ABORT) {
+    return fail(comm, ncclInvalidArgument, "%s: shrinkFlags=%d: expected NCCL_SHRINK_DEFAULT or NCCL_SHRINK_ABORT", fn,
+                shrinkFlags);
+  }
+  if (groupDepth() > 0) return fail(comm, ncclInvalidUsage, "%s: not supported inside a group", fn);
+  return guarded(comm, fn, [&]() -> ncclResult_t {
+    collieComm_t parent = nullptr;
+    NCCL_TRY(resolveLive(comm, fn, &parent));
+    Settings s;
+    s.blocking = comm->blocking;  // no config: the parent's
+    NCCL_TRY(parseConfig(fn, config, &s));
+    auto child = std::make_unique<ncclComm>();
+    child->device = comm->device;
+    child->blocking = s.blocking;
+    collieComm_t c = nullptr;
+    NCCL_TRY(fromCollie(comm, fn, collieCommShrink(parent, excludeRanksList, excludeRanksCount, &c)));
+    child->c = c;
+    *newcomm = child.release();
+    return ncclSuccess;
+  });
 }
 
 NCCL_ABI(const char*, ncclGetErrorString, ncclResult_t result) {
