@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -60,6 +61,44 @@ TEST(CApiShrink, SurvivorsGetACommunicatorAndTheParentKeepsWorking) {
   }
   for (auto& t : threads) t.join();
   for (collieComm_t c : comms) EXPECT_OK(collieCommDestroy(c));
+}
+
+TEST(CApiShrink, ShrinkOfASplitOutlivesItsParents) {
+  // 6 ranks split in two halves (old ranks 0,2,4 and 1,3,5); each half drops its rank 1 (old ranks 2 and 3, which
+  // take no part), and both parents are destroyed before the shrunk communicators are used and shrunk again: the
+  // listeners they connect through belong to them.
+  constexpr int n = 6;
+  std::vector<collieComm_t> comms(n, nullptr), halves(n, nullptr), shrunk(n, nullptr);
+  ASSERT_EQ(collieCommInitAll(comms.data(), n, nullptr), collieSuccess) << collieGetLastError(nullptr);
+  auto onRanks = [&](const std::vector<int>& ranks, const std::function<void(size_t)>& fn) {
+    std::vector<std::thread> threads;
+    for (int r : ranks) threads.emplace_back([&fn, r] { fn(static_cast<size_t>(r)); });
+    for (auto& t : threads) t.join();
+  };
+  const std::vector<int> all = {0, 1, 2, 3, 4, 5}, survivors = {0, 1, 4, 5};
+  onRanks(all,
+          [&](size_t r) { EXPECT_OK(collieCommSplit(comms[r], static_cast<int>(r % 2), 0, &halves[r], nullptr)); });
+  const int dropOne[] = {1};
+  onRanks(survivors, [&](size_t r) { EXPECT_OK(collieCommShrink(halves[r], dropOne, 1, &shrunk[r])); });
+  for (int r : all) EXPECT_OK(collieCommDestroy(halves[static_cast<size_t>(r)]));
+  for (int r : all) EXPECT_OK(collieCommDestroy(comms[static_cast<size_t>(r)]));
+  onRanks(survivors, [&](size_t r) {
+    ASSERT_NE(shrunk[r], nullptr);
+    int size = 0, rank = -1;
+    EXPECT_OK(collieCommCount(shrunk[r], &size));
+    EXPECT_OK(collieCommUserRank(shrunk[r], &rank));
+    EXPECT_EQ(size, 2);
+    EXPECT_EQ(rank, r < 2 ? 0 : 1);
+    collieComm_t again = nullptr;  // excluding nobody: connects afresh through the shrunk communicator's listeners
+    EXPECT_OK(collieCommShrink(shrunk[r], nullptr, 0, &again));
+    ASSERT_NE(again, nullptr);
+    std::vector<int32_t> v(4099, static_cast<int32_t>(r));
+    EXPECT_OK(collieAllReduce(v.data(), v.data(), v.size(), collieInt32, collieSum, again, nullptr));
+    const int32_t want = r % 2 == 0 ? 0 + 4 : 1 + 5;
+    for (size_t i = 0; i < v.size(); ++i) ASSERT_EQ(v[i], want) << "element " << i;
+    EXPECT_OK(collieCommDestroy(again));
+    EXPECT_OK(collieCommDestroy(shrunk[r]));
+  });
 }
 
 TEST(CApiShrink, BadArgumentsAreRefused) {
