@@ -5,6 +5,8 @@
 //                   MASTER_ADDR:(MASTER_PORT+1) (torchrun's own store holds MASTER_PORT). Rank 0 hosts the root.
 //   secret:         COLLIE_SECRET (32 hex digits; collierun sets one), else derived from the job's identity,
 //                   which keeps strays from other jobs out but is no protection against a deliberate stranger.
+#include <cerrno>
+#include <climits>
 #include <cstdlib>
 #include <functional>
 
@@ -23,11 +25,14 @@ const char* env(const char* name) {
   return (v && *v) ? v : nullptr;
 }
 
-int envInt(const char* name) {
+/// A launcher's integer variable, in [lo, hi] (a value past an int's range is refused, not truncated).
+int envInt(const char* name, long lo, long hi) {
   const char* v = env(name);
   char* end = nullptr;
+  errno = 0;
   long parsed = std::strtol(v, &end, 10);
-  COLLIE_ARG_CHECK(end != v && *end == '\0', "environment variable %s='%s' is not an integer", name, v);
+  COLLIE_ARG_CHECK(end != v && *end == '\0' && errno != ERANGE && parsed >= lo && parsed <= hi,
+                   "environment variable %s='%s' is not an integer in [%ld, %ld]", name, v, lo, hi);
   return static_cast<int>(parsed);
 }
 
@@ -77,7 +82,7 @@ std::unique_ptr<Communicator> Communicator::createFromEnv(const Options& options
   COLLIE_USAGE_CHECK(found != nullptr,
                      "no launcher environment found: set COLLIE_RANK/COLLIE_NRANKS (collierun), RANK/WORLD_SIZE "
                      "(torchrun), OMPI_COMM_WORLD_RANK/SIZE (Open MPI) or SLURM_PROCID/SLURM_NTASKS (Slurm)");
-  const int rank = envInt(found->rank), nranks = envInt(found->size);
+  const int rank = envInt(found->rank, 0, INT_MAX - 1), nranks = envInt(found->size, 1, INT_MAX);
   COLLIE_ARG_CHECK(nranks >= 1 && rank >= 0 && rank < nranks, "%s=%d and %s=%d from %s are inconsistent", found->rank,
                    rank, found->size, nranks, found->launcher);
 
@@ -94,7 +99,7 @@ std::unique_ptr<Communicator> Communicator::createFromEnv(const Options& options
                        found->launcher, rank, nranks);
     std::string h = host;
     if (h.find(':') != std::string::npos && h.front() != '[') h = "[" + h + "]";
-    rootAddr = h + ":" + std::to_string(envInt("MASTER_PORT") + 1);
+    rootAddr = h + ":" + std::to_string(envInt("MASTER_PORT", 0, 65534) + 1);
   }
   core::UniqueIdData id;
   id.root = base::parseAddress(rootAddr);
