@@ -254,5 +254,33 @@ TEST(TuneFile, RoundTripsAndRejectsGarbage) {
   EXPECT_FALSE(readTuneFile(path, &out));
 }
 
+// What the tune file's parser used to take and no longer does (found writing its fuzz harness): an infinite cost
+// (every estimate became inf), text after the numbers, and a NUL byte that hid the rest of its line. A refused file
+// changes nothing, even when earlier lines were good.
+TEST(TuneFile, RefusesInfiniteCostsTrailingTextAndNulAndIsAllOrNothing) {
+  const std::string bad[] = {
+      "tcp alpha_us=inf beta_ns_per_byte=1\n", "reduce gamma_ns_per_byte=INF\n",
+      "tcp alpha_us=nan beta_ns_per_byte=1\n", "tcp alpha_us=1 beta_ns_per_byte=2 junk\n",
+      "reduce gamma_ns_per_byte=1 2\n",        std::string("tcp alpha_us=1 beta_ns_per_byte=2\0x\n", 36)};
+  for (const std::string& text : bad) {
+    MeasuredCosts costs;
+    costs.set("shm", {1e-6, 1e-10});
+    try {
+      parseTuneText("shm alpha_us=9 beta_ns_per_byte=9\n" + text, "t.tune", &costs);
+      ADD_FAILURE() << "accepted: " << text;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::InvalidArgument);
+      EXPECT_NE(std::string(e.what()).find("COLLIE_TUNE_FILE: t.tune:2: expected"), std::string::npos) << e.what();
+    }
+    ASSERT_EQ(costs.links.size(), 1u);
+    EXPECT_EQ(costs.links[0].second.alpha, 1e-6) << "a refused file changed the costs";
+  }
+  MeasuredCosts ok;
+  parseTuneText("  tcp alpha_us=1.5 beta_ns_per_byte=0.25  # note\r\n\nreduce gamma_ns_per_byte=0.5", "t", &ok);
+  ASSERT_NE(ok.find("tcp"), nullptr);
+  EXPECT_DOUBLE_EQ(ok.find("tcp")->alpha, 1.5e-6);
+  EXPECT_DOUBLE_EQ(ok.gamma, 0.5e-9);
+}
+
 }  // namespace
 }  // namespace collie::core
