@@ -7,7 +7,8 @@
 //     with its address and closed, without delaying anyone else.
 //   - At most kMaxUnverified connections wait for their hello at once; a new one beyond that closes the oldest
 //     waiting one, so a flood costs a bounded number of descriptors and a real rank, which speaks at once, gets
-//     through.
+//     through (a connection is read as soon as it is accepted, and once more before it is closed for room).
+//     kHelloWait and kMaxUnverified are the transports' (transport/handshake.hpp).
 //   - accept() failing with EMFILE/ENFILE closes the oldest unverified connection if there is one (a stranger pays
 //     for the descriptor), else pauses the listener briefly and tries again; the shortage is logged with
 //     fdShortageMessage (the ranks themselves report it where it hits them).
@@ -36,8 +37,8 @@ namespace {
 using transport::UniqueFd;
 using Clock = std::chrono::steady_clock;
 
-constexpr auto kHelloWait = std::chrono::milliseconds(1500);  // how long a connection may take to send its hello
-constexpr size_t kMaxUnverified = 128;                        // connections waiting for their hello at once
+using transport::handshake::kHelloWait;      // how long a connection may take to send its hello
+using transport::handshake::kMaxUnverified;  // connections waiting for their hello at once
 
 /// A connection that has not sent a complete hello yet.
 struct Incoming {
@@ -148,13 +149,18 @@ class RootServer {
       c.fd.reset(fd);
       c.from = base::addressToString(addr);
       c.expires = std::min(deadline_, Clock::now() + kHelloWait);
-      incoming_.push_back(std::move(c));
+      readHello(c);  // a real rank's hello is usually there already
+      if (c.fd.get() >= 0) incoming_.push_back(std::move(c));
     }
   }
 
+  /// Makes room: closes the oldest connection still without a hello, after a last look for it.
   void dropOldest(const char* why) {
-    COLLIE_WARN(base::kLogBootstrap, "bootstrap root: closed the unverified connection from %s %s",
-                incoming_.front().from.c_str(), why);
+    Incoming& oldest = incoming_.front();
+    readHello(oldest);
+    if (oldest.fd.get() >= 0)
+      COLLIE_WARN(base::kLogBootstrap, "bootstrap root: closed the unverified connection from %s %s",
+                  oldest.from.c_str(), why);
     incoming_.pop_front();
   }
 

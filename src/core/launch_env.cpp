@@ -105,11 +105,19 @@ std::unique_ptr<Communicator> Communicator::createFromEnv(const Options& options
   id.root = base::parseAddress(rootAddr);
   id.secret = secretFromEnv(rootAddr, nranks);
   if (rank == 0) {
-    // Listen on every address of the root's family at that port, so the name the others use reaches us.
-    sockaddr_storage any{};
-    any.ss_family = id.root.ss_family;
-    base::setAddressPort(any, base::addressPort(id.root));
-    core::BootstrapRoot::start(any, id.secret, std::chrono::milliseconds(base::params::timeoutMs()));
+    // Listen where the others dial (the root address itself), not on every interface; only when that address
+    // is not one of this host's (a name that resolves elsewhere, NAT) on every address of its family.
+    const std::chrono::milliseconds timeout(base::params::timeoutMs());
+    try {
+      core::BootstrapRoot::start(id.root, id.secret, timeout);
+    } catch (const Error& e) {
+      COLLIE_INFO(base::kLogInit, "bootstrap root: cannot listen on %s (%s); listening on every address",
+                  rootAddr.c_str(), e.what());
+      sockaddr_storage any{};
+      any.ss_family = id.root.ss_family;
+      base::setAddressPort(any, base::addressPort(id.root));
+      core::BootstrapRoot::start(any, id.secret, timeout);
+    }
   }
   COLLIE_INFO(base::kLogInit, "init from %s: rank %d of %d, root %s", found->launcher, rank, nranks, rootAddr.c_str());
   collieUniqueId raw = core::encodeUniqueId(id);

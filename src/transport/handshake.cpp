@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "base/errors.hpp"
+#include "base/fd_limits.hpp"
 #include "base/log.hpp"
 #include "base/params.hpp"
 
@@ -173,13 +174,20 @@ void Handshake::acceptHigher(int listenFd, Stash& stash, const std::function<voi
       ++it;
     }
   }
-  std::vector<Link> pending;  // accepted, hello not complete yet
+  std::deque<Link> pending;  // accepted, hello not complete yet; oldest first
+  base::FdShortageBackoff shortage;
   while (!missing().empty()) {
-    if (Clock::now() >= deadline_) failTimeout(missing(), "connect");
+    const auto now = Clock::now();
+    if (now >= deadline_) failTimeout(missing(), "connect");
+    while (!pending.empty() && pending.front().expires <= now) {
+      COLLIE_WARN(base::kLogNet, "%s: rank %d refused a connection from %s: no hello within %lld ms", transport_,
+                  ctx_.rank, pending.front().from.c_str(), static_cast<long long>(kHelloWait.count()));
+      pending.pop_front();
+    }
     std::vector<pollfd> pfds;
     pfds.push_back(pollfd{listenFd, POLLIN, 0});
     for (Link& l : pending) pfds.push_back(pollfd{l.fd.get(), POLLIN, 0});
-    int rc = ::poll(pfds.data(), pfds.size(), pollMs(deadline_));
+    int rc = ::poll(pfds.data(), pfds.size(), pollMs(pending.empty() ? deadline_ : pending.front().expires));
     if (rc < 0 && errno != EINTR) COLLIE_SYSCHECK(rc, "poll");
     if (rc <= 0) continue;
     for (size_t k = 1; k < pfds.size(); ++k)
@@ -187,25 +195,49 @@ void Handshake::acceptHigher(int listenFd, Stash& stash, const std::function<voi
     pending.erase(std::remove_if(pending.begin(), pending.end(), [](const Link& l) { return l.fd.get() < 0; }),
                   pending.end());
     if (!pfds[0].revents) continue;
-    for (;;) {
-      sockaddr_storage addr{};
-      socklen_t len = sizeof(addr);
-      int fd = ::accept4(listenFd, reinterpret_cast<sockaddr*>(&addr), &len, SOCK_CLOEXEC | SOCK_NONBLOCK);
-      if (fd < 0) {
-        if (errno == EINTR || errno == ECONNABORTED || errno == EPROTO) continue;
-        if (errno == EAGAIN || errno == EWOULDBLOCK) break;
-        COLLIE_SYSCHECK(fd, "accept");
-      }
-      Link l;
-      l.fd.reset(fd);
-      l.from = describePeer(fd, addr);
-      pending.push_back(std::move(l));
+    if (int err = acceptPending(listenFd, pending, stash, adopt)) {
+      shortage.wait(err, "accept", deadline_);  // throws once the shortage outlasts its grace
+    } else {
+      shortage.reset();
     }
   }
   // Strangers still silent: they are not ours to keep.
   for (Link& l : pending)
     COLLIE_WARN(base::kLogNet, "%s: rank %d dropped a silent connection from %s", transport_, ctx_.rank,
                 l.from.c_str());
+}
+
+int Handshake::acceptPending(int listenFd, std::deque<Link>& pending, Stash& stash,
+                             const std::function<void(Link&)>& adopt) {
+  for (;;) {
+    sockaddr_storage addr{};
+    socklen_t len = sizeof(addr);
+    int fd = ::accept4(listenFd, reinterpret_cast<sockaddr*>(&addr), &len, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) {
+      int err = errno;
+      if (err == EINTR || err == ECONNABORTED || err == EPROTO) continue;
+      if (err == EAGAIN || err == EWOULDBLOCK) return 0;
+      if (!base::isFdShortage(err)) COLLIE_SYSCHECK(fd, "accept");
+      if (pending.empty()) return err;
+      dropOldest(pending, stash, adopt, "to free a file descriptor");
+      continue;
+    }
+    if (pending.size() >= kMaxUnverified) dropOldest(pending, stash, adopt, "to make room (too many waiting)");
+    Link l;
+    l.fd.reset(fd);
+    l.from = describePeer(fd, addr);
+    l.expires = std::min(deadline_, Clock::now() + kHelloWait);
+    if (takeIncoming(l, stash, adopt) == 0) pending.push_back(std::move(l));  // its hello may be there already
+  }
+}
+
+void Handshake::dropOldest(std::deque<Link>& pending, Stash& stash, const std::function<void(Link&)>& adopt,
+                           const char* why) {
+  Link& oldest = pending.front();
+  if (takeIncoming(oldest, stash, adopt) == 0)  // a real peer's hello that just arrived is kept
+    COLLIE_WARN(base::kLogNet, "%s: rank %d closed the unverified connection from %s %s", transport_, ctx_.rank,
+                oldest.from.c_str(), why);
+  pending.pop_front();
 }
 
 void Handshake::await(const std::vector<Link*>& links, const std::function<void(Link&)>& onMessage) {

@@ -8,9 +8,12 @@
 //   - Of each pair, the higher rank dials the lower one (dials()) and speaks first.
 //   - Handshake::acceptHigher() accepts from the higher-ranked peers until each has all its channels: it reads
 //     every pending connection at once (a silent stranger delays nobody); a connection that closes, sends
-//     garbage or cannot show the secret is logged (WARN, NET) with where it came from and closed; a verified
-//     hello from a rank that is not in this call's peer list but may be in a later one goes into the
-//     transport's Stash, which the next call reads first.
+//     garbage, cannot show the secret or sends no hello within kHelloWait is logged (WARN, NET) with where it
+//     came from and closed; at most kMaxUnverified wait for their hello at once (a new one closes the oldest,
+//     so a flood costs a bounded number of descriptors); a verified hello from a rank that is not in this
+//     call's peer list but may be in a later one goes into the transport's Stash, which the next call reads
+//     first. accept() failing with EMFILE/ENFILE closes the oldest unverified connection, or backs off and
+//     retries (base::FdShortageBackoff), failing after a short grace with "out of file descriptors: ...".
 //   - Handshake::await() reads the answers on the links of this call, checking each like a hello.
 //   - Every wait ends at one deadline (ctx.timeout, COLLIE_TIMEOUT when zero) with a Timeout naming exactly
 //     the ranks still missing.
@@ -21,6 +24,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
+#include <deque>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -64,6 +69,11 @@ class UniqueFd {
 namespace handshake {
 
 constexpr uint32_t kMagic = 0x434c4849;  // "CLHI"
+/// How long an accepted connection may take to send its hello (less when the handshake's deadline is nearer).
+/// The bootstrap root uses the same bounds.
+constexpr std::chrono::milliseconds kHelloWait{2000};
+/// Accepted connections waiting for their hello at once, at most.
+constexpr size_t kMaxUnverified = 128;
 constexpr uint16_t kVersion = 2;
 
 /// The first bytes of every handshake message of every transport.
@@ -104,6 +114,7 @@ struct Link {
   size_t got = 0;             ///< bytes of it read so far
   std::vector<UniqueFd> fds;  ///< descriptors that came with it (unix sockets)
   bool done = false;          ///< the transport expects nothing more on it during this handshake
+  base::Deadline expires{};   ///< accepted: when it must have sent its hello
 
   const Header& header() const { return *reinterpret_cast<const Header*>(buf.data()); }
   /// The message as the transport's struct (which starts with a Header).
@@ -177,6 +188,11 @@ class Handshake {
  private:
   /// Reads a message on an accepted link: 1 adopted, stashed or refused (link consumed), 0 not complete yet.
   int takeIncoming(Link& link, Stash& stash, const std::function<void(Link&)>& adopt);
+  /// Accepts every pending connection into `pending` (oldest first), reading each at once. Returns 0, or the
+  /// EMFILE/ENFILE that stopped it with no unverified connection left to close.
+  int acceptPending(int listenFd, std::deque<Link>& pending, Stash& stash, const std::function<void(Link&)>& adopt);
+  /// Makes room: closes the oldest unverified connection (after a last look for its hello), saying why.
+  void dropOldest(std::deque<Link>& pending, Stash& stash, const std::function<void(Link&)>& adopt, const char* why);
 
   const char* transport_;
   TransportKind kind_;

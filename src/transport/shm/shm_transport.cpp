@@ -42,6 +42,7 @@
 #include <thread>
 
 #include "base/errors.hpp"
+#include "base/fd_limits.hpp"
 #include "base/log.hpp"
 #include "base/params.hpp"
 #include "base/poller.hpp"
@@ -150,6 +151,13 @@ int SeqpacketWire::read(Link& link) {
       std::memcpy(&got, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
       link.fds.emplace_back(got);  // owned (and closed) whatever happens next
     }
+  }
+  if ((mh.msg_flags & MSG_CTRUNC) && n == static_cast<ssize_t>(sizeof(Msg))) {
+    // The kernel drops descriptors it cannot install here: at our limit, that is the cause, not the peer.
+    base::FdUsage usage = base::fdUsage();
+    COLLIE_ENFORCE(usage.limit < 0 || usage.open + kMaxFds < usage.limit, ErrorCode::SystemError,
+                   "shm handshake: the descriptors %s sent could not be received: %s", link.from.c_str(),
+                   base::fdShortageMessage(EMFILE).c_str());
   }
   if (n != static_cast<ssize_t>(sizeof(Msg)) || (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC))) return -1;
   link.got = sizeof(Msg);
@@ -270,8 +278,13 @@ bool ShmTransport::canConnect(const PeerInfo& local, const PeerInfo& peer) const
          local.netNs == peer.netNs;
 }
 
+void ShmTransport::closeListener() {
+  if (listenFd_ >= 0) ::close(listenFd_);
+  listenFd_ = -1;
+}
+
 std::vector<std::unique_ptr<Connection>> ShmTransport::connect(const CommContext& ctx, const std::vector<int>& peers) {
-  COLLIE_USAGE_CHECK(listenFd_ >= 0, "shm transport: connect() before listen()");
+  COLLIE_USAGE_CHECK(listenFd_ >= 0, "shm transport: connect() before listen() or after closeListener()");
   SeqpacketWire wire;
   handshake::Handshake hs("shm", TransportKind::Shm, ctx, peers, 1, wire);
   const base::Deadline deadline = hs.deadline();
@@ -374,7 +387,10 @@ std::vector<std::unique_ptr<Connection>> ShmTransport::connect(const CommContext
     PeerState& ps = state[p];
     const std::string name = shmAddressOf(ctx.peers[static_cast<size_t>(p)]);
     COLLIE_ARG_CHECK(!name.empty(), "shm connect of rank %d: rank %d does not listen on shm", me, p);
-    int fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    int fd;
+    base::FdShortageBackoff shortage;
+    while ((fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0)) < 0 && base::isFdShortage(errno))
+      shortage.wait(errno, "socket(AF_UNIX, SOCK_SEQPACKET)", deadline);
     COLLIE_SYSCHECK(fd, "socket(AF_UNIX, SOCK_SEQPACKET)");
     ps.link.fd.reset(fd);
     ps.link.from = "@" + name;
