@@ -75,6 +75,11 @@ class RootServer {
         return;
       }
       listener_.reset();  // every rank is in: nobody else may connect
+      if (!incoming_.empty())
+        COLLIE_WARN(base::kLogBootstrap,
+                    "bootstrap root: closed %zu connection(s) that sent no hello (the first from %s)", incoming_.size(),
+                    incoming_.front().from.c_str());
+      incoming_.clear();
       reply();
     } catch (const Error& e) {
       COLLIE_WARN(base::kLogBootstrap, "bootstrap root failed: %s", e.what());

@@ -25,9 +25,9 @@
 
 #include <atomic>
 #include <chrono>
-#include <deque>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <string>
 #include <vector>

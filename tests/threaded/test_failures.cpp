@@ -23,6 +23,7 @@
 #include "common/bodies.hpp"
 #include "common/launcher.hpp"
 #include "core/bootstrap.hpp"
+#include "core/bootstrap_wire.hpp"
 
 namespace collie::test {
 namespace {
@@ -373,14 +374,13 @@ TEST(Bootstrap, StrangersWithAWrongSecretAreClosedAndInitStillSucceeds) {
   int liar = connectToRoot(id), noise = connectToRoot(id);
   ASSERT_GE(liar, 0);
   ASSERT_GE(noise, 0);
-  struct {
-    uint32_t magic = 0xc011eb00;  // the hello magic of src/core/bootstrap.cpp
-    uint8_t secret[16];
-    int32_t rank = 0;
-    int32_t nranks = n;
-  } hello;
-  memset(hello.secret, 0x42, sizeof hello.secret);
-  ASSERT_EQ(send(liar, &hello, sizeof hello, MSG_NOSIGNAL), static_cast<ssize_t>(sizeof hello));
+  core::BootstrapHello hello;  // right in every field but the secret
+  hello.secret.fill(0x42);
+  hello.rank = 0;
+  hello.nranks = n;
+  hello.info.rank = 0;
+  std::vector<uint8_t> bytes = core::encodeBootstrapHello(hello);
+  ASSERT_EQ(send(liar, bytes.data(), bytes.size(), MSG_NOSIGNAL), static_cast<ssize_t>(bytes.size()));
   char junk[64];
   memset(junk, 'x', sizeof junk);
   ASSERT_EQ(send(noise, junk, sizeof junk, MSG_NOSIGNAL), static_cast<ssize_t>(sizeof junk));

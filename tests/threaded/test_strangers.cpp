@@ -1,0 +1,313 @@
+// Strangers at the doors a job listens on: the bootstrap root and each rank's transport listeners (tcp, shm). Each
+// kind of stranger (silent, garbage, a well-formed hello with the wrong secret), one alone and 200 at once, is let
+// in before the job starts; the test then times a real init (or connect) with the strangers in the backlog against
+// one without, in the same test, and requires that it succeeds, that the strangers cost less than kMaxDelay, that
+// every stranger is closed and logged, and that the connections work (data checked element by element). Also: the
+// root's and the transports' listeners are closed once the communicator is connected (nobody may dial in later).
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "base/socket.hpp"
+#include "common/bodies.hpp"
+#include "common/launcher.hpp"
+#include "common/transport_harness.hpp"
+#include "core/bootstrap.hpp"
+#include "core/bootstrap_wire.hpp"
+#include "transport/handshake.hpp"
+#include "transport/shm/shm_transport.hpp"
+#include "transport/tcp/tcp_transport.hpp"
+
+namespace collie::test {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+using transport::PeerInfo;
+
+constexpr double kMaxDelay = 1.0;      // seconds a flood may add to an init
+constexpr size_t kTcpHelloBytes = 56;  // sizeof(Hello) in src/transport/tcp/tcp_transport.cpp
+constexpr size_t kShmMsgBytes = 96;    // sizeof(Msg) in src/transport/shm/shm_transport.cpp
+
+double secondsSince(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+enum class Kind { Silent, Garbage, WrongSecret };
+enum class Door { Root, Tcp, Shm };
+
+struct Case {
+  Door door;
+  Kind kind;
+  int count;
+};
+
+std::string caseName(const ::testing::TestParamInfo<Case>& info) {
+  const char* door[] = {"Root", "Tcp", "Shm"};
+  const char* kind[] = {"Silent", "Garbage", "WrongSecret"};
+  return std::string(door[static_cast<int>(info.param.door)]) + kind[static_cast<int>(info.param.kind)] + "x" +
+         std::to_string(info.param.count);
+}
+
+int dialTcp(const sockaddr_storage& addr) {
+  int fd = ::socket(addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  EXPECT_GE(fd, 0) << std::strerror(errno);
+  EXPECT_EQ(::connect(fd, reinterpret_cast<const sockaddr*>(&addr), base::addressLength(addr)), 0)
+      << std::strerror(errno);
+  return fd;
+}
+
+int dialShm(const std::string& name) {
+  int fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  EXPECT_GE(fd, 0) << std::strerror(errno);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path + 1, name.data(), name.size());
+  EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr),
+                      static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size())),
+            0)
+      << std::strerror(errno);
+  return fd;
+}
+
+/// What a stranger of `kind` sends first at `door` (nothing when silent). A wrong-secret stranger sends a hello that
+/// is right in every other field and size.
+std::vector<uint8_t> strangerBytes(Door door, Kind kind, int toRank) {
+  if (kind == Kind::Silent) return {};
+  if (kind == Kind::Garbage) {
+    const size_t bytes = door == Door::Root ? core::kBootstrapHelloBytes : door == Door::Tcp ? kTcpHelloBytes : 40;
+    return std::vector<uint8_t>(bytes, 0x41);  // shm: a packet of the wrong size
+  }
+  if (door == Door::Root) {
+    core::BootstrapHello hello;
+    hello.secret.fill(0x42);
+    hello.rank = 0;
+    hello.nranks = 3;
+    hello.info.rank = 0;
+    return core::encodeBootstrapHello(hello);
+  }
+  transport::handshake::Header h{};
+  h.magic = transport::handshake::kMagic;
+  h.version = transport::handshake::kVersion;
+  h.kind = static_cast<uint16_t>(door == Door::Tcp ? transport::TransportKind::Tcp : transport::TransportKind::Shm);
+  h.type = 1;  // hello, in both transports
+  h.fromRank = 2;
+  h.toRank = toRank;
+  std::memset(h.secret, 0x42, sizeof(h.secret));
+  std::vector<uint8_t> bytes(door == Door::Tcp ? kTcpHelloBytes : kShmMsgBytes, 0);
+  std::memcpy(bytes.data(), &h, sizeof(h));
+  return bytes;
+}
+
+/// The strangers' connections, closed at the end.
+struct Strangers {
+  std::vector<int> fds;
+  ~Strangers() {
+    for (int fd : fds) ::close(fd);
+  }
+  /// Opens `count` connections with `dial` and sends each `bytes`.
+  void open(int count, const std::function<int()>& dial, const std::vector<uint8_t>& bytes) {
+    for (int i = 0; i < count; ++i) {
+      int fd = dial();
+      if (fd < 0) return;
+      fds.push_back(fd);
+      if (!bytes.empty())
+        EXPECT_EQ(::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL), static_cast<ssize_t>(bytes.size()));
+    }
+  }
+  /// How many were closed by the other side (EOF or reset) within `wait`.
+  int closedWithin(std::chrono::milliseconds wait) {
+    int closed = 0;
+    auto deadline = Clock::now() + wait;
+    for (int fd : fds) {
+      for (;;) {
+        pollfd p{fd, POLLIN, 0};
+        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+        if (::poll(&p, 1, static_cast<int>(std::max<int64_t>(left, 0))) <= 0) break;
+        char c;
+        ssize_t got = ::recv(fd, &c, 1, MSG_DONTWAIT);
+        if (got == 0 || (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+          ++closed;
+          break;
+        }
+      }
+    }
+    return closed;
+  }
+};
+
+/// The log line each kind leaves at each door.
+const char* expectedLog(Door door, Kind kind) {
+  if (door == Door::Root) {
+    if (kind == Kind::WrongSecret) return "did not present the secret";
+    if (kind == Kind::Garbage) return "bootstrap hello has a bad magic";
+    return "that sent no hello";
+  }
+  if (kind == Kind::WrongSecret) return "wrong magic or secret";
+  if (kind == Kind::Garbage) return door == Door::Tcp ? "refused a connection from" : "closed or malformed";
+  return "dropped a silent connection";
+}
+
+class StrangerFlood : public ::testing::TestWithParam<Case> {};
+
+// ---- the bootstrap root ------------------------------------------------------------------------------------------
+
+double timeInit(const UniqueId& id, int n, std::vector<std::unique_ptr<Communicator>>& comms) {
+  comms.clear();
+  comms.resize(static_cast<size_t>(n));
+  Options o;
+  o.timeout = 30s;
+  o.name = "strangers";
+  std::vector<std::thread> threads;
+  auto t0 = Clock::now();
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        comms[static_cast<size_t>(r)] = Communicator::create(n, id, r, o);
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << "rank " << r << " init failed: " << e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  return secondsSince(t0);
+}
+
+void floodTheRoot(Kind kind, int count) {
+  constexpr int n = 3;
+  std::vector<std::unique_ptr<Communicator>> comms;
+  const double quiet = timeInit(UniqueId::create(), n, comms);
+  comms.clear();
+
+  UniqueId id = UniqueId::create();
+  const sockaddr_storage root = core::decodeUniqueId(id.raw).root;
+  Strangers strangers;
+  ::testing::internal::CaptureStderr();
+  strangers.open(
+      count, [&] { return dialTcp(root); }, strangerBytes(Door::Root, kind, 0));
+  const double flooded = timeInit(id, n, comms);
+  const int closed = strangers.closedWithin(5s);
+  std::string log = ::testing::internal::GetCapturedStderr();
+  std::printf("root, %d %s stranger(s): init %.3f s without, %.3f s with\n", count,
+              kind == Kind::Silent    ? "silent"
+              : kind == Kind::Garbage ? "garbage"
+                                      : "wrong-secret",
+              quiet, flooded);
+  EXPECT_LT(flooded - quiet, kMaxDelay) << "without strangers " << quiet << " s, with " << flooded << " s";
+  EXPECT_EQ(closed, count) << "the root kept strangers' connections open";
+  EXPECT_NE(log.find(expectedLog(Door::Root, kind)), std::string::npos) << log;
+  if (kind == Kind::Silent && count > static_cast<int>(transport::handshake::kMaxUnverified))
+    EXPECT_NE(log.find("to make room"), std::string::npos) << "the cap on unverified connections did not act";
+  for (auto& c : comms) ASSERT_NE(c, nullptr);
+  ThreadLauncher::runOn(comms, [](Communicator& comm) {
+    checkCase(comm, Coll::AllReduce, DataType::Int32, ReduceOp::Sum, 1000, true, 0);
+  });
+}
+
+// ---- a rank's transport listener ---------------------------------------------------------------------------------
+
+std::unique_ptr<transport::Transport> makeTransport(Door door) {
+  if (door == Door::Shm) return std::make_unique<transport::ShmTransport>();
+  transport::TcpOptions o;
+  o.bindAddr = base::parseAddress("127.0.0.1:0");
+  return std::make_unique<transport::TcpTransport>(o);
+}
+
+double timeConnect(testing::Cluster& cluster) {
+  auto t0 = Clock::now();
+  cluster.connectAll();
+  return secondsSince(t0);
+}
+
+void floodARank(Door door, Kind kind, int count) {
+  constexpr int n = 3;
+  auto make = [door] { return makeTransport(door); };
+  testing::Cluster quietCluster(n, make);
+  const double quiet = timeConnect(quietCluster);
+
+  testing::Cluster cluster(n, make);
+  const PeerInfo& target = cluster.ranks[0]->ctx.peers[0];
+  Strangers strangers;
+  ::testing::internal::CaptureStderr();
+  strangers.open(
+      count,
+      [&] {
+        return door == Door::Tcp ? dialTcp(transport::TcpTransport::addressOf(target))
+                                 : dialShm(transport::ShmTransport::addressOf(target));
+      },
+      strangerBytes(door, kind, 0));
+  const double flooded = timeConnect(cluster);
+  const int closed = strangers.closedWithin(5s);
+  std::string log = ::testing::internal::GetCapturedStderr();
+  std::printf("%s listener, %d %s stranger(s): connect %.3f s without, %.3f s with\n",
+              door == Door::Tcp ? "tcp" : "shm", count,
+              kind == Kind::Silent    ? "silent"
+              : kind == Kind::Garbage ? "garbage"
+                                      : "wrong-secret",
+              quiet, flooded);
+  EXPECT_LT(flooded - quiet, kMaxDelay) << "without strangers " << quiet << " s, with " << flooded << " s";
+  EXPECT_EQ(closed, count) << "rank 0 kept strangers' connections open";
+  EXPECT_NE(log.find(expectedLog(door, kind)), std::string::npos) << log;
+  if (kind == Kind::Silent && count > static_cast<int>(transport::handshake::kMaxUnverified))
+    EXPECT_NE(log.find("to make room"), std::string::npos) << "the cap on unverified connections did not act";
+  testing::exchange(cluster, {1, 4097, 1u << 20});
+}
+
+TEST_P(StrangerFlood, DelaysInitByLessThanASecondAndIsClosed) {
+  const Case c = GetParam();
+  if (c.door == Door::Root) {
+    floodTheRoot(c.kind, c.count);
+  } else {
+    floodARank(c.door, c.kind, c.count);
+  }
+}
+
+std::vector<Case> allCases() {
+  std::vector<Case> out;
+  for (Door d : {Door::Root, Door::Tcp, Door::Shm})
+    for (Kind k : {Kind::Silent, Kind::Garbage, Kind::WrongSecret})
+      for (int count : {1, 200}) out.push_back(Case{d, k, count});
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Doors, StrangerFlood, ::testing::ValuesIn(allCases()), caseName);
+
+// ---- listeners close once they are no longer needed --------------------------------------------------------------
+
+/// How many of this process's descriptors are listening sockets.
+int listeningSockets() {
+  int n = 0;
+  for (int fd = 0; fd < 65536; ++fd) {
+    int on = 0;
+    socklen_t len = sizeof(on);
+    if (::getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &on, &len) == 0 && on) ++n;
+  }
+  return n;
+}
+
+TEST(Listeners, TheRootAndTheTransportsStopListeningOnceTheCommunicatorIsConnected) {
+  const int before = listeningSockets();
+  UniqueId id = UniqueId::create();
+  EXPECT_EQ(listeningSockets(), before + 1) << "the root listens";
+  std::vector<std::unique_ptr<Communicator>> comms;
+  timeInit(id, 3, comms);
+  for (auto& c : comms) ASSERT_NE(c, nullptr);
+  // The root closed its listener before it sent the table; each rank closed its transports' before its last
+  // barrier of init: nothing of this job listens any more.
+  EXPECT_EQ(listeningSockets(), before);
+  const sockaddr_storage root = core::decodeUniqueId(id.raw).root;
+  int fd = ::socket(root.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  EXPECT_NE(::connect(fd, reinterpret_cast<const sockaddr*>(&root), base::addressLength(root)), 0);
+  EXPECT_EQ(errno, ECONNREFUSED);
+  ::close(fd);
+  ThreadLauncher::runOn(comms, barrierBody);
+}
+
+}  // namespace
+}  // namespace collie::test
