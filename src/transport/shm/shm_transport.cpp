@@ -153,10 +153,11 @@ int SeqpacketWire::read(Link& link) {
     }
   }
   if ((mh.msg_flags & MSG_CTRUNC) && n == static_cast<ssize_t>(sizeof(Msg))) {
-    // The kernel drops descriptors it cannot install here: at our limit, that is the cause, not the peer.
-    base::FdUsage usage = base::fdUsage();
-    COLLIE_ENFORCE(usage.limit < 0 || usage.open + kMaxFds < usage.limit, ErrorCode::SystemError,
-                   "shm handshake: the descriptors %s sent could not be received: %s", link.from.c_str(),
+    // Fewer descriptors than the message announces (and no more than fit): the kernel could not install them
+    // here, which at our descriptor limit is the cause, not the peer.
+    const uint32_t announced = reinterpret_cast<const Msg*>(link.buf.data())->nfds;
+    COLLIE_ENFORCE(announced > kMaxFds || link.fds.size() >= announced, ErrorCode::SystemError,
+                   "shm handshake: %u descriptor(s) from %s could not be received: %s", announced, link.from.c_str(),
                    base::fdShortageMessage(EMFILE).c_str());
   }
   if (n != static_cast<ssize_t>(sizeof(Msg)) || (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC))) return -1;

@@ -1,0 +1,307 @@
+// Running out of file descriptors during connection set-up (the shortage a small `ulimit -n` gives a large job).
+// Each case runs in a forked child with a low RLIMIT_NOFILE, so that this test process keeps its own:
+//   - a shortage that passes (another thread frees descriptors 300 ms in) is survived: the ranks connect and
+//     exchange data, checked byte by byte;
+//   - a shortage that lasts fails within seconds with "out of file descriptors: N open, limit M; raise ulimit -n
+//     (or lower COLLIE_SOCKETS_PER_PEER)" on the rank that hit it, never a hang, never a closed connection or a
+//     malformed message blamed on a peer;
+//   - the same for a whole communicator's init (bootstrap, shm and tcp set-up) under a limit too small for it.
+// The child reports through a pipe; the parent (single-threaded, as every multiproc test's) waits with a deadline.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <collie/collie.hpp>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "base/errors.hpp"
+#include "base/fd_limits.hpp"
+#include "base/socket.hpp"
+#include "common/transport_harness.hpp"
+#include "transport/tcp/tcp_transport.hpp"
+
+namespace collie::test {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+constexpr rlim_t kLimit = 256;
+
+struct ChildResult {
+  bool finished = false;  ///< exited on its own before the deadline
+  int exitCode = -1;
+  std::string report;  ///< what it wrote
+  double seconds = 0;
+};
+
+/// Runs body(report) in a forked child under RLIMIT_NOFILE = limit; exit code 0 when body returns true.
+ChildResult runInChild(rlim_t limit, const std::function<bool(std::string&)>& body, std::chrono::seconds deadline) {
+  int pipeFds[2];
+  EXPECT_EQ(pipe2(pipeFds, O_CLOEXEC), 0);
+  fflush(stdout);
+  fflush(stderr);
+  auto t0 = Clock::now();
+  pid_t pid = fork();
+  if (pid == 0) {
+    ::close(pipeFds[0]);
+    rlimit lim{limit, limit};
+    std::string report;
+    bool ok = false;
+    if (setrlimit(RLIMIT_NOFILE, &lim) != 0) {
+      report = std::string("setrlimit failed: ") + std::strerror(errno);
+    } else {
+      try {
+        ok = body(report);
+      } catch (const std::exception& e) {
+        report += std::string("uncaught: ") + e.what();
+      }
+    }
+    ssize_t w = ::write(pipeFds[1], report.data(), report.size());
+    (void)w;
+    _exit(ok ? 0 : 1);
+  }
+  ::close(pipeFds[1]);
+  ChildResult result;
+  char buf[4096];
+  for (;;) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(t0 + deadline - Clock::now()).count();
+    pollfd p{pipeFds[0], POLLIN, 0};
+    if (left <= 0 || ::poll(&p, 1, static_cast<int>(left)) <= 0) break;
+    ssize_t n = ::read(pipeFds[0], buf, sizeof(buf));
+    if (n <= 0) break;
+    result.report.append(buf, static_cast<size_t>(n));
+  }
+  ::close(pipeFds[0]);
+  int status = 0;
+  if (waitpid(pid, &status, WNOHANG) == 0) {
+    // A child that closed its pipe may still be exiting: give it a moment before calling it hung.
+    auto stop = t0 + deadline;
+    while (Clock::now() < stop && waitpid(pid, &status, WNOHANG) == 0) std::this_thread::sleep_for(10ms);
+    if (Clock::now() >= stop) {
+      ::kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      result.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+      return result;
+    }
+  }
+  result.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  result.finished = WIFEXITED(status);
+  result.exitCode = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return result;
+}
+
+/// Takes every free descriptor (dups of /dev/null); returns them.
+std::vector<int> takeAllDescriptors() {
+  std::vector<int> taken;
+  int null = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (null < 0) return taken;
+  taken.push_back(null);
+  for (int fd; (fd = ::dup(null)) >= 0;) taken.push_back(fd);
+  return taken;
+}
+
+std::unique_ptr<transport::Transport> tcpTransport() {
+  transport::TcpOptions o;
+  o.bindAddr = base::parseAddress("127.0.0.1:0");
+  o.socketsPerPeer = 4;
+  return std::make_unique<transport::TcpTransport>(o);
+}
+
+/// Connects a tcp cluster of `n` ranks while every descriptor is taken; frees them after `freeAfter` (never when
+/// negative). Each rank's error (or "ok") goes into `errors`.
+void connectStarved(int n, std::chrono::milliseconds freeAfter, std::vector<std::string>& errors) {
+  testing::Cluster cluster(n, tcpTransport, 4s);
+  std::vector<int> taken = takeAllDescriptors();
+  std::thread freer;
+  if (freeAfter.count() >= 0) {
+    freer = std::thread([&] {
+      std::this_thread::sleep_for(freeAfter);
+      for (int fd : taken) ::close(fd);
+    });
+  }
+  errors.assign(static_cast<size_t>(n), "ok");
+  testing::runRanks(n, [&](int r) {
+    try {
+      cluster.connectRank(r);
+    } catch (const Error& e) {
+      errors[static_cast<size_t>(r)] = e.what();
+    }
+  });
+  if (freer.joinable()) freer.join();
+  if (freeAfter.count() < 0) {
+    for (int fd : taken) ::close(fd);
+    return;
+  }
+  bool allOk = true;
+  for (const std::string& e : errors) allOk = allOk && e == "ok";
+  if (allOk) testing::exchange(cluster, {1, 4097, 1u << 20});
+}
+
+/// Rank 1 dials rank 0 (all its sockets, in the backlog of rank 0's listener); then every descriptor is taken and
+/// rank 0 accepts, so that accept() is what meets the shortage. Frees them after `freeAfter` (never when negative).
+void acceptStarved(std::chrono::milliseconds freeAfter, std::vector<std::string>& errors) {
+  testing::Cluster cluster(2, tcpTransport, 4s);
+  errors.assign(2, "ok");
+  const long before = base::fdUsage().open;
+  std::thread dialer([&] {
+    try {
+      cluster.connectRank(1);
+    } catch (const Error& e) {
+      errors[1] = e.what();
+    }
+  });
+  while (base::fdUsage().open < before + 4) std::this_thread::sleep_for(1ms);  // its 4 sockets exist
+  std::this_thread::sleep_for(100ms);                                          // and have said hello
+  std::vector<int> taken = takeAllDescriptors();
+  std::thread freer([&] {
+    if (freeAfter.count() >= 0) std::this_thread::sleep_for(freeAfter);
+    if (freeAfter.count() >= 0)
+      for (int fd : taken) ::close(fd);
+  });
+  try {
+    cluster.connectRank(0);
+  } catch (const Error& e) {
+    errors[0] = e.what();
+  }
+  freer.join();
+  dialer.join();
+  if (freeAfter.count() < 0) {
+    for (int fd : taken) ::close(fd);
+  } else if (errors[0] == "ok" && errors[1] == "ok") {
+    testing::exchange(cluster, {1, 4097, 1u << 20});
+  }
+}
+
+TEST(FdLimits, AcceptSurvivesAShortageThatPasses) {
+  ChildResult child = runInChild(
+      kLimit,
+      [](std::string& report) {
+        std::vector<std::string> errors;
+        acceptStarved(300ms, errors);
+        report = "rank 0: " + errors[0] + "\nrank 1: " + errors[1] + "\n";
+        return !::testing::Test::HasFailure() && errors[0] == "ok" && errors[1] == "ok";
+      },
+      60s);
+  ASSERT_TRUE(child.finished) << "the child hung\n" << child.report;
+  EXPECT_EQ(child.exitCode, 0) << child.report;
+}
+
+TEST(FdLimits, AcceptNamesAShortageThatLasts) {
+  ChildResult child = runInChild(
+      kLimit,
+      [](std::string& report) {
+        std::vector<std::string> errors;
+        acceptStarved(-1ms, errors);
+        report = "rank 0: " + errors[0] + "\nrank 1: " + errors[1] + "\n";
+        return true;
+      },
+      60s);
+  ASSERT_TRUE(child.finished) << "the child hung\n" << child.report;
+  EXPECT_NE(child.report.find("rank 0: accept failed: out of file descriptors: "), std::string::npos) << child.report;
+  EXPECT_NE(child.report.find("limit " + std::to_string(kLimit) + "; raise ulimit -n"), std::string::npos)
+      << child.report;
+  EXPECT_NE(child.report.find("rank 1: tcp connect of rank 1 in test: timed out"), std::string::npos) << child.report;
+  EXPECT_LT(child.seconds, 20.0);
+}
+
+TEST(FdLimits, AShortageThatPassesIsSurvivedByAcceptAndConnect) {
+  ChildResult child = runInChild(
+      kLimit,
+      [](std::string& report) {
+        std::vector<std::string> errors;
+        auto t0 = Clock::now();
+        connectStarved(3, 300ms, errors);
+        double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+        bool ok = !::testing::Test::HasFailure() && seconds >= 0.25;
+        for (size_t r = 0; r < errors.size(); ++r) {
+          ok = ok && errors[r] == "ok";
+          report += "rank " + std::to_string(r) + ": " + errors[r] + "\n";
+        }
+        report += "connected in " + std::to_string(seconds) + " s\n";
+        return ok;
+      },
+      60s);
+  ASSERT_TRUE(child.finished) << "the child hung\n" << child.report;
+  EXPECT_EQ(child.exitCode, 0) << child.report;
+}
+
+TEST(FdLimits, AShortageThatLastsIsNamedAndEndsInSeconds) {
+  ChildResult child = runInChild(
+      kLimit,
+      [](std::string& report) {
+        std::vector<std::string> errors;
+        connectStarved(3, -1ms, errors);
+        for (size_t r = 0; r < errors.size(); ++r) report += "rank " + std::to_string(r) + ": " + errors[r] + "\n";
+        return true;
+      },
+      60s);
+  ASSERT_TRUE(child.finished) << "the child hung\n" << child.report;
+  // Ranks 1 and 2 dial and cannot get a socket: they name the shortage; rank 0 only waits for them and times out
+  // naming them.
+  EXPECT_NE(child.report.find("out of file descriptors: "), std::string::npos) << child.report;
+  EXPECT_NE(child.report.find(", limit " + std::to_string(kLimit) +
+                              "; raise ulimit -n (or lower "
+                              "COLLIE_SOCKETS_PER_PEER)"),
+            std::string::npos)
+      << child.report;
+  EXPECT_EQ(child.report.find("closed the connection"), std::string::npos) << child.report;
+  EXPECT_EQ(child.report.find("malformed"), std::string::npos) << child.report;
+  EXPECT_EQ(child.report.find(": ok"), std::string::npos) << child.report;
+  EXPECT_LT(child.seconds, 20.0);
+}
+
+TEST(FdLimits, ACommunicatorTooBigForTheLimitFailsNamingIt) {
+  constexpr int n = 6;
+  const rlim_t limit = static_cast<rlim_t>(base::fdUsage().open + 40);  // 4 ranks fit in about 60 more
+  ChildResult child = runInChild(
+      limit,
+      [](std::string& report) {
+        UniqueId id = UniqueId::create();
+        std::vector<std::string> lines(n, "ok");
+        Options o;
+        o.timeout = 5s;
+        o.name = "starved";
+        testing::runRanks(n, [&](int r) {
+          try {
+            Communicator::create(n, id, r, o);
+          } catch (const Error& e) {
+            lines[static_cast<size_t>(r)] = std::string(base::errorCodeName(e.code())) + ": " + e.what();
+          }
+        });
+        for (int r = 0; r < n; ++r) report += "rank " + std::to_string(r) + ": " + lines[static_cast<size_t>(r)] + "\n";
+        return true;
+      },
+      60s);
+  ASSERT_TRUE(child.finished) << "the child hung\n" << child.report;
+  EXPECT_EQ(child.report.find(": ok\n"), std::string::npos) << "init succeeded under a limit of " << limit << "\n"
+                                                            << child.report;
+  // The ranks that ran out name it; the others report a peer that went away (which is what they saw), never a
+  // malformed message or an internal error. Every system error is the shortage.
+  EXPECT_NE(child.report.find("out of file descriptors: "), std::string::npos) << child.report;
+  EXPECT_NE(child.report.find("limit " + std::to_string(limit) + "; raise ulimit -n"), std::string::npos)
+      << child.report;
+  size_t at = 0;
+  while ((at = child.report.find("rank ", at)) != std::string::npos) {
+    const std::string line = child.report.substr(at, child.report.find('\n', at) - at);
+    at += line.size();
+    const bool shortage = line.find("out of file descriptors") != std::string::npos;
+    const bool peerGone = line.find(base::errorCodeName(ErrorCode::RemoteError)) != std::string::npos ||
+                          line.find(base::errorCodeName(ErrorCode::Timeout)) != std::string::npos;
+    EXPECT_TRUE(shortage || peerGone) << line;
+    EXPECT_EQ(line.find("malformed"), std::string::npos) << line;
+  }
+  EXPECT_LT(child.seconds, 15.0) << child.report;
+}
+
+}  // namespace
+}  // namespace collie::test
