@@ -164,9 +164,9 @@ void acceptStarved(std::chrono::milliseconds freeAfter, std::vector<std::string>
   std::this_thread::sleep_for(100ms);                                          // and have said hello
   std::vector<int> taken = takeAllDescriptors();
   std::thread freer([&] {
-    if (freeAfter.count() >= 0) std::this_thread::sleep_for(freeAfter);
-    if (freeAfter.count() >= 0)
-      for (int fd : taken) ::close(fd);
+    if (freeAfter.count() < 0) return;
+    std::this_thread::sleep_for(freeAfter);
+    for (int fd : taken) ::close(fd);
   });
   try {
     cluster.connectRank(0);

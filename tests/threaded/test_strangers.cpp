@@ -117,8 +117,9 @@ struct Strangers {
       int fd = dial();
       if (fd < 0) return;
       fds.push_back(fd);
-      if (!bytes.empty())
+      if (!bytes.empty()) {
         EXPECT_EQ(::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL), static_cast<ssize_t>(bytes.size()));
+      }
     }
   }
   /// How many were closed by the other side (EOF or reset) within `wait`.
@@ -202,8 +203,9 @@ void floodTheRoot(Kind kind, int count) {
   EXPECT_LT(flooded - quiet, kMaxDelay) << "without strangers " << quiet << " s, with " << flooded << " s";
   EXPECT_EQ(closed, count) << "the root kept strangers' connections open";
   EXPECT_NE(log.find(expectedLog(Door::Root, kind)), std::string::npos) << log;
-  if (kind == Kind::Silent && count > static_cast<int>(transport::handshake::kMaxUnverified))
+  if (kind == Kind::Silent && count > static_cast<int>(transport::handshake::kMaxUnverified)) {
     EXPECT_NE(log.find("to make room"), std::string::npos) << "the cap on unverified connections did not act";
+  }
   for (auto& c : comms) ASSERT_NE(c, nullptr);
   ThreadLauncher::runOn(comms, [](Communicator& comm) {
     checkCase(comm, Coll::AllReduce, DataType::Int32, ReduceOp::Sum, 1000, true, 0);
@@ -254,8 +256,9 @@ void floodARank(Door door, Kind kind, int count) {
   EXPECT_LT(flooded - quiet, kMaxDelay) << "without strangers " << quiet << " s, with " << flooded << " s";
   EXPECT_EQ(closed, count) << "rank 0 kept strangers' connections open";
   EXPECT_NE(log.find(expectedLog(door, kind)), std::string::npos) << log;
-  if (kind == Kind::Silent && count > static_cast<int>(transport::handshake::kMaxUnverified))
+  if (kind == Kind::Silent && count > static_cast<int>(transport::handshake::kMaxUnverified)) {
     EXPECT_NE(log.find("to make room"), std::string::npos) << "the cap on unverified connections did not act";
+  }
   testing::exchange(cluster, {1, 4097, 1u << 20});
 }
 
