@@ -67,8 +67,6 @@ void connectAll(Links& links, const transport::CommContext& ctx) {
                 transports[t]->name());
   }
   links.conns[static_cast<size_t>(rank)] = transport::makeSelfConnection(rank);
-  // Every peer has dialled in: nobody else may (the communicator connects once).
-  for (auto& t : transports) t->closeListener();
 }
 
 std::vector<std::string> transportNames(const Links& links) {

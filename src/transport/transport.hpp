@@ -110,8 +110,6 @@ class Transport {
   /// Collective over `peers` (every listed peer calls this with this rank in its list). Returns one
   /// Connection per peer, in the order of `peers`. Fails within ctx.timeout if a peer never shows.
   virtual std::vector<std::unique_ptr<Connection>> connect(const CommContext& ctx, const std::vector<int>& peers) = 0;
-  /// Stops listening (closes the listener): called when no connect() will follow, so that nobody may dial in.
-  virtual void closeListener() {}
   /// How many verified hellos arrived while they were not expected yet and were kept for a later connect()
   /// (observable so that tests can check that path ran).
   virtual uint64_t stashedHellos() const { return 0; }

@@ -279,13 +279,8 @@ bool ShmTransport::canConnect(const PeerInfo& local, const PeerInfo& peer) const
          local.netNs == peer.netNs;
 }
 
-void ShmTransport::closeListener() {
-  if (listenFd_ >= 0) ::close(listenFd_);
-  listenFd_ = -1;
-}
-
 std::vector<std::unique_ptr<Connection>> ShmTransport::connect(const CommContext& ctx, const std::vector<int>& peers) {
-  COLLIE_USAGE_CHECK(listenFd_ >= 0, "shm transport: connect() before listen() or after closeListener()");
+  COLLIE_USAGE_CHECK(listenFd_ >= 0, "shm transport: connect() before listen()");
   SeqpacketWire wire;
   handshake::Handshake hs("shm", TransportKind::Shm, ctx, peers, 1, wire);
   const base::Deadline deadline = hs.deadline();

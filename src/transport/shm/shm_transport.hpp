@@ -41,7 +41,6 @@ class ShmTransport : public Transport {
   /// Listens on an abstract unix socket (nothing in the filesystem); publishes its name as self's address of
   /// kind Shm and this process's network namespace in self.netNs.
   void listen(PeerInfo& self) override;
-  void closeListener() override;
   /// Both ranks listen on shm, run on the same host (hostHash) and share a network namespace.
   bool canConnect(const PeerInfo& local, const PeerInfo& peer) const override;
   /// The common handshake (transport/handshake.hpp); each side's hello carries, over

@@ -102,13 +102,8 @@ void TcpTransport::listen(PeerInfo& self) {
   COLLIE_INFO(base::kLogNet, "tcp: rank %d listening on %s", self.rank, base::addressToString(addr).c_str());
 }
 
-void TcpTransport::closeListener() {
-  if (listenFd_ >= 0) ::close(listenFd_);
-  listenFd_ = -1;
-}
-
 std::vector<std::unique_ptr<Connection>> TcpTransport::connect(const CommContext& ctx, const std::vector<int>& peers) {
-  COLLIE_USAGE_CHECK(listenFd_ >= 0, "tcp transport: connect() before listen() or after closeListener()");
+  COLLIE_USAGE_CHECK(listenFd_ >= 0, "tcp transport: connect() before listen()");
   const int nsock = nsock_;
   StreamWire wire;
   handshake::Handshake hs("tcp", TransportKind::Tcp, ctx, peers, nsock, wire);

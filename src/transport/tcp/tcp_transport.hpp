@@ -37,7 +37,6 @@ class TcpTransport : public Transport {
   /// Listens on options.bindAddr (default: base::defaultLocalAddress()), port 0; publishes it in self's
   /// address of kind Tcp.
   void listen(PeerInfo& self) override;
-  void closeListener() override;
   /// Always true: TCP is the fallback transport.
   bool canConnect(const PeerInfo& /*local*/, const PeerInfo& /*peer*/) const override { return true; }
   /// The common handshake (transport/handshake.hpp) on each of socketsPerPeer() sockets per peer.
