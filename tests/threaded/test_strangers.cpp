@@ -2,7 +2,8 @@
 // kind of stranger (silent, garbage, a well-formed hello with the wrong secret), one alone and 200 at once, is let
 // in before the job starts; the test then times a real init (or connect) with the strangers in the backlog against
 // one without, in the same test, and requires that it succeeds, that the strangers cost less than kMaxDelay, that
-// every stranger is closed and logged, and that the connections work (data checked element by element). Also: the
+// every stranger is closed and logged, and that the connections work (data checked element by element). Also: a
+// connection that never speaks is closed after kHelloWait while the root or a rank still waits for the job; the
 // root's listener is closed once the table is sent, the transports' with their communicator.
 #include <gtest/gtest.h>
 #include <poll.h>
@@ -280,6 +281,53 @@ std::vector<Case> allCases() {
 }
 
 INSTANTIATE_TEST_SUITE_P(Doors, StrangerFlood, ::testing::ValuesIn(allCases()), caseName);
+
+// ---- a connection that never speaks is closed after kHelloWait, while init goes on -------------------------------
+
+TEST(HelloWait, TheRootClosesASilentConnectionWhileItWaitsForTheRanks) {
+  constexpr int n = 2;
+  UniqueId id = UniqueId::create();
+  Strangers silent;
+  silent.open(1, [&] { return dialTcp(core::decodeUniqueId(id.raw).root); }, {});
+  ::testing::internal::CaptureStderr();
+  std::vector<std::unique_ptr<Communicator>> comms(n);
+  Options o;
+  o.timeout = 30s;
+  std::thread rank0([&] {  // waits for rank 1 meanwhile
+    try {
+      comms[0] = Communicator::create(n, id, 0, o);
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "rank 0: " << e.what();
+    }
+  });
+  EXPECT_EQ(silent.closedWithin(transport::handshake::kHelloWait + 2s), 1);
+  std::string log = ::testing::internal::GetCapturedStderr();
+  comms[1] = Communicator::create(n, id, 1, o);
+  rank0.join();
+  EXPECT_NE(log.find("no hello within 2000 ms"), std::string::npos) << log;
+  ASSERT_NE(comms[0], nullptr);
+  ThreadLauncher::runOn(comms, barrierBody);
+}
+
+TEST(HelloWait, ARankClosesASilentConnectionWhileItWaitsForItsPeers) {
+  testing::Cluster cluster(2, [] { return makeTransport(Door::Tcp); });
+  Strangers silent;
+  silent.open(1, [&] { return dialTcp(transport::TcpTransport::addressOf(cluster.ranks[0]->ctx.peers[0])); }, {});
+  ::testing::internal::CaptureStderr();
+  std::thread rank0([&] {  // waits for rank 1 meanwhile
+    try {
+      cluster.connectRank(0);
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "rank 0: " << e.what();
+    }
+  });
+  EXPECT_EQ(silent.closedWithin(transport::handshake::kHelloWait + 2s), 1);
+  std::string log = ::testing::internal::GetCapturedStderr();
+  cluster.connectRank(1);
+  rank0.join();
+  EXPECT_NE(log.find("no hello within 2000 ms"), std::string::npos) << log;
+  testing::exchange(cluster, {1, 4097});
+}
 
 // ---- listeners close once they are no longer needed --------------------------------------------------------------
 
