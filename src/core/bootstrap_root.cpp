@@ -96,10 +96,12 @@ class RootServer {
   bool collect() {
     Clock::time_point listenerPausedUntil{};
     bool shortageLogged = false;
-    while (nranks_ < 0 || checkedIn() < static_cast<size_t>(nranks_)) {
+    auto allIn = [&] { return nranks_ >= 0 && checkedIn() == static_cast<size_t>(nranks_); };
+    while (!allIn()) {
       auto now = Clock::now();
       if (now >= deadline_) return false;
       dropExpired(now);
+      if (allIn()) break;
       std::vector<pollfd> pfds;
       const bool listening = now >= listenerPausedUntil;
       if (listening) pfds.push_back(pollfd{listener_.get(), POLLIN, 0});
@@ -171,7 +173,12 @@ class RootServer {
 
   void dropExpired(Clock::time_point now) {
     while (!incoming_.empty() && incoming_.front().expires <= now) {
-      const Incoming& c = incoming_.front();
+      Incoming& c = incoming_.front();
+      readHello(c);  // a last look: this thread may have been held up while the hello waited
+      if (c.fd.get() < 0) {
+        incoming_.pop_front();
+        continue;
+      }
       COLLIE_WARN(base::kLogBootstrap,
                   "bootstrap root: refused the connection from %s: no hello within %lld ms (%zu "
                   "of %zu bytes)",

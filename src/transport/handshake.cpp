@@ -180,10 +180,13 @@ void Handshake::acceptHigher(int listenFd, Stash& stash, const std::function<voi
     const auto now = Clock::now();
     if (now >= deadline_) failTimeout(missing(), "connect");
     while (!pending.empty() && pending.front().expires <= now) {
-      COLLIE_WARN(base::kLogNet, "%s: rank %d refused a connection from %s: no hello within %lld ms", transport_,
-                  ctx_.rank, pending.front().from.c_str(), static_cast<long long>(kHelloWait.count()));
+      // A last look first: this thread may have been held up while the hello waited.
+      if (takeIncoming(pending.front(), stash, adopt) == 0)
+        COLLIE_WARN(base::kLogNet, "%s: rank %d refused a connection from %s: no hello within %lld ms", transport_,
+                    ctx_.rank, pending.front().from.c_str(), static_cast<long long>(kHelloWait.count()));
       pending.pop_front();
     }
+    if (missing().empty()) break;
     std::vector<pollfd> pfds;
     pfds.push_back(pollfd{listenFd, POLLIN, 0});
     for (Link& l : pending) pfds.push_back(pollfd{l.fd.get(), POLLIN, 0});
