@@ -1,8 +1,8 @@
-// Fuzzes the check of every COLLIE_* value (base::params::validate, what init runs on the environment): the
-// first byte picks a parameter of the registry; past the registry's end, the text up to the first newline is
-// taken as the name instead (unknown names must be refused as cleanly). The rest is the value.
-// Invariants: a value that validates, validated again, gives itself (what the accessors cache is accepted), and
-// every parameter can say what it allows.
+// Fuzzes the check of every COLLIE_* value (base::params::validate, what init runs on the environment). Input:
+// NAME=VALUE as in the environment (the seeds, stable when parameters are added), or a first byte below the
+// registry's size picking a parameter by index followed by the value (so mutations of the value rarely lose the
+// name). Unknown names must be refused as cleanly as bad values. Invariants: a value that validates, validated
+// again, gives itself (what the accessors cache is accepted), and every parameter says what it allows.
 #include <iterator>
 
 #include "base/errors.hpp"
@@ -22,9 +22,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (data[0] < std::size(kNames)) {
     name = kNames[data[0]];
   } else {
-    size_t nl = text.find('\n');
-    name = text.substr(0, nl);
-    text = nl == std::string::npos ? "" : text.substr(nl + 1);
+    text = fuzz::asString(data, size);
+    size_t eq = text.find('=');
+    name = text.substr(0, eq);
+    text = eq == std::string::npos ? "" : text.substr(eq + 1);
   }
   std::string value;
   try {
