@@ -98,12 +98,19 @@ bool CommImpl::recordFailure(ErrorCode code, const std::string& message) {
 }
 
 // Called on the thread that runs the executor, the only one that may touch the connections.
-void CommImpl::fail(ErrorCode code, const std::string& message) {
+void CommImpl::fail(ErrorCode code, const std::string& message, const transport::MismatchRecord* mismatch) {
   if (recordFailure(code, message))
     COLLIE_WARN(base::kLogColl, "%s rank %d failed: %s", name_.c_str(), rank_, message.c_str());
-  // Closing our connections makes peers that wait on us fail at once instead of at their timeout.
-  for (auto& c : links_.conns)
-    if (c) c->close();
+  // Closing our connections makes peers that wait on us fail at once instead of at their timeout; a mismatch
+  // goes with it, so that they report the mismatch rather than this rank's going away.
+  for (auto& c : links_.conns) {
+    if (!c) continue;
+    if (mismatch) {
+      c->poison(*mismatch);
+    } else {
+      c->close();
+    }
+  }
 }
 
 std::string CommImpl::failureMessage() const {
@@ -141,6 +148,13 @@ void CommImpl::execute(const std::vector<OpDesc>& ops) {
   try {
     executor_->run(jobs, config);
     recorder_.finish(true);
+  } catch (const transport::MismatchError& e) {
+    // The ranks called different things: the caller's fault, but the links are out of step, so fatal.
+    const transport::MismatchRecord r = planner_.explain(e.record());
+    const std::string message = base::format("%s rank %d: %s", name_.c_str(), rank_, describeMismatch(r).c_str());
+    recorder_.failed(ErrorCode::InvalidUsage, message);
+    fail(ErrorCode::InvalidUsage, message, &r);
+    throw Error(ErrorCode::InvalidUsage, message);
   } catch (const Error& e) {
     recorder_.failed(e.code(), e.what());
     if (base::isFatal(e.code()) || abort_.load()) fail(e.code(), e.what());

@@ -80,7 +80,8 @@ class CommImpl {
   void runBatch(std::vector<OpDesc>& ops);  ///< on the progress thread
   void finishDevice(std::vector<OpDesc>& ops, ErrorCode& code, std::string& message);
   bool recordFailure(ErrorCode code, const std::string& message);  ///< true if this is the first failure
-  void fail(ErrorCode code, const std::string& message);           ///< record, then close every connection
+  /// Records the failure, then closes every connection (poisoned with `mismatch` when one is given).
+  void fail(ErrorCode code, const std::string& message, const transport::MismatchRecord* mismatch = nullptr);
 
   const int rank_, nranks_;
   std::string name_;

@@ -8,6 +8,7 @@
 
 #include "base/errors.hpp"
 #include "base/log.hpp"
+#include "core/call_fingerprint.hpp"
 
 namespace collie::core {
 
@@ -61,6 +62,12 @@ char* resolve(const JobBuffers& b, char* scratch, const algorithms::Range& r, si
 
 bool overlaps(const char* a, const char* b, size_t bytes) { return a && b && a < b + bytes && b < a + bytes; }
 
+Transfer transfer(void* buf, size_t bytes, const transport::Fingerprint& fp) {
+  Transfer t{buf, bytes};
+  t.fp = fp;
+  return t;
+}
+
 }  // namespace
 
 Executor::Executor(int rank, int nranks, std::vector<transport::Connection*> conns, base::Poller& poller,
@@ -71,7 +78,8 @@ Executor::Executor(int rank, int nranks, std::vector<transport::Connection*> con
       poller_(poller),
       abort_(abortFlag),
       name_(std::move(commName)),
-      peerMark_(static_cast<size_t>(nranks), 0) {}
+      peerMark_(static_cast<size_t>(nranks), 0),
+      lastSeen_(static_cast<size_t>(nranks)) {}
 
 Executor::~Executor() {
   for (char* s : allSlots_) free(s);
@@ -141,7 +149,8 @@ void Executor::startStep(size_t flat) {
     if (bytes && st.src != st.dst) memmove(st.dst, st.src, bytes);
   } else if (s.kind == StepKind::Send) {
     for (size_t i = 0; i < st.nslices; ++i)
-      st.slices[i].send = Transfer{st.src + st.sliceOffset(i) * st.elemSize, st.sliceCount(i) * st.elemSize};
+      st.slices[i].send =
+          transfer(st.src + st.sliceOffset(i) * st.elemSize, st.sliceCount(i) * st.elemSize, jobs_[st.job].sendFp);
     // Nothing to receive: every slice is ready to send, or, after another step, once that step finished it.
     st.finished = st.after == kNoStep ? st.nslices : 0;
   }
@@ -167,7 +176,7 @@ bool Executor::advanceStep(size_t flat) {
       } else {
         target = st.dst + st.sliceOffset(st.posted) * st.elemSize;
       }
-      sl.recv = Transfer{target, bytes};
+      sl.recv = transfer(target, bytes, jobs_[st.job].recvFp);
       in->postRecv(&sl.recv);
       if (++st.posted == st.nslices) recvTurn_[peer] = st.nextSameRecvPeer;
       moved = true;
@@ -183,8 +192,9 @@ bool Executor::advanceStep(size_t flat) {
         base::reduce(out, st.src + off, st.viaSlot ? sl.slot : out, count, b.type, b.op);
         if (st.dst) releaseSlot(sl.slot);  // the result is in dst now
       }
+      lastSeen_[peer] = jobs_[st.job].recvFp;  // its fingerprint matched: the peer was in this call
       if (st.sends()) {
-        sl.send = Transfer{out, count * st.elemSize};
+        sl.send = transfer(out, count * st.elemSize, jobs_[st.job].sendFp);
       } else {
         releaseSlot(sl.slot);
       }
@@ -224,16 +234,25 @@ void Executor::finishJobIfDone(size_t job) {
   }
 }
 
+// Names the call this rank is in and, for each peer it waits on, the last call that peer was seen in (the
+// fingerprint of the last message received from it), so that ranks stuck in different calls can be told apart.
 void Executor::failTimeout() {
+  const StepState& cur = steps_[std::min(firstLive_, steps_.size() - 1)];
+  const int curPeer = cur.step->recvPeer >= 0 ? cur.step->recvPeer : cur.step->sendPeer;
+  const Job& job = jobs_[cur.job];
+  const std::string in = callText(cur.receives() ? job.recvFp : job.sendFp, rank_, curPeer);
   std::string waiting;
   for (int p : activePeers_) {
-    if (p != rank_ && conns_[static_cast<size_t>(p)]->busy())
-      waiting += (waiting.empty() ? "" : ", ") + std::to_string(p);
+    if (p == rank_ || !conns_[static_cast<size_t>(p)]->busy()) continue;
+    const transport::Fingerprint& seen = lastSeen_[static_cast<size_t>(p)];
+    waiting += base::format("%srank %d (%s%s)", waiting.empty() ? "" : ", ", p,
+                            seen.shape ? "last seen in " : "nothing received from it yet",
+                            seen.shape ? callText(seen, p, rank_).c_str() : "");
   }
   COLLIE_FAIL(ErrorCode::Timeout,
-              "%s rank %d: no progress for %lld ms while waiting on peer(s) %s (a peer may have died, hung, or "
+              "%s rank %d: no progress for %lld ms in %s while waiting on %s (a peer may have died, hung, or "
               "called a different collective)",
-              name_.c_str(), rank_, static_cast<long long>(config_.timeout.count()),
+              name_.c_str(), rank_, static_cast<long long>(config_.timeout.count()), in.c_str(),
               waiting.empty() ? "?" : waiting.c_str());
 }
 

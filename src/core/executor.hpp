@@ -48,6 +48,8 @@ struct Job {
   /// Pipelining, chosen by the tuner from the job alone so that both sides of every link agree.
   size_t sliceBytes = 512 * 1024;
   int slicesInFlight = 4;
+  /// The call's fingerprint (core/call_fingerprint.hpp): what its sends carry and what its receives expect.
+  transport::Fingerprint sendFp, recvFp;
 };
 
 struct ExecConfig {
@@ -112,7 +114,8 @@ class Executor {
   size_t slotBytes_ = 0;
   char* scratch_ = nullptr;  // Buffer::Scratch of every job (grows, kept between runs)
   size_t scratchBytes_ = 0;
-  std::vector<size_t> jobScratch_;  // byte offset of each job's scratch in scratch_
+  std::vector<size_t> jobScratch_;                // byte offset of each job's scratch in scratch_
+  std::vector<transport::Fingerprint> lastSeen_;  // by peer: the call of the last message received from it
 };
 
 }  // namespace collie::core

@@ -61,6 +61,14 @@ const std::vector<Job>& Planner::plan(const std::vector<OpDesc>& ops) {
     job.slicesInFlight = plan.slicesInFlight;
     bool p2p = op.coll == Collective::Send || op.coll == Collective::Recv;
     job.concurrentWithPrevious = p2p && prevP2P && ops.size() > 1;
+    if (p2p) {
+      const auto peer = static_cast<size_t>(op.root);
+      uint32_t& n = op.coll == Collective::Send ? sends_[peer] : recvs_[peer];
+      job.sendFp = job.recvFp = fingerprintOf(op, ++n, rank_);
+    } else {
+      job.sendFp = job.recvFp = fingerprintOf(op, ++collectiveCalls_, rank_);
+      history_.add(job.sendFp);
+    }
     prevP2P = p2p;
     jobs_.push_back(job);
 
@@ -70,6 +78,12 @@ const std::vector<Job>& Planner::plan(const std::vector<OpDesc>& ops) {
     last_ = record;
   }
   return jobs_;
+}
+
+transport::MismatchRecord Planner::explain(transport::MismatchRecord r) const {
+  if (r.rankB != rank_ || !isCollectiveFingerprint(r.a)) return r;
+  if (const transport::Fingerprint* mine = history_.find(r.a.call)) r.b = *mine;
+  return r;
 }
 
 CallInfo Planner::lastCall() const {

@@ -1,7 +1,8 @@
 // Planner: turns a batch of calls into the executor's jobs. For each call the tuner picks the algorithm and its
 // slicing, the schedule comes from a cache (built on first use), and the choice is recorded as the
 // communicator's CallInfo (Communicator::lastCall): collective, algorithm, the transports of the peers the
-// schedule touches, bytes and slice size. Only the thread that runs the executor calls plan().
+// schedule touches, bytes and slice size. Each call is numbered and fingerprinted here (call_fingerprint.hpp).
+// Only the thread that runs the executor calls plan().
 #pragma once
 
 #include <collie/collie.hpp>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "algorithms/algorithms.hpp"
+#include "core/call_fingerprint.hpp"
 #include "core/executor.hpp"
 #include "core/flight_recorder.hpp"
 #include "core/op_desc.hpp"
@@ -21,7 +23,12 @@ namespace collie::core {
 
 class Planner {
  public:
-  Planner(int rank, int nranks, std::string name) : rank_(rank), nranks_(nranks), name_(std::move(name)) {}
+  Planner(int rank, int nranks, std::string name)
+      : rank_(rank),
+        nranks_(nranks),
+        name_(std::move(name)),
+        sends_(static_cast<size_t>(nranks), 0),
+        recvs_(static_cast<size_t>(nranks), 0) {}
 
   /// The transports in order of preference, and the one that connected each rank ("self" for this rank).
   void setTransports(std::vector<std::string> preference, std::vector<std::string> byRank);
@@ -34,6 +41,9 @@ class Planner {
   const std::vector<Job>& plan(const std::vector<OpDesc>& ops);
   /// What the most recent planned call runs. Any thread.
   CallInfo lastCall() const;
+  /// `r` as found by this rank (rankB) with this rank's side replaced by its own call of the number the peer's
+  /// message carried, when that was an earlier collective: a stale message names the call that differed.
+  transport::MismatchRecord explain(transport::MismatchRecord r) const;
 
  private:
   const algorithms::Schedule& schedule(algorithms::Algorithm algo, const algorithms::ScheduleKey& key);
@@ -59,6 +69,9 @@ class Planner {
   std::unordered_map<algorithms::ScheduleId, algorithms::Schedule, algorithms::ScheduleIdHash> cache_;
   std::unordered_map<const algorithms::Schedule*, uint32_t> transportCache_;  // follows cache_
   std::vector<Job> jobs_;
+  uint32_t collectiveCalls_ = 0;         // collective calls planned so far
+  std::vector<uint32_t> sends_, recvs_;  // by peer: sends to it and receives from it planned so far
+  CallHistory history_;                  // fingerprints of the recent collective calls
   mutable std::mutex callMu_;
   Record last_;
 };

@@ -1,7 +1,8 @@
 // A rank's connection to itself: posted sends and posted receives are matched in the order they were posted
-// (the first send with the first receive, and so on) and the bytes are copied with memcpy. Matching happens in
-// progress(), so progress() reports every completion like any other Connection. Only host memory is handled;
-// device buffers are staged (or copied on the device) by the caller before they reach a Connection.
+// (the first send with the first receive, and so on), their call fingerprints compared and the bytes copied.
+// Matching happens in progress(), so progress() reports every completion like any other Connection. Only host
+// memory is handled; device buffers are staged (or copied on the device) by the caller before they reach a
+// Connection.
 #include <cstring>
 #include <deque>
 
@@ -25,6 +26,7 @@ class SelfConnection : public Connection {
     while (!sends_.empty() && !recvs_.empty()) {
       Transfer* s = sends_.front();
       Transfer* r = recvs_.front();
+      if (s->fp != r->fp) throwMismatch(MismatchRecord{rank_, rank_, s->fp, r->fp}, "on the self connection");
       COLLIE_INTERNAL_CHECK(s->bytes == r->bytes,
                             "message size mismatch on the self connection of rank %d: send of %zu bytes, receive "
                             "of %zu bytes",

@@ -1,5 +1,5 @@
 // The transport-independent parts of transport.hpp: the opaque per-transport addresses of a PeerInfo, the
-// network namespace id, and the one rule that picks the transport of a peer pair.
+// network namespace id, the one rule that picks the transport of a peer pair, and the plain mismatch error.
 #include "transport/transport.hpp"
 
 #include <sys/stat.h>
@@ -48,6 +48,15 @@ Transport* chooseTransport(const std::vector<std::unique_ptr<Transport>>& transp
                            const PeerInfo& peer) {
   int i = chooseTransportIndex(transports, local, peer);
   return i < 0 ? nullptr : transports[static_cast<size_t>(i)].get();
+}
+
+void throwMismatch(const MismatchRecord& r, const char* where) {
+  auto fp = [](const Fingerprint& f) {
+    return base::format("call #%u root %u shape 0x%016llx", f.call, f.root, static_cast<unsigned long long>(f.shape));
+  };
+  throw MismatchError(
+      r, base::format("ranks made different calls (learnt %s): rank %d called {%s}; rank %d called {%s}", where,
+                      r.rankA, fp(r.a).c_str(), r.rankB, fp(r.b).c_str()));
 }
 
 }  // namespace collie::transport

@@ -24,6 +24,8 @@
 #include <string>
 #include <vector>
 
+#include "transport/fingerprint.hpp"
+
 namespace collie::base {
 class Poller;
 }
@@ -70,6 +72,7 @@ struct Transfer {
   size_t bytes = 0;
   MemoryKind kind = MemoryKind::Host;
   bool complete = false;  ///< set by the Connection when every byte has moved
+  Fingerprint fp{};       ///< a send: its call's; a receive: the one the sender's must equal (fingerprint.hpp)
 };
 
 /// Everything a transport needs to know about the communicator it serves.
@@ -96,6 +99,12 @@ class Connection {
   virtual bool busy() const = 0;
   /// Closes the connection; the peer sees the connection go away. Idempotent.
   virtual void close() = 0;
+  /// Closes the connection after passing `why` to the peer where the transport can (best effort, bounded), so
+  /// that its next progress() throws MismatchError(why) rather than a plain "peer closed".
+  virtual void poison(const MismatchRecord& why) {
+    (void)why;
+    close();
+  }
 };
 
 class Transport {

@@ -37,19 +37,28 @@ class Liveness : public ::testing::TestWithParam<Transport> {
   ScopedEnv deadTimeout_{"COLLIE_PEER_DEAD_TIMEOUT", "1000"};
 };
 
-// The peers a Timeout message says this rank waits on ("... waiting on peer(s) 0, 2 (...").
+// The peers a Timeout message says this rank waits on ("... while waiting on rank 0 (last seen in AllReduce(...) as
+// call #3), rank 2 (...) (...").
 std::vector<int> peersWaitedOn(const std::string& message) {
   std::vector<int> peers;
-  const std::string key = "waiting on peer(s) ";
+  const std::string key = " while waiting on ";
   size_t pos = message.find(key);
   if (pos == std::string::npos) return peers;
   pos += key.size();
-  while (pos < message.size() && std::isdigit(static_cast<unsigned char>(message[pos]))) {
+  while (message.compare(pos, 5, "rank ") == 0 && pos + 5 < message.size() &&
+         std::isdigit(static_cast<unsigned char>(message[pos + 5]))) {
+    pos += 5;
     size_t end = 0;
     peers.push_back(std::stoi(message.substr(pos), &end));
     pos += end;
-    if (message.compare(pos, 2, ", ") != 0) break;
-    pos += 2;
+    if (message.compare(pos, 2, " (") != 0) break;
+    int depth = 0;  // skip the peer's parenthesised last call, which holds parentheses of its own
+    for (++pos; pos < message.size(); ++pos) {
+      depth += message[pos] == '(' ? 1 : message[pos] == ')' ? -1 : 0;
+      if (depth == 0) break;
+    }
+    if (message.compare(pos + 1, 2, ", ") != 0) break;
+    pos += 3;
   }
   return peers;
 }

@@ -2,14 +2,16 @@
 //
 // Each direction of a pair is a ring of slots owned by the receiver (shm_segment.hpp). The sender fills slots
 // in order; the receiver consumes them in order into its posted receives:
-//   - a message of up to 32 bytes travels inline in the slot header's cache line (one line moves per message);
+//   - a message of up to 24 bytes travels inline in the slot header's cache line (one line moves per message);
 //   - a larger one is cut into slot-sized parts, copied in by the sender and out by the receiver;
 //   - a message of at least directMinBytes, when the peer reads our memory (threads of one process; processes
-//     where process_vm_readv is allowed and pays, see shm_transport.cpp), is one kSlotDirect slot holding
-//     its address: the receiver copies it straight from the sender's buffer with process_vm_readv (or memcpy
-//     when both ranks are threads of one process) and then releases the slot. The send completes when the
+//     where process_vm_readv is allowed and pays, see shm_transport.cpp), is one slot holding its address
+//     (bytes = kDirectSlot): the receiver copies it straight from the sender's buffer with process_vm_readv (or
+//     memcpy when both ranks are threads of one process) and then releases the slot. The send completes when the
 //     receiver's head passes that slot, so the buffer stays untouched until it was read (single copy).
-// Every slot carries the message number and size, which the receiver checks against what it posted.
+// Every slot carries the message number and size and the sender's call fingerprint, which the receiver checks
+// against what it posted; a fingerprint that differs throws MismatchError (transport/fingerprint.hpp). A side that
+// closes because of a mismatch leaves the record in its closed lines (PoisonNote) for the peer to report.
 //
 // Waking. The executor polls progress() for a while, then sleeps in Poller::wait (epoll), which first asks
 // ShmWaker::prepareToSleep(). That sets this rank's RankControl::sleeping to 1 and re-checks every ring
@@ -124,6 +126,15 @@ void ShmConnection::close() {
   pending_ = 0;
 }
 
+void ShmConnection::poison(const MismatchRecord& why) {
+  if (closed_) return;
+  for (PoisonNote* note : {&out_.producer->poison, &in_.flags->poison}) {
+    note->record = why;
+    note->set.store(1, std::memory_order_release);
+  }
+  close();
+}
+
 void ShmConnection::check(bool ok, const char* what) const {
   COLLIE_INTERNAL_CHECK(ok, "shm connection of rank %d to peer %d: %s", rank_, peer_, what);
 }
@@ -177,18 +188,20 @@ bool ShmConnection::pumpRecv() {
     if (s->seq.load(std::memory_order_acquire) != head_ + 1) break;
     RecvOp& r = recvs_.front();
     Transfer* t = r.t;
+    if (s->fp != t->fp) throwMismatch(MismatchRecord{peer_, rank_, s->fp, t->fp}, "over shm");
     if (s->msgSeq != recvSeq_ || s->msgBytes != t->bytes) {
       COLLIE_FAIL(ErrorCode::InternalError,
                   "message mismatch from peer %d over shm: expected message #%u of %zu bytes, got #%u of %llu bytes",
                   peer_, recvSeq_, t->bytes, s->msgSeq, static_cast<unsigned long long>(s->msgBytes));
     }
-    if (s->kind == kSlotData) {
+    if (s->bytes != kDirectSlot) {
       check(s->bytes <= in_.slotBytes && s->bytes <= t->bytes - r.off, "corrupt slot (payload larger than expected)");
       if (s->bytes)
-        std::memcpy(static_cast<char*>(t->buf) + r.off, s->inlined ? s->inl : RingView::payload(s), s->bytes);
+        std::memcpy(static_cast<char*>(t->buf) + r.off, s->bytes <= kInlineBytes ? s->inl : RingView::payload(s),
+                    s->bytes);
       r.off += s->bytes;
     } else {
-      check(s->kind == kSlotDirect && r.off == 0, "corrupt slot (unknown kind)");
+      check(r.off == 0, "corrupt slot (a direct part after data)");
       readPeer(t->buf, s->addr, t->bytes);
       r.off = t->bytes;
     }
@@ -227,10 +240,9 @@ bool ShmConnection::pumpSend() {
     SlotHeader* s = out_.slot(tail_);
     s->msgSeq = sendSeq_;
     s->msgBytes = t->bytes;
+    s->fp = t->fp;
     if (op.direct) {
-      s->kind = kSlotDirect;
-      s->bytes = 0;
-      s->inlined = 0;
+      s->bytes = kDirectSlot;
       s->addr = reinterpret_cast<uint64_t>(t->buf);
       s->seq.store(tail_ + 1, std::memory_order_release);
       directs_.push_back(DirectOp{t, tail_});
@@ -242,10 +254,8 @@ bool ShmConnection::pumpSend() {
     }
     const size_t chunk = std::min<size_t>(out_.slotBytes, t->bytes - op.off);
     const char* src = static_cast<const char*>(t->buf) + op.off;
-    s->kind = kSlotData;
     s->bytes = static_cast<uint32_t>(chunk);
-    s->inlined = chunk <= kInlineBytes ? 1 : 0;
-    if (chunk) std::memcpy(s->inlined ? s->inl : RingView::payload(s), src, chunk);
+    if (chunk) std::memcpy(chunk <= kInlineBytes ? s->inl : RingView::payload(s), src, chunk);
     s->seq.store(tail_ + 1, std::memory_order_release);
     ++tail_;
     op.off += chunk;
@@ -315,6 +325,10 @@ bool ShmConnection::peerGone() {
 }
 
 void ShmConnection::failGone(const char* why) {
+  for (const PoisonNote* note : {&in_.producer->poison, &out_.flags->poison}) {
+    if (note->set.load(std::memory_order_acquire) != 0)
+      throwMismatch(note->record, base::format("from peer %d over shm", peer_).c_str());
+  }
   COLLIE_FAIL(ErrorCode::RemoteError,
               "peer %d %s while rank %d waited on its shm connection (%zu receive(s), %zu send(s) pending)", peer_, why,
               rank_, recvs_.size(), sends_.size() + directs_.size());

@@ -70,6 +70,8 @@ class ShmConnection final : public Connection {
   bool progress() override;
   bool busy() const override { return pending_ > 0; }
   void close() override;
+  /// Leaves `why` in this side's closed lines for the peer, then closes.
+  void poison(const MismatchRecord& why) override;
 
   /// For the sleep hook: whether progress() would move something now (or fail), without moving it.
   bool wouldMove();

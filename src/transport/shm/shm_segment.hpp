@@ -15,6 +15,7 @@
 //   [256]  ProducerLine    the sender's closed flag: written by the sender only
 //   [384]  ConsumerFlags   the receiver's closed and reading flags: written by the receiver only
 //   [512]  slots           nslots x (64-byte SlotHeader + slotBytes payload)
+// The closed lines also carry a PoisonNote: the call mismatch that made a side close, for the other side to report.
 // Words written by different sides, and hot words apart from flags read while idle, sit 128 bytes apart (a
 // pair of lines, which x86 prefetches together).
 // A slot is full when its header's seq equals its ticket + 1 (the producer's running slot count), written
@@ -34,23 +35,19 @@ namespace collie::transport::shm {
 
 constexpr uint32_t kRingMagic = 0x434c5352;     // "CLSR"
 constexpr uint32_t kControlMagic = 0x434c5343;  // "CLSC"
-constexpr uint32_t kLayoutVersion = 2;
-constexpr size_t kInlineBytes = 32;  ///< payloads up to this size travel in the slot header's cache line
-
-enum SlotKind : uint32_t {
-  kSlotData = 1,    ///< payload (or a part of one) in the slot
-  kSlotDirect = 2,  ///< the receiver copies the whole message from the sender's address
-};
+constexpr uint32_t kLayoutVersion = 3;
+constexpr size_t kInlineBytes = 24;  ///< payloads up to this size travel in the slot header's cache line
+/// SlotHeader::bytes of a slot whose message the receiver copies straight from the sender's address.
+constexpr uint32_t kDirectSlot = UINT32_MAX;
 
 struct alignas(64) SlotHeader {
   std::atomic<uint64_t> seq;  ///< ticket + 1 once full
   uint64_t msgBytes;          ///< size of the whole message
+  Fingerprint fp;             ///< the sender's call (transport/fingerprint.hpp), checked by the receiver
   uint32_t msgSeq;            ///< the message's number on this ring
-  uint32_t bytes;             ///< payload bytes in this slot (kSlotData)
-  uint32_t kind;
-  uint32_t inlined;  ///< 1: the payload is in inl[]
+  uint32_t bytes;             ///< payload bytes in this slot (inline in inl[] up to kInlineBytes), or kDirectSlot
   union {
-    uint64_t addr;  ///< kSlotDirect: the message in the sender's address space
+    uint64_t addr;  ///< kDirectSlot: the message in the sender's address space
     char inl[kInlineBytes];
   };
 };
@@ -68,6 +65,13 @@ struct RingHeader {
   int32_t writer;      ///< rank that sends into it
 };
 
+/// A call mismatch passed to the peer by a side that closes (transport/fingerprint.hpp): the record is written
+/// first, then `set` (release), then the side's closed flag.
+struct PoisonNote {
+  std::atomic<uint32_t> set;
+  MismatchRecord record;
+};
+
 struct ConsumerLine {
   std::atomic<uint64_t> head;
 };
@@ -78,10 +82,12 @@ struct ConsumerFlags {
   /// closes (its call failed, its buffers may go away) first sets ProducerLine::closed, then waits for this to
   /// be 0; the receiver sets it, then checks closed, so it never reads a buffer after the sender gave up on it.
   std::atomic<uint32_t> reading;
+  PoisonNote poison;  ///< set by a receiver that closes because of a call mismatch
 };
 
 struct ProducerLine {
   std::atomic<uint32_t> closed;
+  PoisonNote poison;  ///< set by a sender that closes because of a call mismatch
 };
 
 /// One per rank (per shm transport): what its peers read before deciding to wake it.
@@ -96,6 +102,7 @@ constexpr size_t kProducerOffset = 256;
 constexpr size_t kConsumerFlagsOffset = 384;
 constexpr size_t kSlotsOffset = 512;
 constexpr size_t kControlBytes = 4096;
+static_assert(sizeof(ConsumerFlags) <= kSlotsOffset - kConsumerFlagsOffset && sizeof(ProducerLine) <= 128);
 
 /// Bytes of a ring segment (rounded up to whole pages).
 size_t ringBytes(uint32_t slots, uint32_t slotBytes);

@@ -6,9 +6,12 @@
 // the messages it is given in posting order, and each socket keeps a FIFO of pending send parts and one of
 // pending receive parts.
 //
-// On the wire every part is a 16-byte MsgHeader {magic, message number, whole-message bytes} followed by the
-// part's payload; a zero-byte message is a header alone, so it keeps its place in the order and a size
-// mismatch is caught like any other. The receiver checks the header against what it posted. I/O uses
+// On the wire every part is a MsgHeader (msg_header.hpp: magic, message number, whole-message bytes, the sender's
+// call fingerprint) followed by the part's payload; a zero-byte message is a header alone, so it keeps its place
+// in the order and a size mismatch is caught like any other. The receiver checks the header against what it
+// posted (checkMsgHeader). A rank that found a call mismatch poisons the connection: it finishes the part it was
+// writing, writes a poison header naming the mismatch, and closes; the peer meets that header where it expects
+// its next one, or, when the socket fails under it first, looks for it in what is left of the stream. I/O uses
 // sendmsg/recvmsg with an iovec list covering the header and payload of up to kMaxBatch queued parts, so a
 // small message is one syscall each way and a burst of small messages shares syscalls.
 //
@@ -17,10 +20,14 @@
 // after a progress() that moved nothing, so no readiness edge is ever lost.
 #include "transport/tcp/tcp_connection.hpp"
 
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
+#include <cstring>
 
 #include "base/errors.hpp"
 #include "base/poller.hpp"
@@ -30,6 +37,55 @@ namespace {
 
 constexpr int kMaxBatch = 64;  // parts per syscall (two iovecs each)
 constexpr size_t kHeaderBytes = sizeof(MsgHeader);
+constexpr auto kPoisonBudget = std::chrono::milliseconds(200);  // for writing, and for reading, a poison header
+
+using PoisonClock = std::chrono::steady_clock;
+
+// Waits until fd is ready for `events` or `until` passed; false then.
+bool waitFd(int fd, short events, PoisonClock::time_point until) {
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - PoisonClock::now()).count();
+  if (left <= 0) return false;
+  pollfd p{fd, events, 0};
+  return ::poll(&p, 1, static_cast<int>(left)) > 0;
+}
+
+// Writes n bytes to a non-blocking socket by `until`; false if it could not.
+bool writeAll(int fd, const char* data, size_t n, PoisonClock::time_point until) {
+  while (n > 0) {
+    ssize_t w = ::send(fd, data, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (w > 0) {
+      data += w;
+      n -= static_cast<size_t>(w);
+    } else if (w < 0 && errno == EINTR) {
+      continue;
+    } else if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      if (!waitFd(fd, POLLOUT, until)) return false;
+    } else {
+      return false;
+    }
+  }
+  return true;
+}
+
+// Reads n bytes (into `to`, or dropped when it is null) from a non-blocking socket by `until`; false if it could not.
+bool readAll(int fd, char* to, size_t n, PoisonClock::time_point until) {
+  char sink[16384];
+  while (n > 0) {
+    size_t want = to ? n : std::min(n, sizeof(sink));
+    ssize_t r = ::recv(fd, to ? to : sink, want, MSG_DONTWAIT);
+    if (r > 0) {
+      if (to) to += r;
+      n -= static_cast<size_t>(r);
+    } else if (r < 0 && errno == EINTR) {
+      continue;
+    } else if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      if (!waitFd(fd, POLLIN, until)) return false;
+    } else {
+      return false;  // end of stream or an error
+    }
+  }
+  return true;
+}
 
 }  // namespace
 
@@ -86,9 +142,9 @@ void TcpConnection::post(Transfer* t, bool send) {
   char* base = static_cast<char*>(t->buf);
   size_t offset = 0;
   for (size_t i = 0; i < nparts; ++i) {
-    size_t bytes = t->bytes / nparts + (i < t->bytes % nparts ? 1 : 0);
+    size_t bytes = partBytes(t->bytes, i);
     Socket& s = socks_[striped ? i : seq % nsock];
-    Part part{op, base + offset, bytes, 0, seq, MsgHeader{kMsgMagic, seq, t->bytes}};
+    Part part{op, base + offset, bytes, 0, seq, dataHeader(seq, t->bytes, t->fp)};
     (send ? s.sends : s.recvs).push_back(part);
     offset += bytes;
   }
@@ -137,20 +193,67 @@ int TcpConnection::buildIov(const std::deque<Part>& q, iovec* iov, size_t* want)
   return n;
 }
 
+size_t TcpConnection::partBytes(uint64_t msgBytes, size_t sock) const {
+  const size_t nsock = socks_.size();
+  if (!(nsock > 1 && msgBytes > 0 && msgBytes >= static_cast<uint64_t>(stripeMin_))) return msgBytes;
+  return msgBytes / nsock + (sock < msgBytes % nsock ? 1 : 0);
+}
+
 void TcpConnection::checkHeader(const Part& p) {
-  const MsgHeader& h = p.hdr;
-  if (h.magic != kMsgMagic) {
-    COLLIE_FAIL(ErrorCode::InternalError,
-                "corrupt tcp stream from peer %d: bad message magic 0x%08x (expected message #%u of %zu bytes)", peer_,
-                h.magic, p.seq, p.op->t->bytes);
+  checkMsgHeader(p.hdr, ExpectedMsg{p.seq, p.op->t->bytes, p.op->t->fp}, rank_, peer_);
+}
+
+void TcpConnection::poison(const MismatchRecord& why) {
+  if (closed_) return;
+  const MsgHeader h = poisonHeader(why);
+  const auto until = PoisonClock::now() + kPoisonBudget;
+  for (Socket& s : socks_) {
+    if (s.fd < 0) continue;
+    // The peer reads headers only at part boundaries: finish the part that is half written (its buffer is still
+    // the caller's: poison() runs before the failed call returns), then the poison header.
+    bool ok = true;
+    if (!s.sends.empty() && s.sends.front().done > 0) {
+      const Part& p = s.sends.front();
+      if (p.done < kHeaderBytes)
+        ok = writeAll(s.fd, reinterpret_cast<const char*>(&p.hdr) + p.done, kHeaderBytes - p.done, until);
+      const size_t off = p.done < kHeaderBytes ? 0 : p.done - kHeaderBytes;
+      ok = ok && writeAll(s.fd, p.data + off, p.bytes - off, until);
+    }
+    if (ok) writeAll(s.fd, reinterpret_cast<const char*>(&h), sizeof(h), until);
+    // Drop what the peer sent us, so that closing with unread data does not reset the connection (a reset may
+    // discard the poison before the peer reads it).
+    char sink[16384];
+    while (::recv(s.fd, sink, sizeof(sink), MSG_DONTWAIT) > 0) {
+    }
   }
-  if (h.bytes != p.op->t->bytes) {
-    COLLIE_FAIL(ErrorCode::InternalError, "message size mismatch from peer %d: expected %zu got %llu", peer_,
-                p.op->t->bytes, static_cast<unsigned long long>(h.bytes));
-  }
-  if (h.seq != p.seq) {
-    COLLIE_FAIL(ErrorCode::InternalError, "message order mismatch from peer %d: expected message #%u got #%u", peer_,
-                p.seq, h.seq);
+  close();
+}
+
+void TcpConnection::scanForPoison() {
+  const auto until = PoisonClock::now() + kPoisonBudget;
+  for (size_t i = 0; i < socks_.size(); ++i) {
+    const int fd = socks_[i].fd;
+    if (fd < 0) continue;
+    MsgHeader h{};
+    size_t have = 0;  // header bytes already read
+    size_t skip = 0;  // payload bytes to drop before the next header
+    if (!socks_[i].recvs.empty() && socks_[i].recvs.front().done > 0) {
+      const Part& p = socks_[i].recvs.front();
+      if (p.done < kHeaderBytes) {
+        std::memcpy(&h, &p.hdr, p.done);
+        have = p.done;
+      } else {
+        skip = kHeaderBytes + p.bytes - p.done;
+      }
+    }
+    for (int guard = 0; guard < 1 << 20; ++guard) {
+      if (have == 0 && !readAll(fd, nullptr, skip, until)) break;
+      if (!readAll(fd, reinterpret_cast<char*>(&h) + have, kHeaderBytes - have, until)) break;
+      have = 0;
+      if (h.magic == kPoisonMagic) throwMismatch(poisonRecord(h), base::format("from peer %d over tcp", peer_).c_str());
+      if (h.magic != kMsgMagic) break;
+      skip = partBytes(h.bytes, i);
+    }
   }
 }
 
@@ -182,6 +285,7 @@ void TcpConnection::failIo(int err, const char* op) {
                 peer_, base::errnoString(err).c_str());
   }
   if (err == 0 || err == ECONNRESET || err == EPIPE || err == ENOTCONN) {
+    scanForPoison();
     COLLIE_FAIL(ErrorCode::RemoteError, "peer %d closed the connection (it may have exited or failed)%s%s", peer_,
                 err ? ": " : "", err ? base::errnoString(err).c_str() : "");
   }

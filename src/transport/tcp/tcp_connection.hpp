@@ -11,19 +11,10 @@
 #include <string>
 #include <vector>
 
+#include "transport/tcp/msg_header.hpp"
 #include "transport/transport.hpp"
 
 namespace collie::transport::tcp {
-
-/// Precedes every message part on the wire.
-struct MsgHeader {
-  uint32_t magic;
-  uint32_t seq;    ///< the message's number on this connection (per direction); every part carries it
-  uint64_t bytes;  ///< size of the whole message, not of this part
-};
-static_assert(sizeof(MsgHeader) == 16);
-
-constexpr uint32_t kMsgMagic = 0x434c4d47;  // "CLMG"
 
 /// Sends and receives over `fds` (connected, non-blocking, registered with `poller` by the caller; the
 /// connection removes and closes them, so `poller` must outlive it). Both sides must use the same number of
@@ -42,6 +33,8 @@ class TcpConnection final : public Connection {
   bool progress() override;
   bool busy() const override { return pending_ > 0; }
   void close() override;
+  /// Finishes the part being written on each socket (bounded), writes a poison header after it, then closes.
+  void poison(const MismatchRecord& why) override;
 
  private:
   struct Op {
@@ -70,6 +63,11 @@ class TcpConnection final : public Connection {
   /// Advances the front parts of q by n bytes; validates headers (receive side) and completes parts.
   void consume(std::deque<Part>& q, size_t n, bool recv);
   void checkHeader(const Part& p);
+  /// Payload bytes of the part of a `msgBytes` message on socket `sock` (the whole message when not striped).
+  size_t partBytes(uint64_t msgBytes, size_t sock) const;
+  /// After the peer closed: reads the rest of what it sent, message by message, and throws MismatchError if it
+  /// ends in a poison header. Bounded in time; returns when there is none.
+  void scanForPoison();
   [[noreturn]] void failIo(int err, const char* op);
   Op* newOp(Transfer* t, uint32_t parts);
 

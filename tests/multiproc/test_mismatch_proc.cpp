@@ -1,0 +1,198 @@
+// Mismatched calls across ranks, every rank a forked process, over tcp and over shm, with 2 and 3 ranks: the last
+// rank calls something different from the others (another count, type, op, root, collective, or for send/receive
+// another count, type, peer or direction), then every rank makes one correct AllReduce. Each rank must fail, in the
+// mismatched call or (when its part of it only sent) in the next one, with InvalidUsage and a message naming both
+// sides, well before the timeout, and find its communicator failed afterwards. Correct programs are covered by
+// every other test in the suite, which run with the same checks on.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "common/launcher.hpp"
+#include "common/scoped_env.hpp"
+
+namespace collie::test {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr auto kTimeout = 20s;
+constexpr auto kShortTimeout = 1500ms;
+constexpr int64_t kFastNs = 5'000'000'000;  // a mismatch must be reported well under the timeout
+
+enum class Coll { AllReduce, Broadcast, Reduce, AllGather, ReduceScatter, AllToAll, SendRecv };
+enum class Kind { Count, Type, Op, Root, Collective, Peer, Direction };
+
+struct Call {
+  Coll coll = Coll::AllReduce;
+  DataType type = DataType::Float32;
+  ReduceOp op = ReduceOp::Sum;
+  size_t count = 64;
+  int root = 0;           ///< root; for SendRecv: how far back the rank receives from (1: rank - 1)
+  bool sendOnly = false;  ///< SendRecv: send to rank + 1 and to no one receive (both directions send)
+};
+
+const char* collName(Coll c) {
+  static const char* names[] = {"AllReduce",     "Broadcast", "Reduce",  "AllGather",
+                                "ReduceScatter", "AllToAll",  "SendRecv"};
+  return names[static_cast<int>(c)];
+}
+const char* kindName(Kind k) {
+  static const char* names[] = {"Count", "Type", "Op", "Root", "Collective", "Peer", "Direction"};
+  return names[static_cast<int>(k)];
+}
+
+void issue(Communicator& comm, const Call& c) {
+  const int n = comm.size(), r = comm.rank();
+  std::vector<double> in(c.count * static_cast<size_t>(n) * 2, 1.0), out(in.size(), 0.0);
+  switch (c.coll) {
+    case Coll::AllReduce:
+      return comm.allReduce(in.data(), out.data(), c.count, c.type, c.op);
+    case Coll::Broadcast:
+      return comm.broadcast(in.data(), out.data(), c.count, c.type, c.root);
+    case Coll::Reduce:
+      return comm.reduce(in.data(), out.data(), c.count, c.type, c.op, c.root);
+    case Coll::AllGather:
+      return comm.allGather(in.data(), out.data(), c.count, c.type);
+    case Coll::ReduceScatter:
+      return comm.reduceScatter(in.data(), out.data(), c.count, c.type, c.op);
+    case Coll::AllToAll:
+      return comm.allToAll(in.data(), out.data(), c.count, c.type);
+    case Coll::SendRecv:
+      groupStart();
+      comm.send(in.data(), c.count, c.type, (r + 1) % n);
+      if (c.sendOnly) {
+        comm.send(in.data(), c.count, c.type, (r + n - 1) % n);
+      } else {
+        comm.recv(out.data(), c.count, c.type, (r + n - c.root) % n);
+      }
+      groupEnd();
+      return;
+  }
+}
+
+// The call of the last rank for a mismatch of `kind` in `base`.
+Call deviate(Call c, Kind kind, int nranks) {
+  switch (kind) {
+    case Kind::Count:
+      c.count *= 2;
+      break;
+    case Kind::Type:
+      c.type = DataType::Int32;
+      break;
+    case Kind::Op:
+      c.op = ReduceOp::Max;
+      break;
+    case Kind::Root:
+      c.root = nranks - 1;  // names itself root (the others name rank 0)
+      break;
+    case Kind::Collective:
+      c.coll = c.coll == Coll::AllReduce ? Coll::Broadcast : Coll::AllReduce;
+      c.root = nranks - 1;  // an AllReduce against a Broadcast that this rank roots: it only sends
+      break;
+    case Kind::Peer:
+      c.root = 2;  // receive from rank - 2 rather than rank - 1
+      break;
+    case Kind::Direction:
+      c.sendOnly = true;
+      break;
+  }
+  return c;
+}
+
+struct Case {
+  Coll coll;
+  Kind kind;
+  int nranks;
+  bool tcp;
+};
+
+std::string caseName(const ::testing::TestParamInfo<Case>& info) {
+  const Case& c = info.param;
+  return std::string(collName(c.coll)) + "_" + kindName(c.kind) + "_" + std::to_string(c.nranks) + "ranks_" +
+         (c.tcp ? "tcp" : "shm");
+}
+
+// Two ranks, each the root of its Reduce: both only receive.
+bool receiveOnly(const Case& c) { return c.coll == Coll::Reduce && c.kind == Kind::Root && c.nranks == 2; }
+
+class Mismatch : public ::testing::TestWithParam<Case> {};
+
+TEST_P(Mismatch, FailsOnEveryRankWithInvalidUsageNamingBothSides) {
+  const Case tc = GetParam();
+  ScopedEnv shm(tc.tcp ? "COLLIE_SHM_DISABLE" : nullptr, "1");
+  Options options;
+  options.timeout = receiveOnly(tc) ? kShortTimeout : kTimeout;
+  options.name = "mismatch";
+  auto body = [&](Communicator& comm) {
+    Call base;
+    base.coll = tc.coll;
+    if (tc.coll == Coll::SendRecv) base.root = 1;
+    const bool deviant = comm.rank() == comm.size() - 1;
+    const Call mine = deviant ? deviate(base, tc.kind, comm.size()) : base;
+    const int64_t start = monotonicNs();
+    std::string message;
+    ErrorCode code = ErrorCode::Success;
+    // A rank whose part of the mismatched calls only sent, or only talked to ranks that agree with it, learns on a
+    // later call: up to three.
+    for (int step = 0; step < 4 && code == ErrorCode::Success; ++step) {
+      try {
+        if (step == 0) {
+          issue(comm, mine);
+        } else {
+          std::vector<float> x(16, 1.0f);
+          comm.allReduce(x.data(), x.data(), x.size(), DataType::Float32, ReduceOp::Sum);
+        }
+      } catch (const Error& e) {
+        code = e.code();
+        message = e.what();
+      }
+    }
+    if (receiveOnly(tc)) {
+      // Every rank only waits to receive: no message is exchanged, so it ends in a timeout naming the calls (or,
+      // on the rank whose peer timed out first, in that peer's going away).
+      EXPECT_TRUE(code == ErrorCode::Timeout || code == ErrorCode::RemoteError) << message;
+      if (code == ErrorCode::Timeout) {
+        EXPECT_NE(message.find(" in Reduce(float32, sum, 64, root "), std::string::npos) << message;
+        EXPECT_NE(message.find(" (last seen in "), std::string::npos) << message;
+      }
+    } else {
+      EXPECT_EQ(code, ErrorCode::InvalidUsage) << message;
+      EXPECT_NE(message.find("mismatched calls: rank "), std::string::npos) << message;
+      EXPECT_NE(message.find("; rank "), std::string::npos) << message;
+      EXPECT_LT(monotonicNs() - start, kFastNs) << message;
+    }
+    EXPECT_NE(comm.asyncError(), ErrorCode::Success);
+    std::vector<float> x(4, 1.0f);
+    EXPECT_THROW(comm.allReduce(x.data(), x.data(), x.size(), DataType::Float32, ReduceOp::Sum), Error);
+    if (comm.rank() == 0) fprintf(stderr, "[rank 0] %s\n", message.c_str());
+  };
+  EXPECT_TRUE(allRanksSucceeded(ProcessLauncher::run(tc.nranks, body, options, 60s)));
+}
+
+std::vector<Case> allCases() {
+  std::vector<Case> cases;
+  for (int nranks : {2, 3}) {
+    for (bool tcp : {false, true}) {
+      for (Coll c : {Coll::AllReduce, Coll::Broadcast, Coll::Reduce, Coll::AllGather, Coll::ReduceScatter,
+                     Coll::AllToAll, Coll::SendRecv}) {
+        const bool reduces = c == Coll::AllReduce || c == Coll::Reduce || c == Coll::ReduceScatter;
+        const bool rooted = c == Coll::Broadcast || c == Coll::Reduce;
+        std::vector<Kind> kinds{Kind::Count, Kind::Type};
+        if (reduces) kinds.push_back(Kind::Op);
+        if (rooted) kinds.push_back(Kind::Root);
+        if (c != Coll::SendRecv) kinds.push_back(Kind::Collective);
+        if (c == Coll::SendRecv) kinds.push_back(Kind::Direction);
+        for (Kind k : kinds) cases.push_back(Case{c, k, nranks, tcp});
+      }
+    }
+  }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Proc, Mismatch, ::testing::ValuesIn(allCases()), caseName);
+
+}  // namespace
+}  // namespace collie::test
