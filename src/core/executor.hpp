@@ -17,7 +17,9 @@
 //
 // The executor runs on one thread (the caller's for a blocking call, the progress thread for async work).
 // When nothing moved it polls for COLLIE_SPIN_US, then sleeps in the Poller. If nothing moves for the
-// timeout it fails with Timeout naming the peers it waits on; a set abort flag ends it at once.
+// timeout it fails with Timeout naming the call it is in and the peers it waits on, each with the last call it
+// was seen in; a set abort flag ends it at once. Every transfer carries its job's call fingerprint
+// (call_fingerprint.hpp).
 #pragma once
 
 #include <atomic>

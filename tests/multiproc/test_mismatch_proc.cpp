@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/launcher.hpp"
@@ -185,6 +186,7 @@ std::vector<Case> allCases() {
         if (rooted) kinds.push_back(Kind::Root);
         if (c != Coll::SendRecv) kinds.push_back(Kind::Collective);
         if (c == Coll::SendRecv) kinds.push_back(Kind::Direction);
+        if (c == Coll::SendRecv && nranks >= 3) kinds.push_back(Kind::Peer);
         for (Kind k : kinds) cases.push_back(Case{c, k, nranks, tcp});
       }
     }
@@ -193,6 +195,38 @@ std::vector<Case> allCases() {
 }
 
 INSTANTIATE_TEST_SUITE_P(Proc, Mismatch, ::testing::ValuesIn(allCases()), caseName);
+
+// Rank 1 makes one call fewer than rank 0: no message of the missing call is ever exchanged, so rank 0 times out,
+// and its message names the call it is in and the last call it saw rank 1 in.
+TEST(MismatchTimeout, NamesThisRanksCallAndTheLastCallEachPeerWasSeenIn) {
+  for (bool tcp : {false, true}) {
+    SCOPED_TRACE(tcp ? "tcp" : "shm");
+    ScopedEnv shm(tcp ? "COLLIE_SHM_DISABLE" : nullptr, "1");
+    Options options;
+    options.timeout = kShortTimeout;
+    options.name = "missing-call";
+    auto body = [&](Communicator& comm) {
+      std::vector<float> x(16, 1.0f);
+      comm.allReduce(x.data(), x.data(), x.size(), DataType::Float32, ReduceOp::Sum);
+      if (comm.rank() == 1) {
+        std::this_thread::sleep_for(kShortTimeout + 1s);  // alive, but never makes the second call
+        return;
+      }
+      try {
+        comm.allReduce(x.data(), x.data(), 8, DataType::Int32, ReduceOp::Max);
+        ADD_FAILURE() << "the second AllReduce returned without its peer";
+      } catch (const Error& e) {
+        const std::string m = e.what();
+        EXPECT_EQ(e.code(), ErrorCode::Timeout) << m;
+        EXPECT_NE(m.find(" in AllReduce(int32, max, 8) as call #"), std::string::npos) << m;
+        EXPECT_NE(m.find("waiting on rank 1 (last seen in AllReduce(float32, sum, 16) as call #"), std::string::npos)
+            << m;
+        EXPECT_EQ(m.find("rank 0 ("), std::string::npos) << "this rank listed among the peers: " << m;
+      }
+    };
+    EXPECT_TRUE(allRanksSucceeded(ProcessLauncher::run(2, body, options, 60s)));
+  }
+}
 
 }  // namespace
 }  // namespace collie::test
