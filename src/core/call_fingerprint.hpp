@@ -2,7 +2,8 @@
 //
 // The planner numbers every call as it plans it: collectives with one counter per communicator (every rank makes
 // the same collective calls, internal ones included: the barrier at init, calibration, split), Send/Recv with one
-// counter per peer and direction (only the two ranks of a pair take part). Each job's sends carry its call's
+// counter per peer and direction (only the two ranks of a pair take part). Numbers start again at 0 with the
+// user's first call (Planner::setRecorder), as the flight recorder's do. Each job's sends carry its call's
 // fingerprint and its receives expect the sender's: the same one for a collective; for a Recv from rank p, the
 // fingerprint of p's matching Send to this rank, since a send/receive pair is written in the sender's terms.
 //

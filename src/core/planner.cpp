@@ -1,6 +1,7 @@
 // The plan of each call: tuner choice, cached schedule, job, and the CallInfo record (see planner.hpp).
 #include "core/planner.hpp"
 
+#include <algorithm>
 #include <cctype>
 
 #include "base/datatypes.hpp"
@@ -44,6 +45,14 @@ uint32_t Planner::transportsOf(const algorithms::Schedule& schedule) {
   return transportCache_.emplace(&schedule, used).first->second;
 }
 
+void Planner::setRecorder(FlightRecorder* recorder) {
+  recorder_ = recorder;
+  collectiveCalls_ = 0;
+  std::fill(sends_.begin(), sends_.end(), 0);
+  std::fill(recvs_.begin(), recvs_.end(), 0);
+  history_ = CallHistory{};
+}
+
 const std::vector<Job>& Planner::plan(const std::vector<OpDesc>& ops) {
   jobs_.clear();
   bool prevP2P = false;
@@ -64,9 +73,9 @@ const std::vector<Job>& Planner::plan(const std::vector<OpDesc>& ops) {
     if (p2p) {
       const auto peer = static_cast<size_t>(op.root);
       uint32_t& n = op.coll == Collective::Send ? sends_[peer] : recvs_[peer];
-      job.sendFp = job.recvFp = fingerprintOf(op, ++n, rank_);
+      job.sendFp = job.recvFp = fingerprintOf(op, n++, rank_);
     } else {
-      job.sendFp = job.recvFp = fingerprintOf(op, ++collectiveCalls_, rank_);
+      job.sendFp = job.recvFp = fingerprintOf(op, collectiveCalls_++, rank_);
       history_.add(job.sendFp);
     }
     prevP2P = p2p;

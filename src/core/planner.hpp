@@ -33,7 +33,10 @@ class Planner {
   /// The transports in order of preference, and the one that connected each rank ("self" for this rank).
   void setTransports(std::vector<std::string> preference, std::vector<std::string> byRank);
   /// Every planned call is recorded there (when set) as it starts.
-  void setRecorder(FlightRecorder* recorder) { recorder_ = recorder; }
+  /// The user's calls start: `recorder` sees them from now on, and call numbers start again at 0 (every rank made
+  /// the same internal calls before, all matched), so that a mismatch's "call #N" is the recorder's sequence
+  /// number in programs without send/receive.
+  void setRecorder(FlightRecorder* recorder);
   Tuner& tuner() { return tuner_; }
   const Tuner& tuner() const { return tuner_; }
 
