@@ -98,19 +98,26 @@ void FlightRecorder::setTransportNames(std::vector<std::string> names) {
   transportNames_ = std::move(names);
 }
 
+// A slot being written (odd version, or a version that moved during the read) is read again: the writer is a few
+// stores from done. A slot that holds a newer call than `seq` (the ring went round) gives false.
 bool FlightRecorder::read(uint64_t seq, Entry* e) const {
   const Slot& s = slots_[seq % capacity_];
-  const uint64_t v1 = s.version.load(std::memory_order_acquire);
-  if (v1 & 1) return false;
-  const uint64_t kind = s.kind.load(std::memory_order_relaxed);
-  const uint64_t rt = s.rootAndTransports.load(std::memory_order_relaxed);
-  e->seq = s.seq.load(std::memory_order_relaxed);
-  e->count = s.count.load(std::memory_order_relaxed);
-  e->bytes = s.bytes.load(std::memory_order_relaxed);
-  e->start = s.start.load(std::memory_order_relaxed);
-  e->end = s.end.load(std::memory_order_relaxed);
-  std::atomic_thread_fence(std::memory_order_acquire);
-  if (s.version.load(std::memory_order_relaxed) != v1 || e->seq != seq) return false;
+  uint64_t kind = 0, rt = 0;
+  for (int attempt = 0;; ++attempt) {
+    if (attempt == 100000) return false;  // the writer stopped mid-entry (a signal on its thread): give up
+    const uint64_t v1 = s.version.load(std::memory_order_acquire);
+    if (v1 & 1) continue;
+    kind = s.kind.load(std::memory_order_relaxed);
+    rt = s.rootAndTransports.load(std::memory_order_relaxed);
+    e->seq = s.seq.load(std::memory_order_relaxed);
+    e->count = s.count.load(std::memory_order_relaxed);
+    e->bytes = s.bytes.load(std::memory_order_relaxed);
+    e->start = s.start.load(std::memory_order_relaxed);
+    e->end = s.end.load(std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (s.version.load(std::memory_order_relaxed) == v1) break;
+  }
+  if (e->seq != seq) return false;
   e->state = static_cast<State>(kind & 0xff);
   e->coll = static_cast<algorithms::Collective>((kind >> 8) & 0xff);
   e->type = static_cast<DataType>((kind >> 16) & 0xff);
@@ -155,10 +162,17 @@ std::string FlightRecorder::toJson(const std::string& reason) {
     names = transportNames_;
     if (queued_) queued = queued_();
   }
-  bool any = false;
-  for (uint64_t seq = first; seq < n; ++seq) {
+  // Newest first: while this reads, new calls overwrite the oldest slots, so the calls that matter most are read
+  // before the ring can come round to them.
+  std::vector<Entry> entries;
+  entries.reserve(static_cast<size_t>(n - first));
+  for (uint64_t seq = n; seq-- > first;) {
     Entry e{};
-    if (!read(seq, &e)) continue;  // being rewritten right now
+    if (read(seq, &e)) entries.push_back(e);
+  }
+  bool any = false;
+  for (auto it = entries.rbegin(); it != entries.rend(); ++it) {
+    const Entry& e = *it;
     std::string transport;
     for (size_t t = 0; t < names.size() && t < 32; ++t)
       if (e.transports & (1u << t)) transport += (transport.empty() ? "" : "+") + names[t];

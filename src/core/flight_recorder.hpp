@@ -6,8 +6,9 @@
 // Cost. The ring is allocated once; recording a call is a few relaxed atomic stores (plain moves on x86) and a
 // time-stamp counter read at its start and its end, so the 8-byte latency does not move (perf/RESULTS.md). Only
 // the thread that runs the executor records; a dump may run on another thread (SIGUSR1, abort), so every field
-// is an atomic word and each entry carries a version (odd while it is being written): a dump skips an entry
-// whose version moved under it instead of printing a torn one.
+// is an atomic word and each entry carries a version (odd while it is being written): a dump reads an entry
+// again when its version moved under it, never prints a torn one, and reads newest first, leaving out only the
+// oldest calls if new ones overwrite them meanwhile.
 //
 // Dumps. With COLLIE_FLIGHT_RECORDER=PREFIX, dump() writes PREFIX.rank<R>.json (PREFIX.<name>.rank<R>.json for a
 // communicator not named "comm"): one JSON object, one call per line, written to a temporary file and renamed.
