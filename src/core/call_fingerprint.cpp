@@ -76,17 +76,18 @@ std::string callText(const Fingerprint& fp, int rank, int other) {
   const char* type = base::dataTypeName(static_cast<DataType>(d.type));
   const unsigned long long count = d.count;
   if (d.coll == Collective::Send || d.coll == Collective::Recv) {
-    const int receiver = static_cast<int>(fp.root) - 1;
+    const long long receiver = static_cast<long long>(fp.root) - 1;  // any 32 bits from a peer: no int overflow
     if (receiver == rank) {
       return base::format("Recv(%s, %llu from rank %d) as receive #%u from rank %d", type, count, other, fp.call,
                           other);
     }
-    return base::format("Send(%s, %llu to rank %d) as send #%u to rank %d", type, count, receiver, fp.call, receiver);
+    return base::format("Send(%s, %llu to rank %lld) as send #%u to rank %lld", type, count, receiver, fp.call,
+                        receiver);
   }
   std::string args = type;
   if (d.op != 0) args += std::string(", ") + base::reduceOpName(static_cast<ReduceOp>(d.op - 1));
   args += base::format(", %llu", count);
-  if (fp.root != 0) args += base::format(", root %d", static_cast<int>(fp.root) - 1);
+  if (fp.root != 0) args += base::format(", root %lld", static_cast<long long>(fp.root) - 1);
   return base::format("%s(%s) as call #%u", algorithms::collectiveName(d.coll), args.c_str(), fp.call);
 }
 
