@@ -7,6 +7,7 @@
 //   collie-info --topo      the machine (NUMA nodes, cores, GPUs, NICs) and the transport each peer pair gets
 //   collie-info --tuner [--nranks N] [--transport tcp|shm]
 //                           the algorithm and slice size the tuner picks per collective and message size
+//   collie-info --ucx       the UCX transport: built or not, UCX's version and transports here, COLLIE_NET's pick
 //   collie-info --version   the version only
 //
 // Each section is one entry of kSections; a new one (--topo, --tuner, ...) is a new entry and a function.
@@ -25,7 +26,11 @@
 #include "base/params.hpp"
 #include "base/topology.hpp"
 #include "core/communicator.hpp"
+#include "core/setup.hpp"
 #include "core/tuner.hpp"
+#if COLLIE_WITH_UCX
+#include "transport/ucx/ucx_worker.hpp"
+#endif
 
 namespace {
 
@@ -42,6 +47,7 @@ void printBuild() {
        " (libcollie_cuda.so built: device buffers staged through pinned host memory; never run on a GPU yet)"},
       {"COLLIE_WITH_IBVERBS", COLLIE_WITH_IBVERBS, " (rdma-core found; the verbs transport is not implemented yet)"},
       {"COLLIE_WITH_HWLOC", COLLIE_WITH_HWLOC, ""},
+      {"COLLIE_WITH_UCX", COLLIE_WITH_UCX, " (the ucx transport: COLLIE_NET=ucx, or auto where UCX has RDMA)"},
       {"COLLIE_WITH_TORCH", COLLIE_WITH_TORCH, ""}};
   std::printf("Build options:\n");
   for (const Option& o : options) std::printf("  %-20s %s%s\n", o.name, o.on ? "ON" : "OFF", o.on ? o.note : "");
@@ -173,10 +179,46 @@ void printTuner() {
   std::printf("  (cells: algorithm, slice size / slices in flight; sizes per rank for AllGather and ReduceScatter)\n");
 }
 
+// --ucx: whether the UCX transport is built, UCX's version, the transports UCX would use on this host (after
+// UCX_TLS and UCX_NET_DEVICES), and what COLLIE_NET makes of them.
+void printUcx() {
+  std::printf("UCX transport:\n");
+#if COLLIE_WITH_UCX
+  const auto& info = collie::transport::ucx::ucxHostInfo();
+  auto env = [](const char* name) {
+    const char* v = std::getenv(name);
+    return std::string(v && *v ? v : "(unset)");
+  };
+  std::printf("  built                yes, UCX %s\n", info.version.c_str());
+  std::printf("  UCX_TLS              %s\n", env("UCX_TLS").c_str());
+  std::printf("  UCX_NET_DEVICES      %s\n", env("UCX_NET_DEVICES").c_str());
+  if (!info.error.empty()) std::printf("  UCX cannot start     %s\n", info.error.c_str());
+  std::string list;
+  for (const auto& r : info.resources) list += (list.empty() ? "" : ", ") + r;
+  std::printf("  UCX would use        %s\n", list.empty() ? "(nothing)" : list.c_str());
+  std::printf("  RDMA (rc, dc, ud)    %s\n", info.rdma ? "yes" : "no (no InfiniBand or RoCE device UCX can use)");
+#else
+  std::printf("  built                no (configured without libucx-dev, or with COLLIE_WITH_UCX=OFF)\n");
+#endif
+  const std::string& net = collie::base::params::net();
+  bool ucx = false;
+  try {
+    ucx = collie::core::useUcx();
+  } catch (const collie::Error& e) {
+    std::printf("  COLLIE_NET=%s        fails at init: %s\n", net.c_str(), e.what());
+    return;
+  }
+  std::printf("  COLLIE_NET=%-9s peers on other hosts use %s%s\n", net.c_str(), ucx ? "ucx" : "tcp",
+              collie::base::params::shmDisable() ? " (so do same-host peers: COLLIE_SHM_DISABLE=1)"
+                                                 : " (same-host peers: shm)");
+}
+
 void printAll() {
   printVersion();
   std::printf("\n");
   printBuild();
+  std::printf("\n");
+  printUcx();
   std::printf("\n");
   printParams();
   std::printf("\n");
@@ -196,6 +238,8 @@ const Section kSections[] = {
      "print the tuner's algorithm and slicing per collective and size (with --nranks N, default 8, and "
      "--transport tcp|shm, default tcp)",
      printTuner},
+    {"--ucx", "print whether UCX is built, its version, the transports it would use here and COLLIE_NET's choice",
+     printUcx},
     {"--topo", "print the topology (NUMA nodes, cores, GPUs, NICs) and the transport of each kind of peer pair",
      printTopo},
 };

@@ -90,6 +90,9 @@ inline constexpr int64_t kNeverMs = int64_t{100} * 365 * 24 * 3600 * 1000;
     "host:port of the bootstrap root for env init without COLLIE_UNIQUE_ID (default MASTER_ADDR:MASTER_PORT+1)")  \
   X(secret, Str, "COLLIE_SECRET", "", COLLIE_RULE_HEX32,                                                          \
     "shared secret for env init without COLLIE_UNIQUE_ID; ranks must agree (default: derived from the job)")      \
+  X(net, Str, "COLLIE_NET", "auto", COLLIE_RULE_WORDS("auto,tcp,ucx"),                                            \
+    "network transport: ucx (UCX: InfiniBand/RoCE, or UCX_TLS's choice), tcp, or auto (ucx where UCX reports "    \
+    "an RDMA transport, else tcp); same-host peers use shm unless COLLIE_SHM_DISABLE=1")                          \
   X(shmDisable, Int, "COLLIE_SHM_DISABLE", "0", COLLIE_RULE_RANGE(0, 1),                                          \
     "1: never use the shared-memory transport (same-host peers then use tcp)")                                    \
   X(shmSlots, Int, "COLLIE_SHM_SLOTS", "8", COLLIE_RULE_RANGE(1, 4096),                                           \

@@ -1,7 +1,10 @@
 // Transports, PeerInfo and connecting a communicator's peers (see setup.hpp).
 #include "core/setup.hpp"
 
+#include <collie/config.h>
+#include <dirent.h>
 #include <sched.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,12 +16,51 @@
 #include "core/bootstrap.hpp"
 #include "transport/shm/shm_transport.hpp"
 #include "transport/tcp/tcp_transport.hpp"
+#if COLLIE_WITH_UCX
+#include "transport/ucx/ucx_transport.hpp"
+#include "transport/ucx/ucx_worker.hpp"
+#endif
 
 namespace collie::core {
+namespace {
+
+/// Whether the kernel lists an RDMA device (InfiniBand, RoCE, iWARP) in /sys/class/infiniband.
+[[maybe_unused]] bool hasRdmaDevice() {
+  DIR* dir = opendir("/sys/class/infiniband");
+  if (!dir) return false;
+  bool any = false;
+  while (dirent* e = readdir(dir)) any |= e->d_name[0] != '.';
+  closedir(dir);
+  return any;
+}
+
+}  // namespace
+
+bool useUcx() {
+  const std::string& net = base::params::net();
+  if (strcasecmp(net.c_str(), "tcp") == 0) return false;
+#if COLLIE_WITH_UCX
+  if (strcasecmp(net.c_str(), "ucx") == 0) return true;
+  // auto: UCX is asked (a UCP context, which installs UCX's memory hooks in this process) only where the kernel
+  // has an RDMA device at all (InfiniBand and RoCE both appear in /sys/class/infiniband).
+  return hasRdmaDevice() && transport::ucx::ucxHostInfo().rdma;
+#else
+  COLLIE_ENFORCE(strcasecmp(net.c_str(), "ucx") != 0, ErrorCode::InvalidArgument,
+                 "COLLIE_NET=%s: this build of collie has no UCX transport (built without libucx-dev, or with "
+                 "COLLIE_WITH_UCX=OFF)",
+                 net.c_str());
+  return false;
+#endif
+}
 
 std::vector<std::unique_ptr<transport::Transport>> makeTransports() {
   std::vector<std::unique_ptr<transport::Transport>> list;
   if (base::params::shmDisable() == 0) list.push_back(std::make_unique<transport::ShmTransport>());  // same host
+#if COLLIE_WITH_UCX
+  if (useUcx()) list.push_back(std::make_unique<transport::UcxTransport>());  // before tcp: it wins where both can
+#else
+  useUcx();  // refuses COLLIE_NET=ucx
+#endif
   list.push_back(std::make_unique<transport::TcpTransport>());
   return list;
 }

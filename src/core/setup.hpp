@@ -13,7 +13,11 @@
 
 namespace collie::core {
 
-/// The transports a communicator may use, in order of preference (the first that can connect a pair wins).
+/// Whether COLLIE_NET puts the UCX transport in makeTransports(): ucx yes, tcp no, auto when UCX reports an RDMA
+/// transport on this host. COLLIE_NET=ucx in a build without UCX fails with InvalidArgument.
+bool useUcx();
+/// The transports a communicator may use, in order of preference (the first that can connect a pair wins):
+/// shm (unless COLLIE_SHM_DISABLE=1), ucx (see useUcx()), tcp.
 std::vector<std::unique_ptr<transport::Transport>> makeTransports();
 /// This process's PeerInfo before any transport has listened.
 transport::PeerInfo localPeerInfo(int rank);

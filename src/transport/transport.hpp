@@ -37,7 +37,7 @@ using Clock = std::chrono::steady_clock;
 enum class MemoryKind : uint8_t { Host = 0, Device = 1 };
 
 /// Which transport an address (and a handshake message) belongs to. Values travel between ranks: never reuse one.
-enum class TransportKind : uint16_t { None = 0, Tcp = 1, Shm = 2 };
+enum class TransportKind : uint16_t { None = 0, Tcp = 1, Shm = 2, Ucx = 3 };
 
 /// One transport's address in a PeerInfo: opaque bytes that only that transport reads.
 struct TransportAddress {

@@ -1,4 +1,4 @@
-// The transport conformance suite: what every transport (tcp, shm; a new one is one line in kTransports) must do,
+// The transport conformance suite: what every transport (tcp, shm, ucx; a new one is one line in kTransports) must do,
 // with ranks as threads of this process (and, for a killed peer, a forked process), each with its own Poller and
 // CommContext built the way the communicator builds them:
 //   - data: many messages in order, 0-byte and 64 MiB transfers, many transfers in flight both ways at once,
@@ -10,6 +10,7 @@
 //     through Transport::stashedHellos, no sleeps).
 // Transport-specific behaviour (striping, IPv6, single copy, waking, memfd clean-up) is in
 // tests/threaded/test_tcp_transport.cpp, tests/threaded/test_shm_transport.cpp and tests/multiproc/.
+#include <collie/config.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -30,6 +31,9 @@
 #include "common/transport_harness.hpp"
 #include "transport/shm/shm_transport.hpp"
 #include "transport/tcp/tcp_transport.hpp"
+#if COLLIE_WITH_UCX
+#include "transport/ucx/ucx_transport.hpp"
+#endif
 
 namespace collie::transport {
 namespace {
@@ -68,6 +72,20 @@ int dialShm(const PeerInfo& info) {
   return fd;
 }
 
+#if COLLIE_WITH_UCX
+int dialUcx(const PeerInfo& info) {
+  return base::connectWithRetry(UcxTransport::addressOf(info), SteadyClock::now() + 5s, 10, "the stranger");
+}
+
+/// UCX over the transports `tls` names, its handshake on loopback.
+std::unique_ptr<Transport> makeUcx(const char* tls) {
+  UcxOptions o;
+  o.bindAddr = base::parseAddress("127.0.0.1:0");
+  o.tls = tls;
+  return std::unique_ptr<Transport>(new UcxTransport(o));
+}
+#endif
+
 TcpOptions loopbackTcp() {
   TcpOptions o;
   o.bindAddr = base::parseAddress("127.0.0.1:0");
@@ -92,6 +110,11 @@ const TransportUnderTest kTransports[] = {
        return std::unique_ptr<Transport>(new ShmTransport(o));
      },
      dialShm},
+#if COLLIE_WITH_UCX
+    // UCX (label ucx too): over its tcp transport, and over its shared memory (sm: posix, sysv, cma) with self.
+    {"ucx_tcp", [] { return makeUcx("tcp"); }, dialUcx},
+    {"ucx_sm", [] { return makeUcx("sm,self"); }, dialUcx},
+#endif
 };
 
 class Conformance : public ::testing::TestWithParam<TransportUnderTest> {

@@ -1,0 +1,330 @@
+// UCX data path.
+//
+// Message k (per direction, in posting order) from rank s travels as a UCP tagged message with tag
+// messageTag(s, k); a receive is posted with the exact tag it expects (full mask), so messages fill receives in
+// posting order whatever order UCX delivers them in, and a message waits in UCX's unexpected queue until its
+// receive is posted. Sizes are checked on arrival: a smaller message completes with its length, which must equal
+// the posted size; a larger one is reported by UCX as truncated. UCX picks the protocol per size (eager copies
+// for small messages; rendezvous, zero-copy where the transport allows and with UCX's registration cache, for
+// large ones); collie only posts and reaps.
+//
+// Completion: UCX calls onSend/onRecv (from ucp_worker_progress) with the operation's Op; progress() then
+// completes the Transfers in its list. Immediate completions (no request) are reaped the same way.
+//
+// Liveness: the pair's handshake socket stays open. A closing side writes a Bye holding how many of its
+// messages were delivered, then shuts the socket; a killed one just drops it. On EOF, receives numbered below
+// the Bye's count are still coming through UCX and are waited for; every other pending transfer fails with
+// RemoteError naming the peer at once. The socket is registered with the poller, so a sleeping rank wakes.
+// Endpoints use UCP_ERR_HANDLING_MODE_PEER where a network transport is enabled, so UCX reports a dead peer on
+// its own operations as an error status (never a fatal abort); UCX 1.13's shared-memory transports cannot, so
+// with only those (UCX_TLS=sm,self) the liveness socket alone tells. Every UCX error is reported with
+// ucs_status_string.
+#include "transport/ucx/ucx_connection.hpp"
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+
+#include "base/errors.hpp"
+#include "base/log.hpp"
+#include "base/poller.hpp"
+
+namespace collie::transport::ucx {
+namespace {
+
+using namespace std::chrono_literals;
+
+/// How long close() lets UCX send what it still buffers, and how long a failure waits for UCX to hand back the
+/// operations it cancels, before giving up on them. The flush is short on purpose: in UCX 1.13 an endpoint flush
+/// with peer failure handling completes only once the peer progresses, which a peer that already closed (or has
+/// not reached its own close yet) does not do; what it waits for locally (bytes still in UCX's socket buffers)
+/// leaves in microseconds. Large messages are not at risk: a rendezvous send completes only once received.
+constexpr auto kFlushWait = 50ms;
+constexpr auto kReleaseWait = 1s;
+
+bool peerFailure(ucs_status_t s) {
+  return s == UCS_ERR_CONNECTION_RESET || s == UCS_ERR_ENDPOINT_TIMEOUT || s == UCS_ERR_UNREACHABLE ||
+         s == UCS_ERR_REJECTED || s == UCS_ERR_NOT_CONNECTED || s == UCS_ERR_CANCELED || s == UCS_ERR_TIMED_OUT ||
+         s == UCS_ERR_IO_ERROR;
+}
+
+}  // namespace
+
+UcxConnection::UcxConnection(int rank, int peer, std::shared_ptr<UcxWorker> worker,
+                             const std::vector<uint8_t>& peerAddress, int sideFd, base::Poller* poller)
+    : rank_(rank),
+      peer_(peer),
+      worker_(std::move(worker)),
+      peerFailureMode_(worker_->peerFailureMode()),
+      sideFd_(sideFd),
+      poller_(poller) {
+  ucp_ep_params_t params{};
+  params.field_mask =
+      UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
+  params.address = reinterpret_cast<const ucp_address_t*>(peerAddress.data());
+  params.err_mode = peerFailureMode_ ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
+  params.err_handler.cb = onEndpointError;
+  params.err_handler.arg = this;
+  ucs_status_t s = ucp_ep_create(worker_->handle(), &params, &ep_);
+  if (s != UCS_OK) {
+    ep_ = nullptr;
+    close();
+    COLLIE_FAIL(ErrorCode::SystemError, "ucx: rank %d cannot make an endpoint to rank %d: %s", rank, peer,
+                ucs_status_string(s));
+  }
+}
+
+UcxConnection::~UcxConnection() { close(); }
+
+void UcxConnection::onSend(void* request, ucs_status_t status, void* user) {
+  Op* op = static_cast<Op*>(user);
+  if (!op->conn) {  // abandoned by its connection (see release)
+    ucp_request_free(request);
+    delete op;
+    return;
+  }
+  op->done = true;
+  op->status = status;
+}
+
+void UcxConnection::onRecv(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info, void* user) {
+  Op* op = static_cast<Op*>(user);
+  if (!op->conn) {
+    ucp_request_free(request);
+    delete op;
+    return;
+  }
+  op->done = true;
+  op->status = status;
+  if (info) op->info = *info;
+}
+
+void UcxConnection::onEndpointError(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) {
+  static_cast<UcxConnection*>(arg)->endpointStatus_ = status;
+}
+
+void UcxConnection::beginWireup() {
+  postTagged(&wireRecv_, /*send=*/false, kWireupSeq);
+  postTagged(&wireSend_, /*send=*/true, kWireupSeq);
+}
+
+bool UcxConnection::wiredUp() {
+  if (error_) std::rethrow_exception(error_);
+  if (wired_) return true;
+  worker_->progress();
+  reap();
+  if (!wireSend_.complete || !wireRecv_.complete) return false;
+  // Then a flush, while the peer still progresses: UCX finishes its own wireup of every lane, so that the flush
+  // in close() later needs nothing from the peer.
+  if (!wireFlush_) {
+    ucp_request_param_t param{};
+    wireFlush_ = ucp_ep_flush_nbx(ep_, &param);
+    if (wireFlush_ == nullptr) wireFlush_ = this;  // done at once (any non-null marker)
+    if (UCS_PTR_IS_ERR(wireFlush_)) {
+      ucs_status_t s = UCS_PTR_STATUS(wireFlush_);
+      wireFlush_ = this;
+      fail(peerFailure(s) ? ErrorCode::RemoteError : ErrorCode::SystemError,
+           base::format("ucx wireup with peer %d failed: %s", peer_, ucs_status_string(s)));
+    }
+  }
+  if (wireFlush_ != this) {
+    ucs_status_t s = ucp_request_check_status(wireFlush_);
+    if (s == UCS_INPROGRESS) return false;
+    ucp_request_free(wireFlush_);
+    wireFlush_ = this;
+    if (s != UCS_OK)
+      fail(peerFailure(s) ? ErrorCode::RemoteError : ErrorCode::SystemError,
+           base::format("ucx wireup with peer %d failed: %s", peer_, ucs_status_string(s)));
+  }
+  wired_ = true;
+  return true;
+}
+
+void UcxConnection::postTagged(Transfer* t, bool send, uint64_t seq) {
+  const char* what = send ? "send" : "receive";
+  COLLIE_USAGE_CHECK(!closed_, "%s posted on the closed ucx connection of rank %d to peer %d", what, rank_, peer_);
+  COLLIE_INTERNAL_CHECK(t->kind == MemoryKind::Host,
+                        "ucx connection to peer %d: %s of a device buffer (device buffers must be staged)", peer_,
+                        what);
+  COLLIE_INTERNAL_CHECK(t->bytes == 0 || t->buf != nullptr, "ucx connection to peer %d: %s of %zu bytes from null",
+                        peer_, what, t->bytes);
+  if (error_) std::rethrow_exception(error_);
+  t->complete = false;
+  Op* op = new Op{this, t, nullptr, seq, send};
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  param.user_data = op;
+  ucs_status_ptr_t r;
+  if (send) {
+    param.cb.send = onSend;
+    r = ucp_tag_send_nbx(ep_, t->buf, t->bytes, messageTag(rank_, op->seq), &param);
+  } else {
+    // Always through the callback: UCX 1.13 does not fill recv_info on every immediate completion.
+    param.op_attr_mask |= UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+    param.cb.recv = onRecv;
+    r = ucp_tag_recv_nbx(worker_->handle(), t->buf, t->bytes, messageTag(peer_, op->seq), ~ucp_tag_t{0}, &param);
+  }
+  if (UCS_PTR_IS_ERR(r)) {
+    delete op;
+    ucs_status_t s = UCS_PTR_STATUS(r);
+    fail(peerFailure(s) ? ErrorCode::RemoteError : ErrorCode::SystemError,
+         base::format("ucx %s to peer %d failed: %s", what, peer_, ucs_status_string(s)));
+  }
+  if (r == nullptr) {
+    op->done = true;  // completed at once: reaped by the next progress()
+  } else {
+    op->request = r;
+  }
+  ops_.push_back(op);
+}
+
+bool UcxConnection::reap() {
+  bool any = false;
+  ErrorCode code = ErrorCode::Success;
+  std::string problem;
+  auto keep = ops_.begin();
+  for (Op* op : ops_) {
+    if (!op->done) {
+      *keep++ = op;
+      continue;
+    }
+    any = true;
+    const char* what = op->send ? "send" : "receive";
+    if (code != ErrorCode::Success) {
+      // Reported already; this one is released below with the rest.
+    } else if (!op->send && op->status == UCS_ERR_MESSAGE_TRUNCATED) {
+      code = ErrorCode::InternalError;
+      problem = base::format("message size mismatch from peer %d: expected %zu got a larger message (UCX: %s)", peer_,
+                             op->t->bytes, ucs_status_string(op->status));
+    } else if (op->status != UCS_OK) {
+      code = peerFailure(op->status) ? ErrorCode::RemoteError : ErrorCode::SystemError;
+      problem = code == ErrorCode::RemoteError
+                    ? base::format("peer %d closed the connection (it may have exited or failed): UCX %s: %s", peer_,
+                                   what, ucs_status_string(op->status))
+                    : base::format("ucx %s to peer %d failed: %s", what, peer_, ucs_status_string(op->status));
+    } else if (!op->send && op->info.length != op->t->bytes) {
+      code = ErrorCode::InternalError;
+      problem = base::format("message size mismatch from peer %d: expected %zu got %zu", peer_, op->t->bytes,
+                             op->info.length);
+    } else {
+      op->t->complete = true;
+    }
+    if (op->request) ucp_request_free(op->request);
+    delete op;
+  }
+  ops_.erase(keep, ops_.end());
+  if (code != ErrorCode::Success) fail(code, problem);
+  return any;
+}
+
+void UcxConnection::watchPeer() {
+  if (peerGone_ || sideFd_ < 0) return;
+  char sink[64];
+  for (;;) {
+    bool wantBye = byeGot_ < sizeof(Bye);
+    char* dst = wantBye ? reinterpret_cast<char*>(&bye_) + byeGot_ : sink;
+    ssize_t n = ::recv(sideFd_, dst, wantBye ? sizeof(Bye) - byeGot_ : sizeof(sink), MSG_DONTWAIT);
+    if (n > 0) {
+      if (wantBye) byeGot_ += static_cast<size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+    peerGone_ = true;  // EOF, or a reset: the peer closed or died
+    return;
+  }
+}
+
+bool UcxConnection::progress() {
+  if (error_) std::rethrow_exception(error_);
+  if (ops_.empty()) return false;
+  worker_->progress();
+  // Only completions count as movement: UCX's own traffic (wireup, acknowledgements) must not keep a rank
+  // spinning, and the poller's sleep hook re-checks UCX before sleeping anyway.
+  bool moved = reap();
+  if (moved || ops_.empty()) return moved;
+  watchPeer();  // only on a pass that moved nothing: the socket costs a syscall
+  if (!peerGone_) return false;
+  const bool said = byeGot_ == sizeof(Bye) && bye_.magic == kByeMagic;
+  bool coming = false;
+  for (const Op* op : ops_) coming |= said && !op->send && op->seq < bye_.messagesSent;
+  if (!coming) {
+    fail(ErrorCode::RemoteError, base::format("peer %d closed the connection (it may have exited or failed)%s", peer_,
+                                              said ? "" : ": its socket closed without a goodbye"));
+  }
+  return false;
+}
+
+[[noreturn]] void UcxConnection::fail(ErrorCode code, const std::string& message) {
+  try {
+    COLLIE_FAIL(code, "%s", message.c_str());
+  } catch (...) {
+    error_ = std::current_exception();
+  }
+  release(/*flush=*/false);
+  std::rethrow_exception(error_);
+}
+
+void UcxConnection::release(bool flush) {
+  ucp_worker_h worker = worker_->handle();
+  if (wireFlush_ && wireFlush_ != this) ucp_request_free(wireFlush_);  // UCX releases it when it completes
+  wireFlush_ = this;
+  // Receives are cancelled; sends end with the endpoint (force: failed at once; flush: once delivered).
+  for (Op* op : ops_)
+    if (!op->send && !op->done && op->request) ucp_request_cancel(worker, op->request);
+  const auto deadline = Clock::now() + (flush ? kFlushWait : kReleaseWait);
+  auto await = [&](ucs_status_ptr_t r, const char* what) {
+    if (!UCS_PTR_IS_PTR(r)) return;
+    while (ucp_request_check_status(r) == UCS_INPROGRESS && Clock::now() < deadline) ucp_worker_progress(worker);
+    if (ucp_request_check_status(r) == UCS_INPROGRESS)
+      COLLIE_INFO(base::kLogNet, "ucx: rank %d: %s the endpoint to rank %d did not finish in time", rank_, what, peer_);
+    ucp_request_free(r);
+  };
+  if (ep_) {
+    ucp_request_param_t param{};
+    if (flush && peerFailureMode_) await(ucp_ep_flush_nbx(ep_, &param), "flushing");  // delivers what is in flight
+    // With peer failure handling a forced close needs nothing from the peer (a graceful one waits for it);
+    // without it UCX wants a graceful close, which for shared memory is local.
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    param.flags = peerFailureMode_ ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+    ucs_status_ptr_t r = ucp_ep_close_nbx(ep_, &param);
+    ep_ = nullptr;
+    await(r, "closing");
+  }
+  auto pending = [&] { return std::any_of(ops_.begin(), ops_.end(), [](const Op* op) { return !op->done; }); };
+  while (pending() && Clock::now() < deadline) ucp_worker_progress(worker);
+  for (Op* op : ops_) {
+    if (op->done) {
+      if (op->request) ucp_request_free(op->request);
+      delete op;
+    } else {
+      op->conn = nullptr;  // UCX still holds it: its callback frees it
+      op->t = nullptr;
+    }
+  }
+  ops_.clear();
+}
+
+void UcxConnection::close() {
+  if (closed_) return;
+  closed_ = true;
+  // Messages the peer can still count on: all of them after a flush, else those before the first send that did
+  // not complete.
+  const bool flush = !error_ && endpointStatus_ == UCS_OK && !peerGone_;
+  uint64_t delivered = sendSeq_;
+  for (const Op* op : ops_)
+    if (!flush && op->send && (!op->done || op->status != UCS_OK)) delivered = std::min(delivered, op->seq);
+  release(flush);
+  if (sideFd_ >= 0) {
+    Bye bye{kByeMagic, 0, delivered};
+    (void)!::send(sideFd_, &bye, sizeof(bye), MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (poller_) poller_->remove(sideFd_);
+    ::shutdown(sideFd_, SHUT_RDWR);
+    ::close(sideFd_);
+    sideFd_ = -1;
+  }
+}
+
+}  // namespace collie::transport::ucx

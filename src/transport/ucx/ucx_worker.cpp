@@ -1,0 +1,154 @@
+// The UCP context and worker of a UcxTransport, and the once-per-process UCX host query (see ucx_worker.hpp).
+#include "transport/ucx/ucx_worker.hpp"
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <initializer_list>
+#include <mutex>
+
+#include "base/errors.hpp"
+#include "base/log.hpp"
+
+namespace collie::transport::ucx {
+namespace {
+
+constexpr int kMaxProgressRounds = 64;  // ucp_worker_progress calls per progress(): bounded, so a flood cannot starve
+
+/// A UCP context with the features collie uses; `what` names the caller for messages.
+ucp_context_h makeContext(const char* what, const std::string& tls) {
+  ucp_config_t* config = nullptr;
+  ucs_status_t s = ucp_config_read(nullptr, nullptr, &config);  // UCX_TLS, UCX_NET_DEVICES, ... from the environment
+  COLLIE_ENFORCE(s == UCS_OK, ErrorCode::SystemError, "%s: UCX could not read its configuration (UCX_* variables): %s",
+                 what, ucs_status_string(s));
+  if (!tls.empty()) s = ucp_config_modify(config, "TLS", tls.c_str());
+  if (s != UCS_OK) {
+    ucp_config_release(config);
+    COLLIE_FAIL(ErrorCode::InvalidArgument, "%s: UCX refuses the transport list '%s': %s", what, tls.c_str(),
+                ucs_status_string(s));
+  }
+  ucp_params_t params{};
+  params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
+  params.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
+  params.mt_workers_shared = 0;
+  ucp_context_h context = nullptr;
+  s = ucp_init(&params, config, &context);
+  ucp_config_release(config);
+  COLLIE_ENFORCE(s == UCS_OK, ErrorCode::SystemError, "%s: ucp_init failed: %s (check UCX_TLS and UCX_NET_DEVICES)",
+                 what, ucs_status_string(s));
+  return context;
+}
+
+/// The resources UCX prints for `context` ("#      resource 1  :  md 1  dev 1  flags -- tcp/lo"): the names after "--
+/// ".
+std::vector<std::string> contextResources(ucp_context_h context) {
+  std::vector<std::string> out;
+  char* text = nullptr;
+  size_t size = 0;
+  FILE* f = open_memstream(&text, &size);
+  if (!f) return out;
+  ucp_context_print_info(context, f);
+  std::fclose(f);
+  char* save = nullptr;
+  for (char* line = strtok_r(text, "\n", &save); line; line = strtok_r(nullptr, "\n", &save)) {
+    const char* at = std::strstr(line, "-- ");
+    if (!std::strstr(line, "resource") || !at) continue;
+    std::string name(at + 3);
+    while (!name.empty() && (name.back() == ' ' || name.back() == '\r')) name.pop_back();
+    out.push_back(name);
+  }
+  std::free(text);
+  return out;
+}
+
+bool startsWithAny(const std::string& name, std::initializer_list<const char*> prefixes) {
+  for (const char* p : prefixes)
+    if (name.rfind(p, 0) == 0) return true;
+  return false;
+}
+
+}  // namespace
+
+UcxWorker::UcxWorker(int rank, const std::string& tls) {
+  std::string what = base::format("ucx transport of rank %d", rank);
+  context_ = makeContext(what.c_str(), tls);
+  resources_ = contextResources(context_);
+  for (const std::string& r : resources_) peerFailureMode_ |= startsWithAny(r, {"tcp", "rc", "dc", "ud"});
+  ucp_worker_params_t params{};
+  params.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+  params.thread_mode = UCS_THREAD_MODE_SERIALIZED;
+  ucs_status_t s = ucp_worker_create(context_, &params, &worker_);
+  if (s != UCS_OK) {
+    ucp_cleanup(context_);
+    COLLIE_FAIL(ErrorCode::SystemError, "%s: ucp_worker_create failed: %s", what.c_str(), ucs_status_string(s));
+  }
+  ucp_address_t* addr = nullptr;
+  size_t len = 0;
+  s = ucp_worker_get_address(worker_, &addr, &len);
+  if (s == UCS_OK) {
+    address_.assign(reinterpret_cast<uint8_t*>(addr), reinterpret_cast<uint8_t*>(addr) + len);
+    ucp_worker_release_address(worker_, addr);
+    s = ucp_worker_get_efd(worker_, &eventFd_);
+  }
+  if (s != UCS_OK) {
+    ucp_worker_destroy(worker_);
+    ucp_cleanup(context_);
+    COLLIE_FAIL(ErrorCode::SystemError, "%s: UCX worker address or event fd: %s", what.c_str(), ucs_status_string(s));
+  }
+  COLLIE_INFO(base::kLogNet, "ucx: rank %d worker ready (address %zu bytes, UCX %s)", rank, address_.size(),
+              ucp_get_version_string());
+}
+
+UcxWorker::~UcxWorker() {
+  detach();
+  ucp_worker_destroy(worker_);
+  ucp_cleanup(context_);
+}
+
+void UcxWorker::attach(base::Poller* poller) {
+  if (poller == poller_) return;
+  detach();
+  if (!poller) return;
+  poller->add(eventFd_);
+  poller->addSleepHook(this);
+  poller_ = poller;
+}
+
+void UcxWorker::detach() {
+  if (!poller_) return;
+  poller_->removeSleepHook(this);
+  poller_->remove(eventFd_);
+  poller_ = nullptr;
+}
+
+bool UcxWorker::progress() {
+  bool any = false;
+  for (int i = 0; i < kMaxProgressRounds && ucp_worker_progress(worker_) != 0; ++i) any = true;
+  return any;
+}
+
+bool UcxWorker::prepareToSleep() {
+  // UCS_ERR_BUSY: events are pending, so progress instead of sleeping. UCS_OK: the event fd will fire.
+  return ucp_worker_arm(worker_) != UCS_ERR_BUSY;
+}
+
+const UcxHostInfo& ucxHostInfo() {
+  static UcxHostInfo info;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    info.version = ucp_get_version_string();
+    ucp_context_h context = nullptr;
+    try {
+      context = makeContext("ucx host query", "");
+    } catch (const Error& e) {
+      info.error = e.what();
+      return;
+    }
+    info.resources = contextResources(context);
+    for (const std::string& r : info.resources) info.rdma |= startsWithAny(r, {"rc", "dc", "ud"});
+    ucp_cleanup(context);
+  });
+  return info;
+}
+
+}  // namespace collie::transport::ucx
