@@ -67,7 +67,9 @@ UcxConnection::UcxConnection(int rank, int peer, std::shared_ptr<UcxWorker> work
   params.err_mode = peerFailureMode_ ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
   params.err_handler.cb = onEndpointError;
   params.err_handler.arg = this;
+  std::unique_lock<std::recursive_mutex> lock(worker_->mutex());
   ucs_status_t s = ucp_ep_create(worker_->handle(), &params, &ep_);
+  lock.unlock();
   if (s != UCS_OK) {
     ep_ = nullptr;
     close();
@@ -111,38 +113,16 @@ void UcxConnection::beginWireup() {
 }
 
 bool UcxConnection::wiredUp() {
+  std::lock_guard<std::recursive_mutex> lock(worker_->mutex());
   if (error_) std::rethrow_exception(error_);
-  if (wired_) return true;
+  if (wireSend_.complete && wireRecv_.complete) return true;
   worker_->progress();
   reap();
-  if (!wireSend_.complete || !wireRecv_.complete) return false;
-  // Then a flush, while the peer still progresses: UCX finishes its own wireup of every lane, so that the flush
-  // in close() later needs nothing from the peer.
-  if (!wireFlush_) {
-    ucp_request_param_t param{};
-    wireFlush_ = ucp_ep_flush_nbx(ep_, &param);
-    if (wireFlush_ == nullptr) wireFlush_ = this;  // done at once (any non-null marker)
-    if (UCS_PTR_IS_ERR(wireFlush_)) {
-      ucs_status_t s = UCS_PTR_STATUS(wireFlush_);
-      wireFlush_ = this;
-      fail(peerFailure(s) ? ErrorCode::RemoteError : ErrorCode::SystemError,
-           base::format("ucx wireup with peer %d failed: %s", peer_, ucs_status_string(s)));
-    }
-  }
-  if (wireFlush_ != this) {
-    ucs_status_t s = ucp_request_check_status(wireFlush_);
-    if (s == UCS_INPROGRESS) return false;
-    ucp_request_free(wireFlush_);
-    wireFlush_ = this;
-    if (s != UCS_OK)
-      fail(peerFailure(s) ? ErrorCode::RemoteError : ErrorCode::SystemError,
-           base::format("ucx wireup with peer %d failed: %s", peer_, ucs_status_string(s)));
-  }
-  wired_ = true;
-  return true;
+  return wireSend_.complete && wireRecv_.complete;
 }
 
 void UcxConnection::postTagged(Transfer* t, bool send, uint64_t seq) {
+  std::lock_guard<std::recursive_mutex> lock(worker_->mutex());
   const char* what = send ? "send" : "receive";
   COLLIE_USAGE_CHECK(!closed_, "%s posted on the closed ucx connection of rank %d to peer %d", what, rank_, peer_);
   COLLIE_INTERNAL_CHECK(t->kind == MemoryKind::Host,
@@ -176,8 +156,17 @@ void UcxConnection::postTagged(Transfer* t, bool send, uint64_t seq) {
     op->done = true;  // completed at once: reaped by the next progress()
   } else {
     op->request = r;
+    worker_->opStarted(send);
   }
   ops_.push_back(op);
+}
+
+void UcxConnection::dispose(Op* op) {
+  if (op->request) {
+    ucp_request_free(op->request);
+    worker_->opFinished(op->send);
+  }
+  delete op;
 }
 
 bool UcxConnection::reap() {
@@ -211,8 +200,7 @@ bool UcxConnection::reap() {
     } else {
       op->t->complete = true;
     }
-    if (op->request) ucp_request_free(op->request);
-    delete op;
+    dispose(op);
   }
   ops_.erase(keep, ops_.end());
   if (code != ErrorCode::Success) fail(code, problem);
@@ -238,6 +226,7 @@ void UcxConnection::watchPeer() {
 }
 
 bool UcxConnection::progress() {
+  std::lock_guard<std::recursive_mutex> lock(worker_->mutex());
   if (error_) std::rethrow_exception(error_);
   if (ops_.empty()) return false;
   worker_->progress();
@@ -269,8 +258,6 @@ bool UcxConnection::progress() {
 
 void UcxConnection::release(bool flush) {
   ucp_worker_h worker = worker_->handle();
-  if (wireFlush_ && wireFlush_ != this) ucp_request_free(wireFlush_);  // UCX releases it when it completes
-  wireFlush_ = this;
   // Receives are cancelled; sends end with the endpoint (force: failed at once; flush: once delivered).
   for (Op* op : ops_)
     if (!op->send && !op->done && op->request) ucp_request_cancel(worker, op->request);
@@ -297,9 +284,9 @@ void UcxConnection::release(bool flush) {
   while (pending() && Clock::now() < deadline) ucp_worker_progress(worker);
   for (Op* op : ops_) {
     if (op->done) {
-      if (op->request) ucp_request_free(op->request);
-      delete op;
+      dispose(op);
     } else {
+      worker_->opFinished(op->send);
       op->conn = nullptr;  // UCX still holds it: its callback frees it
       op->t = nullptr;
     }
@@ -308,6 +295,7 @@ void UcxConnection::release(bool flush) {
 }
 
 void UcxConnection::close() {
+  std::lock_guard<std::recursive_mutex> lock(worker_->mutex());
   if (closed_) return;
   closed_ = true;
   // Messages the peer can still count on: all of them after a flush, else those before the first send that did

@@ -79,6 +79,8 @@ class UcxConnection final : public Connection {
 
   void post(Transfer* t, bool send) { postTagged(t, send, send ? sendSeq_++ : recvSeq_++); }
   void postTagged(Transfer* t, bool send, uint64_t seq);
+  /// Frees a finished operation (and its UCX request).
+  void dispose(Op* op);
   /// Completes (or fails) the transfers whose UCX operation finished; true if any did.
   bool reap();
   /// Reads the liveness socket: the peer's Bye, then EOF (or an error: it died).
@@ -99,8 +101,6 @@ class UcxConnection final : public Connection {
   uint64_t recvSeq_ = 0;
   std::vector<Op*> ops_;  ///< posted, not yet complete, in posting order
   Transfer wireSend_, wireRecv_;
-  void* wireFlush_ = nullptr;  ///< the wireup's flush request (this once it completed)
-  bool wired_ = false;
   ucs_status_t endpointStatus_ = UCS_OK;
   Bye bye_{};
   size_t byeGot_ = 0;

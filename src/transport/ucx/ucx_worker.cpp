@@ -13,7 +13,10 @@
 namespace collie::transport::ucx {
 namespace {
 
-constexpr int kMaxProgressRounds = 64;  // ucp_worker_progress calls per progress(): bounded, so a flood cannot starve
+constexpr int kMaxProgressRounds = 64;
+constexpr auto kLinger =
+    std::chrono::milliseconds(500);  // see the file comment of ucx_worker.hpp  // ucp_worker_progress calls per
+                                     // progress(): bounded, so a flood cannot starve
 
 /// A UCP context with the features collie uses; `what` names the caller for messages.
 ucp_context_h makeContext(const char* what, const std::string& tls) {
@@ -95,11 +98,18 @@ UcxWorker::UcxWorker(int rank, const std::string& tls) {
     ucp_cleanup(context_);
     COLLIE_FAIL(ErrorCode::SystemError, "%s: UCX worker address or event fd: %s", what.c_str(), ucs_status_string(s));
   }
+  linger_ = std::thread([this] { lingerLoop(); });
   COLLIE_INFO(base::kLogNet, "ucx: rank %d worker ready (address %zu bytes, UCX %s)", rank, address_.size(),
               ucp_get_version_string());
 }
 
 UcxWorker::~UcxWorker() {
+  {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
+    stop_ = true;
+  }
+  idle_.notify_all();
+  linger_.join();
   detach();
   ucp_worker_destroy(worker_);
   ucp_cleanup(context_);
@@ -127,7 +137,36 @@ bool UcxWorker::progress() {
   return any;
 }
 
+void UcxWorker::opStarted(bool send) {
+  ++opsInFlight_;
+  if (send) ++sendsInFlight_;
+}
+
+void UcxWorker::opFinished(bool send) {
+  if (send) --sendsInFlight_;
+  if (--opsInFlight_ == 0) {
+    idleSince_ = std::chrono::steady_clock::now();
+    idle_.notify_one();
+  }
+}
+
+void UcxWorker::lingerLoop() {
+  std::unique_lock<std::recursive_mutex> lock(mu_);
+  while (!stop_) {
+    const auto now = std::chrono::steady_clock::now();
+    if (opsInFlight_ > 0 || idleSince_ == std::chrono::steady_clock::time_point{} || now - idleSince_ > kLinger) {
+      idle_.wait(lock);
+      continue;
+    }
+    while (ucp_worker_progress(worker_) != 0) {
+    }
+    idle_.wait_for(lock, std::chrono::milliseconds(1));  // the executor takes the lock meanwhile
+  }
+}
+
 bool UcxWorker::prepareToSleep() {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  if (sendsInFlight_ > 0) return false;  // see the file comment of ucx_worker.hpp
   // UCS_ERR_BUSY: events are pending, so progress instead of sleeping. UCS_OK: the event fd will fire.
   return ucp_worker_arm(worker_) != UCS_ERR_BUSY;
 }

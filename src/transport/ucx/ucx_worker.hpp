@@ -11,7 +11,16 @@
 // that thread may change between calls, never two at once). Progress is ucp_worker_progress; sleeping goes
 // through collie's Poller: the worker's event fd (UCP_FEATURE_WAKEUP) is registered with it, and the worker is a
 // SleepHook whose prepareToSleep() arms the worker (ucp_worker_arm), refusing the sleep when UCX already has
-// events (UCS_ERR_BUSY), so no wake-up is lost.
+// events (UCS_ERR_BUSY), so no wake-up is lost. It also refuses while a send is in flight: the event fd signals
+// arrivals only, not a send queued inside UCX becoming able to go (a shared-memory FIFO slot freed by the peer,
+// a rendezvous step), so a rank waiting on its sends polls instead of sleeping.
+//
+// UCX also needs progress after an operation completed: a rendezvous receive completes before its
+// acknowledgement to the sender has left (it queues when the shared-memory FIFO is full), and the sender's send
+// completes only once that arrives. collie progresses only inside calls, so a rank that finished its call would
+// leave the sender waiting until its next call. So a linger thread progresses the worker (every millisecond,
+// under mutex(), which the connections hold too) for kLinger after the worker's last operation completed, and
+// sleeps otherwise. (Found by the conformance suite: 150 messages each way between threads stalled over sm.)
 //
 // ucxHostInfo() answers, once per process, what collie-info and COLLIE_NET=auto ask: the UCX version and the
 // transport/device resources UCX would use here (after UCX_TLS and UCX_NET_DEVICES), and whether one of them
@@ -20,8 +29,12 @@
 
 #include <ucp/api/ucp.h>
 
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "base/poller.hpp"
@@ -51,11 +64,20 @@ class UcxWorker final : public base::SleepHook {
   /// ucp_worker_progress until it reports nothing more (bounded); true when anything happened.
   bool progress();
 
+  /// Held by whoever calls into UCX on this worker: the connections (the executor's thread) and the linger
+  /// thread (see the file comment).
+  std::recursive_mutex& mutex() { return mu_; }
+  /// An operation UCX holds (posted, not complete) begins or ends; call with mutex() held. While a send is in
+  /// flight prepareToSleep() refuses the sleep; once none is, the linger thread progresses for a while.
+  void opStarted(bool send);
+  void opFinished(bool send);
+
   bool prepareToSleep() override;
   void finishSleep() override {}
 
  private:
   void detach();
+  void lingerLoop();
 
   ucp_context_h context_ = nullptr;
   ucp_worker_h worker_ = nullptr;
@@ -64,6 +86,13 @@ class UcxWorker final : public base::SleepHook {
   std::vector<uint8_t> address_;
   std::vector<std::string> resources_;
   bool peerFailureMode_ = false;
+  std::recursive_mutex mu_;
+  std::condition_variable_any idle_;  ///< wakes the linger thread: the worker went idle, or stop_
+  int64_t opsInFlight_ = 0;
+  int64_t sendsInFlight_ = 0;
+  std::chrono::steady_clock::time_point idleSince_{};
+  bool stop_ = false;
+  std::thread linger_;
 };
 
 /// What UCX offers on this host (computed once per process).
