@@ -107,18 +107,44 @@ void UcxConnection::onEndpointError(void* arg, ucp_ep_h /*ep*/, ucs_status_t sta
   static_cast<UcxConnection*>(arg)->endpointStatus_ = status;
 }
 
+// Three steps, each side moving on alone: (1) a 0-byte message each way (UCX connects the endpoint); (2) a flush
+// of the endpoint, which completes once UCX's own wireup messages are through (it needs the peer's progress);
+// (3) a second 0-byte message each way, sent after the flush: a side returns only once the peer's flush is
+// done too, so no side leaves while the other still needs it. An endpoint closed later (a forced close on a
+// failure) then has no wireup message of UCX's pending, which UCX 1.13 cannot purge (it asserts).
 void UcxConnection::beginWireup() {
-  postTagged(&wireRecv_, /*send=*/false, kWireupSeq);
-  postTagged(&wireSend_, /*send=*/true, kWireupSeq);
+  postTagged(&wire_[0], /*send=*/false, kWireupSeq);
+  postTagged(&wire_[1], /*send=*/true, kWireupSeq);
+  postTagged(&wire_[2], /*send=*/false, kWireupSeq - 1);
 }
 
 bool UcxConnection::wiredUp() {
   std::lock_guard<std::recursive_mutex> lock(worker_->mutex());
   if (error_) std::rethrow_exception(error_);
-  if (wireSend_.complete && wireRecv_.complete) return true;
+  if (wireStep_ == 3) return true;
   worker_->progress();
   reap();
-  return wireSend_.complete && wireRecv_.complete;
+  if (wireStep_ == 0 && wire_[0].complete && wire_[1].complete) {
+    ucp_request_param_t param{};
+    ucs_status_ptr_t r = ucp_ep_flush_nbx(ep_, &param);
+    if (UCS_PTR_IS_ERR(r))
+      fail(ErrorCode::RemoteError,
+           base::format("ucx wireup with peer %d failed: %s", peer_, ucs_status_string(UCS_PTR_STATUS(r))));
+    wireFlush_ = r;
+    wireStep_ = 1;
+  }
+  if (wireStep_ == 1) {
+    ucs_status_t s = wireFlush_ ? ucp_request_check_status(wireFlush_) : UCS_OK;
+    if (s == UCS_INPROGRESS) return false;
+    if (wireFlush_) ucp_request_free(wireFlush_);
+    wireFlush_ = nullptr;
+    if (s != UCS_OK)
+      fail(ErrorCode::RemoteError, base::format("ucx wireup with peer %d failed: %s", peer_, ucs_status_string(s)));
+    postTagged(&wire_[3], /*send=*/true, kWireupSeq - 1);
+    wireStep_ = 2;
+  }
+  if (wireStep_ == 2 && wire_[2].complete && wire_[3].complete) wireStep_ = 3;
+  return wireStep_ == 3;
 }
 
 void UcxConnection::postTagged(Transfer* t, bool send, uint64_t seq) {
@@ -258,6 +284,8 @@ bool UcxConnection::progress() {
 
 void UcxConnection::release(bool flush) {
   ucp_worker_h worker = worker_->handle();
+  if (wireFlush_) ucp_request_free(wireFlush_);  // UCX releases it when it completes
+  wireFlush_ = nullptr;
   // Receives are cancelled; sends end with the endpoint (force: failed at once; flush: once delivered).
   for (Op* op : ops_)
     if (!op->send && !op->done && op->request) ucp_request_cancel(worker, op->request);

@@ -30,7 +30,8 @@ constexpr uint32_t kByeMagic = 0x434c4259;  // "CLBY"
 inline ucp_tag_t messageTag(int rank, uint64_t seq) {
   return (static_cast<uint64_t>(rank) << 40) | (seq & ((uint64_t{1} << 40) - 1));
 }
-/// The message number of the wireup exchange (outside the numbered messages, which would take 2^40 to reach it).
+/// The message numbers of the wireup exchange, kWireupSeq and kWireupSeq - 1 (outside the numbered messages,
+/// which would take 2^40 to reach them).
 constexpr uint64_t kWireupSeq = (uint64_t{1} << 40) - 1;
 
 /// Sends and receives to `peer` over an endpoint made from `peerAddress` on `worker`; `sideFd` (connected,
@@ -99,8 +100,10 @@ class UcxConnection final : public Connection {
   base::Poller* poller_;
   uint64_t sendSeq_ = 0;
   uint64_t recvSeq_ = 0;
-  std::vector<Op*> ops_;  ///< posted, not yet complete, in posting order
-  Transfer wireSend_, wireRecv_;
+  std::vector<Op*> ops_;       ///< posted, not yet complete, in posting order
+  Transfer wire_[4];           ///< the wireup's messages: receive, send; receive, send after the flush
+  void* wireFlush_ = nullptr;  ///< the wireup's flush request while it runs
+  int wireStep_ = 0;           ///< 0: first messages, 1: flush, 2: second messages, 3: wired up
   ucs_status_t endpointStatus_ = UCS_OK;
   Bye bye_{};
   size_t byeGot_ = 0;

@@ -164,6 +164,7 @@ std::vector<std::unique_ptr<Connection>> UcxTransport::connect(const CommContext
     }
     Link& l = links[p];
     base::setNonBlocking(l.fd.get(), true);
+    base::setDeadPeerTimeout(l.fd.get(), base::params::peerDeadTimeoutMs());  // a vanished host, as for tcp
     if (ctx.poller) ctx.poller->add(l.fd.get());
     auto conn = std::make_unique<UcxConnection>(ctx.rank, p, worker_, addresses[p], l.fd.release(), ctx.poller);
     conn->beginWireup();

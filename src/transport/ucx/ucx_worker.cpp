@@ -111,6 +111,11 @@ UcxWorker::~UcxWorker() {
   idle_.notify_all();
   linger_.join();
   detach();
+  // Let UCX finish its own traffic first (wireup replies of lanes made late, e.g. a rendezvous lane): UCX 1.13
+  // asserts when ucp_worker_destroy purges a pending wireup reply.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
+  while (std::chrono::steady_clock::now() < until)
+    if (ucp_worker_progress(worker_) == 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
   ucp_worker_destroy(worker_);
   ucp_cleanup(context_);
 }
