@@ -207,6 +207,31 @@ TEST_P(Conformance, SizeMismatchIsReported) {
   EXPECT_THROW(cluster.ranks[1]->conns[0]->progress(), Error);  // the failure sticks
 }
 
+// A message whose call fingerprint differs from the one its receive expects fails the receive with MismatchError
+// naming the sender and carrying both fingerprints; the data never counts as received.
+TEST_P(Conformance, FingerprintMismatchIsReported) {
+  Cluster cluster = make(2);
+  cluster.connectAll();
+  std::vector<uint8_t> a(100, 1), b(100, 0);
+  Transfer send{a.data(), a.size()}, recv{b.data(), b.size()};
+  send.fp = Fingerprint{7, 0, 0x1234};
+  recv.fp = Fingerprint{7, 0, 0x1235};
+  cluster.ranks[0]->conns[1]->postSend(&send);
+  cluster.ranks[1]->conns[0]->postRecv(&recv);
+  drive(*cluster.ranks[0], {&send});
+  try {
+    drive(*cluster.ranks[1], {&recv}, 10s);
+    FAIL() << "expected a mismatch";
+  } catch (const MismatchError& e) {
+    EXPECT_EQ(e.code(), ErrorCode::InvalidUsage);
+    EXPECT_EQ(e.record().rankA, 0);
+    EXPECT_EQ(e.record().rankB, 1);
+    EXPECT_EQ(e.record().a, send.fp);
+    EXPECT_EQ(e.record().b, recv.fp);
+  }
+  EXPECT_FALSE(recv.complete);
+}
+
 // ---- failure -----------------------------------------------------------------------------------------------
 
 TEST_P(Conformance, PeerCloseGivesRemoteErrorAfterItsLastData) {

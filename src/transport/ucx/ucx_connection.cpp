@@ -14,7 +14,8 @@
 // Liveness: the pair's handshake socket stays open. A closing side writes a Bye holding how many of its
 // messages were delivered, then shuts the socket; a killed one just drops it. On EOF, receives numbered below
 // the Bye's count are still coming through UCX and are waited for; every other pending transfer fails with
-// RemoteError naming the peer at once. The socket is registered with the poller, so a sleeping rank wakes.
+// RemoteError naming the peer at once (MismatchError when the Bye carries a mismatch: poison()). The socket is
+// registered with the poller, so a sleeping rank wakes.
 // Endpoints use UCP_ERR_HANDLING_MODE_PEER where a network transport is enabled, so UCX reports a dead peer on
 // its own operations as an error status (never a fatal abort); UCX 1.13's shared-memory transports cannot, so
 // with only those (UCX_TLS=sm,self) the liveness socket alone tells. Every UCX error is reported with
@@ -113,9 +114,9 @@ void UcxConnection::onEndpointError(void* arg, ucp_ep_h /*ep*/, ucs_status_t sta
 // done too, so no side leaves while the other still needs it. An endpoint closed later (a forced close on a
 // failure) then has no wireup message of UCX's pending, which UCX 1.13 cannot purge (it asserts).
 void UcxConnection::beginWireup() {
-  postTagged(&wire_[0], /*send=*/false, kWireupSeq);
-  postTagged(&wire_[1], /*send=*/true, kWireupSeq);
-  postTagged(&wire_[2], /*send=*/false, kWireupSeq - 1);
+  postRaw(&wire_[0], /*send=*/false, kWireupSeq);
+  postRaw(&wire_[1], /*send=*/true, kWireupSeq);
+  postRaw(&wire_[2], /*send=*/false, kWireupSeq - 1);
 }
 
 bool UcxConnection::wiredUp() {
@@ -140,15 +141,14 @@ bool UcxConnection::wiredUp() {
     wireFlush_ = nullptr;
     if (s != UCS_OK)
       fail(ErrorCode::RemoteError, base::format("ucx wireup with peer %d failed: %s", peer_, ucs_status_string(s)));
-    postTagged(&wire_[3], /*send=*/true, kWireupSeq - 1);
+    postRaw(&wire_[3], /*send=*/true, kWireupSeq - 1);
     wireStep_ = 2;
   }
   if (wireStep_ == 2 && wire_[2].complete && wire_[3].complete) wireStep_ = 3;
   return wireStep_ == 3;
 }
 
-void UcxConnection::postTagged(Transfer* t, bool send, uint64_t seq) {
-  std::lock_guard<std::recursive_mutex> lock(worker_->mutex());
+void UcxConnection::checkPost(Transfer* t, bool send) {
   const char* what = send ? "send" : "receive";
   COLLIE_USAGE_CHECK(!closed_, "%s posted on the closed ucx connection of rank %d to peer %d", what, rank_, peer_);
   COLLIE_INTERNAL_CHECK(t->kind == MemoryKind::Host,
@@ -158,31 +158,54 @@ void UcxConnection::postTagged(Transfer* t, bool send, uint64_t seq) {
                         peer_, what, t->bytes);
   if (error_) std::rethrow_exception(error_);
   t->complete = false;
-  Op* op = new Op{this, t, nullptr, seq, send};
+}
+
+void UcxConnection::post(Transfer* t, bool send) {
+  std::lock_guard<std::recursive_mutex> lock(worker_->mutex());
+  checkPost(t, send);
+  const uint64_t seq = send ? sendSeq_++ : recvSeq_++;
+  Op* head = new Op{this, t, nullptr, seq, send};
+  head->head = true;
+  if (send) head->header = MsgHead{kHeadMagic, 0, t->bytes, t->fp};
+  Op* body = nullptr;
+  if (t->bytes > 0) {
+    body = new Op{this, t, nullptr, seq, send};
+    body->pair = head;
+    head->pair = body;
+  }
+  issue(head, &head->header, sizeof(MsgHead), messageTag(send ? rank_ : peer_, 2 * seq));
+  if (body) issue(body, t->buf, t->bytes, messageTag(send ? rank_ : peer_, 2 * seq + 1));
+}
+
+void UcxConnection::postRaw(Transfer* t, bool send, uint64_t tagSeq) {
+  std::lock_guard<std::recursive_mutex> lock(worker_->mutex());
+  checkPost(t, send);
+  Op* op = new Op{this, t, nullptr, tagSeq, send};
+  issue(op, t->buf, t->bytes, messageTag(send ? rank_ : peer_, tagSeq));
+}
+
+void UcxConnection::issue(Op* op, void* buf, size_t bytes, ucp_tag_t tag) {
   ucp_request_param_t param{};
   param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
   param.user_data = op;
   ucs_status_ptr_t r;
-  if (send) {
+  if (op->send) {
     param.cb.send = onSend;
-    r = ucp_tag_send_nbx(ep_, t->buf, t->bytes, messageTag(rank_, op->seq), &param);
+    r = ucp_tag_send_nbx(ep_, buf, bytes, tag, &param);
   } else {
     // Always through the callback: UCX 1.13 does not fill recv_info on every immediate completion.
     param.op_attr_mask |= UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
     param.cb.recv = onRecv;
-    r = ucp_tag_recv_nbx(worker_->handle(), t->buf, t->bytes, messageTag(peer_, op->seq), ~ucp_tag_t{0}, &param);
+    r = ucp_tag_recv_nbx(worker_->handle(), buf, bytes, tag, ~ucp_tag_t{0}, &param);
   }
   if (UCS_PTR_IS_ERR(r)) {
-    delete op;
-    ucs_status_t s = UCS_PTR_STATUS(r);
-    fail(peerFailure(s) ? ErrorCode::RemoteError : ErrorCode::SystemError,
-         base::format("ucx %s to peer %d failed: %s", what, peer_, ucs_status_string(s)));
-  }
-  if (r == nullptr) {
+    op->done = true;  // reported by the next progress()
+    op->status = UCS_PTR_STATUS(r);
+  } else if (r == nullptr) {
     op->done = true;  // completed at once: reaped by the next progress()
   } else {
     op->request = r;
-    worker_->opStarted(send);
+    worker_->opStarted(op->send);
   }
   ops_.push_back(op);
 }
@@ -195,41 +218,87 @@ void UcxConnection::dispose(Op* op) {
   delete op;
 }
 
+namespace {
+std::exception_ptr errorOf(ErrorCode code, const std::string& message) {
+  try {
+    COLLIE_FAIL(code, "%s", message.c_str());
+  } catch (...) {
+    return std::current_exception();
+  }
+}
+}  // namespace
+
+std::exception_ptr UcxConnection::check(const Op* op) const {
+  const char* what = op->send ? "send" : "receive";
+  const size_t expected = op->t->bytes;
+  // The head first: a mismatched call or size is what to report, not the body's truncation that follows from it.
+  if (!op->send && op->head && op->status == UCS_OK) {
+    const MsgHead& h = op->header;
+    if (op->info.length != sizeof(MsgHead) || h.magic != kHeadMagic)
+      return errorOf(ErrorCode::InternalError,
+                     base::format("corrupt ucx message from peer %d: a head of %zu bytes, magic 0x%08x (expected "
+                                  "message #%llu of %zu bytes)",
+                                  peer_, op->info.length, h.magic, static_cast<unsigned long long>(op->seq), expected));
+    if (h.fp != op->t->fp) {
+      MismatchRecord r;
+      r.rankA = peer_;
+      r.a = h.fp;
+      r.rankB = rank_;
+      r.b = op->t->fp;
+      try {
+        throwMismatch(r, base::format("from peer %d over ucx", peer_).c_str());
+      } catch (...) {
+        return std::current_exception();
+      }
+    }
+    if (h.bytes != expected)
+      return errorOf(ErrorCode::InternalError, base::format("message size mismatch from peer %d: expected %zu got %llu",
+                                                            peer_, expected, static_cast<unsigned long long>(h.bytes)));
+  }
+  for (const Op* part : {op, static_cast<const Op*>(op->pair)}) {
+    if (!part || part->status == UCS_OK) continue;
+    if (!part->send && part->status == UCS_ERR_MESSAGE_TRUNCATED)
+      return errorOf(ErrorCode::InternalError,
+                     base::format("message size mismatch from peer %d: expected %zu got a larger message (UCX: %s)",
+                                  peer_, expected, ucs_status_string(part->status)));
+    if (peerFailure(part->status))
+      return errorOf(ErrorCode::RemoteError,
+                     base::format("peer %d closed the connection (it may have exited or failed): UCX %s: %s", peer_,
+                                  what, ucs_status_string(part->status)));
+    return errorOf(ErrorCode::SystemError,
+                   base::format("ucx %s to peer %d failed: %s", what, peer_, ucs_status_string(part->status)));
+  }
+  if (op->send) return nullptr;
+  const Op* body = op->head ? op->pair : op;
+  if (body && body->info.length != expected)
+    return errorOf(ErrorCode::InternalError, base::format("message size mismatch from peer %d: expected %zu got %zu",
+                                                          peer_, expected, body->info.length));
+  return nullptr;
+}
+
 bool UcxConnection::reap() {
   bool any = false;
-  ErrorCode code = ErrorCode::Success;
-  std::string problem;
+  std::exception_ptr error;
   auto keep = ops_.begin();
   for (Op* op : ops_) {
-    if (!op->done) {
+    if (op->consumed) {  // the body of a message its head completed (heads come first in ops_)
+      dispose(op);
+      continue;
+    }
+    if (!op->done || (op->pair && !op->pair->done)) {
       *keep++ = op;
       continue;
     }
     any = true;
-    const char* what = op->send ? "send" : "receive";
-    if (code != ErrorCode::Success) {
-      // Reported already; this one is released below with the rest.
-    } else if (!op->send && op->status == UCS_ERR_MESSAGE_TRUNCATED) {
-      code = ErrorCode::InternalError;
-      problem = base::format("message size mismatch from peer %d: expected %zu got a larger message (UCX: %s)", peer_,
-                             op->t->bytes, ucs_status_string(op->status));
-    } else if (op->status != UCS_OK) {
-      code = peerFailure(op->status) ? ErrorCode::RemoteError : ErrorCode::SystemError;
-      problem = code == ErrorCode::RemoteError
-                    ? base::format("peer %d closed the connection (it may have exited or failed): UCX %s: %s", peer_,
-                                   what, ucs_status_string(op->status))
-                    : base::format("ucx %s to peer %d failed: %s", what, peer_, ucs_status_string(op->status));
-    } else if (!op->send && op->info.length != op->t->bytes) {
-      code = ErrorCode::InternalError;
-      problem = base::format("message size mismatch from peer %d: expected %zu got %zu", peer_, op->t->bytes,
-                             op->info.length);
-    } else {
-      op->t->complete = true;
+    if (!error) {
+      error = check(op);
+      if (!error) op->t->complete = true;
     }
+    if (op->pair) op->pair->consumed = true;
     dispose(op);
   }
   ops_.erase(keep, ops_.end());
-  if (code != ErrorCode::Success) fail(code, problem);
+  if (error) fail(error);
   return any;
 }
 
@@ -263,6 +332,13 @@ bool UcxConnection::progress() {
   watchPeer();  // only on a pass that moved nothing: the socket costs a syscall
   if (!peerGone_) return false;
   const bool said = byeGot_ == sizeof(Bye) && bye_.magic == kByeMagic;
+  if (said && bye_.poisoned) {
+    try {
+      throwMismatch(bye_.why, base::format("from peer %d over ucx", peer_).c_str());
+    } catch (...) {
+      fail(std::current_exception());
+    }
+  }
   bool coming = false;
   for (const Op* op : ops_) coming |= said && !op->send && op->seq < bye_.messagesSent;
   if (!coming) {
@@ -272,12 +348,10 @@ bool UcxConnection::progress() {
   return false;
 }
 
-[[noreturn]] void UcxConnection::fail(ErrorCode code, const std::string& message) {
-  try {
-    COLLIE_FAIL(code, "%s", message.c_str());
-  } catch (...) {
-    error_ = std::current_exception();
-  }
+[[noreturn]] void UcxConnection::fail(ErrorCode code, const std::string& message) { fail(errorOf(code, message)); }
+
+[[noreturn]] void UcxConnection::fail(std::exception_ptr error) {
+  error_ = error;
   release(/*flush=*/false);
   std::rethrow_exception(error_);
 }
@@ -322,7 +396,7 @@ void UcxConnection::release(bool flush) {
   ops_.clear();
 }
 
-void UcxConnection::close() {
+void UcxConnection::closeWith(const MismatchRecord* why) {
   std::lock_guard<std::recursive_mutex> lock(worker_->mutex());
   if (closed_) return;
   closed_ = true;
@@ -334,7 +408,7 @@ void UcxConnection::close() {
     if (!flush && op->send && (!op->done || op->status != UCS_OK)) delivered = std::min(delivered, op->seq);
   release(flush);
   if (sideFd_ >= 0) {
-    Bye bye{kByeMagic, 0, delivered};
+    Bye bye{kByeMagic, why ? 1u : 0u, delivered, why ? *why : MismatchRecord{}};
     (void)!::send(sideFd_, &bye, sizeof(bye), MSG_NOSIGNAL | MSG_DONTWAIT);
     if (poller_) poller_->remove(sideFd_);
     ::shutdown(sideFd_, SHUT_RDWR);

@@ -12,19 +12,34 @@
 #include <string>
 #include <vector>
 
+#include "transport/fingerprint.hpp"
 #include "transport/transport.hpp"
 #include "transport/ucx/ucx_worker.hpp"
 
 namespace collie::transport::ucx {
 
-/// What a closing side writes on the liveness socket before it shuts it: how many messages it sent.
+/// What a closing side writes on the liveness socket before it shuts it: how many messages it sent, and, when it
+/// closes because its ranks made mismatched calls (poison()), the mismatch.
 struct Bye {
   uint32_t magic;
-  uint32_t pad;
+  uint32_t poisoned;  ///< 1: `why` holds the mismatch
   uint64_t messagesSent;
+  MismatchRecord why;
 };
-static_assert(sizeof(Bye) == 16);
+static_assert(sizeof(Bye) == 56);
 constexpr uint32_t kByeMagic = 0x434c4259;  // "CLBY"
+
+/// Every message is two tagged UCX messages: this head (tag 2k) and, unless the message is empty, its body
+/// (tag 2k+1, the user's buffer, so large bodies keep UCX's zero-copy rendezvous). The head carries the size and
+/// the call's fingerprint (transport/fingerprint.hpp), checked by the receiver before the message counts.
+struct MsgHead {
+  uint32_t magic;
+  uint32_t pad;
+  uint64_t bytes;
+  Fingerprint fp;
+};
+static_assert(sizeof(MsgHead) == 32);
+constexpr uint32_t kHeadMagic = 0x434c5548;  // "CLUH"
 
 /// The tag of message `seq` from `rank`: the sender's rank in the top 24 bits, the message number below.
 inline ucp_tag_t messageTag(int rank, uint64_t seq) {
@@ -52,7 +67,9 @@ class UcxConnection final : public Connection {
   bool progress() override;
   bool busy() const override { return !ops_.empty(); }
   /// Flushes the endpoint (bounded), tells the peer how many messages were sent, and closes. Idempotent.
-  void close() override;
+  void close() override { closeWith(nullptr); }
+  /// Closes, passing `why` to the peer in the Bye: its next progress() throws MismatchError(why).
+  void poison(const MismatchRecord& why) override { closeWith(&why); }
 
   /// Starts the pair's wireup: a 0-byte message each way, outside the numbered ones, so that UCX connects the
   /// endpoint while both ranks are in connect() (and a send posted later completes without the peer's help).
@@ -67,26 +84,39 @@ class UcxConnection final : public Connection {
     UcxConnection* conn;  ///< null once abandoned
     Transfer* t;
     void* request = nullptr;
-    uint64_t seq;
+    uint64_t seq;  ///< the message's number (both parts of a message share it)
     bool send;
     bool done = false;
     ucs_status_t status = UCS_OK;
     ucp_tag_recv_info_t info{};
+    bool head = false;      ///< the message's head (MsgHead); its body, if any, is `pair`
+    Op* pair = nullptr;     ///< head <-> body of one message
+    bool consumed = false;  ///< a body whose message its head completed
+    MsgHead header{};       ///< a head's bytes (sent, or received into)
   };
 
   static void onSend(void* request, ucs_status_t status, void* user);
   static void onRecv(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info, void* user);
   static void onEndpointError(void* arg, ucp_ep_h ep, ucs_status_t status);
 
-  void post(Transfer* t, bool send) { postTagged(t, send, send ? sendSeq_++ : recvSeq_++); }
-  void postTagged(Transfer* t, bool send, uint64_t seq);
+  /// A user's message: its head and body (see MsgHead).
+  void post(Transfer* t, bool send);
+  /// One tagged UCX message of `t` under tag number `tagSeq` (the wireup's).
+  void postRaw(Transfer* t, bool send, uint64_t tagSeq);
+  void checkPost(Transfer* t, bool send);
+  /// Posts op's UCX operation on buf/bytes under `tag`; a failure to post is kept in op for reap().
+  void issue(Op* op, void* buf, size_t bytes, ucp_tag_t tag);
+  /// Why the completed message of `op` (a head with its body, or a raw op) failed; null when it did not.
+  std::exception_ptr check(const Op* op) const;
   /// Frees a finished operation (and its UCX request).
   void dispose(Op* op);
   /// Completes (or fails) the transfers whose UCX operation finished; true if any did.
   bool reap();
   /// Reads the liveness socket: the peer's Bye, then EOF (or an error: it died).
   void watchPeer();
+  void closeWith(const MismatchRecord* why);
   [[noreturn]] void fail(ErrorCode code, const std::string& message);
+  [[noreturn]] void fail(std::exception_ptr error);
   /// Cancels or force-ends every operation UCX still holds and closes the endpoint; waits (bounded) for UCX to
   /// hand them back, abandoning the rest.
   void release(bool flush);
