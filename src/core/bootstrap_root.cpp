@@ -72,6 +72,7 @@ class RootServer {
       if (!collect()) {
         COLLIE_WARN(base::kLogBootstrap, "bootstrap root: timed out with %zu of %d ranks checked in", checkedIn(),
                     nranks_);
+        refuseCheckedIn();
         return;
       }
       listener_.reset();  // every rank is in: nobody else may connect
@@ -244,6 +245,28 @@ class RootServer {
     link.from = c.from;
     COLLIE_INFO(base::kLogBootstrap, "bootstrap root: rank %d of %d checked in from %s", hello.rank, nranks_,
                 c.from.c_str());
+  }
+
+  /// At the deadline: tells every rank that checked in which ranks never did (best effort: the reply is small and
+  /// the socket's buffer empty), so they fail with a timeout that names them rather than with a closed connection.
+  void refuseCheckedIn() {
+    std::string missing;
+    int count = 0;
+    for (size_t r = 0; r < ranks_.size(); ++r) {
+      if (ranks_[r].fd.get() >= 0) continue;
+      if (++count <= 16) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+    }
+    if (count > 16) missing += base::format(" and %d more", count - 16);
+    BootstrapReply no;
+    no.status = ErrorCode::Timeout;
+    no.message = base::format("the bootstrap root timed out: %d of %d ranks never checked in (rank(s) %s)", count,
+                              nranks_, missing.c_str());
+    const std::vector<uint8_t> bytes = encodeBootstrapReply(no);
+    for (RankLink& l : ranks_) {
+      if (l.fd.get() < 0) continue;
+      ssize_t sent = ::send(l.fd.get(), bytes.data(), bytes.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+      (void)sent;
+    }
   }
 
   /// Sends every rank the table, all at once.

@@ -5,6 +5,8 @@
 //                   MASTER_ADDR:(MASTER_PORT+1) (torchrun's own store holds MASTER_PORT). Rank 0 hosts the root.
 //   secret:         COLLIE_SECRET (32 hex digits; collierun sets one), else derived from the job's identity,
 //                   which keeps strays from other jobs out but is no protection against a deliberate stranger.
+#include <netinet/in.h>
+
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
@@ -64,6 +66,19 @@ std::array<uint8_t, 16> secretFromEnv(const std::string& rootAddr, int nranks) {
   return secret;
 }
 
+/// Whether `a` is a loopback address (127/8, ::1, or 127/8 mapped into IPv6).
+bool isLoopback(const sockaddr_storage& a) {
+  if (a.ss_family == AF_INET) {
+    const auto* in = reinterpret_cast<const sockaddr_in*>(&a);
+    return (ntohl(in->sin_addr.s_addr) >> 24) == 127;
+  }
+  if (a.ss_family == AF_INET6) {
+    const in6_addr& in6 = reinterpret_cast<const sockaddr_in6*>(&a)->sin6_addr;
+    return IN6_IS_ADDR_LOOPBACK(&in6) || (IN6_IS_ADDR_V4MAPPED(&in6) && in6.s6_addr[12] == 127);
+  }
+  return false;
+}
+
 }  // namespace
 
 std::unique_ptr<Communicator> Communicator::createFromEnv(const Options& options) {
@@ -107,11 +122,17 @@ std::unique_ptr<Communicator> Communicator::createFromEnv(const Options& options
   if (rank == 0) {
     // Listen where the others dial (the root address itself), not on every interface; only when that address
     // is not one of this host's (a name that resolves elsewhere, NAT) on every address of its family.
+    // A host name that this host maps to loopback (Debian's /etc/hosts maps its own name to 127.0.1.1) while the
+    // other hosts resolve it to a real address gets every address too, unless the text itself names loopback.
     const std::chrono::milliseconds timeout(base::params::timeoutMs());
+    const bool saysLoopback =
+        rootAddr.rfind("localhost", 0) == 0 || rootAddr.rfind("127.", 0) == 0 || rootAddr.rfind("[::1]", 0) == 0;
     try {
+      if (isLoopback(id.root) && !saysLoopback)
+        COLLIE_FAIL(ErrorCode::SystemError, "%s resolves to loopback on this host", rootAddr.c_str());
       core::BootstrapRoot::start(id.root, id.secret, timeout);
     } catch (const Error& e) {
-      COLLIE_INFO(base::kLogInit, "bootstrap root: cannot listen on %s (%s); listening on every address",
+      COLLIE_INFO(base::kLogInit, "bootstrap root: not listening on %s only (%s); listening on every address",
                   rootAddr.c_str(), e.what());
       sockaddr_storage any{};
       any.ss_family = id.root.ss_family;

@@ -329,6 +329,27 @@ TEST(HelloWait, ARankClosesASilentConnectionWhileItWaitsForItsPeers) {
   testing::exchange(cluster, {1, 4097});
 }
 
+// ---- a root that times out tells the ranks that checked in which ranks never did -----------------------------------
+
+TEST(RootTimeout, TheRanksThatCheckedInAreToldWhichRanksNeverDid) {
+  sockaddr_storage addr = base::defaultLocalAddress();
+  base::setAddressPort(addr, 0);
+  UniqueId id;  // a root whose deadline (1.5 s) comes before the rank's
+  id.raw = core::encodeUniqueId(core::BootstrapRoot::start(addr, core::randomSecret(), 1500ms));
+  Options o;
+  o.timeout = 30s;
+  auto t0 = Clock::now();
+  try {
+    Communicator::create(3, id, 1, o);  // ranks 0 and 2 never come
+    ADD_FAILURE() << "init succeeded without ranks 0 and 2";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::Timeout) << e.what();
+    EXPECT_NE(std::string(e.what()).find("2 of 3 ranks never checked in (rank(s) 0, 2)"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_LT(secondsSince(t0), 15.0);  // the root's deadline (1.5 s), not the rank's (30 s)
+}
+
 // ---- listeners close once they are no longer needed --------------------------------------------------------------
 
 /// How many of this process's descriptors are listening sockets.
