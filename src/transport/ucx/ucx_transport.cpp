@@ -15,6 +15,7 @@
 // The handshake socket stays open as the pair's liveness channel, registered with ctx.poller.
 #include "transport/ucx/ucx_transport.hpp"
 
+#include <fcntl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -88,6 +89,14 @@ sockaddr_storage UcxTransport::addressOf(const PeerInfo& info) {
   if (const TransportAddress* a = info.address(TransportKind::Ucx))
     std::memcpy(&addr, a->bytes, std::min<size_t>(a->length, sizeof(addr)));
   return addr;
+}
+
+std::unique_ptr<Transport> UcxTransport::shareListener() const {
+  COLLIE_USAGE_CHECK(listenFd_ >= 0, "ucx transport: shareListener() before listen()");
+  auto copy = std::make_unique<UcxTransport>(options_);      // its own worker, made at its first connect()
+  copy->listenFd_ = ::fcntl(listenFd_, F_DUPFD_CLOEXEC, 0);  // the same open socket: the same address
+  COLLIE_SYSCHECK(copy->listenFd_, "dup of the ucx handshake listener");
+  return copy;
 }
 
 void UcxTransport::listen(PeerInfo& self) {

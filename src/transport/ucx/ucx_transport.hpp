@@ -43,6 +43,8 @@ class UcxTransport : public Transport {
   /// then a UCP endpoint per peer. The socket stays open as the pair's liveness channel.
   std::vector<std::unique_ptr<Connection>> connect(const CommContext& ctx, const std::vector<int>& peers) override;
   uint64_t stashedHellos() const override { return stash_.kept(); }
+  /// A transport on a duplicate of this one's listener, with a worker of its own (for core's shrink).
+  std::unique_ptr<Transport> shareListener() const override;
 
   /// Where `info` says its UCX handshake listener is (family AF_UNSPEC when it published none).
   static sockaddr_storage addressOf(const PeerInfo& info);
