@@ -21,8 +21,9 @@ int main(int argc, char** argv) {
   int iters = argc > 4 ? atoi(argv[4]) : 5;
   const int warmup = 1;
   float* buf = malloc(maxBytes > 4 ? maxBytes : 4);
-  if (rank == 0) printf("# MPI_Allreduce float sum, %d ranks, %d iterations per size\n#%12s %12s %10s %10s %6s\n",
-                        nranks, iters, "size (B)", "time (us)", "algbw", "busbw", "wrong");
+  if (rank == 0)
+    printf("# MPI_Allreduce float sum, %d ranks, %d iterations per size\n#%12s %12s %10s %10s %6s\n", nranks, iters,
+           "size (B)", "time (us)", "algbw", "busbw", "wrong");
   int failures = 0;
   for (size_t bytes = minBytes; bytes <= maxBytes; bytes *= factor) {
     size_t count = bytes / sizeof(float);
