@@ -16,13 +16,15 @@
 #                and faster than the 1gbit pair
 #   cleanup      a rank SIGKILLed mid-run, then down: no namespace or interface of the bed is left; the same after
 #                a case that fails on purpose and after one stopped by SIGTERM (nested runs of this script)
+#   ucx          collectives and the 8-rank all_reduce with COLLIE_NET=ucx (UCX over tcp on tb0): every row checked,
+#                every rank's peers on other hosts over ucx (exit 77 where the UCX transport is not built)
 #   deadpeer     3 ranks on 3 hosts in an endless AllReduce with COLLIE_TIMEOUT=inf; host 2's switch port goes down
 #                (nothing is closed: the peer is unreachable, not gone): every rank fails within
 #                COLLIE_PEER_DEAD_TIMEOUT (2 s) plus 2 s, and one names peer 2 dead or unreachable
 set -euo pipefail
 
 usage() {
-  echo "usage: $0 collectives|algorithms|ifname|ratelimit|cleanup|deadpeer COLLIERUN PERF_DIR" >&2
+  echo "usage: $0 collectives|algorithms|ifname|ratelimit|cleanup|deadpeer|ucx COLLIERUN PERF_DIR" >&2
   exit 2
 }
 (($# == 3)) || usage
@@ -146,19 +148,19 @@ check_algo_column() {
 # check_transports NAME NRANKS SHM TCP: collie's INIT log of every rank says SHM peers over shm (none: no such line)
 # and TCP peers over tcp, i.e. the ranks sit on the hosts rank-exec meant.
 check_transports() {
-  local name=$1 n=$2 shm=$3 tcp=$4 r bad=0
+  local name=$1 n=$2 shm=$3 tcp=$4 net=${5:-tcp} r bad=0
   for ((r = 0; r < n; ++r)); do
     if ((shm == 0)); then
       ! grep -qE "^\[$r\] .* collie INFO comm rank $r: [0-9]+ peer\(s\) over shm\$" "$work/$name.out" || bad=$((bad + 1))
     else
       grep -qE "^\[$r\] .* collie INFO comm rank $r: $shm peer\(s\) over shm\$" "$work/$name.out" || bad=$((bad + 1))
     fi
-    grep -qE "^\[$r\] .* collie INFO comm rank $r: $tcp peer\(s\) over tcp\$" "$work/$name.out" || bad=$((bad + 1))
+    grep -qE "^\[$r\] .* collie INFO comm rank $r: $tcp peer\(s\) over $net\$" "$work/$name.out" || bad=$((bad + 1))
   done
   if ((bad == 0)); then
-    ok "$name: every rank: $shm peer(s) over shm, $tcp over tcp"
+    ok "$name: every rank: $shm peer(s) over shm, $tcp over $net"
   else
-    fail "$name: $bad of $((2 * n)) transport counts are not $shm over shm and $tcp over tcp"
+    fail "$name: $bad of $((2 * n)) transport counts are not $shm over shm and $tcp over $net"
     grep ' peer(s) over ' "$work/$name.out" | sed 's/^/    /' || true
   fi
 }
@@ -180,6 +182,23 @@ case_collectives() {
     COLLIE_DEBUG=INFO COLLIE_DEBUG_SUBSYS=INIT job "${c}_4hosts" 4 0 "$perf_dir/${c}_perf" "${sweep[@]}"
     if check_perf "${c}_4hosts" "$sweep_rows"; then check_transports "${c}_4hosts" 4 0 3; fi
   done
+}
+
+# The UCX transport between hosts (COLLIE_NET=ucx, UCX over its tcp on the bed's interface): every *_perf with 4
+# ranks on 4 hosts, and all_reduce_perf with 8 ranks, two per host (shm inside a host, ucx between).
+case_ucx() {
+  local c
+  if [[ ! -x $perf_dir/../tools/collie-info ]] || ! "$perf_dir/../tools/collie-info" --ucx | grep -q 'built  *yes'; then
+    echo "the UCX transport is not built"
+    exit 77
+  fi
+  export COLLIE_NET=ucx UCX_TLS=tcp UCX_NET_DEVICES=tb0
+  for c in all_reduce all_gather broadcast reduce reduce_scatter alltoall sendrecv; do
+    COLLIE_DEBUG=INFO COLLIE_DEBUG_SUBSYS=INIT job "${c}_4hosts_ucx" 4 0 "$perf_dir/${c}_perf" "${sweep[@]}"
+    if check_perf "${c}_4hosts_ucx" "$sweep_rows"; then check_transports "${c}_4hosts_ucx" 4 0 3 ucx; fi
+  done
+  COLLIE_DEBUG=INFO COLLIE_DEBUG_SUBSYS=INIT job all_reduce_8ranks_ucx 8 0 "$perf_dir/all_reduce_perf" "${sweep[@]}"
+  if check_perf all_reduce_8ranks_ucx "$sweep_rows"; then check_transports all_reduce_8ranks_ucx 8 1 6 ucx; fi
 }
 
 case_algorithms() {
@@ -458,7 +477,7 @@ case__wait_for_term() {
 }
 
 case $case_name in
-  collectives | algorithms | ifname | ratelimit | cleanup | deadpeer | _fail_on_purpose | _wait_for_term)
+  collectives | algorithms | ifname | ratelimit | cleanup | deadpeer | ucx | _fail_on_purpose | _wait_for_term)
     "case_$case_name" ;;
   *) usage ;;
 esac
