@@ -50,7 +50,7 @@ inline constexpr int64_t kNeverMs = int64_t{100} * 365 * 24 * 3600 * 1000;
   X(timeoutMs, Int, "COLLIE_TIMEOUT", "600000", COLLIE_RULE_TIMEOUT,                                              \
     "milliseconds a call (or init) waits on a live but silent peer before failing (default 10 min, as torch)")    \
   X(peerDeadTimeoutMs, Int, "COLLIE_PEER_DEAD_TIMEOUT", "20000", COLLIE_RULE_ZERO_OR_RANGE(1000, 3600000),        \
-    "milliseconds after which an unreachable tcp peer is declared dead (keep-alive, TCP_USER_TIMEOUT), whatever " \
+    "milliseconds after which an unreachable tcp peer is declared dead (keep-alive, TCP_INFO checked), whatever " \
     "COLLIE_TIMEOUT is; 0: the kernel's defaults")                                                                \
   X(flightRecorder, Str, "COLLIE_FLIGHT_RECORDER", "", COLLIE_RULE_TEXT,                                          \
     "path prefix: each rank writes its last calls to PREFIX.rank<R>.json on a failure, SIGUSR1 or destroy")       \

@@ -434,13 +434,21 @@ void setDeadPeerTimeout(int fd, int64_t ms) {
   const int count = std::min(rest, 5);
   const int interval = std::max(1, rest / count);
   const int one = 1;
-  const auto userTimeout = static_cast<unsigned>(ms);
   COLLIE_SYSCHECK(setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one)), "setsockopt(SO_KEEPALIVE)");
   COLLIE_SYSCHECK(setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle)), "setsockopt(TCP_KEEPIDLE)");
   COLLIE_SYSCHECK(setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof(interval)), "setsockopt(TCP_KEEPINTVL)");
   COLLIE_SYSCHECK(setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof(count)), "setsockopt(TCP_KEEPCNT)");
-  COLLIE_SYSCHECK(setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &userTimeout, sizeof(userTimeout)),
-                  "setsockopt(TCP_USER_TIMEOUT)");
+}
+
+int64_t unansweredMs(int fd) {
+  tcp_info info{};
+  socklen_t len = sizeof(info);
+  if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) != 0) return -1;
+  // Unacknowledged data, or at least two window probes in a row unanswered (a live peer with a shut window shows at
+  // most the one in flight: its answers reset the count, while the time since its last answer grows with the
+  // probes' back-off, up to two minutes, so that time alone would call it dead).
+  if (info.tcpi_unacked == 0 && info.tcpi_probes < 2) return -1;
+  return info.tcpi_last_ack_recv;
 }
 
 void setBufferSizes(int fd, int bytes) {

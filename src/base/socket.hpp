@@ -55,11 +55,19 @@ void recvAll(int fd, void* buf, size_t bytes, Deadline deadline, const std::stri
 
 void setNonBlocking(int fd, bool on);
 void setNoDelay(int fd);
-/// Dead-peer detection on a connected TCP socket: keep-alive probes after idle time and TCP_USER_TIMEOUT for
-/// unacknowledged data, both set so that a peer that stops answering (host down, link cut) makes the socket fail
-/// with ETIMEDOUT after about `ms` milliseconds. A live peer's kernel answers the probes, however long its
-/// process does not call. ms <= 0 leaves the kernel's defaults (keep-alive off, 15 retransmissions).
+/// Dead-peer detection on an idle connected TCP socket: keep-alive probes, set so that a peer that stops answering
+/// (host down, link cut) makes the socket fail with ETIMEDOUT after about `ms` milliseconds. A live peer's kernel
+/// answers the probes, however long its process does not call. ms <= 0 leaves the kernel's defaults (keep-alive
+/// off). TCP_USER_TIMEOUT is deliberately not set: Linux applies it to zero-window probing too, so it would kill
+/// the connection to a live peer that merely does not read for `ms` (a late rank). A socket with data outstanding
+/// is watched with unansweredMs() instead.
 void setDeadPeerTimeout(int fd, int64_t ms);
+/// Milliseconds since the peer's kernel last acknowledged anything on `fd`, when something is waiting for its
+/// answer (unacknowledged data, or window probes that went unanswered); -1 when nothing is (or TCP_INFO is
+/// unavailable). A live peer that does not read still answers window probes, so this is -1 for it however long
+/// it does not read. A peer that dies while its window is shut is seen at its second unanswered probe, which
+/// Linux backs off exponentially (up to 2 minutes apart).
+int64_t unansweredMs(int fd);
 /// Larger kernel buffers for the data path.
 void setBufferSizes(int fd, int bytes);
 

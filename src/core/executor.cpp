@@ -25,6 +25,8 @@ struct Executor::SliceState {
 };
 
 constexpr size_t kNoStep = ~size_t{0};
+/// How often a waiting executor asks its connections whether a silent peer is dead (Connection::checkAlive).
+constexpr std::chrono::milliseconds kAliveCheckEvery{1000};
 
 struct Executor::StepState {
   const Step* step = nullptr;
@@ -374,6 +376,7 @@ void Executor::run(std::span<const Job> jobs, const ExecConfig& config) {
   // spin yields the CPU only when this host has more ranks than CPUs; otherwise a yield costs more than the
   // wait it is meant to cover.
   auto lastMove = Clock::now();
+  auto lastAliveCheck = lastMove;
   unsigned idlePasses = 0;
   try {
     while (true) {
@@ -403,6 +406,12 @@ void Executor::run(std::span<const Job> jobs, const ExecConfig& config) {
       auto idle = Clock::now() - lastMove;
       if (idle > config_.timeout) failTimeout();
       if (idle < config_.spin) continue;
+      if (idle > kAliveCheckEvery && Clock::now() - lastAliveCheck > kAliveCheckEvery) {
+        // Asleep for a while: ask the transports whether a peer we wait on is dead rather than late.
+        lastAliveCheck = Clock::now();
+        for (int p : activePeers_)
+          if (p != rank_) conns_[static_cast<size_t>(p)]->checkAlive();
+      }
       auto left = std::chrono::duration_cast<std::chrono::microseconds>(config_.timeout - idle);
       poller_.wait(std::min<std::chrono::microseconds>(left, std::chrono::milliseconds(100)));
     }

@@ -99,6 +99,10 @@ class Connection {
   virtual bool busy() const = 0;
   /// Closes the connection; the peer sees the connection go away. Idempotent.
   virtual void close() = 0;
+  /// Called by the executor while it waits on this connection with nothing moving (about once a second, never on
+  /// the fast path): throws RemoteError when the transport can tell that the peer is dead (its host stopped
+  /// answering), as opposed to alive but not calling, which only the caller's timeout ends.
+  virtual void checkAlive() {}
   /// Closes the connection after passing `why` to the peer where the transport can (best effort, bounded), so
   /// that its next progress() throws MismatchError(why) rather than a plain "peer closed".
   virtual void poison(const MismatchRecord& why) {

@@ -6,7 +6,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "base/socket.hpp"
@@ -22,7 +27,7 @@ int intOption(int fd, int level, int name) {
   return v;
 }
 
-TEST(DeadPeerTimeout, SetsKeepAliveAndUserTimeoutThatAddUpToIt) {
+TEST(DeadPeerTimeout, SetsKeepAliveThatAddsUpToItAndNoUserTimeout) {
   for (int64_t ms : {1000, 2000, 20000, 3600000}) {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     ASSERT_GE(fd, 0);
@@ -38,7 +43,7 @@ TEST(DeadPeerTimeout, SetsKeepAliveAndUserTimeoutThatAddUpToIt) {
     const int64_t total = int64_t{idle} + int64_t{cnt} * intvl;
     EXPECT_LE(total * 1000, ms + 1000) << ms;
     EXPECT_GE(total * 1000, ms - 1000) << ms;
-    EXPECT_EQ(intOption(fd, IPPROTO_TCP, TCP_USER_TIMEOUT), static_cast<int>(ms));
+    EXPECT_EQ(intOption(fd, IPPROTO_TCP, TCP_USER_TIMEOUT), 0);  // it would end zero-window probing of a live peer
     close(fd);
   }
 }
@@ -50,6 +55,45 @@ TEST(DeadPeerTimeout, ZeroLeavesTheKernelDefaults) {
   EXPECT_EQ(intOption(fd, SOL_SOCKET, SO_KEEPALIVE), 0);
   EXPECT_EQ(intOption(fd, IPPROTO_TCP, TCP_USER_TIMEOUT), 0);
   close(fd);
+}
+
+// A live peer that does not read: its kernel advertises a zero window and answers every window probe, so
+// unansweredMs() never grows past the probe's round trip, however long the window stays shut.
+TEST(DeadPeerTimeout, ALivePeerThatDoesNotReadStillAnswers) {
+  int lfd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(lfd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(listen(lfd, 1), 0);
+  socklen_t alen = sizeof(addr);
+  ASSERT_EQ(getsockname(lfd, reinterpret_cast<sockaddr*>(&addr), &alen), 0);
+  int tx = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_EQ(connect(tx, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  int rx = accept(lfd, nullptr, nullptr);
+  ASSERT_GE(rx, 0);
+  base::setDeadPeerTimeout(tx, 1000);
+  base::setNonBlocking(tx, true);
+  std::vector<char> chunk(1 << 16, 'x');
+  size_t sent = 0;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(3500);
+  int64_t worst = -1;
+  while (std::chrono::steady_clock::now() < until) {
+    ssize_t n = send(tx, chunk.data(), chunk.size(), MSG_NOSIGNAL);
+    if (n > 0) sent += static_cast<size_t>(n);
+    ASSERT_TRUE(n > 0 || errno == EAGAIN || errno == EWOULDBLOCK) << std::strerror(errno);
+    const int64_t silent = base::unansweredMs(tx);
+    worst = std::max(worst, silent);
+    std::this_thread::sleep_for(std::chrono::milliseconds(n > 0 ? 0 : 20));
+  }
+  EXPECT_GT(sent, size_t{0});
+  EXPECT_LT(worst, 1000) << "a live peer looked dead after " << sent << " bytes";
+  char c = 0;
+  EXPECT_EQ(recv(rx, &c, 1, 0), 1);  // the connection is fine: nothing was dropped
+  EXPECT_EQ(c, 'x');
+  close(tx);
+  close(rx);
+  close(lfd);
 }
 
 core::OpDesc op(algorithms::Collective coll, size_t count, int root = 0) {

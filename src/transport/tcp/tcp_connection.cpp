@@ -31,6 +31,7 @@
 
 #include "base/errors.hpp"
 #include "base/poller.hpp"
+#include "base/socket.hpp"
 
 namespace collie::transport::tcp {
 namespace {
@@ -89,8 +90,9 @@ bool readAll(int fd, char* to, size_t n, PoisonClock::time_point until) {
 
 }  // namespace
 
-TcpConnection::TcpConnection(int rank, int peer, std::vector<int> fds, int64_t stripeMinBytes, base::Poller* poller)
-    : rank_(rank), peer_(peer), stripeMin_(stripeMinBytes), poller_(poller) {
+TcpConnection::TcpConnection(int rank, int peer, std::vector<int> fds, int64_t stripeMinBytes, base::Poller* poller,
+                             int64_t deadMs)
+    : rank_(rank), peer_(peer), stripeMin_(stripeMinBytes), poller_(poller), deadMs_(deadMs) {
   socks_.reserve(fds.size());
   for (int fd : fds) socks_.push_back(Socket{fd, {}, {}});
 }
@@ -165,6 +167,24 @@ bool TcpConnection::progress() {
     throw;
   }
   return moved;
+}
+
+void TcpConnection::checkAlive() {
+  if (error_) std::rethrow_exception(error_);
+  if (deadMs_ <= 0 || closed_) return;
+  for (const Socket& s : socks_) {
+    const int64_t silent = base::unansweredMs(s.fd);
+    if (silent <= deadMs_) continue;
+    try {
+      COLLIE_FAIL(ErrorCode::RemoteError,
+                  "peer %d is dead or unreachable: its host has acknowledged nothing for %lld ms while data or "
+                  "window probes waited for an answer (COLLIE_PEER_DEAD_TIMEOUT=%lld ms)",
+                  peer_, static_cast<long long>(silent), static_cast<long long>(deadMs_));
+    } catch (...) {
+      error_ = std::current_exception();
+      throw;
+    }
+  }
 }
 
 int TcpConnection::buildIov(const std::deque<Part>& q, iovec* iov, size_t* want) {
@@ -278,11 +298,15 @@ void TcpConnection::consume(std::deque<Part>& q, size_t n, bool recv) {
 }
 
 void TcpConnection::failIo(int err, const char* op) {
-  if (err == ETIMEDOUT || err == EHOSTUNREACH) {
+  if (err == ETIMEDOUT) {
     COLLIE_FAIL(ErrorCode::RemoteError,
-                "peer %d is dead or unreachable: its host stopped answering (keep-alive and retransmissions gave up "
-                "after COLLIE_PEER_DEAD_TIMEOUT): %s",
-                peer_, base::errnoString(err).c_str());
+                "peer %d is dead or unreachable: its host stopped answering keep-alive probes or retransmissions "
+                "(COLLIE_PEER_DEAD_TIMEOUT=%lld ms; 0: the kernel's defaults): %s",
+                peer_, static_cast<long long>(deadMs_), base::errnoString(err).c_str());
+  }
+  if (err == EHOSTUNREACH || err == ENETUNREACH) {
+    COLLIE_FAIL(ErrorCode::RemoteError, "peer %d is unreachable: the network reports no route to its host: %s", peer_,
+                base::errnoString(err).c_str());
   }
   if (err == 0 || err == ECONNRESET || err == EPIPE || err == ENOTCONN) {
     scanForPoison();

@@ -21,7 +21,9 @@ namespace collie::transport::tcp {
 /// sockets and stripe size.
 class TcpConnection final : public Connection {
  public:
-  TcpConnection(int rank, int peer, std::vector<int> fds, int64_t stripeMinBytes, base::Poller* poller);
+  /// deadMs > 0: checkAlive() fails once the peer's host has left data or window probes unanswered that long.
+  TcpConnection(int rank, int peer, std::vector<int> fds, int64_t stripeMinBytes, base::Poller* poller,
+                int64_t deadMs = 0);
   ~TcpConnection() override;
   TcpConnection(const TcpConnection&) = delete;
   TcpConnection& operator=(const TcpConnection&) = delete;
@@ -33,6 +35,7 @@ class TcpConnection final : public Connection {
   bool progress() override;
   bool busy() const override { return pending_ > 0; }
   void close() override;
+  void checkAlive() override;
   /// Finishes the part being written on each socket (bounded), writes a poison header after it, then closes.
   void poison(const MismatchRecord& why) override;
 
@@ -75,6 +78,7 @@ class TcpConnection final : public Connection {
   int peer_;
   int64_t stripeMin_;
   base::Poller* poller_;
+  int64_t deadMs_;
   std::vector<Socket> socks_;
   uint32_t sendSeq_ = 0;
   uint32_t recvSeq_ = 0;

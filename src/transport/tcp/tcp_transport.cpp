@@ -180,7 +180,7 @@ std::vector<std::unique_ptr<Connection>> TcpTransport::connect(const CommContext
       base::setDeadPeerTimeout(fd, deadMs);  // dead (no answer) is told apart from late (alive, not calling)
       if (ctx.poller) ctx.poller->add(fd);   // a failure later closes fd, which also takes it out of the epoll set
     }
-    out.push_back(std::make_unique<TcpConnection>(ctx.rank, p, list, stripeMin_, ctx.poller));
+    out.push_back(std::make_unique<TcpConnection>(ctx.rank, p, list, stripeMin_, ctx.poller, deadMs));
     for (Link& l : links[p]) l.fd.release();  // owned by the connection now
   }
   COLLIE_INFO(base::kLogNet, "tcp: rank %d%s connected to %zu peer(s) with %d socket(s) each", ctx.rank, where.c_str(),
