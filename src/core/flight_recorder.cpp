@@ -78,6 +78,7 @@ FlightRecorder::FlightRecorder(int rank, int nranks, std::string commName, size_
       name_(std::move(commName)),
       capacity_(entries),
       slots_(entries ? std::make_unique<Slot[]>(entries) : nullptr),
+      timed_(!base::params::flightRecorder().empty()),
       originTicks_(ticks()),
       originSteadyNs_(steadyNs()),
       originWallUs_(wallUs()) {
@@ -145,8 +146,22 @@ double FlightRecorder::ticksToWallUs(uint64_t t, double nsPerTick) const {
 }
 
 std::string FlightRecorder::toJson(const std::string& reason) {
-  const uint64_t n = calls();
-  const uint64_t first = n > capacity_ ? n - capacity_ : 0;
+  // Newest first: while this reads, new calls overwrite the oldest slots, so the calls that matter most are read
+  // before the ring can come round to them. A reader held up long enough for the ring to come round past even the
+  // newest (a descheduled thread on a loaded host) reads again.
+  uint64_t n = 0;
+  std::vector<Entry> entries;
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    n = calls();
+    const uint64_t first = n > capacity_ ? n - capacity_ : 0;
+    entries.clear();
+    entries.reserve(static_cast<size_t>(n - first));
+    for (uint64_t seq = n; seq-- > first;) {
+      Entry e{};
+      if (read(seq, &e)) entries.push_back(e);
+    }
+    if (n == 0 || (!entries.empty() && entries.front().seq + 1 == n)) break;
+  }
   const double npt = nsPerTick();
   char host[256] = {0};
   gethostname(host, sizeof(host) - 1);
@@ -161,14 +176,6 @@ std::string FlightRecorder::toJson(const std::string& reason) {
     std::lock_guard<std::mutex> lock(sourceMu_);
     names = transportNames_;
     if (queued_) queued = queued_();
-  }
-  // Newest first: while this reads, new calls overwrite the oldest slots, so the calls that matter most are read
-  // before the ring can come round to them.
-  std::vector<Entry> entries;
-  entries.reserve(static_cast<size_t>(n - first));
-  for (uint64_t seq = n; seq-- > first;) {
-    Entry e{};
-    if (read(seq, &e)) entries.push_back(e);
   }
   bool any = false;
   for (auto it = entries.rbegin(); it != entries.rend(); ++it) {
@@ -216,8 +223,9 @@ std::string FlightRecorder::summary() const {
                                     algorithms::collectiveName(e.coll), base::dataTypeName(e.type),
                                     base::reduceOpName(e.op), static_cast<unsigned long long>(e.bytes));
     if (e.state == State::Running) {
-      const double ms = static_cast<double>(ticks() - e.start) * npt / 1e6;
-      open = base::format("%s running for %.0f ms%s%s", what.c_str(), ms, open.empty() ? "" : "; ", open.c_str());
+      const std::string since =
+          e.start ? base::format(" for %.0f ms", static_cast<double>(ticks() - e.start) * npt / 1e6) : std::string();
+      open = base::format("%s running%s%s%s", what.c_str(), since.c_str(), open.empty() ? "" : "; ", open.c_str());
     } else if (e.state == State::Done) {
       lastDone = what;
       break;
