@@ -7,6 +7,14 @@
 set -euo pipefail
 build=${1:?usage: run_ucx_compare.sh BUILD_DIR [ITERS]}
 iters=${2:-5}
+# Open MPI (with its UCX layer) is needed by this script only, not by the build or the tests: installed here, and
+# perf/peers/mpi_allreduce built, on first use.
+if ! command -v mpirun >/dev/null || ! command -v mpicc >/dev/null; then
+  COLLIE_EXTRA_PACKAGES="openmpi-bin libopenmpi-dev" "$(dirname "$0")/../scripts/install-deps.sh" >&2
+fi
+if [ ! -x "$build/perf/mpi_allreduce" ]; then
+  cmake "$build" >/dev/null && cmake --build "$build" --target mpi_allreduce >&2
+fi
 echo "# date: $(date -u '+%Y-%m-%d %H:%M UTC'); commit: $(git rev-parse --short HEAD)"
 echo "# machine: $(uname -srm); $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); $(nproc) CPUs"
 echo "# load average before: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -10,9 +10,10 @@ packages+=(libtorch-dev python3-torch)
 packages+=(gnuplot-nox)  # perf/plot_perf: PNGs of the -J results (png and pngcairo terminals, no X)
 packages+=(python3-dev pybind11-dev)  # Python bindings (pybind11 module)
 packages+=(clang libclang-rt-14-dev)  # scripts/run_fuzzers.sh: clang and its libFuzzer, ASan and UBSan runtimes
-# The UCX transport (InfiniBand/RoCE through UCX; tested here over UCX's tcp and shm), ucx_info, and Open MPI
-# with its UCX layer for perf/peers/ (the side-by-side figures).
-packages+=(libucx-dev ucx-utils openmpi-bin libopenmpi-dev)
+# The UCX transport (InfiniBand/RoCE through UCX; tested here over UCX's tcp and shm) and ucx_info.
+packages+=(libucx-dev ucx-utils)
+# Extra packages a script needs only for itself (perf/run_ucx_compare.sh: Open MPI for perf/peers/).
+if [ -n "${COLLIE_EXTRA_PACKAGES:-}" ]; then read -r -a extra <<<"$COLLIE_EXTRA_PACKAGES"; packages+=("${extra[@]}"); fi
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
