@@ -43,6 +43,9 @@ using namespace std::chrono_literals;
 /// not reached its own close yet) does not do; what it waits for locally (bytes still in UCX's socket buffers)
 /// leaves in microseconds. Large messages are not at risk: a rendezvous send completes only once received.
 constexpr auto kFlushWait = 50ms;
+// How long the messages a closed peer said it sent may take to arrive. Its close flushes for kFlushWait only, so
+// one still queued inside its UCX then never comes: after this, the wait ends as a closed peer, not a timeout.
+constexpr auto kGoodbyeGrace = 2s;
 constexpr auto kReleaseWait = 1s;
 
 bool peerFailure(ucs_status_t s) {
@@ -316,6 +319,7 @@ void UcxConnection::watchPeer() {
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
     peerGone_ = true;  // EOF, or a reset: the peer closed or died
+    goneAt_ = std::chrono::steady_clock::now();
     return;
   }
 }
@@ -339,11 +343,19 @@ bool UcxConnection::progress() {
       fail(std::current_exception());
     }
   }
-  bool coming = false;
-  for (const Op* op : ops_) coming |= said && !op->send && op->seq < bye_.messagesSent;
+  size_t coming = 0;
+  for (const Op* op : ops_) coming += (said && !op->send && op->seq < bye_.messagesSent) ? 1 : 0;
   if (!coming) {
     fail(ErrorCode::RemoteError, base::format("peer %d closed the connection (it may have exited or failed)%s", peer_,
                                               said ? "" : ": its socket closed without a goodbye"));
+  }
+  if (std::chrono::steady_clock::now() - goneAt_ > kGoodbyeGrace) {
+    fail(ErrorCode::RemoteError,
+         base::format(
+             "peer %d closed the connection (it may have exited or failed); %zu message(s) it had sent did "
+             "not arrive within %lld ms of its goodbye",
+             peer_, coming,
+             static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(kGoodbyeGrace).count())));
   }
   return false;
 }

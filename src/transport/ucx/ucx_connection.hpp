@@ -138,6 +138,7 @@ class UcxConnection final : public Connection {
   Bye bye_{};
   size_t byeGot_ = 0;
   bool peerGone_ = false;
+  std::chrono::steady_clock::time_point goneAt_{};  ///< when peerGone_ was seen
   bool closed_ = false;
   std::exception_ptr error_;  ///< the first failure, rethrown by every later progress()
 };
