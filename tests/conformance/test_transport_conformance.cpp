@@ -345,6 +345,7 @@ TEST_P(Conformance, StrangersAreRefusedWhileTheRealPeersConnect) {
 
   // An impostor: a real transport of the same kind that says it is rank 1 but has the wrong secret. Rank 2 only
   // starts once rank 0 has refused the impostor, so rank 0 is still connecting when it reads it.
+  base::Poller ipoller;  // declared first: it must outlive the impostor's transport (a UCX worker detaches from it)
   std::unique_ptr<Transport> impostor = GetParam().make();
   PeerInfo impostorInfo;
   impostorInfo.rank = 1;
@@ -354,7 +355,6 @@ TEST_P(Conformance, StrangersAreRefusedWhileTheRealPeersConnect) {
   ictx.peers[1] = impostorInfo;
   ictx.secret[5] ^= 0x10;
   ictx.timeout = 10s;
-  base::Poller ipoller;
   ictx.poller = &ipoller;
   std::string impostorError;
   std::atomic<bool> impostorDone{false};
