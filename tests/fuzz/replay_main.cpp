@@ -43,7 +43,9 @@ int main(int argc, char** argv) {
       std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
       std::printf("replay %s (%zu bytes)\n", file.c_str(), bytes.size());
       std::fflush(stdout);
-      LLVMFuzzerTestOneInput(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
+      // As libFuzzer does, an empty input still comes with a valid pointer (an empty vector's data() is null).
+      static const uint8_t kNothing = 0;
+      LLVMFuzzerTestOneInput(bytes.empty() ? &kNothing : reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
     }
     std::printf("replay: %zu input(s) from %s\n", files.size(), dir.c_str());
     total += files.size();
