@@ -2,6 +2,7 @@
 // early hellos stashed, awaiting answers, and the one deadline with its timeout message.
 #include "transport/handshake.hpp"
 
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
 
@@ -284,6 +285,31 @@ void Handshake::await(const std::vector<Link*>& links, const std::function<void(
       }
     }
   }
+}
+
+int listenAndPublish(const sockaddr_storage& bind, TransportKind kind, PeerInfo& self, sockaddr_storage* bound) {
+  sockaddr_storage addr = bind.ss_family == AF_UNSPEC ? base::defaultLocalAddress() : bind;
+  base::setAddressPort(addr, 0);
+  const int fd = base::listenOn(addr);
+  base::setNonBlocking(fd, true);
+  static_assert(sizeof(sockaddr_in6) <= TransportAddress::kBytes);
+  self.setAddress(kind, &addr, addr.ss_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in));
+  *bound = addr;
+  return fd;
+}
+
+sockaddr_storage socketAddressOf(const PeerInfo& info, TransportKind kind) {
+  sockaddr_storage addr{};
+  if (const TransportAddress* a = info.address(kind))
+    std::memcpy(&addr, a->bytes, std::min<size_t>(a->length, sizeof(addr)));
+  return addr;
+}
+
+int duplicateListener(int fd, const char* transportName) {
+  COLLIE_USAGE_CHECK(fd >= 0, "%s transport: shareListener() before listen()", transportName);
+  const int copy = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
+  COLLIE_SYSCHECK(copy, base::format("dup of the %s listener", transportName).c_str());
+  return copy;
 }
 
 }  // namespace collie::transport::handshake

@@ -206,5 +206,14 @@ class Handshake {
   std::vector<bool> inCall_;                ///< [rank]: listed in this call
 };
 
+// The listening socket of a transport that shakes hands over TCP (tcp, and ucx for its handshake).
+/// Opens a non-blocking listener on `bind` (AF_UNSPEC: base::defaultLocalAddress()) at any free port and publishes
+/// its address in `self` as `kind`'s; returns the descriptor and stores the address in *bound.
+int listenAndPublish(const sockaddr_storage& bind, TransportKind kind, PeerInfo& self, sockaddr_storage* bound);
+/// The socket address `kind` published in `info` (family AF_UNSPEC when it published none).
+sockaddr_storage socketAddressOf(const PeerInfo& info, TransportKind kind);
+/// A second descriptor of listening socket `fd` for Transport::shareListener (the same socket, the same address).
+int duplicateListener(int fd, const char* transportName);
+
 }  // namespace handshake
 }  // namespace collie::transport

@@ -24,7 +24,9 @@
 #include "core/bootstrap.hpp"
 #include "core/bootstrap_wire.hpp"
 #include "transport/handshake.hpp"
+#include "transport/shm/shm_hello.hpp"
 #include "transport/shm/shm_transport.hpp"
+#include "transport/tcp/tcp_hello.hpp"
 #include "transport/tcp/tcp_transport.hpp"
 
 namespace collie::test {
@@ -34,9 +36,9 @@ using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 using transport::PeerInfo;
 
-constexpr double kMaxDelay = 1.0;      // seconds a flood may add to an init
-constexpr size_t kTcpHelloBytes = 56;  // sizeof(Hello) in src/transport/tcp/tcp_transport.cpp
-constexpr size_t kShmMsgBytes = 96;    // sizeof(Msg) in src/transport/shm/shm_transport.cpp
+constexpr double kMaxDelay = 1.0;  // seconds a flood may add to an init
+constexpr size_t kTcpHelloBytes = sizeof(transport::tcp::Hello);
+constexpr size_t kShmMsgBytes = sizeof(transport::shm::Msg);
 
 double secondsSince(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 

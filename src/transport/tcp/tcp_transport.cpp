@@ -58,14 +58,6 @@ class StreamWire : public handshake::Wire {
   }
 };
 
-/// Where a PeerInfo says its TCP transport listens (family AF_UNSPEC when it published none).
-sockaddr_storage tcpAddressOf(const PeerInfo& info) {
-  sockaddr_storage addr{};
-  if (const TransportAddress* a = info.address(TransportKind::Tcp))
-    std::memcpy(&addr, a->bytes, std::min<size_t>(a->length, sizeof(addr)));
-  return addr;
-}
-
 }  // namespace
 
 TcpTransport::TcpTransport(const TcpOptions& options) : options_(options) {
@@ -79,27 +71,21 @@ TcpTransport::~TcpTransport() {
   if (listenFd_ >= 0) ::close(listenFd_);
 }
 
-sockaddr_storage TcpTransport::addressOf(const PeerInfo& info) { return tcpAddressOf(info); }
+sockaddr_storage TcpTransport::addressOf(const PeerInfo& info) {
+  return handshake::socketAddressOf(info, TransportKind::Tcp);
+}
 
 std::unique_ptr<Transport> TcpTransport::shareListener() const {
-  COLLIE_USAGE_CHECK(listenFd_ >= 0, "tcp transport: shareListener() before listen()");
   auto copy = std::make_unique<TcpTransport>(options_);
-  copy->listenFd_ = ::fcntl(listenFd_, F_DUPFD_CLOEXEC, 0);  // the same open socket: the same address
-  COLLIE_SYSCHECK(copy->listenFd_, "dup of the tcp listener");
+  copy->listenFd_ = handshake::duplicateListener(listenFd_, "tcp");
   copy->listenAddr_ = listenAddr_;
   return copy;
 }
 
 void TcpTransport::listen(PeerInfo& self) {
   COLLIE_USAGE_CHECK(listenFd_ < 0, "tcp transport: listen() called twice");
-  sockaddr_storage addr = options_.bindAddr.ss_family == AF_UNSPEC ? base::defaultLocalAddress() : options_.bindAddr;
-  base::setAddressPort(addr, 0);
-  listenFd_ = base::listenOn(addr);
-  base::setNonBlocking(listenFd_, true);
-  listenAddr_ = addr;
-  static_assert(sizeof(sockaddr_in6) <= TransportAddress::kBytes);
-  self.setAddress(TransportKind::Tcp, &addr, addr.ss_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in));
-  COLLIE_INFO(base::kLogNet, "tcp: rank %d listening on %s", self.rank, base::addressToString(addr).c_str());
+  listenFd_ = handshake::listenAndPublish(options_.bindAddr, TransportKind::Tcp, self, &listenAddr_);
+  COLLIE_INFO(base::kLogNet, "tcp: rank %d listening on %s", self.rank, base::addressToString(listenAddr_).c_str());
 }
 
 std::vector<std::unique_ptr<Connection>> TcpTransport::connect(const CommContext& ctx, const std::vector<int>& peers) {
@@ -123,7 +109,7 @@ std::vector<std::unique_ptr<Connection>> TcpTransport::connect(const CommContext
 
   // Step 1: connect to lower-ranked peers.
   for (int p : hs.lower()) {
-    const sockaddr_storage target = tcpAddressOf(ctx.peers[static_cast<size_t>(p)]);
+    const sockaddr_storage target = addressOf(ctx.peers[static_cast<size_t>(p)]);
     COLLIE_ARG_CHECK(target.ss_family == AF_INET || target.ss_family == AF_INET6,
                      "tcp connect of rank %d: rank %d published no tcp address (family %d)", ctx.rank, p,
                      target.ss_family);

@@ -85,28 +85,19 @@ UcxTransport::~UcxTransport() {
 }
 
 sockaddr_storage UcxTransport::addressOf(const PeerInfo& info) {
-  sockaddr_storage addr{};
-  if (const TransportAddress* a = info.address(TransportKind::Ucx))
-    std::memcpy(&addr, a->bytes, std::min<size_t>(a->length, sizeof(addr)));
-  return addr;
+  return handshake::socketAddressOf(info, TransportKind::Ucx);
 }
 
 std::unique_ptr<Transport> UcxTransport::shareListener() const {
-  COLLIE_USAGE_CHECK(listenFd_ >= 0, "ucx transport: shareListener() before listen()");
-  auto copy = std::make_unique<UcxTransport>(options_);      // its own worker, made at its first connect()
-  copy->listenFd_ = ::fcntl(listenFd_, F_DUPFD_CLOEXEC, 0);  // the same open socket: the same address
-  COLLIE_SYSCHECK(copy->listenFd_, "dup of the ucx handshake listener");
+  auto copy = std::make_unique<UcxTransport>(options_);  // its own worker, made at its first connect()
+  copy->listenFd_ = handshake::duplicateListener(listenFd_, "ucx");
   return copy;
 }
 
 void UcxTransport::listen(PeerInfo& self) {
   COLLIE_USAGE_CHECK(listenFd_ < 0, "ucx transport: listen() called twice");
-  sockaddr_storage addr = options_.bindAddr.ss_family == AF_UNSPEC ? base::defaultLocalAddress() : options_.bindAddr;
-  base::setAddressPort(addr, 0);
-  listenFd_ = base::listenOn(addr);
-  base::setNonBlocking(listenFd_, true);
-  static_assert(sizeof(sockaddr_in6) <= TransportAddress::kBytes);
-  self.setAddress(TransportKind::Ucx, &addr, addr.ss_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in));
+  sockaddr_storage addr{};
+  listenFd_ = handshake::listenAndPublish(options_.bindAddr, TransportKind::Ucx, self, &addr);
   COLLIE_INFO(base::kLogNet, "ucx: rank %d handshake listener on %s", self.rank, base::addressToString(addr).c_str());
 }
 
