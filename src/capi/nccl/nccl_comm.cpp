@@ -145,6 +145,20 @@ NCCL_ABI(ncclResult_t, ncclCommRevoke, ncclComm_t comm, int revokeFlags) {
                      "collie cannot stop a communicator's work and keep it; use ncclCommAbort");
 }
 
+namespace {
+/// The handle of a communicator made from `comm` (split, shrink): its settings are the parent's where `config`
+/// (may be null) does not set them.
+ncclResult_t newChild(ncclComm_t comm, const char* fn, ncclConfig_t* config, Settings* s,
+                      std::unique_ptr<ncclComm>* child) {
+  s->blocking = comm->blocking;
+  NCCL_TRY(parseConfig(fn, config, s));
+  *child = std::make_unique<ncclComm>();
+  (*child)->device = comm->device;
+  (*child)->blocking = s->blocking;
+  return ncclSuccess;
+}
+}  // namespace
+
 NCCL_ABI(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key, ncclComm_t* newcomm, ncclConfig_t* config) {
   const char* fn = "ncclCommSplit";
   if (!newcomm) return fail(comm, ncclInvalidArgument, "%s: newcomm is NULL", fn);
@@ -156,11 +170,8 @@ NCCL_ABI(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key, ncclC
     collieComm_t parent = nullptr;
     NCCL_TRY(resolveLive(comm, fn, &parent));
     Settings s;
-    s.blocking = comm->blocking;  // no config: the parent's
-    NCCL_TRY(parseConfig(fn, config, &s));
-    auto child = std::make_unique<ncclComm>();
-    child->device = comm->device;
-    child->blocking = s.blocking;
+    std::unique_ptr<ncclComm> child;
+    NCCL_TRY(newChild(comm, fn, config, &s, &child));
     if (groupDepth() > 0) {
       child->discardAtGroupEnd = color == NCCL_SPLIT_NOCOLOR;
       deferToGroupEnd(child.get(), fn, [parent, color, key, s](collieComm_t* c) {
@@ -199,11 +210,8 @@ NCCL_ABI(ncclResult_t, ncclCommShrink, ncclComm_t comm, int* excludeRanksList, i
     collieComm_t parent = nullptr;
     NCCL_TRY(resolveLive(comm, fn, &parent));
     Settings s;
-    s.blocking = comm->blocking;  // no config: the parent's
-    NCCL_TRY(parseConfig(fn, config, &s));
-    auto child = std::make_unique<ncclComm>();
-    child->device = comm->device;
-    child->blocking = s.blocking;
+    std::unique_ptr<ncclComm> child;
+    NCCL_TRY(newChild(comm, fn, config, &s, &child));
     collieComm_t c = nullptr;
     NCCL_TRY(fromCollie(comm, fn, collieCommShrink(parent, excludeRanksList, excludeRanksCount, &c)));
     child->c = c;
