@@ -47,7 +47,9 @@ void onSignal(int sig) {
     const int dfd = gDoneFd;
     if (sent && dfd >= 0) {
       pollfd p{dfd, POLLIN, 0};
-      if (::poll(&p, 1, 3000) == 1) {
+      // At most 2 s for the dump, inside collierun's 3 s from SIGTERM to SIGKILL, so that a slow dump ends with
+      // this process's own signal (and exit status) rather than racing the launcher's kill.
+      if (::poll(&p, 1, 2000) == 1) {
         char ack;
         (void)!::read(dfd, &ack, 1);
       }
