@@ -26,7 +26,7 @@ measure() {  # build ranks env bytes iters column
     -w $((iters / 10 + 2)) -c 0 2>/dev/null |
     awk -v c="$col" '$1 == "[0]" && $2 ~ /^[0-9]+$/ { print $(c + 1); exit }'
 }
-median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+source "$(dirname "$0")/compare_lib.sh"  # median
 
 if [[ -x $new/perf/memcpy_bw ]]; then
   echo '```text'

@@ -7,17 +7,9 @@
 set -euo pipefail
 build=${1:?usage: run_ucx_compare.sh BUILD_DIR [ITERS]}
 iters=${2:-5}
-# Open MPI (with its UCX layer) is needed by this script only, not by the build or the tests: installed here, and
-# perf/peers/mpi_allreduce built, on first use.
-if ! command -v mpirun >/dev/null || ! command -v mpicc >/dev/null; then
-  COLLIE_EXTRA_PACKAGES="openmpi-bin libopenmpi-dev" "$(dirname "$0")/../scripts/install-deps.sh" >&2
-fi
-if [ ! -x "$build/perf/mpi_allreduce" ]; then
-  cmake "$build" >/dev/null && cmake --build "$build" --target mpi_allreduce >&2
-fi
-echo "# date: $(date -u '+%Y-%m-%d %H:%M UTC'); commit: $(git rev-parse --short HEAD)"
-echo "# machine: $(uname -srm); $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); $(nproc) CPUs"
-echo "# load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+source "$(dirname "$0")/compare_lib.sh"
+ensure_open_mpi "$build"  # Open MPI (with its UCX layer) installed on first use, perf/peers/mpi_allreduce built
+print_machine
 echo "# UCX: $(ucx_info -v | head -1); Open MPI: $(ompi_info --parsable | grep -m1 '^ompi:version:full' | cut -d: -f4)"
 echo "## limit: one TCP stream (collie's bench_transport Stream/tcp, 4 MiB messages)"
 "$build/perf/bench_transport" --benchmark_filter='Stream/tcp/4194304' --benchmark_min_time=0.5 2>/dev/null | grep Stream
@@ -30,6 +22,6 @@ for n in 2 4; do
     "$build/perf/all_reduce_perf" -b 8 -e 128M -f 4 -n "$iters" -w 1 | grep -v '^\[0\] #' | grep -v '^\[[1-9]'
   echo "## Open MPI (mpirun --mca pml ucx, UCX_TLS=tcp), $n ranks"
   UCX_TLS=tcp mpirun --allow-run-as-root --oversubscribe -n "$n" --mca pml ucx --mca pml_ucx_tls any \
-    --mca pml_ucx_devices any --mca btl self -x UCX_TLS "$build/perf/mpi_allreduce" 8 134217728 4 "$iters"
+    --mca pml_ucx_devices any --mca btl self -x UCX_TLS "$build/perf/mpi_allreduce" -b 8 -e 128M -f 4 -n "$iters" -w 1
 done
 echo "# load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
