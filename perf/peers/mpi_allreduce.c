@@ -38,9 +38,12 @@ static int parseBytes(const char* s, size_t* out) {
   double v = strtod(s, &end);
   if (end == s || v < 0) return 0;
   double unit = 1;
-  if (*end == 'K' || *end == 'k') unit = 1024.0, ++end;
-  else if (*end == 'M' || *end == 'm') unit = 1024.0 * 1024, ++end;
-  else if (*end == 'G' || *end == 'g') unit = 1024.0 * 1024 * 1024, ++end;
+  if (*end == 'K' || *end == 'k')
+    unit = 1024.0, ++end;
+  else if (*end == 'M' || *end == 'm')
+    unit = 1024.0 * 1024, ++end;
+  else if (*end == 'G' || *end == 'g')
+    unit = 1024.0 * 1024 * 1024, ++end;
   if (*end == 'B' || *end == 'b') ++end;
   if (*end != '\0') return 0;
   *out = (size_t)(v * unit);
@@ -53,18 +56,36 @@ static int parseArgs(int argc, char** argv, Options* o) {
   while ((c = getopt(argc, argv, "b:e:f:n:w:c:a:h")) != -1) {
     int ok = 1;
     switch (c) {
-      case 'b': ok = parseBytes(optarg, &o->minBytes); break;
-      case 'e': ok = parseBytes(optarg, &o->maxBytes); break;
-      case 'f': ok = parseBytes(optarg, &o->factor) && o->factor >= 2; break;
-      case 'n': o->iters = atoi(optarg), ok = o->iters > 0; break;
-      case 'w': o->warmup = atoi(optarg), ok = o->warmup >= 0; break;
-      case 'c': o->check = atoi(optarg); break;
-      case 'a': o->average = atoi(optarg), ok = o->average >= 0 && o->average <= 3; break;
-      default: ok = 0; break;
+      case 'b':
+        ok = parseBytes(optarg, &o->minBytes);
+        break;
+      case 'e':
+        ok = parseBytes(optarg, &o->maxBytes);
+        break;
+      case 'f':
+        ok = parseBytes(optarg, &o->factor) && o->factor >= 2;
+        break;
+      case 'n':
+        o->iters = atoi(optarg), ok = o->iters > 0;
+        break;
+      case 'w':
+        o->warmup = atoi(optarg), ok = o->warmup >= 0;
+        break;
+      case 'c':
+        o->check = atoi(optarg);
+        break;
+      case 'a':
+        o->average = atoi(optarg), ok = o->average >= 0 && o->average <= 3;
+        break;
+      default:
+        ok = 0;
+        break;
     }
     if (!ok) {
-      fprintf(stderr, "usage: %s [-b minbytes] [-e maxbytes] [-f factor>=2] [-n iters>0] [-w warmup] [-c 0/1] "
-              "[-a 0/1/2/3]\n", argv[0]);
+      fprintf(stderr,
+              "usage: %s [-b minbytes] [-e maxbytes] [-f factor>=2] [-n iters>0] [-w warmup] [-c 0/1] "
+              "[-a 0/1/2/3]\n",
+              argv[0]);
       return 0;
     }
   }
@@ -81,10 +102,18 @@ static float inputOf(int r, size_t i) { return (float)(r + 1 + (int)(i % 13)); }
 static double combineTime(double sec, int average, int nranks) {
   double out = sec;
   switch (average) {
-    case 0: MPI_Bcast(&out, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD); return out;
-    case 2: MPI_Allreduce(&sec, &out, 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD); return out;
-    case 3: MPI_Allreduce(&sec, &out, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD); return out;
-    default: MPI_Allreduce(&sec, &out, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD); return out / nranks;
+    case 0:
+      MPI_Bcast(&out, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+      return out;
+    case 2:
+      MPI_Allreduce(&sec, &out, 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD);
+      return out;
+    case 3:
+      MPI_Allreduce(&sec, &out, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+      return out;
+    default:
+      MPI_Allreduce(&sec, &out, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+      return out / nranks;
   }
 }
 
@@ -120,10 +149,14 @@ static Result runOne(const Options* o, float* send, float* recv, size_t count, i
 static void printResult(const Result* r) {
   char time[32], wrong[32];
   snprintf(time, sizeof time, r->us >= 10000.0 ? "%7.0f" : r->us >= 100.0 ? "%7.1f" : "%7.2f", r->us);
-  if (r->wrong < 0) snprintf(wrong, sizeof wrong, "%5s", "N/A");
-  else snprintf(wrong, sizeof wrong, "%5ld", r->wrong);
-  if (r->timed) printf("  %7s  %6.2f  %6.2f  %5s", time, r->algbw, r->busbw, wrong);
-  else printf("  %7s  %6s  %6s  %5s", time, "N/A", "N/A", wrong);
+  if (r->wrong < 0)
+    snprintf(wrong, sizeof wrong, "%5s", "N/A");
+  else
+    snprintf(wrong, sizeof wrong, "%5ld", r->wrong);
+  if (r->timed)
+    printf("  %7s  %6.2f  %6.2f  %5s", time, r->algbw, r->busbw, wrong);
+  else
+    printf("  %7s  %6s  %6s  %5s", time, "N/A", "N/A", wrong);
 }
 
 /* The btl list Open MPI was given (mpirun --mca btl passes it as OMPI_MCA_btl), less "self": the transport. */
@@ -148,19 +181,19 @@ static void printHeader(const Options* o, int rank, int nranks) {
   int* pids = rank == 0 ? malloc(sizeof(int) * (size_t)nranks) : NULL;
   MPI_Gather(&pid, 1, MPI_INT, pids, 1, MPI_INT, 0, MPI_COMM_WORLD);
   if (rank != 0) return;
-  printf("# nThread 1 nGpus 0 minBytes %zu maxBytes %zu step: %zu(factor) warmup iters: %d iters: %d agg iters: 1 "
-         "validation: %d graph: 0\n# Algorithm: ompi\n#\n# Using devices\n",
-         o->minBytes, o->maxBytes, o->factor, o->warmup, o->iters, o->check);
+  printf(
+      "# nThread 1 nGpus 0 minBytes %zu maxBytes %zu step: %zu(factor) warmup iters: %d iters: %d agg iters: 1 "
+      "validation: %d graph: 0\n# Algorithm: ompi\n#\n# Using devices\n",
+      o->minBytes, o->maxBytes, o->factor, o->warmup, o->iters, o->check);
   for (int r = 0; r < nranks && pids; ++r)
     printf("#  Rank %2d Group %2d Pid %6d on %10s device %2d [cpu] Open MPI\n", r, 0, pids[r], host, 0);
   free(pids);
-  printf("#\n# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          \n", "", "",
-         "", "", "");
+  printf("#\n# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          \n", "", "", "",
+         "", "");
   printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s  %8s  %9s\n", "size", "count", "type",
-         "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong", "algo",
-         "transport");
-  printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s  %7s  %6s  %6s  %5s  %8s  %9s\n", "(B)", "(elements)", "",
-         "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "", "(as ran)", "(rank 0)");
+         "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong", "algo", "transport");
+  printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s  %7s  %6s  %6s  %5s  %8s  %9s\n", "(B)", "(elements)", "", "",
+         "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "", "(as ran)", "(rank 0)");
 }
 
 int main(int argc, char** argv) {
@@ -194,8 +227,10 @@ int main(int argc, char** argv) {
     failures += (oop.wrong > 0) + (ip.wrong > 0);
     const Result* both[2] = {&oop, &ip};
     for (int k = 0; k < 2; ++k) {
-      if (both[k]->timed) bwSum += both[k]->busbw, ++bwCount;
-      else ++untimed;
+      if (both[k]->timed)
+        bwSum += both[k]->busbw, ++bwCount;
+      else
+        ++untimed;
     }
     if (rank == 0) {
       printf("%12zu  %12zu  %8s  %6s  %6d", count * sizeof(float), count, "float", "sum", -1);
