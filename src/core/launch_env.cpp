@@ -2,15 +2,22 @@
 //   rank and size:  COLLIE_RANK/COLLIE_NRANKS (collierun), RANK/WORLD_SIZE (torchrun),
 //                   OMPI_COMM_WORLD_RANK/SIZE (Open MPI), PMI_RANK/PMI_SIZE, SLURM_PROCID/SLURM_NTASKS (Slurm)
 //   where to meet:  COLLIE_UNIQUE_ID (a whole id, root hosted elsewhere), else COLLIE_ROOT_ADDR, else
-//                   MASTER_ADDR:(MASTER_PORT+1) (torchrun's own store holds MASTER_PORT). Rank 0 hosts the root.
+//                   MASTER_ADDR:(MASTER_PORT+1) (torchrun's own store holds MASTER_PORT), else what srun or a
+//                   one-host mpirun implies (launch_env.hpp: first node of the step, port from the job id).
+//                   Rank 0 hosts the root.
 //   secret:         COLLIE_SECRET (32 hex digits; collierun sets one), else derived from the job's identity,
 //                   which keeps strays from other jobs out but is no protection against a deliberate stranger.
+#include "core/launch_env.hpp"
+
 #include <netinet/in.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
+#include <cstdint>
 #include <cstdlib>
 #include <functional>
+#include <string>
 
 #include "base/errors.hpp"
 #include "base/log.hpp"
@@ -81,6 +88,77 @@ bool isLoopback(const sockaddr_storage& a) {
 
 }  // namespace
 
+namespace core {
+
+std::string firstHostOfList(const std::string& hostlist) {
+  std::string host;
+  size_t i = 0;
+  while (i < hostlist.size() && hostlist[i] != ',') {
+    if (hostlist[i] != '[') {
+      host += hostlist[i++];
+      continue;
+    }
+    // A bracketed range list: keep its first number as written (leading zeros are part of the name).
+    const size_t close = hostlist.find(']', i);
+    if (close == std::string::npos) return host + hostlist.substr(i);  // malformed: left as it is
+    const size_t stop = hostlist.find_first_of(",-", i + 1);
+    host += hostlist.substr(i + 1, std::min(stop, close) - i - 1);
+    i = close + 1;
+  }
+  return host;
+}
+
+int derivedPort(const std::string& jobIdentity) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a: the same on every host, unlike std::hash
+  for (unsigned char c : jobIdentity) h = (h ^ c) * 1099511628211ull;
+  return kDerivedPortBase + static_cast<int>(h % kDerivedPortSpan);
+}
+
+std::string meetingPointOfLauncher(const std::string& launcher, int rank, std::string* from, std::string* why) {
+  if (launcher == "Slurm") {
+    const char* job = env("SLURM_JOB_ID");
+    const char* step = env("SLURM_STEP_ID");
+    const char* nodes = env("SLURM_STEP_NODELIST") ? env("SLURM_STEP_NODELIST") : env("SLURM_JOB_NODELIST");
+    const char* nnodes = env("SLURM_STEP_NUM_NODES") ? env("SLURM_STEP_NUM_NODES") : env("SLURM_NNODES");
+    if (!job || !nodes) {
+      *why = "SLURM_JOB_ID or SLURM_STEP_NODELIST is not set (not started by srun?)";
+      return "";
+    }
+    const bool oneNode = nnodes && std::string(nnodes) == "1";
+    const std::string host = oneNode ? "127.0.0.1" : firstHostOfList(nodes);
+    const char* myNode = env("SLURMD_NODENAME");
+    if (rank == 0 && !oneNode && myNode && host != myNode) {
+      *why = "rank 0 runs on " + std::string(myNode) + ", not on the step's first node " + host +
+             " (a task distribution other than block or cyclic?)";
+      return "";
+    }
+    const std::string id = std::string(job) + "." + (step ? step : "");
+    *from = "Slurm: first node of " + std::string(nodes) + ", port from job.step " + id;
+    return host + ":" + std::to_string(derivedPort("slurm/" + id));
+  }
+  if (launcher == "Open MPI") {
+    const char* local = env("OMPI_COMM_WORLD_LOCAL_SIZE");
+    const char* size = env("OMPI_COMM_WORLD_SIZE");
+    const char* job = env("OMPI_MCA_ess_base_jobid") ? env("OMPI_MCA_ess_base_jobid") : env("PMIX_NAMESPACE");
+    if (!local || !size || std::string(local) != size) {
+      *why =
+          "the ranks span several hosts and nothing says where rank 0 runs: pass mpirun -x MASTER_ADDR=<rank 0's "
+          "host> -x MASTER_PORT=<free port> (or -x COLLIE_ROOT_ADDR=host:port)";
+      return "";
+    }
+    if (!job) {
+      *why = "no job id (OMPI_MCA_ess_base_jobid or PMIX_NAMESPACE) to derive a port from";
+      return "";
+    }
+    *from = "Open MPI: one host, port from job id " + std::string(job);
+    return "127.0.0.1:" + std::to_string(derivedPort(std::string("ompi/") + job));
+  }
+  *why = launcher + " implies no meeting point";
+  return "";
+}
+
+}  // namespace core
+
 std::unique_ptr<Communicator> Communicator::createFromEnv(const Options& options) {
   static const RankVars kVars[] = {{"COLLIE_RANK", "COLLIE_NRANKS", "collierun"},
                                    {"RANK", "WORLD_SIZE", "torchrun"},
@@ -105,13 +183,17 @@ std::unique_ptr<Communicator> Communicator::createFromEnv(const Options& options
     return create(nranks, UniqueId::fromString(hex), rank, options);
   }
   std::string rootAddr = base::params::rootAddr();
-  if (rootAddr.empty()) {
-    const char* host = env("MASTER_ADDR");
-    const char* port = env("MASTER_PORT");
-    COLLIE_USAGE_CHECK(host && port,
+  std::string derivedFrom;  // set when the launcher's own variables gave the meeting point
+  const char* host = env("MASTER_ADDR");
+  const char* port = env("MASTER_PORT");
+  if (rootAddr.empty() && !(host && port)) {
+    std::string why;
+    rootAddr = core::meetingPointOfLauncher(found->launcher, rank, &derivedFrom, &why);
+    COLLIE_USAGE_CHECK(!rootAddr.empty(),
                        "%s gave rank %d of %d but no meeting point: set COLLIE_UNIQUE_ID, COLLIE_ROOT_ADDR=host:port "
-                       "or MASTER_ADDR and MASTER_PORT",
-                       found->launcher, rank, nranks);
+                       "or MASTER_ADDR and MASTER_PORT (%s)",
+                       found->launcher, rank, nranks, why.c_str());
+  } else if (rootAddr.empty()) {
     std::string h = host;
     if (h.find(':') != std::string::npos && h.front() != '[') h = "[" + h + "]";
     rootAddr = h + ":" + std::to_string(envInt("MASTER_PORT", 0, 65534) + 1);
@@ -137,10 +219,19 @@ std::unique_ptr<Communicator> Communicator::createFromEnv(const Options& options
       sockaddr_storage any{};
       any.ss_family = id.root.ss_family;
       base::setAddressPort(any, base::addressPort(id.root));
-      core::BootstrapRoot::start(any, id.secret, timeout);
+      try {
+        core::BootstrapRoot::start(any, id.secret, timeout);
+      } catch (const Error& again) {
+        if (derivedFrom.empty()) throw;
+        COLLIE_FAIL(again.code(),
+                    "%s (the meeting point %s was derived from %s: set MASTER_ADDR and MASTER_PORT or "
+                    "COLLIE_ROOT_ADDR to choose another)",
+                    again.what(), rootAddr.c_str(), derivedFrom.c_str());
+      }
     }
   }
-  COLLIE_INFO(base::kLogInit, "init from %s: rank %d of %d, root %s", found->launcher, rank, nranks, rootAddr.c_str());
+  COLLIE_INFO(base::kLogInit, "init from %s: rank %d of %d, root %s%s%s", found->launcher, rank, nranks,
+              rootAddr.c_str(), derivedFrom.empty() ? "" : ", derived from ", derivedFrom.c_str());
   collieUniqueId raw = core::encodeUniqueId(id);
   UniqueId uid;
   uid.raw = raw;

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "common/scoped_env.hpp"
+#include "core/launch_env.hpp"
 
 namespace collie {
 namespace {
@@ -52,6 +53,68 @@ TEST(LaunchEnvValues, MasterPortMustLeaveRoomForTheBootstrapPort) {
               std::string::npos)
         << port;
   }
+}
+
+// Under srun or a one-host mpirun with no address given, the ranks meet where the launcher's own variables say
+// (core/launch_env.hpp); the real launchers run in tests/launchers/. These check the parts that decide it.
+TEST(LaunchEnvMeeting, FirstHostOfASlurmHostList) {
+  EXPECT_EQ(core::firstHostOfList("node[01-04,07],gpu5"), "node01");
+  EXPECT_EQ(core::firstHostOfList("node[7,3-4]"), "node7");
+  EXPECT_EQ(core::firstHostOfList("rack[2-3]-n[005,9]"), "rack2-n005");
+  EXPECT_EQ(core::firstHostOfList("alpha,beta"), "alpha");
+  EXPECT_EQ(core::firstHostOfList("solo"), "solo");
+  EXPECT_EQ(core::firstHostOfList("a-b.example.org"), "a-b.example.org");
+  EXPECT_EQ(core::firstHostOfList(""), "");
+}
+
+TEST(LaunchEnvMeeting, DerivedPortsAreStableInRangeAndDifferPerJob) {
+  EXPECT_EQ(core::derivedPort("slurm/4242.0"), core::derivedPort("slurm/4242.0"));
+  int distinct = 0;
+  for (int job = 0; job < 100; ++job) {
+    const int p = core::derivedPort("slurm/" + std::to_string(job) + ".0");
+    EXPECT_GE(p, core::kDerivedPortBase);
+    EXPECT_LT(p, core::kDerivedPortBase + core::kDerivedPortSpan);
+    distinct += p != core::derivedPort("slurm/" + std::to_string(job) + ".1");
+  }
+  EXPECT_GE(distinct, 95);  // two steps of a job meet on different ports (a few hash collisions allowed)
+}
+
+TEST(LaunchEnvMeeting, SlurmStepsMeetOnTheFirstNodeOrOnLoopback) {
+  ScopedEnv job("SLURM_JOB_ID", "4242"), step("SLURM_STEP_ID", "3");
+  std::string from, why;
+  {
+    ScopedEnv nodes("SLURM_STEP_NODELIST", "cn[017-020]"), n("SLURM_STEP_NUM_NODES", "4"),
+        me("SLURMD_NODENAME", "cn018");
+    EXPECT_EQ(core::meetingPointOfLauncher("Slurm", 1, &from, &why),
+              "cn017:" + std::to_string(core::derivedPort("slurm/4242.3")));
+    EXPECT_NE(from.find("cn[017-020]"), std::string::npos) << from;
+    // Rank 0 elsewhere than the first node (an arbitrary distribution): no meeting point, and why.
+    EXPECT_EQ(core::meetingPointOfLauncher("Slurm", 0, &from, &why), "");
+    EXPECT_NE(why.find("rank 0 runs on cn018, not on the step's first node cn017"), std::string::npos) << why;
+  }
+  {
+    ScopedEnv nodes("SLURM_STEP_NODELIST", "cn017"), n("SLURM_STEP_NUM_NODES", "1");
+    EXPECT_EQ(core::meetingPointOfLauncher("Slurm", 0, &from, &why),
+              "127.0.0.1:" + std::to_string(core::derivedPort("slurm/4242.3")));
+  }
+}
+
+TEST(LaunchEnvMeeting, OpenMpiAcrossHostsWithoutAnAddressSaysWhatToPass) {
+  ScopedEnv rank("OMPI_COMM_WORLD_RANK", "1"), size("OMPI_COMM_WORLD_SIZE", "4"),
+      local("OMPI_COMM_WORLD_LOCAL_SIZE", "2"), job("OMPI_MCA_ess_base_jobid", "77");
+  std::string message;
+  try {
+    Communicator::createFromEnv();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::InvalidUsage) << e.what();
+    message = e.what();
+  }
+  EXPECT_NE(message.find("Open MPI gave rank 1 of 4 but no meeting point"), std::string::npos) << message;
+  EXPECT_NE(message.find("mpirun -x MASTER_ADDR="), std::string::npos) << message;
+  std::string from, why;
+  ScopedEnv one("OMPI_COMM_WORLD_LOCAL_SIZE", "4");
+  EXPECT_EQ(core::meetingPointOfLauncher("Open MPI", 1, &from, &why),
+            "127.0.0.1:" + std::to_string(core::derivedPort("ompi/77")));
 }
 
 }  // namespace

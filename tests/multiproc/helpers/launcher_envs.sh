@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Runs env_allreduce as 3 real processes under the variable sets of torchrun, Open MPI and Slurm (set by hand:
-# none of those launchers is installed here), so collieCommInitFromEnv is proven on each. Rank 0 hosts the
+# Runs env_allreduce as 3 real processes under the variable sets of torchrun, Open MPI and Slurm (set by hand;
+# tests/launchers/ runs the real mpirun and srun), so collieCommInitFromEnv is proven on each. Rank 0 hosts the
 # bootstrap root at MASTER_ADDR:MASTER_PORT+1 or COLLIE_ROOT_ADDR.
 set -u
 prog=$1
