@@ -10,7 +10,7 @@
  * one checked call (every element compared with the exact sum over ranks, the wrong count summed over ranks),
  * `warmup` untimed calls, a barrier, then `iters` calls back to back; time = elapsed / iters, combined over ranks.
  * busbw = algbw * 2(n-1)/n; calls under 1 us print N/A bandwidths. The table has all_reduce_perf's columns; its algo
- * column reads "ompi" and its transport column the btl list Open MPI was given (OMPI_MCA_btl, less "self"). */
+ * column reads "ompi" and its transport column the pml (when not ob1) or btl list Open MPI was given. */
 #include <getopt.h>
 #include <mpi.h>
 #include <stdio.h>
@@ -159,10 +159,16 @@ static void printResult(const Result* r) {
     printf("  %7s  %6s  %6s  %5s", time, "N/A", "N/A", wrong);
 }
 
-/* The btl list Open MPI was given (mpirun --mca btl passes it as OMPI_MCA_btl), less "self": the transport. */
+/* What carried the data: the pml Open MPI was given when not ob1 (mpirun --mca pml ucx passes OMPI_MCA_pml=ucx),
+ * else the btl list (OMPI_MCA_btl) less "self"; "default" when neither was chosen. */
 static void transportName(char* out, size_t size) {
+  const char* pml = getenv("OMPI_MCA_pml");
   const char* btl = getenv("OMPI_MCA_btl");
   snprintf(out, size, "%s", "default");
+  if (pml && *pml && strcmp(pml, "ob1") != 0) {
+    snprintf(out, size, "%s", pml);
+    return;
+  }
   if (!btl || !*btl) return;
   char copy[128];
   snprintf(copy, sizeof copy, "%s", btl);
@@ -172,6 +178,7 @@ static void transportName(char* out, size_t size) {
     if (out[0]) strncat(out, "+", size - strlen(out) - 1);
     strncat(out, tok, size - strlen(out) - 1);
   }
+  if (!out[0]) snprintf(out, size, "%s", "self");
 }
 
 static void printHeader(const Options* o, int rank, int nranks) {
