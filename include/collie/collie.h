@@ -143,6 +143,20 @@ COLLIE_EXPORT collieResult_t collieCommAbort(collieComm_t comm);
 COLLIE_EXPORT collieResult_t collieCommGetAsyncError(collieComm_t comm, collieResult_t* asyncError);
 COLLIE_EXPORT collieResult_t collieCommCount(const collieComm_t comm, int* count);
 COLLIE_EXPORT collieResult_t collieCommUserRank(const collieComm_t comm, int* rank);
+
+/** One collective and algorithm in a communicator's statistics (collieCommGetStats). */
+typedef struct {
+  char collective[24];      /**< "AllReduce", "Broadcast", ..., "Send", "Recv" */
+  char algorithm[24];       /**< "ring", "direct", "tree", "rhd", ... */
+  unsigned long long calls; /**< the user's calls of this collective that ran this algorithm */
+  unsigned long long bytes; /**< their bytes per rank, summed */
+  double seconds;           /**< their time, summed; -1 when calls are not timed (COLLIE_STATS=1 times them) */
+} collieCollStats_t;
+/** comm's calls so far, aggregated per collective and algorithm: writes up to `capacity` rows into `rows` (NULL
+    when capacity is 0) and the number of rows there are into *count; call again with more room when *count >
+    capacity. COLLIE_STATS=1 prints the same as a table when the communicator is destroyed. */
+COLLIE_EXPORT collieResult_t collieCommGetStats(const collieComm_t comm, collieCollStats_t* rows, int capacity,
+                                                int* count);
 /** Splits comm by color (COLLIE_SPLIT_NOCOLOR: *newcomm = NULL), ordering new ranks by key then old rank. */
 COLLIE_EXPORT collieResult_t collieCommSplit(collieComm_t comm, int color, int key, collieComm_t* newcomm,
                                              collieConfig_t* config);

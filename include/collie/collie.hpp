@@ -121,6 +121,24 @@ struct CallInfo {
   size_t sliceBytes = 0;
 };
 
+/// One collective and algorithm in a communicator's statistics (Communicator::stats).
+struct CollectiveStats {
+  std::string collective;  ///< "AllReduce", "Broadcast", ..., "Send", "Recv"
+  std::string algorithm;   ///< "ring", "direct", "tree", "rhd", ...
+  uint64_t calls = 0;      ///< the user's calls of this collective that ran this algorithm
+  uint64_t bytes = 0;      ///< their bytes per rank, summed
+  double seconds = -1;     ///< their time, summed (a group's time shared among its calls); -1 when not timed
+};
+
+/// What a communicator did so far, aggregated (Communicator::stats): the user's calls, not init's.
+struct CommStats {
+  std::vector<CollectiveStats> rows;  ///< collectives in API order, then algorithms; only those that ran
+  /// True when calls are timed: COLLIE_STATS=1, COLLIE_TRACE or COLLIE_FLIGHT_RECORDER set (two clock reads per
+  /// call); otherwise only counts and bytes are kept and every `seconds` is -1.
+  bool timed = false;
+  std::string summary;  ///< the table printed at destroy with COLLIE_STATS=1 (or COLLIE_DEBUG=INFO)
+};
+
 class Communicator;
 struct InternalAccess;  // the library's own access to the internals (not part of the API)
 
@@ -224,6 +242,9 @@ class COLLIE_EXPORT Communicator {
   ErrorCode asyncError() const;
   /// What this communicator ran for its most recent call (blocking, async or in a group; the last one executed).
   CallInfo lastCall() const;
+  /// Counts, bytes, time and algorithm mix of every call so far, per collective (any thread; cheap to keep,
+  /// see CommStats::timed).
+  CommStats stats() const;
 
   struct Impl;  ///< opaque
 

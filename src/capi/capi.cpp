@@ -8,6 +8,7 @@
 #include <collie/collie.h>
 
 #include <collie/collie.hpp>
+#include <cstdio>
 #include <cstring>
 #include <future>
 #include <mutex>
@@ -343,6 +344,26 @@ collieResult_t collieCommCount(const collieComm_t comm, int* count) {
 collieResult_t collieCommUserRank(const collieComm_t comm, int* rank) {
   if (!rank) return argError("rank is NULL");
   return withComm(comm, [&](collie::Communicator& c) { *rank = c.rank(); });
+}
+
+collieResult_t collieCommGetStats(const collieComm_t comm, collieCollStats_t* rows, int capacity, int* count) {
+  if (!count) return argError("count is NULL");
+  if (capacity < 0) return argError(collie::base::format("capacity=%d: expected 0 or more", capacity).c_str());
+  if (capacity > 0 && !rows) return argError("rows is NULL with a capacity above 0");
+  return withComm(comm, [&](collie::Communicator& c) {
+    const collie::CommStats stats = c.stats();
+    *count = static_cast<int>(stats.rows.size());
+    for (size_t i = 0; i < stats.rows.size() && i < static_cast<size_t>(capacity); ++i) {
+      const collie::CollectiveStats& r = stats.rows[i];
+      collieCollStats_t& out = rows[i];
+      std::memset(&out, 0, sizeof(out));
+      std::snprintf(out.collective, sizeof(out.collective), "%s", r.collective.c_str());
+      std::snprintf(out.algorithm, sizeof(out.algorithm), "%s", r.algorithm.c_str());
+      out.calls = r.calls;
+      out.bytes = r.bytes;
+      out.seconds = r.seconds;
+    }
+  });
 }
 
 collieResult_t collieCommSplit(collieComm_t comm, int color, int key, collieComm_t* newcomm, collieConfig_t* config) {

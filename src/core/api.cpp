@@ -167,6 +167,7 @@ std::unique_ptr<Communicator> Communicator::shrink(std::span<const int> exclude,
 void Communicator::abort() { impl_->comm->abort(); }
 ErrorCode Communicator::asyncError() const { return impl_->comm->asyncError(); }
 CallInfo Communicator::lastCall() const { return impl_->comm->lastCall(); }
+CommStats Communicator::stats() const { return impl_->comm->stats(); }
 
 void Communicator::checkSpan(size_t want, size_t have, const char* what) {
   COLLIE_ARG_CHECK(have >= want, "%s span holds %zu elements, expected at least %zu", what, have, want);

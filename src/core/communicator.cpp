@@ -3,6 +3,7 @@
 #include "core/communicator.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 
 #include "base/errors.hpp"
@@ -53,7 +54,7 @@ std::unique_ptr<CommImpl> CommImpl::create(int nranks, const UniqueIdData& id, i
       Tuner(comm->measured_.modelFor(kindsInUse(comm->links_.transports, peers)), std::move(selection));
   comm->connect(peers);
   comm->calibrate(peers);
-  comm->planner_.setRecorder(&comm->recorder_);  // the user's calls only: call #0 is the first on every rank
+  comm->startRecording();  // the user's calls only: call #0 is the first on every rank
   COLLIE_INFO(base::kLogInit, "%s rank %d of %d ready", comm->name_.c_str(), rank, nranks);
   return comm;
 }
@@ -78,10 +79,41 @@ void CommImpl::connect(const std::vector<transport::PeerInfo>& peers) {
   barrier();  // every rank is connected before anyone returns
 }
 
+void CommImpl::startRecording() {
+  planner_.setRecorder(&recorder_);
+  trace_ = CallTrace::open(rank_, nranks_, name_, recorder_.clock(), transportNames(links_));
+  recorder_.setTrace(trace_.get());
+  executor_->setTrace(trace_.get());
+}
+
+CommStats CommImpl::stats() const {
+  CommStats out;
+  out.timed = recorder_.statsTimed();
+  std::vector<CallStats::Row> rows = recorder_.statsRows();
+  for (const CallStats::Row& r : rows) {
+    CollectiveStats s;
+    s.collective = algorithms::collectiveName(r.coll);
+    s.algorithm = algorithms::algorithmName(r.algo);
+    s.calls = r.calls;
+    s.bytes = r.bytes;
+    s.seconds = r.seconds;
+    out.rows.push_back(std::move(s));
+  }
+  out.summary =
+      base::format("%s rank %d of %d: %llu call(s)\n%s", name_.c_str(), rank_, nranks_,
+                   static_cast<unsigned long long>(recorder_.calls()), CallStats::summary(rows, out.timed).c_str());
+  return out;
+}
+
 CommImpl::~CommImpl() {
   queue_.drain();
   recorder_.setQueuedSource({});  // the queue goes before the recorder
   if (base::params::flightRecorderDestroy()) recorder_.dump("destroy");
+  if (base::params::stats() == 1) {
+    std::fprintf(stderr, "collie stats: %s\n", stats().summary.c_str());
+  } else if (base::logEnabled(base::LogLevel::Info, base::kLogColl)) {
+    COLLIE_INFO(base::kLogColl, "stats: %s", stats().summary.c_str());
+  }
   stager_.reset();  // every staged call was released by the progress thread
   for (auto& c : links_.conns)
     if (c) c->close();
@@ -363,7 +395,7 @@ std::unique_ptr<CommImpl> CommImpl::split(int color, int key, const Options& opt
   comm->planner_.tuner() = Tuner(measured_.modelFor(kinds), planner_.tuner().selection());
   comm->connect(peers);
   comm->planner_.tuner().setModel(comm->costModel(kinds));  // now that cpuShare is known
-  comm->planner_.setRecorder(&comm->recorder_);
+  comm->startRecording();
   return comm;
 }
 

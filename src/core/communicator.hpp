@@ -61,11 +61,17 @@ class CommImpl {
   std::string failureMessage() const;
   /// What the most recent executed call ran (Communicator::lastCall).
   CallInfo lastCall() const { return planner_.lastCall(); }
+  /// The user's calls so far, per collective and algorithm (Communicator::stats, call_stats.hpp). Any thread.
+  CommStats stats() const;
+  /// The timeline (COLLIE_TRACE, call_trace.hpp), or null; the DDP layer adds its spans to it.
+  CallTrace* trace() const { return trace_.get(); }
 
  private:
   CommImpl(int rank, int nranks, const Options& options);
   /// Connects every peer (setup.hpp), then makes the executor; ends with a barrier.
   void connect(const std::vector<transport::PeerInfo>& peers);
+  /// The user's calls start: the flight recorder, the stats and the trace (when COLLIE_TRACE is set) see them.
+  void startRecording();
   /// Throws the communicator's earlier failure, then validateOp's errors.
   void validate(const OpDesc& op) const;
   // Tuning (calibrate.cpp): the costs measured at init (or read from COLLIE_TUNE_FILE) by rank 0 and broadcast, so
@@ -95,8 +101,9 @@ class CommImpl {
   Links links_;
   std::unique_ptr<Executor> executor_;
   Planner planner_;
-  FlightRecorder recorder_;  // this communicator's last calls (flight_recorder.hpp)
-  MeasuredCosts measured_;   // per transport kind, as agreed at init (inherited by split)
+  std::unique_ptr<CallTrace> trace_;  // before recorder_: the recorder's dumps flush it while the recorder lives
+  FlightRecorder recorder_;           // this communicator's last calls (flight_recorder.hpp)
+  MeasuredCosts measured_;            // per transport kind, as agreed at init (inherited by split)
   std::atomic<bool> abort_{false};
 
   std::atomic<ErrorCode> failCode_{ErrorCode::Success};

@@ -9,6 +9,8 @@
 #include "base/errors.hpp"
 #include "base/log.hpp"
 #include "core/call_fingerprint.hpp"
+#include "core/call_trace.hpp"
+#include "core/flight_recorder.hpp"
 
 namespace collie::core {
 
@@ -45,6 +47,7 @@ struct Executor::StepState {
   size_t nextSameRecvPeer = kNoStep;  // the next step that receives from the same peer
   size_t nextSameSendPeer = kNoStep;  // the next step that sends to the same peer
   size_t after = kNoStep;             // step.sliceAfter as a flat index: its slice j must be finished first
+  uint64_t startTicks = 0;            // when it started (only while tracing)
   std::vector<SliceState> slices;
 
   bool receives() const { return step->recvPeer >= 0; }
@@ -144,6 +147,8 @@ void Executor::startStep(size_t flat) {
   StepState& st = steps_[flat];
   const Step& s = *st.step;
   st.started = true;
+  if (trace_) [[unlikely]]
+    st.startTicks = TickClock::ticks();
   st.slices.clear();
   st.slices.resize(st.nslices);
   if (s.kind == StepKind::Copy) {
@@ -202,6 +207,8 @@ bool Executor::advanceStep(size_t flat) {
       }
       ++st.finished;
       moved = true;
+      if (trace_ && st.finished == st.nslices) [[unlikely]]
+        traceWait(flat, true);
     }
   }
   if (!st.receives() && st.after != kNoStep && st.finished < steps_[st.after].finished) {
@@ -219,6 +226,8 @@ bool Executor::advanceStep(size_t flat) {
       releaseSlot(st.slices[st.sendsDone].slot);
       ++st.sendsDone;
       moved = true;
+      if (trace_ && st.sendsDone == st.nslices) [[unlikely]]
+        traceWait(flat, false);
     }
   }
   return moved;
@@ -256,6 +265,15 @@ void Executor::failTimeout() {
               "called a different collective)",
               name_.c_str(), rank_, static_cast<long long>(config_.timeout.count()), in.c_str(),
               waiting.empty() ? "?" : waiting.c_str());
+}
+
+// A step's transfers with one peer are done: the trace gets its wait on that peer (none for this rank itself).
+void Executor::traceWait(size_t flat, bool recv) {
+  const StepState& st = steps_[flat];
+  const int peer = recv ? st.step->recvPeer : st.step->sendPeer;
+  if (peer == rank_) return;
+  trace_->stepWait(st.job, flat - jobFirstStep_[st.job], peer, recv, st.step->count * st.elemSize, st.startTicks,
+                   TickClock::ticks());
 }
 
 void Executor::begin(std::span<const Job> jobs) {

@@ -19,7 +19,7 @@
 // When nothing moved it polls for COLLIE_SPIN_US, then sleeps in the Poller. If nothing moves for the
 // timeout it fails with Timeout naming the call it is in and the peers it waits on, each with the last call it
 // was seen in; a set abort flag ends it at once. Every transfer carries its job's call fingerprint
-// (call_fingerprint.hpp).
+// (call_fingerprint.hpp). With a trace set (COLLIE_TRACE, call_trace.hpp), each step's wait on its peers is traced.
 #pragma once
 
 #include <atomic>
@@ -34,6 +34,8 @@
 #include "transport/transport.hpp"
 
 namespace collie::core {
+
+class CallTrace;
 
 /// One call's buffers and arithmetic.
 struct JobBuffers {
@@ -77,6 +79,8 @@ class Executor {
   bool done() const;
   /// Drops the current run's state after a failure (posted transfers must no longer be progressed).
   void cancel();
+  /// Where each step's waits on its peers go (null: nowhere, the default).
+  void setTrace(CallTrace* trace) { trace_ = trace; }
 
  private:
   struct SliceState;
@@ -92,6 +96,7 @@ class Executor {
   char* acquireSlot();
   void releaseSlot(char*& slot);
   [[noreturn]] void failTimeout();
+  void traceWait(size_t flat, bool recv);
 
   int rank_, nranks_;
   std::vector<transport::Connection*> conns_;
@@ -118,6 +123,7 @@ class Executor {
   size_t scratchBytes_ = 0;
   std::vector<size_t> jobScratch_;                // byte offset of each job's scratch in scratch_
   std::vector<transport::Fingerprint> lastSeen_;  // by peer: the call of the last message received from it
+  CallTrace* trace_ = nullptr;
 };
 
 }  // namespace collie::core

@@ -24,7 +24,7 @@ int64_t steadyNs() {
       .count();
 }
 
-int64_t wallUs() {
+int64_t wallNowUs() {
   return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
       .count();
 }
@@ -78,10 +78,8 @@ FlightRecorder::FlightRecorder(int rank, int nranks, std::string commName, size_
       name_(std::move(commName)),
       capacity_(entries),
       slots_(entries ? std::make_unique<Slot[]>(entries) : nullptr),
-      timed_(!base::params::flightRecorder().empty()),
-      originTicks_(ticks()),
-      originSteadyNs_(steadyNs()),
-      originWallUs_(wallUs()) {
+      timed_(!base::params::flightRecorder().empty() || !base::params::trace().empty() || base::params::stats() == 1),
+      stats_(timed_) {
   if (slots_) registerFlightRecorder(this);
 }
 
@@ -129,7 +127,9 @@ bool FlightRecorder::read(uint64_t seq, Entry* e) const {
   return true;
 }
 
-double FlightRecorder::nsPerTick() const {
+TickClock::TickClock() : originTicks_(ticks()), originSteadyNs_(steadyNs()), originWallUs_(wallNowUs()) {}
+
+double TickClock::nsPerTick() const {
 #if defined(__x86_64__)
   const uint64_t t = ticks();
   const int64_t ns = steadyNs() - originSteadyNs_;
@@ -138,11 +138,6 @@ double FlightRecorder::nsPerTick() const {
 #else
   return 1.0;
 #endif
-}
-
-double FlightRecorder::ticksToWallUs(uint64_t t, double nsPerTick) const {
-  const double sinceOrigin = (static_cast<double>(t) - static_cast<double>(originTicks_)) * nsPerTick / 1000.0;
-  return static_cast<double>(originWallUs_) + sinceOrigin;
 }
 
 std::string FlightRecorder::toJson(const std::string& reason) {
@@ -162,14 +157,14 @@ std::string FlightRecorder::toJson(const std::string& reason) {
     }
     if (n == 0 || (!entries.empty() && entries.front().seq + 1 == n)) break;
   }
-  const double npt = nsPerTick();
+  const double npt = clock_.nsPerTick();
   char host[256] = {0};
   gethostname(host, sizeof(host) - 1);
   std::string out = base::format(
       "{\"format\": \"collie-flight-recorder/1\", \"comm\": %s, \"rank\": %d, \"nranks\": %d, \"host\": %s, "
       "\"pid\": %d, \"reason\": %s, \"dumped_at_us\": %lld, \"calls\": %llu, \"entries\": [",
       jsonString(name_).c_str(), rank_, nranks_, jsonString(host).c_str(), static_cast<int>(getpid()),
-      jsonString(reason).c_str(), static_cast<long long>(wallUs()), static_cast<unsigned long long>(n));
+      jsonString(reason).c_str(), static_cast<long long>(wallNowUs()), static_cast<unsigned long long>(n));
   std::vector<std::string> names;
   std::vector<OpDesc> queued;
   {
@@ -184,7 +179,7 @@ std::string FlightRecorder::toJson(const std::string& reason) {
     for (size_t t = 0; t < names.size() && t < 32; ++t)
       if (e.transports & (1u << t)) transport += (transport.empty() ? "" : "+") + names[t];
     if (transport.empty()) transport = "self";
-    const double startUs = ticksToWallUs(e.start, npt);
+    const double startUs = clock_.wallUs(e.start, npt);
     out += base::format(
         "%s\n  {\"seq\": %llu, \"coll\": \"%s\", \"dtype\": \"%s\", \"op\": \"%s\", \"count\": %llu, \"bytes\": %llu, "
         "\"root\": %d, \"algo\": \"%s\", \"transport\": \"%s\", \"state\": \"%s\", \"start_us\": %.1f",
@@ -193,7 +188,7 @@ std::string FlightRecorder::toJson(const std::string& reason) {
         static_cast<unsigned long long>(e.bytes), e.root, algorithms::algorithmName(e.algo), transport.c_str(),
         stateName(e.state), startUs);
     if (e.state != State::Running && e.end >= e.start) {
-      out += base::format(", \"end_us\": %.1f, \"duration_us\": %.1f", ticksToWallUs(e.end, npt),
+      out += base::format(", \"end_us\": %.1f, \"duration_us\": %.1f", clock_.wallUs(e.end, npt),
                           static_cast<double>(e.end - e.start) * npt / 1000.0);
     }
     out += "}";
@@ -214,7 +209,7 @@ std::string FlightRecorder::toJson(const std::string& reason) {
 std::string FlightRecorder::summary() const {
   const uint64_t n = calls();
   const uint64_t first = n > capacity_ ? n - capacity_ : 0;
-  const double npt = nsPerTick();
+  const double npt = clock_.nsPerTick();
   std::string open, lastDone;
   for (uint64_t seq = n; seq-- > first;) {
     Entry e{};
@@ -224,7 +219,8 @@ std::string FlightRecorder::summary() const {
                                     base::reduceOpName(e.op), static_cast<unsigned long long>(e.bytes));
     if (e.state == State::Running) {
       const std::string since =
-          e.start ? base::format(" for %.0f ms", static_cast<double>(ticks() - e.start) * npt / 1e6) : std::string();
+          e.start ? base::format(" for %.0f ms", static_cast<double>(TickClock::ticks() - e.start) * npt / 1e6)
+                  : std::string();
       open = base::format("%s running%s%s%s", what.c_str(), since.c_str(), open.empty() ? "" : "; ", open.c_str());
     } else if (e.state == State::Done) {
       lastDone = what;
@@ -253,6 +249,7 @@ void FlightRecorder::failed(ErrorCode code, const std::string& message) {
 }
 
 std::string FlightRecorder::dump(const std::string& reason) {
+  if (trace_) trace_->flush();
   const std::string file = path();
   if (file.empty()) return {};
   const std::string text = toJson(reason);

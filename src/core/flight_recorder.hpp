@@ -15,6 +15,10 @@
 // The communicator dumps on a failure (timeout, dead peer, abort, any collective error) and at destroy when
 // COLLIE_FLIGHT_RECORDER_DESTROY=1; flight_signals.cpp dumps every live recorder on SIGUSR1 and before a
 // SIGTERM or SIGABRT ends the process. tools/collie-flight merges the ranks' files into one report.
+//
+// The same per-call hooks feed the communicator's CallStats (call_stats.hpp: counts, bytes, time per collective
+// and algorithm) and, with COLLIE_TRACE set, its CallTrace (call_trace.hpp), whose buffered events every dump
+// writes out; the clock below is theirs too.
 #pragma once
 
 #if defined(__x86_64__)
@@ -32,9 +36,42 @@
 
 #include "algorithms/algorithms.hpp"
 #include "base/errors.hpp"
+#include "core/call_stats.hpp"
+#include "core/call_trace.hpp"
 #include "core/op_desc.hpp"
 
 namespace collie::core {
+
+/// The clock of the recorder, the stats and the trace: a cheap monotonic tick on the hot path (the TSC on x86,
+/// steady_clock nanoseconds elsewhere), turned into wall-clock (CLOCK_REALTIME) time only when read back, from an
+/// origin taken when the clock is made.
+class TickClock {
+ public:
+  TickClock();
+  static uint64_t ticks() {
+#if defined(__x86_64__)
+    return __rdtsc();
+#else
+    return static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+#endif
+  }
+  /// Nanoseconds per tick, measured from the origin to now (2.5 GHz assumed in the first millisecond).
+  double nsPerTick() const;
+  /// Microseconds from the origin to tick `t`.
+  double sinceOriginUs(uint64_t t, double nsPerTick) const {
+    return (static_cast<double>(t) - static_cast<double>(originTicks_)) * nsPerTick / 1000.0;
+  }
+  /// Wall-clock microseconds (since the epoch) of tick `t`.
+  double wallUs(uint64_t t, double nsPerTick) const {
+    return static_cast<double>(originWallUs_) + sinceOriginUs(t, nsPerTick);
+  }
+  int64_t originWallUs() const { return originWallUs_; }
+
+ private:
+  uint64_t originTicks_;
+  int64_t originSteadyNs_;
+  int64_t originWallUs_;
+};
 
 class FlightRecorder {
  public:
@@ -53,11 +90,20 @@ class FlightRecorder {
 
   /// The transport names, in the planner's order of preference (bit t of a call's transports names [t]).
   void setTransportNames(std::vector<std::string> names);
+  /// Where calls are traced from now on (null: nowhere); it is flushed by every dump.
+  void setTrace(CallTrace* trace) { trace_ = trace; }
 
   // The hot path, on the executing thread only.
   /// A call starts: a new entry in state Running.
   void begin(const OpDesc& op, algorithms::Algorithm algo, uint32_t transports, size_t bytes) {
-    if (!slots_) return;
+    const uint64_t t = timed_ ? TickClock::ticks() : 0;
+    stats_.begin(op.coll, algo, bytes, t);
+    if (trace_) [[unlikely]]
+      trace_->callBegin(op, algo, transports, bytes, next_, t);
+    if (!slots_) {
+      next_++;
+      return;
+    }
     Slot& s = slots_[next_ % capacity_];
     const uint64_t v = s.version.load(std::memory_order_relaxed);
     s.version.store(v + 1, std::memory_order_relaxed);
@@ -67,7 +113,7 @@ class FlightRecorder {
     s.count.store(op.count, std::memory_order_relaxed);
     s.bytes.store(bytes, std::memory_order_relaxed);
     s.rootAndTransports.store(static_cast<uint32_t>(op.root) | uint64_t{transports} << 32, std::memory_order_relaxed);
-    s.start.store(timed_ ? ticks() : 0, std::memory_order_relaxed);
+    s.start.store(t, std::memory_order_relaxed);
     s.end.store(0, std::memory_order_relaxed);
     s.version.store(v + 2, std::memory_order_release);
     next_++;
@@ -75,8 +121,11 @@ class FlightRecorder {
   }
   /// Every call begun since the last finish() ends, successfully or not.
   void finish(bool ok) {
+    const uint64_t t = timed_ ? TickClock::ticks() : 0;
+    stats_.finish(t);
+    if (trace_) [[unlikely]]
+      trace_->callsEnd(ok, t);
     if (!slots_) return;
-    const uint64_t t = timed_ ? ticks() : 0;
     for (; open_ < next_; ++open_) {
       Slot& s = slots_[open_ % capacity_];
       const uint64_t v = s.version.load(std::memory_order_relaxed);
@@ -107,6 +156,10 @@ class FlightRecorder {
   uint64_t calls() const { return published_.load(std::memory_order_acquire); }
   /// Where dump() writes for this rank ("" when COLLIE_FLIGHT_RECORDER is unset).
   std::string path() const;
+  const TickClock& clock() const { return clock_; }
+  /// The calls so far, per collective and algorithm (any thread).
+  std::vector<CallStats::Row> statsRows() const { return stats_.rows(clock_.nsPerTick()); }
+  bool statsTimed() const { return stats_.timed(); }
 
  private:
   struct Slot {
@@ -127,35 +180,24 @@ class FlightRecorder {
            uint64_t{static_cast<uint8_t>(op.type)} << 16 | uint64_t{static_cast<uint8_t>(op.op)} << 24 |
            uint64_t{static_cast<uint8_t>(algo)} << 32;
   }
-  /// A cheap monotonic tick (the TSC on x86, steady_clock nanoseconds elsewhere); converted at dump time.
-  static uint64_t ticks() {
-#if defined(__x86_64__)
-    return __rdtsc();
-#else
-    return static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
-#endif
-  }
   bool read(uint64_t seq, Entry* out) const;
-  double nsPerTick() const;
-  double ticksToWallUs(uint64_t t, double nsPerTick) const;
 
   const int rank_, nranks_;
   const std::string name_;
   const size_t capacity_;
   std::unique_ptr<Slot[]> slots_;
-  // Start and end times are taken only when there is somewhere to dump them (COLLIE_FLIGHT_RECORDER): the two
-  // clock reads are most of the recorder's cost per call (about 20 ns on this project's VM).
+  // Start and end times are taken only when something keeps them (COLLIE_FLIGHT_RECORDER, COLLIE_TRACE or
+  // COLLIE_STATS=1): the two clock reads are most of the recorder's cost per call (about 20 ns on this project's VM).
   const bool timed_;
+  CallStats stats_;
+  CallTrace* trace_ = nullptr;
   uint64_t next_ = 0;  // executing thread only
   uint64_t open_ = 0;  // first call not finished
   std::atomic<uint64_t> published_{0};
   std::vector<std::string> transportNames_;
   std::mutex sourceMu_;  // orders a dump's reads of transportNames_ and queued_ with their replacement
   QueuedSource queued_;
-  // The tick clock's origin, for converting ticks to wall-clock microseconds.
-  uint64_t originTicks_;
-  int64_t originSteadyNs_;
-  int64_t originWallUs_;
+  TickClock clock_;
 };
 
 }  // namespace collie::core

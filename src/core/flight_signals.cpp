@@ -7,7 +7,8 @@
 // reads the pipe, dumps every registered recorder under the registry's lock and answers on the second pipe. The
 // handler then restores the default action and raises the signal again.
 //
-// Handlers are installed only when COLLIE_FLIGHT_RECORDER is set, on the first recorder, and only for signals
+// Handlers are installed only when COLLIE_FLIGHT_RECORDER or COLLIE_TRACE is set (a dump also writes out the
+// trace's buffered events, call_trace.hpp), on the first recorder, and only for signals
 // whose action is still the default: a program's own SIGTERM handler is left alone. After fork() the child has
 // no dump thread: its registry starts empty and the next recorder starts a new thread.
 #include <fcntl.h>
@@ -136,7 +137,7 @@ void registerFlightRecorder(FlightRecorder* r) {
   (void)atfork;
   std::lock_guard<std::mutex> lock(gMu);
   gRecorders.push_back(r);
-  if (!gStarted && !base::params::flightRecorder().empty()) startLocked();
+  if (!gStarted && (!base::params::flightRecorder().empty() || !base::params::trace().empty())) startLocked();
 }
 
 void unregisterFlightRecorder(FlightRecorder* r) {

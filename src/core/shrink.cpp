@@ -122,7 +122,7 @@ std::unique_ptr<CommImpl> CommImpl::shrink(const std::vector<int>& exclude, cons
                                        name_.c_str(), rank_, excluded.c_str(), newSize, e.what()));
   }
   comm->planner_.tuner().setModel(comm->costModel(used));
-  comm->planner_.setRecorder(&comm->recorder_);  // the flight recorder counts the user's calls from here
+  comm->startRecording();  // the flight recorder counts the user's calls from here
   return comm;
 }
 

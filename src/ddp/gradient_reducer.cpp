@@ -11,6 +11,9 @@
 #include "base/datatypes.hpp"
 #include "base/errors.hpp"
 #include "base/log.hpp"
+#include "core/api_access.hpp"
+#include "core/call_trace.hpp"
+#include "core/flight_recorder.hpp"
 
 namespace collie::ddp {
 
@@ -171,6 +174,15 @@ void GradientReducer::Impl::layout(const std::vector<std::vector<size_t>>& assig
   stats.buckets = buckets.size();
 }
 
+GradientReducer::Impl::Impl(Communicator& c, std::vector<Parameter> p, ReducerOptions o)
+    : comm(c), trace(InternalAccess::coreComm(c).trace()), params(std::move(p)), opts(std::move(o)) {}
+
+void GradientReducer::Impl::countDown(size_t i) {
+  Bucket& b = *buckets[bucketOf[i]];
+  if (trace && b.readySince == 0) b.readySince = core::TickClock::ticks();
+  --b.pending;
+}
+
 void GradientReducer::Impl::beginIteration() {
   active = true;
   if (!rebuilt) readyOrder.clear();  // the order of the first iteration that completes decides
@@ -180,6 +192,7 @@ void GradientReducer::Impl::beginIteration() {
     b->pending = b->face.params_.size();
     b->launched = false;
     b->reduction = {};
+    b->readySince = b->launchedAt = 0;
   }
   nextLaunch = 0;
   anyLaunched = false;
@@ -189,6 +202,11 @@ void GradientReducer::Impl::beginIteration() {
 void GradientReducer::Impl::launchReady() {
   while (nextLaunch < buckets.size() && buckets[nextLaunch]->pending == 0) {
     Bucket& b = *buckets[nextLaunch++];
+    if (trace) {
+      b.launchedAt = core::TickClock::ticks();
+      const uint64_t since = b.readySince ? b.readySince : b.launchedAt;  // a bucket of no parameters
+      trace->ddpSpan("ready", nextLaunch - 1, b.face.count_ * base::dataTypeSize(b.face.type_), since, b.launchedAt);
+    }
     if (!anyLaunched) {
       anyLaunched = true;
       firstLaunch = Clock::now();
@@ -325,7 +343,7 @@ void GradientReducer::markReady(size_t i, void* grad) {
   s.ready[i] = Impl::Ready::Used;
   s.writeBack[i] = grad;
   if (!s.rebuilt && s.readyOrder.size() < s.params.size()) s.readyOrder.push_back(i);
-  --s.buckets[s.bucketOf[i]]->pending;
+  s.countDown(i);
   try {
     s.launchReady();
   } catch (...) {
@@ -349,7 +367,7 @@ void GradientReducer::markUnused(size_t i, void* grad) {
   std::memset(s.slot(i), 0, bytes);
   s.ready[i] = Impl::Ready::Unused;
   s.writeBack[i] = grad;
-  --s.buckets[s.bucketOf[i]]->pending;
+  s.countDown(i);
   try {
     s.launchReady();
   } catch (...) {
@@ -399,7 +417,7 @@ void GradientReducer::finalize() {
       std::memset(s.slot(i), 0, bytes);
       s.ready[i] = Impl::Ready::Unused;
       if (!s.rebuilt && s.readyOrder.size() < s.params.size()) s.readyOrder.push_back(i);
-      --s.buckets[s.bucketOf[i]]->pending;
+      s.countDown(i);
     }
     s.launchReady();
     COLLIE_INTERNAL_CHECK(s.nextLaunch == s.buckets.size(), "bucket %zu not launched", s.nextLaunch);
@@ -418,6 +436,9 @@ void GradientReducer::finalize() {
       if (b->reduction.work.valid()) b->reduction.work.wait();
       waited += secondsSince(tw);
       if (b->reduction.then) b->reduction.then();
+      if (s.trace)
+        s.trace->ddpSpan("reduce", static_cast<size_t>(&b - s.buckets.data()),
+                         b->face.count_ * base::dataTypeSize(b->face.type_), b->launchedAt, core::TickClock::ticks());
       b->launched = false;
       b->reduction = {};
       if (!s.opts.findUnusedParameters) {

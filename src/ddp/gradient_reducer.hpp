@@ -17,6 +17,10 @@
 #include <mutex>
 #include <vector>
 
+namespace collie::core {
+class CallTrace;
+}
+
 namespace collie::ddp {
 
 struct GradientReducer::Impl {
@@ -29,14 +33,16 @@ struct GradientReducer::Impl {
     size_t pending = 0;  // parameters not yet ready in this iteration
     bool launched = false;
     PendingReduction reduction;
+    uint64_t readySince = 0, launchedAt = 0;  // ticks, kept only while tracing (COLLIE_TRACE)
   };
 
-  Impl(Communicator& c, std::vector<Parameter> p, ReducerOptions o)
-      : comm(c), params(std::move(p)), opts(std::move(o)) {}
+  Impl(Communicator& c, std::vector<Parameter> p, ReducerOptions o);
 
   /// Builds buckets for `assignment`, copying each parameter's current slot from the old layout if any.
   void layout(const std::vector<std::vector<size_t>>& assignment);
   void beginIteration();
+  /// Parameter i is ready or unused: its bucket waits for one parameter less.
+  void countDown(size_t i);
   void launchReady();  // launches buckets nextLaunch.. whose gradients are all ready
   /// Waits for everything launched (errors ignored) and ends the iteration; for error paths and destruction.
   void abandon() noexcept;
@@ -46,6 +52,9 @@ struct GradientReducer::Impl {
   size_t elemSize(size_t i) const;
 
   Communicator& comm;
+  // The communicator's timeline (COLLIE_TRACE; core/call_trace.hpp), or null: each bucket's "ready" span (its
+  // first gradient in until its launch) and "reduce" span (launch until its average was taken) go there.
+  core::CallTrace* trace;
   std::vector<Parameter> params;
   ReducerOptions opts;
   CommHook hook;  // a user's hook; empty: the built-in mean (below)

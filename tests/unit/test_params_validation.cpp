@@ -31,6 +31,8 @@ const std::vector<Case>& cases() {
       {"COLLIE_FLIGHT_RECORDER", {"/tmp/job", "fr"}, {}},
       {"COLLIE_FLIGHT_RECORDER_ENTRIES", {"0", "1", "256", "1048576"}, {"-1", "1048577", "lots", "1e3"}},
       {"COLLIE_FLIGHT_RECORDER_DESTROY", {"0", "1"}, {"2", "-1", "yes"}},
+      {"COLLIE_TRACE", {"/tmp/job", "trace"}, {}},
+      {"COLLIE_STATS", {"0", "1"}, {"2", "-1", "yes"}},
       {"COLLIE_DEBUG", {"NONE", "WARN", "info", "Trace"}, {"VERBOSE", "", "2", "WARN,INFO"}},
       {"COLLIE_DEBUG_SUBSYS",
        {"ALL", "INIT,NET", "^coll", "tune,^env", "BOOTSTRAP"},

@@ -1,0 +1,244 @@
+// CallTrace: buffering events and writing them as Chrome trace JSON (see call_trace.hpp).
+#include "core/call_trace.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+
+#include "base/datatypes.hpp"
+#include "base/errors.hpp"
+#include "base/log.hpp"
+#include "base/params.hpp"
+#include "core/flight_recorder.hpp"
+
+namespace collie::core {
+
+namespace {
+
+constexpr size_t kFlushEvery = 4096;
+constexpr uint64_t kCallsTid = 0;
+constexpr uint64_t kDdpTid = 1000000;  // + the bucket
+uint64_t waitTid(int peer, bool recv) { return 1 + 2 * static_cast<uint64_t>(peer) + (recv ? 0 : 1); }
+
+std::string jsonEscaped(const std::string& s) {
+  std::string out;
+  for (char ch : s) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += ch;
+    } else if (c < 0x20) {
+      out += base::format("\\u%04x", c);
+    } else {
+      out += ch;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string CallTrace::pathFor(const std::string& prefix, const std::string& commName, int rank) {
+  if (commName == "comm") return base::format("%s.rank%d.trace.json", prefix.c_str(), rank);
+  return base::format("%s.%s.rank%d.trace.json", prefix.c_str(), commName.c_str(), rank);
+}
+
+std::unique_ptr<CallTrace> CallTrace::open(int rank, int nranks, const std::string& commName, const TickClock& clock,
+                                           std::vector<std::string> transportNames) {
+  const std::string& prefix = base::params::trace();
+  if (prefix.empty()) return nullptr;
+  const std::string path = pathFor(prefix, commName, rank);
+  FILE* f = std::fopen(path.c_str(), "w");
+  if (!f) {
+    COLLIE_WARN(base::kLogColl, "%s rank %d: cannot write the trace to %s (COLLIE_TRACE): %s; running without it",
+                commName.c_str(), rank, path.c_str(), base::errnoString(errno).c_str());
+    return nullptr;
+  }
+  return std::unique_ptr<CallTrace>(new CallTrace(rank, nranks, commName, clock, path, f, std::move(transportNames)));
+}
+
+CallTrace::CallTrace(int rank, int nranks, std::string commName, const TickClock& clock, std::string path, FILE* file,
+                     std::vector<std::string> transportNames)
+    : rank_(rank),
+      nranks_(nranks),
+      name_(std::move(commName)),
+      clock_(clock),
+      path_(std::move(path)),
+      transportNames_(std::move(transportNames)),
+      file_(file),
+      lastEnd_(2 * static_cast<size_t>(nranks) + 2, 0) {
+  events_.reserve(kFlushEvery);
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  // The first two events: which rank this is, and the clock its ts count from (see call_trace.hpp).
+  std::fprintf(
+      file_,
+      "[\n{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": %d, \"tid\": 0, \"args\": {\"name\": \"rank %d\", "
+      "\"comm\": \"%s\", \"rank\": %d, \"nranks\": %d, \"host\": \"%s\", \"os_pid\": %d, \"base_us\": %lld, "
+      "\"clock\": \"CLOCK_REALTIME\", \"format\": \"collie-trace/1\"}},\n"
+      "{\"name\": \"process_sort_index\", \"ph\": \"M\", \"pid\": %d, \"tid\": 0, \"args\": {\"sort_index\": %d}}",
+      rank_, rank_, jsonEscaped(name_).c_str(), rank_, nranks_, jsonEscaped(host).c_str(), static_cast<int>(getpid()),
+      static_cast<long long>(clock_.originWallUs()), rank_, rank_);
+  std::fflush(file_);
+}
+
+CallTrace::~CallTrace() {
+  std::lock_guard<std::mutex> lock(mu_);
+  writeLocked();
+  std::fputs("\n]\n", file_);
+  if (std::fclose(file_) != 0)
+    COLLIE_WARN(base::kLogColl, "%s rank %d: the trace %s was not written whole: %s", name_.c_str(), rank_,
+                path_.c_str(), base::errnoString(errno).c_str());
+  else
+    COLLIE_INFO(base::kLogColl, "%s rank %d: trace written to %s", name_.c_str(), rank_, path_.c_str());
+}
+
+void CallTrace::callBegin(const OpDesc& op, algorithms::Algorithm algo, uint32_t transports, size_t bytes, uint64_t seq,
+                          uint64_t startTicks) {
+  Event e{};
+  e.kind = Kind::Call;
+  e.coll = op.coll;
+  e.type = op.type;
+  e.op = op.op;
+  e.algo = algo;
+  e.peerOrRoot = op.root;
+  e.transports = transports;
+  e.seq = seq;
+  e.count = op.count;
+  e.bytes = bytes;
+  e.start = startTicks;
+  open_.push_back(e);
+}
+
+void CallTrace::callsEnd(bool ok, uint64_t endTicks) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (Event& e : open_) {
+    e.flag = ok;
+    e.end = endTicks;
+    push(e);
+  }
+  open_.clear();
+}
+
+void CallTrace::stepWait(size_t job, size_t step, int peer, bool recv, size_t bytes, uint64_t start, uint64_t end) {
+  Event e{};
+  e.kind = Kind::Wait;
+  e.flag = recv;
+  e.peerOrRoot = peer;
+  e.count = step;
+  e.bytes = bytes;
+  if (job < open_.size()) {  // the batch's jobs are its calls, in order
+    e.seq = open_[job].seq;
+    e.coll = open_[job].coll;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  uint64_t& last = lastEnd_[std::min(lastEnd_.size() - 1, static_cast<size_t>(waitTid(peer, recv)))];
+  e.start = std::max(start, last);  // transfers with one peer complete in order: this step's share starts here
+  e.end = std::max(end, e.start);
+  last = e.end;
+  push(e);
+}
+
+void CallTrace::ddpSpan(const char* name, size_t bucket, size_t bytes, uint64_t start, uint64_t end) {
+  Event e{};
+  e.kind = Kind::Ddp;
+  e.name = name;
+  e.seq = bucket;
+  e.bytes = bytes;
+  e.start = start;
+  e.end = std::max(start, end);
+  std::lock_guard<std::mutex> lock(mu_);
+  push(e);
+}
+
+void CallTrace::push(const Event& e) {
+  events_.push_back(e);
+  if (events_.size() >= kFlushEvery) writeLocked();
+}
+
+void CallTrace::flush() {
+  std::lock_guard<std::mutex> lock(mu_);
+  writeLocked();
+}
+
+void CallTrace::nameThread(uint64_t tid, std::string* out) {
+  if (std::find(named_.begin(), named_.end(), tid) != named_.end()) return;
+  named_.push_back(tid);
+  std::string name;
+  if (tid == kCallsTid) {
+    name = "calls";
+  } else if (tid >= kDdpTid) {
+    name = base::format("ddp bucket %llu", static_cast<unsigned long long>(tid - kDdpTid));
+  } else {
+    const auto peer = static_cast<int>((tid - 1) / 2);
+    name = (tid - 1) % 2 == 0 ? base::format("recv from rank %d", peer) : base::format("send to rank %d", peer);
+  }
+  *out += base::format(
+      ",\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": %d, \"tid\": %llu, \"args\": {\"name\": \"%s\"}}"
+      ",\n{\"name\": \"thread_sort_index\", \"ph\": \"M\", \"pid\": %d, \"tid\": %llu, \"args\": {\"sort_index\": "
+      "%llu}}",
+      rank_, static_cast<unsigned long long>(tid), name.c_str(), rank_, static_cast<unsigned long long>(tid),
+      static_cast<unsigned long long>(tid));
+}
+
+std::string CallTrace::format(const Event& e, double npt) {
+  const double ts = clock_.sinceOriginUs(e.start, npt);
+  const double dur = static_cast<double>(e.end - e.start) * npt / 1000.0;
+  std::string out;
+  switch (e.kind) {
+    case Kind::Call: {
+      nameThread(kCallsTid, &out);
+      std::string transport;
+      for (size_t t = 0; t < transportNames_.size() && t < 32; ++t)
+        if (e.transports & (1u << t)) transport += (transport.empty() ? "" : "+") + transportNames_[t];
+      const bool p2p = e.coll == algorithms::Collective::Send || e.coll == algorithms::Collective::Recv;
+      out += base::format(
+          ",\n{\"name\": \"%s\", \"cat\": \"call\", \"ph\": \"X\", \"pid\": %d, \"tid\": 0, \"ts\": %.3f, \"dur\": "
+          "%.3f, "
+          "\"args\": {\"call\": %llu, \"dtype\": \"%s\", \"op\": \"%s\", \"count\": %llu, \"bytes\": %llu, \"%s\": %d, "
+          "\"algorithm\": \"%s\", \"transport\": \"%s\", \"ok\": %s}}",
+          algorithms::collectiveName(e.coll), rank_, ts, dur, static_cast<unsigned long long>(e.seq),
+          base::dataTypeName(e.type), base::reduceOpName(e.op), static_cast<unsigned long long>(e.count),
+          static_cast<unsigned long long>(e.bytes), p2p ? "peer" : "root", e.peerOrRoot,
+          algorithms::algorithmName(e.algo), transport.empty() ? "self" : transport.c_str(), e.flag ? "true" : "false");
+      break;
+    }
+    case Kind::Wait: {
+      const uint64_t tid = waitTid(e.peerOrRoot, e.flag);
+      nameThread(tid, &out);
+      out += base::format(
+          ",\n{\"name\": \"%s %d\", \"cat\": \"wait\", \"ph\": \"X\", \"pid\": %d, \"tid\": %llu, \"ts\": %.3f, "
+          "\"dur\": %.3f, \"args\": {\"call\": %llu, \"coll\": \"%s\", \"step\": %llu, \"peer\": %d, \"bytes\": %llu}}",
+          e.flag ? "recv from" : "send to", e.peerOrRoot, rank_, static_cast<unsigned long long>(tid), ts, dur,
+          static_cast<unsigned long long>(e.seq), algorithms::collectiveName(e.coll),
+          static_cast<unsigned long long>(e.count), e.peerOrRoot, static_cast<unsigned long long>(e.bytes));
+      break;
+    }
+    case Kind::Ddp: {
+      const uint64_t tid = kDdpTid + e.seq;
+      nameThread(tid, &out);
+      out += base::format(
+          ",\n{\"name\": \"%s\", \"cat\": \"ddp\", \"ph\": \"X\", \"pid\": %d, \"tid\": %llu, \"ts\": %.3f, "
+          "\"dur\": %.3f, \"args\": {\"bucket\": %llu, \"bytes\": %llu}}",
+          e.name, rank_, static_cast<unsigned long long>(tid), ts, dur, static_cast<unsigned long long>(e.seq),
+          static_cast<unsigned long long>(e.bytes));
+      break;
+    }
+  }
+  return out;
+}
+
+void CallTrace::writeLocked() {
+  if (events_.empty()) return;
+  const double npt = clock_.nsPerTick();
+  std::string text;
+  text.reserve(events_.size() * 220);
+  for (const Event& e : events_) text += format(e, npt);
+  events_.clear();
+  if (std::fwrite(text.data(), 1, text.size(), file_) != text.size() || std::fflush(file_) != 0)
+    COLLIE_WARN(base::kLogColl, "%s rank %d: writing the trace to %s failed: %s", name_.c_str(), rank_, path_.c_str(),
+                base::errnoString(errno).c_str());
+}
+
+}  // namespace collie::core
