@@ -12,9 +12,10 @@ packages+=(python3-dev pybind11-dev)  # Python bindings (pybind11 module)
 packages+=(clang libclang-rt-14-dev)  # scripts/run_fuzzers.sh: clang and its libFuzzer, ASan and UBSan runtimes
 # The UCX transport (InfiniBand/RoCE through UCX; tested here over UCX's tcp and shm) and ucx_info.
 packages+=(libucx-dev ucx-utils)
-# The real launchers of tests/launchers/: Open MPI's mpirun (runtime only; its compiler, libopenmpi-dev, is for
-# perf/peers/ and installed by the perf scripts), and Slurm with munge for a one-host cluster the test starts.
-packages+=(openmpi-bin slurm-wlm munge)
+# The real launchers of tests/launchers/: Slurm with munge for a one-host cluster the test starts. Open MPI is not
+# installed here (the perf scripts that need it install it); launchers.mpirun skips without it, and CI (.ci/run)
+# installs openmpi-bin first so that it runs there.
+packages+=(slurm-wlm munge)
 # Extra packages a script needs only for itself (perf/run_ucx_compare.sh: Open MPI for perf/peers/).
 if [ -n "${COLLIE_EXTRA_PACKAGES:-}" ]; then read -r -a extra <<<"$COLLIE_EXTRA_PACKAGES"; packages+=("${extra[@]}"); fi
 missing=()
