@@ -193,8 +193,17 @@ COLLIE_EXPORT collieResult_t collieAllToAll(const void* sendbuff, void* recvbuff
                                             collieDataType_t datatype, collieComm_t comm, collieStream_t stream);
 COLLIE_EXPORT collieResult_t collieSend(const void* sendbuff, size_t count, collieDataType_t datatype, int peer,
                                         collieComm_t comm, collieStream_t stream);
+/** peer = COLLIE_ANY_SOURCE: from whichever rank sends first (collieRecvAny tells which). */
 COLLIE_EXPORT collieResult_t collieRecv(void* recvbuff, size_t count, collieDataType_t datatype, int peer,
                                         collieComm_t comm, collieStream_t stream);
+#define COLLIE_ANY_SOURCE (-1)
+/** Receives, into host memory, the first message sent to this rank by any other rank, and sets *source to that
+ * rank. Messages from one sender are taken in the order it sent them; the sender's count and datatype must be
+ * these. Blocking; not inside a group (collieInvalidUsage); over the tcp and shm transports (collieInvalidUsage
+ * where a peer is linked by ucx). A peer that exits or dies is dropped: collieRemoteError once every other rank
+ * has, collieTimeout (naming the ranks waited on) when none sends within the communicator's timeout. */
+COLLIE_EXPORT collieResult_t collieRecvAny(void* recvbuff, size_t count, collieDataType_t datatype, int* source,
+                                           collieComm_t comm);
 /** Returns once every rank has entered the barrier. */
 COLLIE_EXPORT collieResult_t collieBarrier(collieComm_t comm);
 

@@ -139,6 +139,10 @@ struct CommStats {
   std::string summary;  ///< the table printed at destroy with COLLIE_STATS=1 (or COLLIE_DEBUG=INFO)
 };
 
+/// The peer of a receive from any source (recv, recvAsync): it takes the first message sent to this rank by any
+/// other rank. Communicator::recvAny returns which rank that was, and so does Work::source().
+constexpr int kAnySource = -1;
+
 class Communicator;
 struct InternalAccess;  // the library's own access to the internals (not part of the API)
 
@@ -156,6 +160,8 @@ class COLLIE_EXPORT Work {
   ErrorCode error() const;
   /// The message of the failure, empty when none.
   std::string errorMessage() const;
+  /// A receive from any source: the rank whose message it took, once done (-1 before, and for any other call).
+  int source() const;
   bool valid() const { return state_ != nullptr; }
 
  private:
@@ -192,7 +198,13 @@ class COLLIE_EXPORT Communicator {
   void reduceScatter(const void* send, void* recv, size_t recvCount, DataType type, ReduceOp op);
   void allToAll(const void* send, void* recv, size_t count, DataType type);
   void send(const void* buf, size_t count, DataType type, int peer);
+  /// peer = kAnySource: from whichever rank sends first (see recvAny).
   void recv(void* buf, size_t count, DataType type, int peer);
+  /// Receives the first message sent to this rank by any other rank and returns that rank. Messages from one
+  /// sender are taken in the order it sent them; the sender's count and type must be this call's. Not inside a
+  /// group. Over the tcp and shm transports (InvalidUsage where a peer is linked by ucx). A peer that exits or
+  /// dies is dropped: RemoteError once every other rank has, Timeout (naming the ranks waited on) when none sends.
+  int recvAny(void* buf, size_t count, DataType type);
   void barrier();
 
   // Async forms: return at once; keep the buffers untouched until the Work is done.
@@ -204,6 +216,8 @@ class COLLIE_EXPORT Communicator {
   Work allToAllAsync(const void* send, void* recv, size_t count, DataType type);
   Work sendAsync(const void* buf, size_t count, DataType type, int peer);
   Work recvAsync(void* buf, size_t count, DataType type, int peer);
+  /// recvAny's async form: Work::source() names the sender once the Work is done.
+  Work recvAnyAsync(void* buf, size_t count, DataType type);
 
   // Typed conveniences.
   template <typename T>

@@ -452,6 +452,17 @@ collieResult_t collieRecv(void* recvbuff, size_t count, collieDataType_t datatyp
   return streamCall(comm, stream, Collective::Recv, nullptr, recvbuff, count, dt(datatype), kNoOp, peer);
 }
 
+static_assert(COLLIE_ANY_SOURCE == collie::kAnySource);
+
+collieResult_t collieRecvAny(void* recvbuff, size_t count, collieDataType_t datatype, int* source,
+                             collieComm_t comm) {
+  if (source) *source = -1;
+  return withComm(comm, [&](collie::Communicator& c) {
+    COLLIE_ARG_CHECK(source != nullptr, "collieRecvAny on rank %d: source is NULL", c.rank());
+    *source = c.recvAny(recvbuff, count, dt(datatype));
+  });
+}
+
 collieResult_t collieBarrier(collieComm_t comm) {
   return withComm(comm, [&](collie::Communicator& c) { c.barrier(); });
 }

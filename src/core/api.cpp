@@ -59,6 +59,11 @@ ErrorCode Work::error() const {
   return state_->code;
 }
 
+int Work::source() const {
+  if (!state_ || !state_->test()) return -1;
+  return state_->source;
+}
+
 std::string Work::errorMessage() const {
   if (!state_ || !state_->test()) return {};
   return state_->message;
@@ -129,6 +134,13 @@ void Communicator::send(const void* buf, size_t count, DataType type, int peer) 
 void Communicator::recv(void* buf, size_t count, DataType type, int peer) {
   impl_->comm->run(makeOp(Collective::Recv, nullptr, buf, count, type, ReduceOp::Sum, peer));
 }
+int Communicator::recvAny(void* buf, size_t count, DataType type) {
+  OpDesc op = makeOp(Collective::Recv, nullptr, buf, count, type, ReduceOp::Sum, kAnySource);
+  int source = -1;
+  op.source = &source;
+  impl_->comm->run(std::move(op));
+  return source;
+}
 void Communicator::barrier() { impl_->comm->barrier(); }
 
 Work Communicator::allReduceAsync(const void* send, void* recv, size_t count, DataType type, ReduceOp op) {
@@ -154,6 +166,10 @@ Work Communicator::sendAsync(const void* buf, size_t count, DataType type, int p
 }
 Work Communicator::recvAsync(void* buf, size_t count, DataType type, int peer) {
   return Work(impl_->comm->runAsync(makeOp(Collective::Recv, nullptr, buf, count, type, ReduceOp::Sum, peer)));
+}
+
+Work Communicator::recvAnyAsync(void* buf, size_t count, DataType type) {
+  return recvAsync(buf, count, type, kAnySource);
 }
 
 std::unique_ptr<Communicator> Communicator::split(int color, int key, const Options& options) {

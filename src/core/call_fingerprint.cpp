@@ -61,6 +61,11 @@ Fingerprint fingerprintOf(const OpDesc& op, uint32_t call, int rank) {
   return fp;
 }
 
+bool isSendTo(const Fingerprint& fp, int rank) {
+  const Decoded d = decode(fp);
+  return d.known && d.coll == Collective::Send && static_cast<int64_t>(fp.root) == static_cast<int64_t>(rank) + 1;
+}
+
 bool isCollectiveFingerprint(const Fingerprint& fp) {
   const Decoded d = decode(fp);
   return d.known && d.coll != Collective::Send && d.coll != Collective::Recv;

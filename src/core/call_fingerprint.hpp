@@ -49,6 +49,9 @@ class CallHistory {
   std::array<transport::Fingerprint, 64> ring_{};
 };
 
+/// Whether `fp` is a send's to `rank` (what a receive from any source on `rank` can take).
+bool isSendTo(const transport::Fingerprint& fp, int rank);
+
 /// Whether `fp` is a collective's (not a send/receive's, not empty).
 bool isCollectiveFingerprint(const transport::Fingerprint& fp);
 

@@ -75,6 +75,7 @@ void CommImpl::connect(const std::vector<transport::PeerInfo>& peers) {
   recorder_.setQueuedSource([this] { return queue_.queued(); });
   std::vector<transport::Connection*> raw;
   for (auto& c : links_.conns) raw.push_back(c.get());
+  anySource_ = std::make_unique<AnySourceMatcher>(rank_, nranks_, raw, poller_, abort_, name_);
   executor_ = std::make_unique<Executor>(rank_, nranks_, std::move(raw), poller_, abort_, name_);
   barrier();  // every rank is connected before anyone returns
 }
@@ -170,14 +171,26 @@ void CommImpl::validate(const OpDesc& op) const {
 
 // ---- Execution ------------------------------------------------------------------------------------------------
 
+OpDesc CommImpl::matchAnySource(const OpDesc& op, const ExecConfig& config) {
+  AnySourceMatcher::Call call;
+  call.expected = [&](int peer) { return planner_.recvFingerprint(op, peer); };
+  call.lastSeen = [&](int peer) { return executor_->lastSeen(peer); };
+  call.text = base::format("Recv(%s, %zu from any rank)", base::dataTypeName(op.type), op.count);
+  OpDesc named = op;
+  named.root = anySource_->match(call, config);
+  if (op.source) *op.source = named.root;
+  return named;
+}
+
 void CommImpl::execute(const std::vector<OpDesc>& ops) {
   if (failCode_.load() != ErrorCode::Success) throw Error(failCode_.load(), failureMessage());
-  const std::vector<Job>& jobs = planner_.plan(ops);
   ExecConfig config;
   config.timeout = timeout_;
   config.spin = std::chrono::microseconds(base::params::spinUs());
   config.yieldWhileSpinning = links_.oversubscribed;
   try {
+    const bool anySource = ops.size() == 1 && ops[0].root == kAnySource && ops[0].coll == Collective::Recv;
+    const std::vector<Job>& jobs = anySource ? planner_.plan({matchAnySource(ops[0], config)}) : planner_.plan(ops);
     executor_->run(jobs, config);
     recorder_.finish(true);
   } catch (const transport::MismatchError& e) {
@@ -222,9 +235,10 @@ void CommImpl::run(OpDesc op) {
 }
 
 std::shared_ptr<WorkState> CommImpl::runAsync(OpDesc op) {
+  auto work = std::make_shared<WorkState>();
+  if (op.root == kAnySource && op.coll == Collective::Recv) op.source = &work->source;  // Work::source()
   validate(op);
   classifyMemory(op, rank_, boundDevice_);  // device buffers: the Work completes once the result is back
-  auto work = std::make_shared<WorkState>();
   op.work = work;
   std::unique_lock<std::mutex> deviceLock(deviceMu_, std::defer_lock);
   if (op.device) {

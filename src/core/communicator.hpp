@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "base/poller.hpp"
+#include "core/any_source.hpp"
 #include "core/bootstrap.hpp"
 #include "core/executor.hpp"
 #include "core/flight_recorder.hpp"
@@ -80,6 +81,8 @@ class CommImpl {
   void calibrate(const std::vector<transport::PeerInfo>& peers);
   void pingPong(int peer, double* alpha, double* beta);
   void execute(const std::vector<OpDesc>& ops);
+  /// `op` (a Recv from any source) with the peer whose message it takes (any_source.hpp), written to op.source.
+  OpDesc matchAnySource(const OpDesc& op, const ExecConfig& config);
   // Device buffers (device_stager.hpp).
   void stageDevice(OpDesc& op);
   void runDevice(OpDesc op);
@@ -100,6 +103,7 @@ class CommImpl {
   base::Poller poller_;
   Links links_;
   std::unique_ptr<Executor> executor_;
+  std::unique_ptr<AnySourceMatcher> anySource_;
   Planner planner_;
   std::unique_ptr<CallTrace> trace_;  // before recorder_: the recorder's dumps flush it while the recorder lives
   FlightRecorder recorder_;           // this communicator's last calls (flight_recorder.hpp)

@@ -81,6 +81,8 @@ class Executor {
   void cancel();
   /// Where each step's waits on its peers go (null: nowhere, the default).
   void setTrace(CallTrace* trace) { trace_ = trace; }
+  /// The call of the last message received from `peer` (empty before the first).
+  const transport::Fingerprint& lastSeen(int peer) const { return lastSeen_[static_cast<size_t>(peer)]; }
 
  private:
   struct SliceState;

@@ -14,6 +14,9 @@ namespace collie::core {
 struct StagedOp;
 using WorkState = Work::State;
 
+/// The peer of a Recv from any source (collie::kAnySource; any_source.hpp).
+constexpr int kAnySource = collie::kAnySource;
+
 /// One call as the user made it.
 struct OpDesc {
   algorithms::Collective coll = algorithms::Collective::AllReduce;
@@ -22,7 +25,8 @@ struct OpDesc {
   size_t count = 0;  ///< as in the C API (per rank for AllGather/ReduceScatter/AllToAll)
   DataType type = DataType::Float32;
   ReduceOp op = ReduceOp::Sum;
-  int root = 0;                     ///< root, or peer for Send/Recv
+  int root = 0;                     ///< root, or peer for Send/Recv (kAnySource: a Recv from any source)
+  int* source = nullptr;            ///< a Recv from any source: where the rank it matched is written
   std::shared_ptr<WorkState> work;  ///< set for async calls and calls deferred by a group
   /// The caller's cudaStream_t, set by the API entry point (the C API); NULL: the legacy default stream.
   void* stream = nullptr;

@@ -89,6 +89,12 @@ const std::vector<Job>& Planner::plan(const std::vector<OpDesc>& ops) {
   return jobs_;
 }
 
+transport::Fingerprint Planner::recvFingerprint(const OpDesc& op, int peer) const {
+  OpDesc named = op;
+  named.root = peer;
+  return fingerprintOf(named, recvs_[static_cast<size_t>(peer)], rank_);
+}
+
 transport::MismatchRecord Planner::explain(transport::MismatchRecord r) const {
   if (r.rankB != rank_ || !isCollectiveFingerprint(r.a)) return r;
   if (const transport::Fingerprint* mine = history_.find(r.a.call)) r.b = *mine;

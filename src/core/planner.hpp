@@ -42,6 +42,8 @@ class Planner {
 
   /// The jobs for `ops` (valid until the next call), recording the last one as lastCall().
   const std::vector<Job>& plan(const std::vector<OpDesc>& ops);
+  /// The fingerprint a Recv `op` from `peer` would expect if planned now (a receive from any source, any_source.hpp).
+  transport::Fingerprint recvFingerprint(const OpDesc& op, int peer) const;
   /// What the most recent planned call runs. Any thread.
   CallInfo lastCall() const;
   /// `r` as found by this rank (rankB) with this rank's side replaced by its own call of the number the peer's

@@ -27,6 +27,7 @@ struct Work::State {
   bool done = false;
   ErrorCode code = ErrorCode::Success;
   std::string message;
+  int source = -1;  ///< a receive from any source: the rank it matched (written before completion)
 
   void complete(ErrorCode c, std::string msg);
   void wait();

@@ -82,6 +82,11 @@ bool CollieWork::wait(std::chrono::milliseconds timeout) {
   return true;
 }
 
+int CollieWork::sourceRank() const {
+  TORCH_CHECK(source_.valid(), "collie ", name_, ": sourceRank() is only for a receive from any source");
+  return source_.source();
+}
+
 c10::intrusive_ptr<c10::ivalue::Future> CollieWork::getFuture() {
   c10::intrusive_ptr<c10::ivalue::Future> future;
   bool done;

@@ -57,6 +57,8 @@ class CollieWork : public c10d::Work {
   void add(const collie::Work& work) { handles_.push_back(work); }
   /// Runs on success, after every handle is done (before the outputs are reported).
   void then(std::function<void()> fn) { post_.push_back(std::move(fn)); }
+  /// A receive from any source: the collie handle whose source() sourceRank() reports.
+  void setSourceOf(const collie::Work& work) { source_ = work; }
   /// Marks the call as failed already (a group that threw at its end).
   void failWith(const std::string& message) { issueError_ = message; }
 
@@ -64,6 +66,8 @@ class CollieWork : public c10d::Work {
   bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
   std::vector<at::Tensor> result() override { return outputs_; }
+  /// The rank a receive from any source took its message from (-1 until it is done).
+  int sourceRank() const override;
 
   /// Waits for every handle, runs the post-processing, sets the exception and the future. Idempotent.
   void complete();
@@ -72,6 +76,7 @@ class CollieWork : public c10d::Work {
   std::string name_;
   std::vector<at::Tensor> outputs_;
   std::vector<collie::Work> handles_;
+  collie::Work source_;  // valid for a receive from any source
   std::vector<std::function<void()>> post_;
   std::string issueError_;
   std::shared_ptr<FutureWaiter> waiter_;

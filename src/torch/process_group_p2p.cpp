@@ -1,8 +1,8 @@
 // ProcessGroupCollie: the calls that exchange data between pairs of ranks (process_group_collie.hpp):
 // all-to-all with even splits on collie's AllToAll, uneven splits and lists as one collie group of sends and
 // receives (collie::groupStart/groupEnd, so that every pair exchanges at once, never in a cycle that waits), gather
-// and scatter as sends to / receives at the root, send and recv, and batch_isend_irecv's coalescing as a collie
-// group. collie matches a receive to one named peer: there is no receive from any source (recvAnysource raises).
+// and scatter as sends to / receives at the root, send and recv (from any source: collie's recvAnyAsync, whose
+// Work names the sender for sourceRank()), and batch_isend_irecv's coalescing as a collie group.
 #include <c10/util/Exception.h>
 
 #include <cstring>
@@ -226,10 +226,17 @@ ProcessGroupCollie::WorkPtr ProcessGroupCollie::recv(std::vector<at::Tensor>& te
 }
 
 ProcessGroupCollie::WorkPtr ProcessGroupCollie::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
-  TORCH_CHECK(false,
-              "collie recv: receiving from any source is not supported (collie matches every receive to one named "
-              "peer); pass src=");
-  return {};
+  TORCH_CHECK(tensors.size() == 1, "collie recv: takes exactly one tensor, got ", tensors.size());
+  TORCH_CHECK(!coalescing_, "collie recv: a receive from any source cannot be part of batch_isend_irecv (name src)");
+  Staged s = stageBytes(tensors[0], "recv: tensor");
+  auto work = makeWork(c10d::OpType::RECVANYSOURCE, "recv", tensors);
+  issueCollie("recv", reporter_.get(), [&] {
+    collie::Work w = comm_->recvAnyAsync(s.ptr(), s.count, DataType::Uint8);
+    work->add(w);
+    work->setSourceOf(w);
+  });
+  work->then([s] { s.copyBack(); });
+  return work;
 }
 
 void ProcessGroupCollie::startCoalescing() {

@@ -50,6 +50,14 @@ Transport* chooseTransport(const std::vector<std::unique_ptr<Transport>>& transp
   return i < 0 ? nullptr : transports[static_cast<size_t>(i)].get();
 }
 
+bool Connection::probe(Arrival* next) {
+  (void)next;
+  COLLIE_FAIL(ErrorCode::InvalidUsage,
+              "a receive from any source cannot use the connection to peer %d: its transport cannot look at a "
+              "message before a receive is posted for it (name the source, or use the tcp or shm transport)",
+              peer());
+}
+
 void throwMismatch(const MismatchRecord& r, const char* where) {
   auto fp = [](const Fingerprint& f) {
     return base::format("call #%u root %u shape 0x%016llx", f.call, f.root, static_cast<unsigned long long>(f.shape));

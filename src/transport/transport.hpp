@@ -75,6 +75,12 @@ struct Transfer {
   Fingerprint fp{};       ///< a send: its call's; a receive: the one the sender's must equal (fingerprint.hpp)
 };
 
+/// The head of the next message from a peer that no posted receive takes yet (Connection::probe).
+struct Arrival {
+  uint64_t bytes = 0;  ///< the whole message's size
+  Fingerprint fp{};    ///< the sender's call
+};
+
 /// Everything a transport needs to know about the communicator it serves.
 struct CommContext {
   int rank = 0;
@@ -103,6 +109,13 @@ class Connection {
   /// the fast path): throws RemoteError when the transport can tell that the peer is dead (its host stopped
   /// answering), as opposed to alive but not calling, which only the caller's timeout ends.
   virtual void checkAlive() {}
+  /// For a receive from any source (core/any_source.hpp), only while no receive is posted here: true, with *next
+  /// filled, once the head of the peer's next message has arrived; nothing is consumed. Until endProbe(), the
+  /// connection ends a sleep of the poller when such a head arrives. Throws RemoteError when the peer closed or
+  /// died with no such message (after what it sent before), MismatchError when it poisoned the link, and
+  /// InvalidUsage where the transport cannot look ahead.
+  virtual bool probe(Arrival* next);
+  virtual void endProbe() {}
   /// Closes the connection after passing `why` to the peer where the transport can (best effort, bounded), so
   /// that its next progress() throws MismatchError(why) rather than a plain "peer closed".
   virtual void poison(const MismatchRecord& why) {

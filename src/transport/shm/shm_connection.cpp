@@ -24,6 +24,9 @@
 // makes a syscall while the other side is awake, and no fence is needed, so ThreadSanitizer checks all of it.
 // One epoll set thus waits for tcp sockets and shm peers alike.
 //
+// A receive from any source looks at the head slot with probe() before posting (its header holds the message's
+// number, size and fingerprint); while probing, wouldMove() also answers for a slot no receive was posted for.
+//
 // Failure. The peer's closed flags (set by its close()) are read when progress() is idle and busy; its
 // handshake socket, kept open and in the epoll set, tells (EOF/HUP) when the peer process died, which wakes a
 // sleeping rank at once and is checked at most every millisecond while spinning. Either ends every pending
@@ -158,6 +161,7 @@ void ShmConnection::postRecv(Transfer* t) {
   COLLIE_INTERNAL_CHECK(t->bytes == 0 || t->buf != nullptr, "shm connection to peer %d: receive of %zu bytes into null",
                         peer_, t->bytes);
   t->complete = false;
+  probing_ = false;
   recvs_.push_back(RecvOp{t, 0});
   ++pending_;
 }
@@ -334,24 +338,46 @@ void ShmConnection::failGone(const char* why) {
               rank_, recvs_.size(), sends_.size() + directs_.size());
 }
 
+bool ShmConnection::peerEnded() {
+  if (peerClosed()) return true;
+  if ((++idleChecks_ & 63) != 0) return false;  // the clock, then a syscall: not on every idle pass
+  auto now = std::chrono::steady_clock::now();
+  if (now - lastLivenessCheck_ < std::chrono::milliseconds(1)) return false;
+  lastLivenessCheck_ = now;
+  return peerGone();
+}
+
 void ShmConnection::checkPeer() {
-  bool closed = peerClosed();
-  bool gone = false;
-  if (!closed) {
-    if ((++idleChecks_ & 63) != 0) return;  // the clock, then a syscall: not on every idle pass
-    auto now = std::chrono::steady_clock::now();
-    if (now - lastLivenessCheck_ < std::chrono::milliseconds(1)) return;
-    lastLivenessCheck_ = now;
-    gone = peerGone();
-    if (!gone) return;
-  }
+  if (!peerEnded()) return;
   // Take what the peer sent before it went; anything still pending after that can never complete.
   pumpRecv();
-  if (pending_ > 0) failGone(closed ? "closed the connection (it may have failed or been aborted)" : "exited or died");
+  if (pending_ > 0)
+    failGone(peerClosed() ? "closed the connection (it may have failed or been aborted)" : "exited or died");
+}
+
+bool ShmConnection::probe(Arrival* next) {
+  if (error_) std::rethrow_exception(error_);
+  COLLIE_USAGE_CHECK(!closed_, "receive from any source on the closed shm connection of rank %d to peer %d", rank_,
+                     peer_);
+  COLLIE_INTERNAL_CHECK(pending_ == 0, "shm connection to peer %d: probe with %zu transfers pending", peer_, pending_);
+  probing_ = true;
+  for (bool ended = false;; ended = true) {
+    const SlotHeader* s = in_.slot(head_);
+    if (s->seq.load(std::memory_order_acquire) == head_ + 1) {
+      check(s->msgSeq == recvSeq_, "corrupt slot (a message number out of order)");
+      next->bytes = s->msgBytes;
+      next->fp = s->fp;
+      return true;
+    }
+    if (ended) failGone(peerClosed() ? "closed the connection (it may have failed or been aborted)" : "exited or died");
+    if (!peerEnded()) return false;  // else look once more: it may have sent before it went
+  }
 }
 
 bool ShmConnection::wouldMove() {
-  if (closed_ || error_ || pending_ == 0) return false;
+  if (closed_ || error_) return false;
+  if (probing_ && pending_ == 0) return in_.slot(head_)->seq.load(std::memory_order_acquire) == head_ + 1 || peerClosed() || peerGone();
+  if (pending_ == 0) return false;
   if (!recvs_.empty() && in_.slot(head_)->seq.load(std::memory_order_acquire) == head_ + 1) return true;
   if (!sends_.empty() || !directs_.empty()) {
     uint64_t head = out_.consumer->head.load(std::memory_order_acquire);

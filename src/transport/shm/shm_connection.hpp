@@ -72,6 +72,9 @@ class ShmConnection final : public Connection {
   void close() override;
   /// Leaves `why` in this side's closed lines for the peer, then closes.
   void poison(const MismatchRecord& why) override;
+  /// Reads the head slot's header (message size, fingerprint) without consuming it.
+  bool probe(Arrival* next) override;
+  void endProbe() override { probing_ = false; }
 
   /// For the sleep hook: whether progress() would move something now (or fail), without moving it.
   bool wouldMove();
@@ -99,6 +102,8 @@ class ShmConnection final : public Connection {
   void wakePeer();
   /// Idle and busy: fails if the peer closed or died (after taking what it sent before).
   void checkPeer();
+  /// Whether the peer closed or (checked at most every millisecond, a syscall) died.
+  bool peerEnded();
   bool peerClosed() const;
   bool peerGone();  ///< the socket says the peer closed it or died (a syscall)
   [[noreturn]] void failGone(const char* why);
@@ -122,6 +127,7 @@ class ShmConnection final : public Connection {
   std::exception_ptr error_;
   std::chrono::steady_clock::time_point lastLivenessCheck_{};
   uint32_t idleChecks_ = 0;
+  bool probing_ = false;  ///< between probe() and endProbe(): a message's arrival ends the poller's sleep
 };
 
 }  // namespace collie::transport::shm

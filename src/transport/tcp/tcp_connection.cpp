@@ -15,6 +15,10 @@
 // sendmsg/recvmsg with an iovec list covering the header and payload of up to kMaxBatch queued parts, so a
 // small message is one syscall each way and a burst of small messages shares syscalls.
 //
+// probe() (a receive from any source) peeks at the header of message number recvSeq_ on socket recvSeq_ % nsock:
+// whether or not that message is striped, that socket carries a part of it, and every part's header holds the
+// whole message's size and the sender's fingerprint. Nothing is read, so the receive posted next takes it as usual.
+//
 // progress() tries every socket that has pending parts until the kernel would block (EAGAIN, or a short
 // read/write, which for stream sockets means the same). The executor sleeps in an edge-triggered epoll only
 // after a progress() that moved nothing, so no readiness edge is ever lost.
@@ -185,6 +189,30 @@ void TcpConnection::checkAlive() {
       throw;
     }
   }
+}
+
+bool TcpConnection::probe(Arrival* next) {
+  if (error_) std::rethrow_exception(error_);
+  COLLIE_USAGE_CHECK(!closed_, "receive from any source on the closed tcp connection of rank %d to peer %d", rank_,
+                     peer_);
+  COLLIE_INTERNAL_CHECK(pending_ == 0, "tcp connection to peer %d: probe with %zu transfers pending", peer_, pending_);
+  const int fd = socks_[recvSeq_ % socks_.size()].fd;
+  MsgHeader h{};
+  ssize_t n;
+  do {
+    n = ::recv(fd, &h, sizeof(h), MSG_PEEK | MSG_DONTWAIT);
+  } while (n < 0 && errno == EINTR);
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return false;
+  if (n < 0) failIo(errno, "receive");
+  if (n == 0) failIo(0, "receive");  // closed, after everything it sent was taken
+  if (static_cast<size_t>(n) < sizeof(h)) return false;  // the rest of the header arrives with a new edge
+  if (h.magic == kPoisonMagic) throwMismatch(poisonRecord(h), base::format("from peer %d over tcp", peer_).c_str());
+  COLLIE_ENFORCE(h.magic == kMsgMagic && h.seq == recvSeq_, ErrorCode::InternalError,
+                     "corrupt tcp stream from peer %d: expected the header of message #%u, got magic 0x%08x #%u",
+                     peer_, recvSeq_, h.magic, h.seq);
+  next->bytes = h.bytes;
+  next->fp = h.fp;
+  return true;
 }
 
 int TcpConnection::buildIov(const std::deque<Part>& q, iovec* iov, size_t* want) {

@@ -36,6 +36,8 @@ class TcpConnection final : public Connection {
   bool busy() const override { return pending_ > 0; }
   void close() override;
   void checkAlive() override;
+  /// Peeks (MSG_PEEK) at the header of the next message on the socket that carries it (all or part of it).
+  bool probe(Arrival* next) override;
   /// Finishes the part being written on each socket (bounded), writes a poison header after it, then closes.
   void poison(const MismatchRecord& why) override;
 
