@@ -454,8 +454,7 @@ collieResult_t collieRecv(void* recvbuff, size_t count, collieDataType_t datatyp
 
 static_assert(COLLIE_ANY_SOURCE == collie::kAnySource);
 
-collieResult_t collieRecvAny(void* recvbuff, size_t count, collieDataType_t datatype, int* source,
-                             collieComm_t comm) {
+collieResult_t collieRecvAny(void* recvbuff, size_t count, collieDataType_t datatype, int* source, collieComm_t comm) {
   if (source) *source = -1;
   return withComm(comm, [&](collie::Communicator& c) {
     COLLIE_ARG_CHECK(source != nullptr, "collieRecvAny on rank %d: source is NULL", c.rank());

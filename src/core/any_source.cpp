@@ -117,7 +117,7 @@ void AnySourceMatcher::failTimeout(const Call& call, const ExecConfig& config) c
     }
     const transport::Fingerprint& ahead = ahead_[static_cast<size_t>(p)];
     const transport::Fingerprint seen = call.lastSeen(p);
-    std::string state = ahead.shape   ? "its next message is from " + callText(ahead, p, rank_)
+    std::string state = ahead.shape  ? "its next message is from " + callText(ahead, p, rank_)
                         : seen.shape ? "last seen in " + callText(seen, p, rank_)
                                      : std::string("nothing received from it yet");
     waiting += base::format("%srank %d (%s)", waiting.empty() ? "" : ", ", p, state.c_str());

@@ -64,8 +64,8 @@ class AnySourceMatcher {
   base::Poller& poller_;
   const std::atomic<bool>& abort_;
   std::string name_;
-  int last_ = 0;                     // the peer matched last
-  std::vector<std::string> closed_;  // by peer: why it was dropped (empty: still a candidate)
+  int last_ = 0;                               // the peer matched last
+  std::vector<std::string> closed_;            // by peer: why it was dropped (empty: still a candidate)
   std::vector<transport::Fingerprint> ahead_;  // by peer: the call its next message is from, when not a send to us
 };
 

@@ -84,8 +84,10 @@ void validateOp(const OpDesc& op, int rank, int nranks) {
   if (anySource) {
     COLLIE_USAGE_CHECK(!inGroup(), "%s on rank %d: a receive from any source cannot be part of a group (name its peer)",
                        what, rank);
-    COLLIE_USAGE_CHECK(nranks > 1, "%s on rank %d: a receive from any source in a communicator of one rank can never "
-                       "complete", what, rank);
+    COLLIE_USAGE_CHECK(nranks > 1,
+                       "%s on rank %d: a receive from any source in a communicator of one rank can never "
+                       "complete",
+                       what, rank);
   } else if (rooted || p2p) {
     COLLIE_ARG_CHECK(op.root >= 0 && op.root < nranks, "%s on rank %d: %s=%d is outside [0, %d)", what, rank,
                      p2p ? "peer" : "root", op.root, nranks);

@@ -376,7 +376,8 @@ bool ShmConnection::probe(Arrival* next) {
 
 bool ShmConnection::wouldMove() {
   if (closed_ || error_) return false;
-  if (probing_ && pending_ == 0) return in_.slot(head_)->seq.load(std::memory_order_acquire) == head_ + 1 || peerClosed() || peerGone();
+  if (probing_ && pending_ == 0)
+    return in_.slot(head_)->seq.load(std::memory_order_acquire) == head_ + 1 || peerClosed() || peerGone();
   if (pending_ == 0) return false;
   if (!recvs_.empty() && in_.slot(head_)->seq.load(std::memory_order_acquire) == head_ + 1) return true;
   if (!sends_.empty() || !directs_.empty()) {

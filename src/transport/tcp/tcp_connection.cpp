@@ -204,12 +204,12 @@ bool TcpConnection::probe(Arrival* next) {
   } while (n < 0 && errno == EINTR);
   if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return false;
   if (n < 0) failIo(errno, "receive");
-  if (n == 0) failIo(0, "receive");  // closed, after everything it sent was taken
+  if (n == 0) failIo(0, "receive");                      // closed, after everything it sent was taken
   if (static_cast<size_t>(n) < sizeof(h)) return false;  // the rest of the header arrives with a new edge
   if (h.magic == kPoisonMagic) throwMismatch(poisonRecord(h), base::format("from peer %d over tcp", peer_).c_str());
   COLLIE_ENFORCE(h.magic == kMsgMagic && h.seq == recvSeq_, ErrorCode::InternalError,
-                     "corrupt tcp stream from peer %d: expected the header of message #%u, got magic 0x%08x #%u",
-                     peer_, recvSeq_, h.magic, h.seq);
+                 "corrupt tcp stream from peer %d: expected the header of message #%u, got magic 0x%08x #%u", peer_,
+                 recvSeq_, h.magic, h.seq);
   next->bytes = h.bytes;
   next->fp = h.fp;
   return true;
