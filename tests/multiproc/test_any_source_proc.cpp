@@ -82,7 +82,9 @@ void severalSenders(Communicator& comm, size_t count, const char* transport) {
     for (int p = 1; p < n; ++p) EXPECT_EQ(next[static_cast<size_t>(p)], kPerSender) << "from rank " << p;
     EXPECT_EQ(comm.lastCall().transport, transport);
   }
-  // Named calls after: rank 0 receives one more from each by name, and sends each one back.
+  // Named calls after (once rank 0 took them all: a later send could otherwise be its match, legitimately): rank 0
+  // receives one more from each by name, and sends each one back.
+  comm.barrier();
   for (int p = 1; p < n; ++p) {
     if (r == p) {
       comm.send(messageOf(r, kPerSender, count).data(), count, DataType::Float32, 0);
