@@ -10,6 +10,8 @@ only, and that rank's file was cut short by a SIGTERM (no closing bracket): it m
 and exits 1, or exits 0.
 """
 import json
+import os
+import shutil
 import subprocess
 import sys
 
@@ -132,6 +134,13 @@ if res.returncode == 0:
               f"clocks not aligned: rank 1's broadcast ends before rank 0's starts ({first})")
     lines = [l for l in res.stdout.splitlines() if l.startswith("rank ")]
     check(len(lines) == nranks, f"the tool's summary: {res.stdout}")
+    # perf/plot_trace draws the last DDP step of the merge (where gnuplot is installed, as perf/plot_perf needs).
+    plot = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(tool))), "perf", "plot_trace")
+    if cut < 0 and shutil.which("gnuplot"):
+        png = prefix + ".step.png"
+        res = subprocess.run(["/usr/bin/python3", plot, out, png, "--last-ddp-step"], capture_output=True, text=True)
+        check(res.returncode == 0 and open(png, "rb").read(8) == b"\x89PNG\r\n\x1a\n",
+              f"plot_trace failed ({res.returncode}): {res.stdout}{res.stderr}")
 
 for p in problems:
     print("PROBLEM:", p)
