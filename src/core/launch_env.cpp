@@ -51,28 +51,6 @@ struct RankVars {
   const char* launcher;
 };
 
-std::array<uint8_t, 16> secretFromEnv(const std::string& rootAddr, int nranks) {
-  std::array<uint8_t, 16> secret{};
-  if (const char* hex = env("COLLIE_SECRET")) {
-    std::string h = hex;
-    COLLIE_ARG_CHECK(h.size() == 32 && h.find_first_not_of("0123456789abcdefABCDEF") == std::string::npos,
-                     "COLLIE_SECRET must be 32 hex digits");
-    for (size_t i = 0; i < 16; ++i) secret[i] = static_cast<uint8_t>(std::stoi(h.substr(2 * i, 2), nullptr, 16));
-    return secret;
-  }
-  std::string job = rootAddr + "/" + std::to_string(nranks);
-  for (const char* v : {"TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "SLURM_STEP_ID", "OMPI_MCA_ess_base_jobid"}) {
-    if (const char* x = env(v)) job += std::string("/") + x;
-  }
-  COLLIE_INFO(base::kLogInit, "no COLLIE_SECRET: using a secret derived from the job (%s)", job.c_str());
-  uint64_t h1 = std::hash<std::string>{}(job), h2 = std::hash<std::string>{}(job + "#collie");
-  for (size_t i = 0; i < 8; ++i) {
-    secret[i] = static_cast<uint8_t>(h1 >> (8 * i));
-    secret[8 + i] = static_cast<uint8_t>(h2 >> (8 * i));
-  }
-  return secret;
-}
-
 /// Whether `a` is a loopback address (127/8, ::1, or 127/8 mapped into IPv6).
 bool isLoopback(const sockaddr_storage& a) {
   if (a.ss_family == AF_INET) {
@@ -89,6 +67,29 @@ bool isLoopback(const sockaddr_storage& a) {
 }  // namespace
 
 namespace core {
+
+std::array<uint8_t, 16> secretFromEnv(const std::string& rootAddr, int nranks) {
+  std::array<uint8_t, 16> secret{};
+  if (const char* hex = env("COLLIE_SECRET")) {
+    std::string h = hex;
+    COLLIE_ARG_CHECK(h.size() == 32 && h.find_first_not_of("0123456789abcdefABCDEF") == std::string::npos,
+                     "COLLIE_SECRET must be 32 hex digits");
+    for (size_t i = 0; i < 16; ++i) secret[i] = static_cast<uint8_t>(std::stoi(h.substr(2 * i, 2), nullptr, 16));
+    return secret;
+  }
+  std::string job = rootAddr + "/" + std::to_string(nranks);
+  for (const char* v :
+       {"TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "SLURM_STEP_ID", "OMPI_MCA_ess_base_jobid", "PMIX_NAMESPACE"}) {
+    if (const char* x = env(v)) job += std::string("/") + x;
+  }
+  COLLIE_INFO(base::kLogInit, "no COLLIE_SECRET: using a secret derived from the job (%s)", job.c_str());
+  uint64_t h1 = std::hash<std::string>{}(job), h2 = std::hash<std::string>{}(job + "#collie");
+  for (size_t i = 0; i < 8; ++i) {
+    secret[i] = static_cast<uint8_t>(h1 >> (8 * i));
+    secret[8 + i] = static_cast<uint8_t>(h2 >> (8 * i));
+  }
+  return secret;
+}
 
 std::string firstHostOfList(const std::string& hostlist) {
   std::string host;
@@ -114,14 +115,23 @@ int derivedPort(const std::string& jobIdentity) {
   return kDerivedPortBase + static_cast<int>(h % kDerivedPortSpan);
 }
 
-std::string meetingPointOfLauncher(const std::string& launcher, int rank, std::string* from, std::string* why) {
+std::string meetingPointOfLauncher(const std::string& launcher, int rank, int nranks, std::string* from,
+                                   std::string* why) {
   if (launcher == "Slurm") {
+    // Only an srun step says which nodes its tasks run on; the batch script's own step sets SLURM_PROCID=0 and
+    // SLURM_NTASKS=N too, but its other N-1 ranks would never come.
     const char* job = env("SLURM_JOB_ID");
     const char* step = env("SLURM_STEP_ID");
-    const char* nodes = env("SLURM_STEP_NODELIST") ? env("SLURM_STEP_NODELIST") : env("SLURM_JOB_NODELIST");
-    const char* nnodes = env("SLURM_STEP_NUM_NODES") ? env("SLURM_STEP_NUM_NODES") : env("SLURM_NNODES");
-    if (!job || !nodes) {
-      *why = "SLURM_JOB_ID or SLURM_STEP_NODELIST is not set (not started by srun?)";
+    const char* nodes = env("SLURM_STEP_NODELIST");
+    const char* nnodes = env("SLURM_STEP_NUM_NODES");
+    if (!job || !step || !nodes) {
+      if (job && nranks == 1) {  // a one-rank program in the batch script: nobody else to meet
+        *from = "Slurm: one rank outside a step, port from job " + std::string(job);
+        return "127.0.0.1:" + std::to_string(derivedPort("slurm/" + std::string(job) + ".batch"));
+      }
+      *why =
+          "SLURM_JOB_ID, SLURM_STEP_ID or SLURM_STEP_NODELIST is not set: not inside an srun step (run directly "
+          "in the batch script?); start the ranks with srun";
       return "";
     }
     const bool oneNode = nnodes && std::string(nnodes) == "1";
@@ -132,7 +142,7 @@ std::string meetingPointOfLauncher(const std::string& launcher, int rank, std::s
              " (a task distribution other than block or cyclic?)";
       return "";
     }
-    const std::string id = std::string(job) + "." + (step ? step : "");
+    const std::string id = std::string(job) + "." + step;
     *from = "Slurm: first node of " + std::string(nodes) + ", port from job.step " + id;
     return host + ":" + std::to_string(derivedPort("slurm/" + id));
   }
@@ -188,7 +198,11 @@ std::unique_ptr<Communicator> Communicator::createFromEnv(const Options& options
   const char* port = env("MASTER_PORT");
   if (rootAddr.empty() && !(host && port)) {
     std::string why;
-    rootAddr = core::meetingPointOfLauncher(found->launcher, rank, &derivedFrom, &why);
+    // Slurm's pmi2 plugin (srun --mpi=pmi2, MpiDefault=pmi2) sets PMI_RANK/PMI_SIZE: inside an srun step the
+    // step's own variables say where to meet, whichever of its rank variables matched.
+    const bool inSrunStep = env("SLURM_STEP_ID") && env("SLURM_STEP_NODELIST");
+    const std::string launcher = (inSrunStep && found->launcher == std::string("PMI")) ? "Slurm" : found->launcher;
+    rootAddr = core::meetingPointOfLauncher(launcher, rank, nranks, &derivedFrom, &why);
     COLLIE_USAGE_CHECK(!rootAddr.empty(),
                        "%s gave rank %d of %d but no meeting point: set COLLIE_UNIQUE_ID, COLLIE_ROOT_ADDR=host:port "
                        "or MASTER_ADDR and MASTER_PORT (%s)",
@@ -200,7 +214,7 @@ std::unique_ptr<Communicator> Communicator::createFromEnv(const Options& options
   }
   core::UniqueIdData id;
   id.root = base::parseAddress(rootAddr);
-  id.secret = secretFromEnv(rootAddr, nranks);
+  id.secret = core::secretFromEnv(rootAddr, nranks);
   if (rank == 0) {
     // Listen where the others dial (the root address itself), not on every interface; only when that address
     // is not one of this host's (a name that resolves elsewhere, NAT) on every address of its family.

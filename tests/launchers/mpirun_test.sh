@@ -17,6 +17,9 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # Nothing of another launcher or of a hand-set address leaks in from the caller.
 unset COLLIE_RANK COLLIE_NRANKS COLLIE_ROOT_ADDR COLLIE_UNIQUE_ID COLLIE_SECRET MASTER_ADDR MASTER_PORT RANK WORLD_SIZE
 unset SLURM_PROCID SLURM_NTASKS SLURM_JOB_ID PMI_RANK PMI_SIZE
+# Ranks orphaned when `timeout -k` takes mpirun down fail within a minute instead of lingering COLLIE_TIMEOUT's
+# default 10 minutes.
+export COLLIE_TIMEOUT=60000
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 

@@ -4,9 +4,10 @@
 The test brings up a one-host cluster of its own in a temp dir: munged (its own key and socket), slurmctld and
 slurmd (their own slurm.conf, ports picked free, state and spool in the temp dir, all in the foreground), then runs
 `srun -n 4` of env_allreduce (a collie program: init from the launcher's environment, two AllReduces checked
-element by element) twice:
+element by element) two or three times:
   1. with no address at all: the ranks meet where srun's own variables say (src/core/launch_env.hpp);
-  2. with MASTER_ADDR/MASTER_PORT exported, as NCCL and torch.distributed users pass them.
+  2. the same under `srun --mpi=pmi2` (PMI_RANK/PMI_SIZE set too), where Slurm has the pmi2 plugin;
+  3. with MASTER_ADDR/MASTER_PORT exported, as NCCL and torch.distributed users pass them.
 Each must print "env_allreduce ok: rank R of 4" once for every R in 0..3 and exit 0.
 
 The daemons never outlive the test: this process is a child subreaper (orphaned slurmstepd and tasks come back
@@ -193,16 +194,25 @@ def reap():
             return
 
 
-def run_job(cluster, prog, what, extra_env):
+def has_mpi_plugin(cluster, name):
+    r = subprocess.run([find("srun"), "--mpi=list"], env=cluster.env, capture_output=True, text=True, timeout=10)
+    return any(line.split()[-1:] == [name] for line in (r.stdout + r.stderr).splitlines())
+
+
+def run_job(cluster, prog, what, extra_env, srun_options=()):
     """srun -n 4 of prog; checks every rank 0..3 said ok exactly once."""
     env = {k: v for k, v in cluster.env.items()
            if not k.startswith(("COLLIE_", "MASTER_", "SLURM_", "OMPI_", "PMI_")) and k not in ("RANK", "WORLD_SIZE")}
-    env.update(SLURM_CONF=cluster.conf, COLLIE_DEBUG="INFO", **extra_env)
-    argv = [find("srun"), "-n", str(RANKS), "-N", "1", "--kill-on-bad-exit=1", "--time=1", prog]
+    # A short COLLIE_TIMEOUT: a rank left waiting fails well within srun's --time and this test's deadline.
+    env.update(SLURM_CONF=cluster.conf, COLLIE_DEBUG="INFO", COLLIE_TIMEOUT="20000", **extra_env)
+    argv = [find("srun"), "-n", str(RANKS), "-N", "1", "--kill-on-bad-exit=1", "--time=1", *srun_options, prog]
     r = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=30)
     oks = sorted(line for line in r.stdout.splitlines() if line.startswith("env_allreduce ok"))
     want = sorted(f"env_allreduce ok: rank {i} of {RANKS}" for i in range(RANKS))
     derived = "derived from Slurm" in r.stderr
+    if "--mpi=pmi2" in srun_options and "init from PMI" not in r.stderr:
+        print(f"FAILED: srun ({what}): the ranks did not take their rank from PMI_RANK")
+        derived = None
     if r.returncode != 0 or oks != want or derived != (not extra_env):
         print(f"FAILED: srun ({what}): exit {r.returncode}, ok lines {oks}, meeting point derived: {derived}")
         print(f"--- stdout\n{r.stdout}--- stderr\n{r.stderr[-3000:]}")
@@ -235,8 +245,13 @@ def main():
         cluster.start()
         print(f"cluster up in {time.monotonic() - t0:.1f} s (munged, slurmctld, slurmd; {tmp})")
         ok = run_job(cluster, prog, "no address: srun's variables", {})
+        if has_mpi_plugin(cluster, "pmi2"):
+            ok = run_job(cluster, prog, "no address, --mpi=pmi2", {}, ("--mpi=pmi2",)) and ok
+        else:
+            print("srun --mpi=pmi2: not run, this Slurm has no pmi2 plugin")
+        # collie binds MASTER_PORT+1 (torchrun's store holds MASTER_PORT): that one is the port found free.
         ok = run_job(cluster, prog, "MASTER_ADDR/MASTER_PORT exported",
-                     {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}) and ok
+                     {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port() - 1)}) and ok
     except (RuntimeError, subprocess.TimeoutExpired) as e:
         print(f"FAILED: {e}")
     finally:
