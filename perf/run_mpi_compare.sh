@@ -6,8 +6,8 @@
 #
 # Cases: 2 and 4 ranks, each over shared memory (collie's default shm; Open MPI --mca pml ob1 --mca btl self,vader)
 # and over loopback TCP (collie COLLIE_SHM_DISABLE=1; Open MPI --mca pml ob1 --mca btl self,tcp). Sizes 8 B to
-# 128 MiB by x4 (float sum, out of place), in three bands with their own iteration counts (1000 up to 32 KiB, 50 up
-# to 2 MiB, 5 above). Each repetition runs every case with both libraries back to back, alternating which goes
+# 128 MiB (float sum, out of place), in three bands with their own iteration counts and steps (1000 up to 32 KiB by
+# x4, 50 from 128 KiB to 2 MiB by x2, so 1 MiB is measured, 5 above by x4). Each repetition runs every case with both libraries back to back, alternating which goes
 # first. Open MPI gets --bind-to none (collie does not pin its ranks) and --oversubscribe.
 # Narrow it with COMPARE_RANKS="2", COMPARE_KINDS="shm", COMPARE_MAXBYTES=1M (e.g. to watch the small sizes).
 #
@@ -35,24 +35,24 @@ raw=$out/raw.txt  # case-ranks kind library rep bytes time_us
 : >"$raw"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
-# Bands: "minbytes maxbytes iters warmup"; a band above COMPARE_MAXBYTES is dropped, one across it is cut.
-bands=("8 32K 1000 100" "128K 2M 50 5" "8M 128M 5 1")
+# Bands: "minbytes maxbytes iters warmup factor"; a band above COMPARE_MAXBYTES is dropped, one across it is cut.
+bands=("8 32K 1000 100 4" "128K 2M 50 5 2" "8M 128M 5 1 4")
 to_bytes() { numfmt --from=iec "$1"; }
 
 # One band of one library in one case; appends "ranks kind lib rep bytes time_us" lines (out-of-place time).
-run_band() {  # lib ranks kind rep min max iters warmup
-  local lib=$1 n=$2 kind=$3 rep=$4 min=$5 max=$6 iters=$7 warmup=$8 log
+run_band() {  # lib ranks kind rep min max iters warmup factor
+  local lib=$1 n=$2 kind=$3 rep=$4 min=$5 max=$6 iters=$7 warmup=$8 factor=$9 log
   log=$out/$lib-$n-$kind-$rep-$min.txt
   if [[ $lib == collie ]]; then
     local envs="COLLIE_DEBUG=WARN"
     [[ $kind == tcp ]] && envs="$envs COLLIE_SHM_DISABLE=1"
-    env $envs "$build/tools/collierun" -n "$n" "$build/perf/all_reduce_perf" -b "$min" -e "$max" -f 4 \
+    env $envs "$build/tools/collierun" -n "$n" "$build/perf/all_reduce_perf" -b "$min" -e "$max" -f "$factor" \
       -n "$iters" -w "$warmup" >"$log" 2>&1 || { echo "collie failed: $log" >&2; tail -5 "$log" >&2; return 1; }
   else
     local btl=self,vader
     [[ $kind == tcp ]] && btl=self,tcp
     mpirun --oversubscribe --bind-to none -n "$n" --mca pml ob1 --mca btl "$btl" \
-      "$build/perf/mpi_allreduce" -b "$min" -e "$max" -f 4 -n "$iters" -w "$warmup" >"$log" 2>&1 ||
+      "$build/perf/mpi_allreduce" -b "$min" -e "$max" -f "$factor" -n "$iters" -w "$warmup" >"$log" 2>&1 ||
       { echo "Open MPI failed: $log" >&2; tail -5 "$log" >&2; return 1; }
   fi
   # Rows of rank 0 (collierun prefixes "[0] "): size in column 1, out-of-place time in 6, #wrong in 9.
@@ -73,10 +73,10 @@ for ((rep = 1; rep <= reps; ++rep)); do
   for n in $ranks_list; do
     for kind in $kinds; do
       for band in "${bands[@]}"; do
-        read -r min max iters warmup <<<"$band"
+        read -r min max iters warmup factor <<<"$band"
         (($(to_bytes "$min") > max_b)) && continue
         (($(to_bytes "$max") > max_b)) && max=$maxbytes
-        for lib in "${libs[@]}"; do run_band "$lib" "$n" "$kind" "$rep" "$min" "$max" "$iters" "$warmup"; done
+        for lib in "${libs[@]}"; do run_band "$lib" "$n" "$kind" "$rep" "$min" "$max" "$iters" "$warmup" "$factor"; done
       done
       echo "rep $rep/$reps: $n ranks $kind done ($(date -u +%H:%M:%S), load $(cut -d' ' -f1 /proc/loadavg))" >&2
     done
@@ -84,35 +84,34 @@ for ((rep = 1; rep <= reps; ++rep)); do
 done
 echo "# load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 
-# Per case and size: medians, and the per-repetition ratio's median and min-max.
-summary=$out/summary.txt
-awk '
-  { key = $1 " " $2 " " $5; t[key, $3, $4] = $6; keys[key] = 1; if ($4 > reps) reps = $4 }
+# Per case and size: the medians of both (compare_lib.sh's median), and each repetition's ratio from its own pair
+# of runs, its median and min-max. Times below 64 KiB (ratio collie/Open MPI), bus bandwidth from there (inverse).
+pairs=$out/pairs.txt  # ranks kind bytes collie_us ompi_us ratio
+awk '{ key = $1 " " $2 " " $5; t[key, $3, $4] = $6; keys[key] = 1; if ($4 > reps) reps = $4 }
   END {
     for (key in keys) {
-      split(key, k, " "); bytes = k[3]; busbw = bytes >= 65536
-      nc = no = nr = 0
+      split(key, k, " ")
       for (r = 1; r <= reps; ++r) {
         c = t[key, "collie", r]; o = t[key, "ompi", r]
-        if (c != "") vc[++nc] = c
-        if (o != "") vo[++no] = o
-        if (c != "" && o != "" && c > 0 && o > 0) vr[++nr] = busbw ? o / c : c / o
+        if (c == "" || o == "" || c <= 0 || o <= 0) continue
+        printf "%s %s %s %.17g\n", key, c, o, (k[3] >= 65536 ? o / c : c / o)
       }
-      if (!nr) continue
-      isort(vc, nc); isort(vo, no); isort(vr, nr)
-      mc = med(vc, nc); mo = med(vo, no)
-      fc = busbw ? bw(bytes, k[1], mc) : mc; fo = busbw ? bw(bytes, k[1], mo) : mo
-      printf "%s %s %s %s %.4g %.4g %.3f %.3f %.3f %d\n", k[1], k[2], bytes, busbw ? "busbw" : "time", fc, fo,
-             med(vr, nr), vr[1], vr[nr], nr
-      split("", vc); split("", vo); split("", vr)
     }
-  }
-  function isort(v, n,  i, j, x) {  # mawk has no asort
-    for (i = 2; i <= n; ++i) { x = v[i]; for (j = i - 1; j >= 1 && v[j] > x; --j) v[j + 1] = v[j]; v[j + 1] = x }
-  }
-  function med(v, n) { return n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2 }
-  function bw(bytes, n, us) { return bytes / us / 1e3 * 2 * (n - 1) / n }
-' "$raw" | sort -k1,1n -k2,2 -k3,3n >"$summary"
+  }' "$raw" | sort -k1,1n -k2,2 -k3,3n -k6,6g >"$pairs"
+summary=$out/summary.txt
+: >"$summary"
+while read -r n kind bytes; do
+  rows=$(awk -v n="$n" -v kind="$kind" -v b="$bytes" '$1 == n && $2 == kind && $3 == b' "$pairs")
+  mc=$(cut -d' ' -f4 <<<"$rows" | median)
+  mo=$(cut -d' ' -f5 <<<"$rows" | median)
+  ratios=$(cut -d' ' -f6 <<<"$rows")  # sorted
+  awk -v n="$n" -v kind="$kind" -v bytes="$bytes" -v mc="$mc" -v mo="$mo" -v r="$(median <<<"$ratios")" \
+    -v lo="$(head -1 <<<"$ratios")" -v hi="$(tail -1 <<<"$ratios")" -v cnt="$(wc -l <<<"$ratios")" '
+    function bw(us) { return bytes / us / 1e3 * 2 * (n - 1) / n }
+    BEGIN { busbw = bytes >= 65536
+            printf "%s %s %s %s %.4g %.4g %.3f %.3f %.3f %d\n", n, kind, bytes, busbw ? "busbw" : "time",
+                   busbw ? bw(mc) : mc, busbw ? bw(mo) : mo, r, lo, hi, cnt }' >>"$summary"
+done < <(cut -d' ' -f1-3 "$pairs" | uniq)
 
 human() { awk -v b="$1" 'BEGIN { split("B KiB MiB GiB", u, " "); for (i = 1; b >= 1024 && i < 4; ++i) b /= 1024
                                    print b " " u[i] }'; }
