@@ -75,7 +75,8 @@ struct Options {
   std::vector<TypeInfo> types{kTypes[7]};  // float
   std::vector<OpInfo> ops{kOps[0]};        // sum
   std::string json;
-  std::string algo;  // -A: ring, tree, rhd, direct or auto (sets COLLIE_ALGO before init); empty: COLLIE_ALGO as set
+  std::string
+      algo;  // -A: ring, tree, rhd, direct, hier or auto (sets COLLIE_ALGO before init); empty: COLLIE_ALGO as set
 };
 
 bool ParseSize(const char* s, size_t* out) {
@@ -211,7 +212,8 @@ int ParseArgs(int argc, char** argv, Options* o) {
         break;
       case 'A':
         o->algo = optarg;
-        if (o->algo != "ring" && o->algo != "tree" && o->algo != "rhd" && o->algo != "direct" && o->algo != "auto")
+        if (o->algo != "ring" && o->algo != "tree" && o->algo != "rhd" && o->algo != "direct" && o->algo != "hier" &&
+            o->algo != "auto")
           return bad("algo", optarg);
         break;
       case 'o': {

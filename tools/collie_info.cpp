@@ -5,8 +5,10 @@
 //   collie-info             everything
 //   collie-info --params    the parameter table only
 //   collie-info --topo      the machine (NUMA nodes, cores, GPUs, NICs) and the transport each peer pair gets
-//   collie-info --tuner [--nranks N] [--transport tcp|shm]
-//                           the algorithm and slice size the tuner picks per collective and message size
+//   collie-info --tuner [--nranks N] [--transport tcp|shm] [--hosts H --ranks-per-host L [--interleaved]]
+//                           the algorithm and slice size the tuner picks per collective and message size; with
+//                           --hosts, for H hosts of L ranks (shm inside a host, --transport between hosts; ranks
+//                           r / L on a host, or r mod H with --interleaved, as on the test bed)
 //   collie-info --ucx       the UCX transport: built or not, UCX's version and transports here, COLLIE_NET's pick
 //   collie-info --version   the version only
 //
@@ -121,6 +123,9 @@ void printTopo() {
 // COLLIE_TUNE_FILE when it has that kind, else the built-in ones (a communicator measures its own at init).
 int gTunerRanks = 8;
 std::string gTunerTransport = "tcp";
+int gTunerHosts = 0;  // 0: one host (--nranks)
+int gTunerPerHost = 1;
+bool gTunerInterleaved = false;
 
 std::string sizeName(double bytes) {
   const char* units[] = {"B", "KiB", "MiB", "GiB"};
@@ -150,17 +155,29 @@ void printTuner() {
   core::MeasuredCosts costs;
   const std::string& file = base::params::tuneFile();
   bool fromFile = !file.empty() && core::readTuneFile(file, &costs) && costs.find(gTunerTransport) != nullptr;
-  core::CostModel model = costs.modelFor({gTunerTransport});
+  const bool hosts = gTunerHosts > 0;
+  if (hosts) gTunerRanks = gTunerHosts * gTunerPerHost;
+  const core::HostShape shape =
+      hosts ? core::HostShape::uniform(gTunerHosts, gTunerPerHost, gTunerInterleaved) : core::HostShape{};
+  core::CostModel model =
+      hosts ? costs.modelForHosts(shape, "shm", gTunerTransport) : costs.modelFor({gTunerTransport});
   core::Tuner tuner(model, core::currentAlgoSelection());
   std::printf("Tuner for %d ranks over %s (alpha %.2f us, %.2f GB/s, reduction %.2f GB/s; %s%s%s)\n", gTunerRanks,
               gTunerTransport.c_str(), model.link.alpha * 1e6, 1e-9 / model.link.beta, 1e-9 / model.gamma,
               fromFile ? "from " : "built-in costs", fromFile ? file.c_str() : "",
               base::params::algo().empty() ? "" : (", COLLIE_ALGO=" + base::params::algo()).c_str());
+  if (hosts)
+    std::printf(
+        "  on %d hosts x %d ranks (%s; %d flat-ring streams per host link): inside a host shm (alpha %.2f us, "
+        "%.2f GB/s), between hosts %s (alpha %.2f us, %.2f GB/s)\n",
+        gTunerHosts, gTunerPerHost, gTunerInterleaved ? "rank r on host r mod H" : "rank r on host r / L",
+        shape.ringCrossings, model.intra.alpha * 1e6, 1e-9 / model.intra.beta, gTunerTransport.c_str(),
+        model.inter.alpha * 1e6, 1e-9 / model.inter.beta);
   const Collective colls[] = {Collective::AllReduce, Collective::Broadcast, Collective::Reduce, Collective::AllGather,
                               Collective::ReduceScatter};
   std::printf("  %-9s", "size");
   for (Collective c : colls) std::printf("  %-17s", collie::algorithms::collectiveName(c));
-  std::printf("  AllReduce estimates: ring / tree / rhd / direct\n");
+  std::printf("  AllReduce estimates: ring / tree / rhd / direct / hier\n");
   for (double bytes = 8; bytes <= 1024.0 * 1024 * 1024; bytes *= 4) {
     auto b = static_cast<size_t>(bytes);
     std::printf("  %-9s", sizeName(bytes).c_str());
@@ -170,11 +187,12 @@ void printTuner() {
                          sizeName(static_cast<double>(plan.sliceBytes)) + "/" + std::to_string(plan.slicesInFlight);
       std::printf("  %-17s", cell.c_str());
     }
-    std::printf("  %s / %s / %s / %s\n",
+    std::printf("  %s / %s / %s / %s / %s\n",
                 timeName(tuner.cost(Collective::AllReduce, Algorithm::Ring, gTunerRanks, b)).c_str(),
                 timeName(tuner.cost(Collective::AllReduce, Algorithm::Tree, gTunerRanks, b)).c_str(),
                 timeName(tuner.cost(Collective::AllReduce, Algorithm::HalvingDoubling, gTunerRanks, b)).c_str(),
-                timeName(tuner.cost(Collective::AllReduce, Algorithm::Direct, gTunerRanks, b)).c_str());
+                timeName(tuner.cost(Collective::AllReduce, Algorithm::Direct, gTunerRanks, b)).c_str(),
+                timeName(tuner.cost(Collective::AllReduce, Algorithm::Hierarchical, gTunerRanks, b)).c_str());
   }
   std::printf("  (cells: algorithm, slice size / slices in flight; sizes per rank for AllGather and ReduceScatter)\n");
 }
@@ -236,7 +254,7 @@ const Section kSections[] = {
     {"--params", "print the COLLIE_* parameters only: default, current value, description", printParams},
     {"--tuner",
      "print the tuner's algorithm and slicing per collective and size (with --nranks N, default 8, and "
-     "--transport tcp|shm, default tcp)",
+     "--transport tcp|shm, default tcp; or --hosts H --ranks-per-host L [--interleaved]: shm inside hosts)",
      printTuner},
     {"--ucx", "print whether UCX is built, its version, the transports it would use here and COLLIE_NET's choice",
      printUcx},
@@ -264,7 +282,7 @@ int main(int argc, char** argv) {
     return list;
   };
   auto listOptions = [] {
-    std::string list = "--help, --nranks N, --transport T";
+    std::string list = "--help, --nranks N, --transport T, --hosts H, --ranks-per-host L, --interleaved";
     for (const Section& s : kSections) list += std::string(", ") + s.flag;
     return list;
   };
@@ -275,6 +293,27 @@ int main(int argc, char** argv) {
     if (arg == "--help" || arg == "-h") {
       usage(stdout, prog);
       return 0;
+    }
+    if (arg == "--interleaved") {
+      gTunerInterleaved = true;
+      tunerArgs = true;
+      continue;
+    }
+    if (arg == "--hosts" || arg == "--ranks-per-host") {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "%s: %s needs a value\n", prog, arg.c_str());
+        return 2;
+      }
+      const char* value = argv[++i];
+      char* end = nullptr;
+      const long n = std::strtol(value, &end, 10);
+      if (end == value || *end != '\0' || n < 1 || n > (1 << 16)) {
+        std::fprintf(stderr, "%s: %s %s: expected a number in 1..65536\n", prog, arg.c_str(), value);
+        return 2;
+      }
+      (arg == "--hosts" ? gTunerHosts : gTunerPerHost) = static_cast<int>(n);
+      tunerArgs = true;
+      continue;
     }
     if (arg == "--nranks" || arg == "--transport") {
       if (i + 1 >= argc) {
@@ -317,7 +356,8 @@ int main(int argc, char** argv) {
   if (tunerArgs && std::find_if(chosen.begin(), chosen.end(), [](const Section* s) {
                      return std::strcmp(s->flag, "--tuner") == 0;
                    }) == chosen.end()) {
-    std::fprintf(stderr, "%s: --nranks and --transport only apply to --tuner\n", prog);
+    std::fprintf(
+        stderr, "%s: --nranks, --transport, --hosts, --ranks-per-host and --interleaved only apply to --tuner\n", prog);
     return 2;
   }
   try {

@@ -5,6 +5,8 @@
 //   collie-sim --coll allreduce --algo tree --nranks 1024 --bytes 64M
 //   collie-sim --coll allreduce --algo all --nranks 96 --bytes 1M        every algorithm side by side
 //   collie-sim --coll broadcast --algo tree --nranks 16 --bytes 1K --trace --rank 5   the plan of rank 5
+//   collie-sim --coll allreduce --algo all --hosts 4 --ranks-per-host 8 --bytes 64M --gbps 0.125
+//                                   32 ranks on 4 hosts: shm inside a host, the --transport link between hosts
 //
 // Large runs are simulated at a reduced scale: bytes, slices, beta and gamma divided and multiplied by the
 // same power of two, which leaves the model's times unchanged up to rounding (the line "scale" says by how
@@ -33,8 +35,13 @@ void usage(FILE* out, const char* prog) {
                "Usage: %s --coll C --nranks N --bytes B [options]\n"
                "Simulates one collective on N ranks and prints steps, bytes sent per rank and the estimated time.\n\n"
                "  --coll C          allreduce, broadcast, reduce, allgather, reducescatter, alltoall\n"
-               "  --algo A          ring, tree, rhd, direct, auto (the tuner's choice, default) or all\n"
+               "  --algo A          ring, tree, rhd, direct, hier, auto (the tuner's choice, default) or all\n"
                "  --nranks N        number of ranks (1..65536)\n"
+               "  --hosts H         put the ranks on H hosts (with --ranks-per-host L: N = H x L); inside a host\n"
+               "                    the links cost shm's built-in costs, between hosts --transport's (or\n"
+               "                    --alpha-us/--gbps), and each host has one network port each way\n"
+               "  --ranks-per-host L  ranks per host (default 1)\n"
+               "  --interleaved     rank r on host r mod H (the test bed); default: r / L\n"
                "  --bytes B         message size (K/M/G suffixes; per rank for allgather/reducescatter/alltoall)\n"
                "  --type T          element type (default float32; int32 with --check)\n"
                "  --op O            sum, prod, max, min, avg (default sum)\n"
@@ -118,7 +125,8 @@ int main(int argc, char** argv) {
   const char* prog = argv[0];
   std::string collArg, algoArg = "auto", transportArg = "tcp";
   size_t bytes = 0, slice = 0;
-  int nranks = 0, root = 0, inflight = 0, traceRank = 0;
+  int nranks = 0, root = 0, inflight = 0, traceRank = 0, hosts = 0, perHost = 1;
+  bool interleaved = false;
   bool check = false, trace = false, bytesGiven = false;
   double alphaUs = -1, gbps = -1, reduceGbps = -1, overheadUs = 0;
   DataType type = DataType::Float32;
@@ -148,6 +156,13 @@ int main(int argc, char** argv) {
       const char* v = need(i);
       nranks = std::atoi(v);
       if (nranks < 1 || nranks > 65536) bad("--nranks", v);
+    } else if (a == "--hosts" || a == "--ranks-per-host") {
+      const char* v = need(i);
+      const int x = std::atoi(v);
+      if (x < 1 || x > 65536) bad(a.c_str(), v);
+      (a == "--hosts" ? hosts : perHost) = x;
+    } else if (a == "--interleaved") {
+      interleaved = true;
     } else if (a == "--bytes") {
       const char* v = need(i);
       if (!parseSize(v, &bytes)) bad("--bytes", v);
@@ -195,6 +210,14 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s: --coll must name a collective (see --help)\n", prog);
     return 2;
   }
+  if (hosts > 0) {
+    if (nranks > 0 && nranks != hosts * perHost) {
+      std::fprintf(stderr, "%s: --nranks %d is not --hosts %d x --ranks-per-host %d\n", prog, nranks, hosts, perHost);
+      return 2;
+    }
+    nranks = hosts * perHost;
+    if (nranks > 65536) bad("--hosts x --ranks-per-host", std::to_string(nranks).c_str());
+  }
   if (nranks < 1 || !bytesGiven) {
     std::fprintf(stderr, "%s: --nranks and --bytes are required (see --help)\n", prog);
     return 2;
@@ -205,9 +228,18 @@ int main(int argc, char** argv) {
   const size_t elem = base::dataTypeSize(type);
   const size_t count = bytes / elem;
 
-  core::CostModel model = core::CostModel::defaults(transportArg);
-  if (alphaUs >= 0) model.link.alpha = alphaUs * 1e-6;
-  if (gbps > 0) model.link.beta = 1e-9 / gbps;
+  const patterns::HostLayout layout = hosts == 0    ? patterns::HostLayout{}
+                                      : interleaved ? patterns::HostLayout::roundRobin(nranks, hosts)
+                                                    : patterns::HostLayout::blocks(nranks, perHost);
+  // One host: every link is --transport's. Several: shm inside a host, --transport (and --alpha-us, --gbps)
+  // between hosts.
+  core::CostModel model = hosts > 1
+                              ? core::MeasuredCosts{}.modelForHosts(core::HostShape::of(layout), "shm", transportArg)
+                              : core::CostModel::defaults(transportArg);
+  core::LinkCost& net = hosts > 1 ? model.inter : model.link;
+  if (alphaUs >= 0) net.alpha = alphaUs * 1e-6;
+  if (gbps > 0) net.beta = 1e-9 / gbps;
+  if (hosts > 1) model.link = model.inter;  // the slowest link
   if (reduceGbps > 0) model.gamma = 1e-9 / reduceGbps;
   core::Tuner tuner(model, core::AlgoSelection{});
 
@@ -228,7 +260,7 @@ int main(int argc, char** argv) {
   }
 
   if (trace) {
-    Schedule s = build(algos[0], ScheduleKey{coll, traceRank, nranks, count, root});
+    Schedule s = build(algos[0], ScheduleKey{coll, traceRank, nranks, count, root}, layout);
     std::printf("%s %s, %d ranks, %zu elements of %s: plan of rank %d (%zu steps", collectiveName(coll),
                 algorithmName(algos[0]), nranks, count, base::dataTypeName(type), traceRank, s.steps.size());
     if (s.scratchCount) std::printf(", scratch of %zu elements", s.scratchCount);
@@ -239,6 +271,12 @@ int main(int argc, char** argv) {
   std::printf("%s, %d ranks, %s (%zu x %s), model: alpha %.2f us, %.2f GB/s ports, reduction %.2f GB/s\n",
               collectiveName(coll), nranks, human(static_cast<double>(count * elem)).c_str(), count,
               base::dataTypeName(type), model.link.alpha * 1e6, 1e-9 / model.link.beta, 1e-9 / model.gamma);
+  if (hosts > 1)
+    std::printf(
+        "on %d hosts x %d ranks (%s): inside a host alpha %.2f us, %.2f GB/s; between hosts alpha %.2f us, "
+        "%.2f GB/s per host port\n",
+        hosts, perHost, interleaved ? "rank r on host r mod H" : "rank r on host r / L", model.intra.alpha * 1e6,
+        1e-9 / model.intra.beta, model.inter.alpha * 1e6, 1e-9 / model.inter.beta);
   std::vector<Run> runs;
   try {
     for (Algorithm algo : algos) {
@@ -258,6 +296,11 @@ int main(int argc, char** argv) {
       o.sliceBytes = run.slice;
       o.slicesInFlight = run.inflight;
       o.cost = {model.link.alpha, model.link.beta, model.gamma, overheadUs * 1e-6};
+      if (hosts > 1) {
+        o.hosts = layout;
+        o.cost = {model.intra.alpha, model.intra.beta, model.gamma, overheadUs * 1e-6};
+        o.interHost = {model.inter.alpha, model.inter.beta, 0, overheadUs * 1e-6};
+      }
       o.checkData = check;
       if (!check) {  // scale down while slices stay >= 256 bytes and every rank keeps >= 16 elements of a chunk
         while (run.slice / (2 * run.scale) >= 256 && count / (2 * run.scale) >= 16 * static_cast<size_t>(nranks))
@@ -266,6 +309,7 @@ int main(int argc, char** argv) {
         o.sliceBytes = run.slice / run.scale;
         o.cost.beta *= run.scale;
         o.cost.gamma *= run.scale;
+        o.interHost.beta *= run.scale;
       }
       run.result = sim::simulate(o);
       if (!run.result.ok) {

@@ -5,19 +5,22 @@
 #include <string>
 #include <utility>
 
+#include "algorithms/patterns/hosts.hpp"
 #include "algorithms/schedule.hpp"
 
 namespace collie::algorithms {
 
 /// Ring (ring.cpp), Direct exchange for AllReduce of tiny messages, AllToAll and Send/Recv (direct.cpp), double binary
-/// Tree (tree.cpp), recursive HalvingDoubling (rhd.cpp).
-enum class Algorithm : uint8_t { Ring, Direct, Tree, HalvingDoubling };
-inline constexpr int kNumAlgorithms = 4;
+/// Tree (tree.cpp), recursive HalvingDoubling (rhd.cpp), Hierarchical: inside hosts, then between them
+/// (hierarchical.cpp).
+enum class Algorithm : uint8_t { Ring, Direct, Tree, HalvingDoubling, Hierarchical };
+inline constexpr int kNumAlgorithms = 5;
 inline constexpr Algorithm kAllAlgorithms[kNumAlgorithms] = {Algorithm::Ring, Algorithm::Direct, Algorithm::Tree,
-                                                             Algorithm::HalvingDoubling};
-/// "ring", "direct", "tree", "rhd".
+                                                             Algorithm::HalvingDoubling, Algorithm::Hierarchical};
+/// "ring", "direct", "tree", "rhd", "hier".
 const char* algorithmName(Algorithm algo);
-/// Parses an algorithmName (case-insensitive; "halving_doubling" is accepted for "rhd"). False if unknown.
+/// Parses an algorithmName (case-insensitive; "halving_doubling" is accepted for "rhd", "hierarchical" for "hier").
+/// False if unknown.
 bool parseAlgorithm(const std::string& name, Algorithm* algo);
 
 /// Parses a collective name as used by COLLIE_ALGO and the tools: "allreduce", "broadcast", "reduce",
@@ -35,8 +38,9 @@ struct ScheduleIdHash {
 /// and COLLIE_ALGO forcing choose among supported pairs; nothing falls back to another algorithm elsewhere.
 bool supports(Algorithm algo, Collective coll);
 /// Builds this rank's schedule. Steps that move nothing are dropped. Throws InvalidUsage naming the collective
-/// and the algorithm when !supports(algo, key.coll).
-Schedule build(Algorithm algo, const ScheduleKey& key);
+/// and the algorithm when !supports(algo, key.coll). `hosts` says which host each rank runs on (only Hierarchical
+/// reads it; empty: every rank on one host); it must describe key.nranks ranks.
+Schedule build(Algorithm algo, const ScheduleKey& key, const patterns::HostLayout& hosts = {});
 /// Throws InvalidUsage: "algorithm <algo> does not implement <collective>".
 [[noreturn]] void refuseUnsupported(Algorithm algo, Collective coll);
 
@@ -46,5 +50,6 @@ Schedule buildRing(const ScheduleKey& key);
 Schedule buildDirect(const ScheduleKey& key);
 Schedule buildTree(const ScheduleKey& key);
 Schedule buildHalvingDoubling(const ScheduleKey& key);
+Schedule buildHierarchical(const ScheduleKey& key, const patterns::HostLayout& hosts);
 
 }  // namespace collie::algorithms

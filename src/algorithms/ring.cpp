@@ -18,6 +18,7 @@
 #include "algorithms/patterns/ring.hpp"
 
 #include "algorithms/algorithms.hpp"
+#include "algorithms/compose.hpp"
 #include "algorithms/steps.hpp"
 
 namespace collie::algorithms {
@@ -38,30 +39,14 @@ Step overlapping(Step s) {
 
 Schedule allReduce(const ScheduleKey& k) {
   Schedule sch;
-  const int n = k.nranks, r = k.rank, next = ringAdd(r, 1, n), prev = ringAdd(r, -1, n);
   sch.inputCount = sch.outputCount = k.count;
   sch.result = out(0);
   sch.resultCount = k.count;
-  if (n == 1) {
+  if (k.nranks == 1) {
     sch.steps.push_back(steps::copy(in(0), out(0), k.count));
     return sch;
   }
-  ChunkSplit chunks{k.count, n};
-  auto chunk = [&](int delta) { return ringAdd(r, delta, n); };
-  // Empty chunks (count < n) make no steps at all: at thousands of ranks most of them are empty.
-  sch.steps.push_back(overlapping(steps::send(next, in(chunks.offset(r)), chunks.size(r))));
-  for (int s = 1; s <= n - 1; ++s) {
-    int c = chunk(-s);
-    if (chunks.size(c) == 0) continue;
-    sch.steps.push_back(steps::recvReduce(prev, next, in(chunks.offset(c)), out(chunks.offset(c)), chunks.size(c)));
-  }
-  for (int s = 1; s <= n - 2; ++s) {
-    int c = chunk(1 - s);
-    if (chunks.size(c) == 0) continue;
-    sch.steps.push_back(steps::recvCopySend(prev, next, out(chunks.offset(c)), chunks.size(c)));
-  }
-  int last = chunk(2);
-  sch.steps.push_back(steps::recv(prev, out(chunks.offset(last)), chunks.size(last)));
+  appendRingAllReduce(sch, RingGroup{k.nranks, k.rank}, in(0), out(0), k.count);
   return sch;
 }
 
@@ -145,6 +130,28 @@ Schedule reduce(const ScheduleKey& k) {
 }
 
 }  // namespace
+
+void appendRingAllReduce(Schedule& sch, const RingGroup& g, Range src, Range dst, size_t count) {
+  const int n = g.size, p = g.pos;
+  const int next = g.rankAt(ringAdd(p, 1, n)), prev = g.rankAt(ringAdd(p, -1, n));
+  ChunkSplit chunks{count, n};
+  auto chunk = [&](int delta) { return ringAdd(p, delta, n); };
+  auto from = [&](Range base, int c) { return steps::at(base.buffer, base.offset + chunks.offset(c)); };
+  // Empty chunks (count < n) make no steps at all: at thousands of ranks most of them are empty.
+  sch.steps.push_back(overlapping(steps::send(next, from(src, p), chunks.size(p))));
+  for (int s = 1; s <= n - 1; ++s) {
+    int c = chunk(-s);
+    if (chunks.size(c) == 0) continue;
+    sch.steps.push_back(steps::recvReduce(prev, next, from(src, c), from(dst, c), chunks.size(c)));
+  }
+  for (int s = 1; s <= n - 2; ++s) {
+    int c = chunk(1 - s);
+    if (chunks.size(c) == 0) continue;
+    sch.steps.push_back(steps::recvCopySend(prev, next, from(dst, c), chunks.size(c)));
+  }
+  int last = chunk(2);
+  sch.steps.push_back(steps::recv(prev, from(dst, last), chunks.size(last)));
+}
 
 Schedule buildRing(const ScheduleKey& key) {
   switch (key.coll) {

@@ -43,6 +43,8 @@ const char* algorithmName(Algorithm algo) {
       return "tree";
     case Algorithm::HalvingDoubling:
       return "rhd";
+    case Algorithm::Hierarchical:
+      return "hier";
   }
   return "?";
 }
@@ -61,6 +63,7 @@ std::string normalized(const std::string& name) {
 bool parseAlgorithm(const std::string& name, Algorithm* algo) {
   std::string s = normalized(name);
   if (s == "halvingdoubling" || s == "recursivehalvingdoubling") s = "rhd";
+  if (s == "hierarchical") s = "hier";
   for (Algorithm a : kAllAlgorithms) {
     if (s == algorithmName(a)) {
       *algo = a;
@@ -109,6 +112,8 @@ bool supports(Algorithm algo, Collective coll) {
       return coll == Collective::AllReduce || coll == Collective::Broadcast || coll == Collective::Reduce;
     case Algorithm::HalvingDoubling:
       return coll == Collective::AllReduce || coll == Collective::AllGather || coll == Collective::ReduceScatter;
+    case Algorithm::Hierarchical:
+      return coll == Collective::AllReduce || coll == Collective::Broadcast;
   }
   return false;
 }
@@ -135,7 +140,7 @@ void refuseUnsupported(Algorithm algo, Collective coll) {
               algorithmName(algo), collectiveName(coll));
 }
 
-Schedule build(Algorithm algo, const ScheduleKey& key) {
+Schedule build(Algorithm algo, const ScheduleKey& key, const patterns::HostLayout& hosts) {
   if (!supports(algo, key.coll)) refuseUnsupported(algo, key.coll);
   Schedule sch;
   switch (algo) {
@@ -150,6 +155,9 @@ Schedule build(Algorithm algo, const ScheduleKey& key) {
       break;
     case Algorithm::HalvingDoubling:
       sch = buildHalvingDoubling(key);
+      break;
+    case Algorithm::Hierarchical:
+      sch = buildHierarchical(key, hosts);
       break;
   }
   dropEmptySteps(sch);

@@ -98,6 +98,9 @@ inline constexpr int64_t kNeverMs = int64_t{100} * 365 * 24 * 3600 * 1000;
   X(net, Str, "COLLIE_NET", "auto", COLLIE_RULE_WORDS("auto,tcp,ucx"),                                             \
     "network transport: ucx (UCX: InfiniBand/RoCE, or UCX_TLS's choice), tcp, or auto (ucx where UCX reports "     \
     "an RDMA transport, else tcp); same-host peers use shm unless COLLIE_SHM_DISABLE=1")                           \
+  X(hostId, Str, "COLLIE_HOST_ID", "", COLLIE_RULE_TEXT,                                                           \
+    "for tests and containers: the host this process counts as (ranks with equal ids share a host; default: "      \
+    "host name, boot id and network namespace); rank/K or rank%K: host = rank / K or rank mod K")                  \
   X(shmDisable, Int, "COLLIE_SHM_DISABLE", "0", COLLIE_RULE_RANGE(0, 1),                                           \
     "1: never use the shared-memory transport (same-host peers then use tcp)")                                     \
   X(shmSlots, Int, "COLLIE_SHM_SLOTS", "8", COLLIE_RULE_RANGE(1, 4096),                                            \

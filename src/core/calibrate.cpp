@@ -2,10 +2,13 @@
 // tuner makes the same choices:
 //   1. rank 0 reads COLLIE_TUNE_FILE (if set and present) and broadcasts what it knows;
 //   2. for each transport kind rank 0 uses (tcp, shm, ...) and the file does not cover, rank 0 and its first
-//      peer over that kind ping-pong: 8 bytes (alpha = half the round trip) and 4 MiB (beta = what the one-way
-//      time adds per byte; large enough to leave the caches); rank 0 times the host reduction of 4 MiB
-//      (gamma); a second broadcast shares the results and rank 0 writes them to COLLIE_TUNE_FILE. About 15 ms
-//      over loopback TCP, a few over shm.
+//      peer over that kind (a peer on another host where the kind reaches one: what limits the algorithms across
+//      hosts) ping-pong; when one kind links rank 0 both to its own host and to others (COLLIE_SHM_DISABLE=1), its
+//      first same-host peer is measured too, as "<kind>-intra". The pairs are the host-aware model's intra and
+//      inter links (tuner.hpp); only these one or two peers are talked to, whatever the number of ranks: 8 bytes (alpha
+//      = half the round trip) and 4 MiB (beta = what the one-way time adds per byte; large enough to leave the caches);
+//      rank 0 times the host reduction of 4 MiB (gamma); a second broadcast shares the results and rank 0 writes them
+//      to COLLIE_TUNE_FILE. About 15 ms over loopback TCP, a few over shm.
 // COLLIE_TUNE_MEASURE=0 skips step 2 (built-in costs where the file has none).
 #include <algorithm>
 #include <chrono>
@@ -36,6 +39,45 @@ struct Wire {
   double gamma = 0;  // 0: unknown
 };
 
+// The pairs rank 0 measures (see the top of the file), and which of them are the links inside and between hosts.
+struct Probes {
+  std::vector<std::string> keys;  // what each measurement is stored as in MeasuredCosts
+  std::vector<int> partners;      // the peer of rank 0 for each
+  std::string intraKey, intraKind, interKind;
+};
+
+Probes probesOf(const std::vector<std::unique_ptr<transport::Transport>>& transports,
+                const std::vector<transport::PeerInfo>& peers, const algorithms::patterns::HostLayout& hosts) {
+  Probes p;
+  int intraPartner = -1;
+  for (int r = 1; r < static_cast<int>(peers.size()); ++r) {
+    const transport::Transport* t = transport::chooseTransport(transports, peers[0], peers[static_cast<size_t>(r)]);
+    if (!t) continue;
+    const std::string kind = t->name();
+    const bool remote = !hosts.hostOf.empty() && hosts.hostOf[static_cast<size_t>(r)] != hosts.hostOf[0];
+    auto at = static_cast<size_t>(std::find(p.keys.begin(), p.keys.end(), kind) - p.keys.begin());
+    if (at == p.keys.size()) {
+      p.keys.push_back(kind);
+      p.partners.push_back(r);
+    }
+    if (remote && p.interKind.empty()) {
+      p.interKind = kind;
+      p.partners[at] = r;  // the kind is measured between hosts
+    }
+    if (!remote && p.intraKind.empty()) {
+      p.intraKind = kind;
+      intraPartner = r;
+    }
+  }
+  p.intraKey = p.intraKind.empty() ? "shm" : p.intraKind;
+  if (!p.intraKind.empty() && p.intraKind == p.interKind) {
+    p.intraKey = p.intraKind + "-intra";
+    p.keys.push_back(p.intraKey);
+    p.partners.push_back(intraPartner);
+  }
+  return p;
+}
+
 double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
 double timeReduce() {
@@ -52,20 +94,14 @@ double timeReduce() {
 
 void CommImpl::calibrate(const std::vector<transport::PeerInfo>& peers) {
   const std::vector<std::string> kinds = kindsInUse(links_.transports, peers);
-  COLLIE_INTERNAL_CHECK(kinds.size() <= kMaxKinds, "%zu transport kinds", kinds.size());
+  const Probes probes = probesOf(links_.transports, peers, planner_.hosts());
+  const std::vector<std::string>& keys = probes.keys;
+  COLLIE_INTERNAL_CHECK(keys.size() <= kMaxKinds, "%zu links to measure", keys.size());
   if (kinds.empty()) {  // one rank: nothing to measure
     planner_.tuner().setModel(costModel(kinds));
     return;
   }
-  // The peer rank 0 measures each kind with: its first peer over that kind (every rank computes the same).
-  std::vector<int> partner(kinds.size(), -1);
-  for (int r = 1; r < nranks_; ++r) {
-    const transport::Transport* t =
-        transport::chooseTransport(links_.transports, peers[0], peers[static_cast<size_t>(r)]);
-    if (!t) continue;
-    auto k = static_cast<size_t>(std::find(kinds.begin(), kinds.end(), std::string(t->name())) - kinds.begin());
-    if (partner[k] < 0) partner[k] = r;
-  }
+  const std::vector<int>& partner = probes.partners;
 
   Wire w;
   MeasuredCosts file;
@@ -78,8 +114,8 @@ void CommImpl::calibrate(const std::vector<transport::PeerInfo>& peers) {
       COLLIE_WARN(base::kLogTune, "%s: ignoring the tuning file: %s", name_.c_str(), e.what());
       file = MeasuredCosts{};
     }
-    for (size_t k = 0; k < kinds.size(); ++k) {
-      if (const LinkCost* c = file.find(kinds[k])) {
+    for (size_t k = 0; k < keys.size(); ++k) {
+      if (const LinkCost* c = file.find(keys[k])) {
         w.have[k] = 1;
         w.alpha[k] = c->alpha;
         w.beta[k] = c->beta;
@@ -101,7 +137,7 @@ void CommImpl::calibrate(const std::vector<transport::PeerInfo>& peers) {
 
   bool measuring = false;
   if (w.measure) {
-    for (size_t k = 0; k < kinds.size(); ++k) {
+    for (size_t k = 0; k < keys.size(); ++k) {
       if (w.have[k]) continue;
       measuring = true;
       if (rank_ == 0 || rank_ == partner[k]) pingPong(rank_ == 0 ? partner[k] : 0, &w.alpha[k], &w.beta[k]);
@@ -114,7 +150,7 @@ void CommImpl::calibrate(const std::vector<transport::PeerInfo>& peers) {
   if (measuring) {
     broadcastWire();
     if (rank_ == 0 && !path.empty()) {
-      for (size_t k = 0; k < kinds.size(); ++k) file.set(kinds[k], LinkCost{w.alpha[k], w.beta[k]});
+      for (size_t k = 0; k < keys.size(); ++k) file.set(keys[k], LinkCost{w.alpha[k], w.beta[k]});
       file.gamma = w.gamma;
       try {
         writeTuneFile(path, file);
@@ -123,8 +159,8 @@ void CommImpl::calibrate(const std::vector<transport::PeerInfo>& peers) {
       }
     }
   }
-  for (size_t k = 0; k < kinds.size(); ++k)
-    if (w.have[k] || measuring) measured_.set(kinds[k], LinkCost{w.alpha[k], w.beta[k]});
+  for (size_t k = 0; k < keys.size(); ++k)
+    if (w.have[k] || measuring) measured_.set(keys[k], LinkCost{w.alpha[k], w.beta[k]});
   measured_.gamma = w.gamma;
   planner_.tuner().setModel(costModel(kinds));
   const CostModel& m = planner_.tuner().model();
@@ -133,6 +169,13 @@ void CommImpl::calibrate(const std::vector<transport::PeerInfo>& peers) {
               "ranks of this host per CPU)",
               name_.c_str(), m.transport.c_str(), m.link.alpha * 1e6, m.link.beta * 1e9,
               m.link.beta > 0 ? 1e-9 / m.link.beta : 0.0, m.gamma * 1e9, links_.cpuShare);
+  if (m.shape.hosts > 1)
+    COLLIE_INFO(base::kLogTune,
+                "%s: %d hosts, up to %d ranks each (%d flat-ring streams per host link); inside a host (%s): alpha "
+                "%.2f us, beta %.4f ns/B; between hosts (%s): alpha %.2f us, beta %.4f ns/B",
+                name_.c_str(), m.shape.hosts, m.shape.maxLocal, m.shape.ringCrossings, probes.intraKey.c_str(),
+                m.intra.alpha * 1e6, m.intra.beta * 1e9, probes.interKind.c_str(), m.inter.alpha * 1e6,
+                m.inter.beta * 1e9);
 }
 
 // Measured with one pair of ranks, beta and gamma are what a rank moves and reduces with a CPU to itself. With
@@ -140,10 +183,23 @@ void CommImpl::calibrate(const std::vector<transport::PeerInfo>& peers) {
 // cpuShare times more while a hop's latency does not grow the same way. Without this, the tuner kept
 // latency-bound plans far past their crossover there (8 ranks on 2 CPUs: direct AllReduce chosen at 32 KiB, 1.6x
 // slower than rhd; measured crossover 8-16 KiB).
+// Across hosts, the link inside a host is scaled the same way; the network's is not (a rank's CPU outpaces it).
 CostModel CommImpl::costModel(const std::vector<std::string>& kinds) const {
   CostModel m = measured_.modelFor(kinds);
   m.link.beta *= links_.cpuShare;
   m.gamma *= links_.cpuShare;
+  m.intra = m.inter = m.link;
+  m.shape = HostShape::of(planner_.hosts());
+  if (m.shape.hosts > 1 && peers_.size() == static_cast<size_t>(nranks_)) {
+    const Probes probes = probesOf(links_.transports, peers_, planner_.hosts());
+    auto cost = [&](const std::string& key, const std::string& kind) {
+      const LinkCost* c = measured_.find(key);
+      return c ? *c : CostModel::defaults(kind).link;
+    };
+    m.intra = cost(probes.intraKey, probes.intraKind.empty() ? "shm" : probes.intraKind);
+    m.intra.beta *= links_.cpuShare;
+    m.inter = cost(probes.interKind, probes.interKind);
+  }
   return m;
 }
 

@@ -12,6 +12,7 @@
 #include "core/cuda_plugin.hpp"
 #include "core/device_stager.hpp"
 #include "core/group.hpp"
+#include "core/host_identity.hpp"
 #include "core/validate.hpp"
 
 namespace collie::core {
@@ -71,6 +72,7 @@ void CommImpl::connect(const std::vector<transport::PeerInfo>& peers) {
   ctx.poller = &poller_;
   connectAll(links_, ctx);
   planner_.setTransports(transportNames(links_), links_.peerTransport);
+  planner_.setHosts(hostLayoutOf(peers));
   recorder_.setTransportNames(transportNames(links_));
   recorder_.setQueuedSource([this] { return queue_.queued(); });
   std::vector<transport::Connection*> raw;

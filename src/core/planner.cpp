@@ -17,6 +17,12 @@ void Planner::setTransports(std::vector<std::string> preference, std::vector<std
   transportCache_.clear();
 }
 
+void Planner::setHosts(algorithms::patterns::HostLayout hosts) {
+  hosts_ = std::move(hosts);
+  cache_.clear();  // schedules of the hierarchical algorithm follow the layout
+  transportCache_.clear();
+}
+
 const algorithms::Schedule& Planner::schedule(algorithms::Algorithm algo, const algorithms::ScheduleKey& key) {
   const algorithms::ScheduleId k{algo, key};
   auto it = cache_.find(k);
@@ -25,7 +31,7 @@ const algorithms::Schedule& Planner::schedule(algorithms::Algorithm algo, const 
     cache_.clear();
     transportCache_.clear();
   }
-  return cache_.emplace(k, algorithms::build(algo, key)).first->second;
+  return cache_.emplace(k, algorithms::build(algo, key, hosts_)).first->second;
 }
 
 uint32_t Planner::transportsOf(const algorithms::Schedule& schedule) {

@@ -32,6 +32,10 @@ class Planner {
 
   /// The transports in order of preference, and the one that connected each rank ("self" for this rank).
   void setTransports(std::vector<std::string> preference, std::vector<std::string> byRank);
+  /// Which host each rank runs on (host_identity.hpp): the hierarchical schedules follow it, and the tuner's cost
+  /// model takes its shape (tuner.hpp, HostShape).
+  void setHosts(algorithms::patterns::HostLayout hosts);
+  const algorithms::patterns::HostLayout& hosts() const { return hosts_; }
   /// Every planned call is recorded there (when set) as it starts.
   /// The user's calls start: `recorder` sees them from now on, and call numbers start again at 0 (every rank made
   /// the same internal calls before, all matched), so that a mismatch's "call #N" is the recorder's sequence
@@ -71,6 +75,7 @@ class Planner {
   FlightRecorder* recorder_ = nullptr;
   std::vector<std::string> preference_;     // transport names, in order of preference
   std::vector<std::string> peerTransport_;  // by rank
+  algorithms::patterns::HostLayout hosts_;  // empty: one host
   std::unordered_map<algorithms::ScheduleId, algorithms::Schedule, algorithms::ScheduleIdHash> cache_;
   std::unordered_map<const algorithms::Schedule*, uint32_t> transportCache_;  // follows cache_
   std::vector<Job> jobs_;

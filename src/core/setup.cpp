@@ -14,6 +14,7 @@
 #include "base/params.hpp"
 #include "base/topology.hpp"
 #include "core/bootstrap.hpp"
+#include "core/host_identity.hpp"
 #include "transport/shm/shm_transport.hpp"
 #include "transport/tcp/tcp_transport.hpp"
 #if COLLIE_WITH_UCX
@@ -69,7 +70,8 @@ transport::PeerInfo localPeerInfo(int rank) {
   transport::PeerInfo self;
   self.rank = rank;
   self.pid = getpid();
-  self.hostHash = localHostHash();
+  self.hostHash = localHostIdentity(rank);  // the machine, or COLLIE_HOST_ID's host (host_identity.hpp)
+  self.netNs = transport::networkNamespaceId();
   gethostname(self.hostName, sizeof(self.hostName) - 1);
   return self;
 }

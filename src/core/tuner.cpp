@@ -41,6 +41,7 @@ CostModel CostModel::defaults(const std::string& transport) {
     m.link = {30e-6, 1.0 / 2e9};  // loopback or a fast network: tens of microseconds, ~2 GB/s
   }
   m.gamma = 1.0 / 8e9;  // host reduction of float32 sums at ~8 GB/s
+  m.intra = m.inter = m.link;
   return m;
 }
 
@@ -72,7 +73,22 @@ CostModel MeasuredCosts::modelFor(const std::vector<std::string>& kinds) const {
     model.link.beta = first ? c.beta : std::max(model.link.beta, c.beta);
     first = false;
   }
+  model.intra = model.inter = model.link;
   return model;
+}
+
+CostModel MeasuredCosts::modelForHosts(const HostShape& shape, const std::string& intraKind,
+                                       const std::string& interKind) const {
+  if (shape.hosts <= 1) return modelFor({intraKind});
+  CostModel m = modelFor({intraKind, interKind});
+  auto cost = [&](const std::string& kind) {
+    const LinkCost* c = find(kind);
+    return c ? *c : CostModel::defaults(kind).link;
+  };
+  m.intra = cost(intraKind);
+  m.inter = cost(interKind);
+  m.shape = shape;
+  return m;
 }
 
 namespace {
@@ -139,6 +155,41 @@ void writeTuneFile(const std::string& path, const MeasuredCosts& costs) {
   if (!ok) unlink(tmp.c_str());
   COLLIE_ENFORCE(ok, ErrorCode::SystemError, "COLLIE_TUNE_FILE: cannot write %s: %s", path.c_str(),
                  base::errnoString(errno).c_str());
+}
+
+HostShape HostShape::of(const algorithms::patterns::HostLayout& layout) {
+  HostShape s;
+  s.hosts = layout.nhosts();
+  s.maxLocal = layout.hostOf.empty() ? 1 : layout.maxLocal;
+  s.ringCrossings = layout.ringCrossings();
+  return s;
+}
+
+HostShape HostShape::uniform(int hosts, int perHost, bool interleaved) {
+  const int n = std::max(1, hosts) * std::max(1, perHost);
+  return of(interleaved ? algorithms::patterns::HostLayout::roundRobin(n, std::max(1, hosts))
+                        : algorithms::patterns::HostLayout::blocks(n, std::max(1, perHost)));
+}
+
+double hierarchicalSeconds(const CostModel& m, Collective coll, int nranks, size_t bytes, size_t sliceBytes) {
+  if (nranks <= 1) return 0;
+  const bool multi = m.shape.hosts > 1;
+  const double H = multi ? m.shape.hosts : 1, L = multi ? m.shape.maxLocal : nranks;
+  const double S = static_cast<double>(bytes), shard = S / L;
+  const double slice = static_cast<double>(std::max<size_t>(sliceBytes, 1));
+  const LinkCost intra = multi ? m.intra : m.link, inter = m.inter;
+  // One exchange inside a host (reduce-scatter, scatter or all-gather): the L-1 messages go out at once (alpha
+  // for the first, a quarter for each further one, as for direct); each rank moves (L-1)/L of the buffer.
+  const double round = L > 1 ? (1 + (L - 2) / 4) * intra.alpha + (L - 1) / L * S * intra.beta : 0;
+  // Between hosts the L ranks of a host share its link: together they move what one rank per host would.
+  double t = 2 * round;
+  if (coll == Collective::AllReduce) {
+    t += (L - 1) / L * S * m.gamma;
+    if (H > 1) t += 2 * (H - 1) * inter.alpha + 2 * (H - 1) / H * S * inter.beta + (H - 1) / H * shard * m.gamma;
+  } else if (coll == Collective::Broadcast && H > 1) {
+    t += (H - 1) * inter.alpha + (S + (H - 2) * std::min(slice, shard) * L) * inter.beta;  // pipelined chains
+  }
+  return t;
 }
 
 double estimate(const CostModel& model, const CostTerms& t) {
@@ -225,6 +276,9 @@ void chooseSlicing(Collective coll, Algorithm algo, const std::string& transport
       break;
     case Algorithm::Direct:
       break;
+    case Algorithm::Hierarchical:
+      piece = bytes / n;  // the ring between hosts moves a shard's chunks: bytes / (ranks per host x hosts)
+      break;
   }
   // Measured with perf/all_reduce_perf on 2 and 4 processes (2 cores): over tcp, 4 KiB slices lose 2-3x to
   // per-slice overhead (a syscall each), 16 KiB ~15%, 64 KiB - 4 MiB are alike; over shm, 16 KiB - 1 MiB are
@@ -281,7 +335,7 @@ AlgoSelection AlgoSelection::parse(const std::string& spec) {
     for (const std::string& name : split(list, ',')) {
       Algorithm a;
       COLLIE_ARG_CHECK(algorithms::parseAlgorithm(name, &a),
-                       "COLLIE_ALGO='%s': unknown algorithm '%s' (known: ring, tree, rhd, direct)", spec.c_str(),
+                       "COLLIE_ALGO='%s': unknown algorithm '%s' (known: ring, tree, rhd, direct, hier)", spec.c_str(),
                        name.c_str());
       mask |= bit(a);
     }
@@ -327,7 +381,16 @@ double Tuner::cost(Collective coll, Algorithm algo, int nranks, size_t bytes) co
   size_t slice = 0;
   int inflight = 0;
   chooseSlicing(coll, algo, model_.transport, nranks, bytes, &slice, &inflight);
-  return estimate(model_, costTerms(coll, algo, nranks, bytes, slice));
+  if (algo == Algorithm::Hierarchical) return hierarchicalSeconds(model_, coll, nranks, bytes, slice);
+  const CostTerms terms = costTerms(coll, algo, nranks, bytes, slice);
+  if (model_.shape.hosts <= 1) return estimate(model_, terms);
+  // A flat algorithm across hosts: its hops pay the network's latency, and the streams that leave a host at once
+  // share that host's link.
+  const double share = algo == Algorithm::Ring ? std::max(1, model_.shape.ringCrossings) : model_.shape.maxLocal;
+  CostModel flat = model_;
+  flat.link.alpha = std::max(model_.link.alpha, model_.inter.alpha);
+  flat.link.beta = std::max(model_.link.beta, model_.inter.beta * share);
+  return estimate(flat, terms);
 }
 
 TunedPlan Tuner::choose(Collective coll, int nranks, size_t bytes) const {
@@ -338,8 +401,16 @@ TunedPlan Tuner::choose(Collective coll, int nranks, size_t bytes) const {
       COLLIE_INFO(base::kLogTune, "COLLIE_ALGO='%s' allows no algorithm that implements %s; choosing among all",
                   selection_.spec().c_str(), algorithms::collectiveName(coll));
     }
+    // On one host the hierarchical schedule is a direct exchange inside it, which the measured algorithms beat:
+    // it is chosen there only when nothing else is allowed.
+    const bool oneHost = model_.shape.hosts <= 1;
+    bool others = false;
+    for (Algorithm a : algorithms::kAllAlgorithms)
+      others |=
+          a != Algorithm::Hierarchical && algorithms::supports(a, coll) && (pass == 1 || selection_.allowed(coll, a));
     for (Algorithm a : algorithms::kAllAlgorithms) {
       if (!algorithms::supports(a, coll) || (pass == 0 && !selection_.allowed(coll, a))) continue;
+      if (a == Algorithm::Hierarchical && oneHost && others) continue;
       double c = cost(coll, a, nranks, bytes);
       if (!found || c < plan.estimatedSeconds) {
         plan.algorithm = a;

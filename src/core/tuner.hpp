@@ -8,6 +8,13 @@
 // a ping-pong or read from COLLIE_TUNE_FILE), gamma to the host reduction. The cheapest algorithm that
 // implements the collective and that COLLIE_ALGO allows wins.
 //
+// Across hosts (HostShape: hosts, ranks per host) the model has two links: `intra` between ranks of one host and
+// `inter` between hosts, each measured at init by one pair of ranks (calibrate.cpp). The ranks of a host share its
+// network link: a flat algorithm's bytes cost inter's beta times the streams that leave one host at once (the flat
+// ring's crossings of the host boundary, measured on the layout; every rank of the host for the others), and the
+// hierarchical algorithm's phases cost intra inside a host and inter (times the ranks of a host, each carrying its
+// shards) between hosts (hierarchicalSeconds).
+//
 // Every choice depends only on what all ranks agree on (collective, nranks, bytes, the cost model that rank 0
 // measured and broadcast, COLLIE_ALGO), so both ends of every link decide alike.
 #pragma once
@@ -29,11 +36,24 @@ struct LinkCost {
   double beta = 0;   ///< seconds per byte
 };
 
+/// How a communicator's ranks sit on hosts, as far as the cost model needs it.
+struct HostShape {
+  int hosts = 1;
+  int maxLocal = 1;       ///< the most ranks on one host
+  int ringCrossings = 0;  ///< flat-ring streams that leave one host (the most over the hosts)
+  static HostShape of(const algorithms::patterns::HostLayout& layout);
+  /// `hosts` hosts of `perHost` ranks each; interleaved: rank r on host r mod hosts (the test bed), else r / perHost.
+  static HostShape uniform(int hosts, int perHost, bool interleaved);
+};
+
 /// What the cost model knows about a communicator.
 struct CostModel {
   std::string transport = "tcp";  ///< the kind whose costs are used (the slowest the communicator uses)
   LinkCost link;
   double gamma = 0;  ///< seconds per byte reduced on the host
+  HostShape shape;   ///< one host: only `link` is used
+  LinkCost intra;    ///< between ranks of one host (shape.hosts > 1)
+  LinkCost inter;    ///< between hosts (shape.hosts > 1)
   /// Built-in costs of a transport kind ("tcp", "shm", anything else gets tcp's): used until measured.
   static CostModel defaults(const std::string& transport);
 };
@@ -47,6 +67,9 @@ struct MeasuredCosts {
   /// The model of a communicator whose links use `kinds`: alpha and beta of the slowest kind (each the largest
   /// over the kinds), built-in defaults for kinds not measured. Empty `kinds` (one rank): shm's defaults.
   CostModel modelFor(const std::vector<std::string>& kinds) const;
+  /// The model of ranks placed as `shape`, linked by `intraKind` inside a host and `interKind` between hosts (for
+  /// the tools: a communicator measures its own links, calibrate.cpp).
+  CostModel modelForHosts(const HostShape& shape, const std::string& intraKind, const std::string& interKind) const;
 };
 
 /// Tuning file (COLLIE_TUNE_FILE), one line per transport kind and one for the reduction:
@@ -71,9 +94,12 @@ struct CostTerms {
 CostTerms costTerms(algorithms::Collective coll, algorithms::Algorithm algo, int nranks, size_t bytes,
                     size_t sliceBytes);
 double estimate(const CostModel& model, const CostTerms& terms);
+/// The model's time of the hierarchical algorithm (its phases inside and between hosts, one after the other).
+double hierarchicalSeconds(const CostModel& model, algorithms::Collective coll, int nranks, size_t bytes,
+                           size_t sliceBytes);
 
 /// COLLIE_ALGO in NCCL's grammar: "ring", "tree,ring", "^tree" (all but), "allreduce:rhd;broadcast:tree"
-/// (per collective; collectives not named are free). Names: ring, tree, rhd, direct; collectives: allreduce,
+/// (per collective; collectives not named are free). Names: ring, tree, rhd, direct, hier; collectives: allreduce,
 /// broadcast, reduce, allgather, reducescatter, alltoall. A collective whose allowed algorithms implement none
 /// of it falls back to the free choice.
 class AlgoSelection {

@@ -75,6 +75,9 @@ struct MemoryFabric::State {
   std::unordered_map<uint64_t, std::unique_ptr<Link>> links;
   std::vector<std::vector<Link*>> linksOf;  // by rank: every link it sends or receives on
   std::vector<double> outFree, inFree, cpuFree;
+  std::vector<int> hostOf;                      // by rank; empty: one host
+  MemoryCost interHost;                         // costs of a message between hosts
+  std::vector<double> hostOutFree, hostInFree;  // by host: its one network port each way
   std::vector<uint64_t> bytes, messages, completions;
   std::vector<uint8_t> wokenMark;
   std::vector<int> woken;
@@ -122,11 +125,20 @@ struct MemoryFabric::State {
     p.posted = now;
     // The sender's port serializes its messages, the receiver's port its incoming ones; a message waits for a
     // busy receiving port without holding the sender's (a switch buffers it).
-    const double busy = cost.overhead + static_cast<double>(t->bytes) * cost.beta;
-    const double depart = std::max(now, outFree[a]);
+    // Between hosts, the message also holds the sending host's and the receiving host's network port.
+    const bool remote = !hostOf.empty() && hostOf[a] != hostOf[b];
+    const MemoryCost& c = remote ? interHost : cost;
+    const double busy = c.overhead + static_cast<double>(t->bytes) * c.beta;
+    double* hostOut = remote ? &hostOutFree[static_cast<size_t>(hostOf[a])] : nullptr;
+    double* hostIn = remote ? &hostInFree[static_cast<size_t>(hostOf[b])] : nullptr;
+    const double depart = std::max({now, outFree[a], hostOut ? *hostOut : 0.0});
     outFree[a] = depart + busy;
-    const double enter = std::max(depart + cost.alpha, inFree[b]);
+    const double enter = std::max({depart + c.alpha, inFree[b], hostIn ? *hostIn : 0.0});
     inFree[b] = enter + busy;
+    if (remote) {
+      *hostOut = depart + busy;
+      *hostIn = enter + busy;
+    }
     p.arrival = enter + busy;
     t->complete = false;
     l->sends.push_back(p);
@@ -264,6 +276,17 @@ MemoryFabric::MemoryFabric(int nranks, MemoryCost cost, bool copyData)
     : state_(std::make_shared<State>(nranks, cost, copyData)) {}
 
 MemoryFabric::~MemoryFabric() = default;
+
+void MemoryFabric::setHosts(std::vector<int> hostOf, MemoryCost interHost) {
+  COLLIE_ARG_CHECK(hostOf.empty() || static_cast<int>(hostOf.size()) == state_->nranks,
+                   "memory fabric of %d ranks: %zu host entries", state_->nranks, hostOf.size());
+  int hosts = 0;
+  for (int h : hostOf) hosts = std::max(hosts, h + 1);
+  state_->hostOf = std::move(hostOf);
+  state_->interHost = interHost;
+  state_->hostOutFree.assign(static_cast<size_t>(hosts), 0);
+  state_->hostInFree.assign(static_cast<size_t>(hosts), 0);
+}
 
 std::unique_ptr<transport::Connection> MemoryFabric::connect(int rank, int peer) {
   COLLIE_ARG_CHECK(rank >= 0 && rank < state_->nranks && peer >= 0 && peer < state_->nranks && rank != peer,

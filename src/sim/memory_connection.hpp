@@ -10,6 +10,8 @@
 //     message at a time; alpha is latency, so consecutive messages pipeline;
 //   - it is delivered (copied into the receive, both transfers complete) at max(arrival, time the receive was
 //     posted);
+//   - with hosts (setHosts), a message between hosts costs interHost's alpha and beta and also waits for and holds
+//     the network port of its sender's host (outbound) and of its receiver's host (inbound);
 //   - a receive marked as reduced (setReduceMarks) completes gamma * bytes later, the reductions of a rank one
 //     after another.
 // With all costs zero everything is delivered at once, in progress(). Otherwise a driver moves the clock
@@ -43,6 +45,11 @@ class MemoryFabric {
   ~MemoryFabric();
   MemoryFabric(const MemoryFabric&) = delete;
   MemoryFabric& operator=(const MemoryFabric&) = delete;
+
+  /// Places the ranks on hosts (hostOf by rank, hosts 0..H-1; empty: one host): a message between two hosts costs
+  /// `interHost` instead and also holds the sending host's outbound and the receiving host's inbound network
+  /// port, which all ranks of a host share. Call before any connection is made.
+  void setHosts(std::vector<int> hostOf, MemoryCost interHost);
 
   /// rank's connection to peer (rank != peer). The fabric must outlive it.
   std::unique_ptr<transport::Connection> connect(int rank, int peer);

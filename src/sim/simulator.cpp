@@ -243,6 +243,8 @@ SimResult simulate(const SimOptions& o) {
   COLLIE_ARG_CHECK(o.coll != Collective::Send && o.coll != Collective::Recv,
                    "simulator: Send/Recv are not collectives");
   COLLIE_ARG_CHECK(o.root >= 0 && o.root < n, "simulator: root=%d with nranks=%d", o.root, n);
+  COLLIE_ARG_CHECK(o.hosts.describes(n), "simulator: a host layout of %zu ranks with nranks=%d", o.hosts.hostOf.size(),
+                   n);
   const size_t elemSize = base::dataTypeSize(o.type);
   COLLIE_ARG_CHECK(elemSize > 0, "simulator: invalid data type");
 
@@ -251,7 +253,7 @@ SimResult simulate(const SimOptions& o) {
   std::vector<algorithms::Schedule> schedules(static_cast<size_t>(n));
   for (int r = 0; r < n; ++r) {
     schedules[static_cast<size_t>(r)] =
-        algorithms::build(o.algo, algorithms::ScheduleKey{o.coll, r, n, o.count, o.root});
+        algorithms::build(o.algo, algorithms::ScheduleKey{o.coll, r, n, o.count, o.root}, o.hosts);
     if (o.mutate) o.mutate(r, schedules[static_cast<size_t>(r)]);
   }
   std::vector<RankBuffers> bufs(static_cast<size_t>(n));
@@ -270,6 +272,7 @@ SimResult simulate(const SimOptions& o) {
 
   // Links, executors, jobs.
   sim::MemoryFabric fabric(n, o.cost, o.checkData);
+  fabric.setHosts(o.hosts.hostOf, o.interHost);
   base::Poller poller;  // required by the executor; never waited on (step() does not wait)
   std::atomic<bool> abortFlag{false};
   std::vector<std::vector<std::unique_ptr<transport::Connection>>> owned(static_cast<size_t>(n));

@@ -42,6 +42,10 @@ struct SimOptions {
   size_t sliceBytes = 512 * 1024;
   int slicesInFlight = 4;
   MemoryCost cost;  ///< all zero: no time model (the estimate is 0)
+  /// Which host each rank runs on (empty: one host): the Hierarchical schedules follow it, and messages between
+  /// hosts cost `interHost` and share their hosts' network ports (MemoryFabric::setHosts).
+  algorithms::patterns::HostLayout hosts;
+  MemoryCost interHost;
   /// true: per-rank buffers with integer data, checked at the end (integer types only). false: timing only,
   /// every rank on the same two buffers, no bytes copied between ranks (any size, any type).
   bool checkData = true;

@@ -54,6 +54,7 @@ const std::vector<Case>& cases() {
        {"10.0.0.1", ":29500", "h:0", "h:65536", "h:x"}},
       {"COLLIE_SECRET", {"0123456789abcdef0123456789ABCDEF"}, {"abc", "0123456789abcdef0123456789abcdeg"}},
       {"COLLIE_NET", {"auto", "tcp", "ucx", "UCX", "Auto"}, {"ib", "rdma", "tcp,ucx", "verbs"}},
+      {"COLLIE_HOST_ID", {"node7", "rank/4", "rank%2"}, {}},  // rank/0 is refused at init (test_host_tuner)
       {"COLLIE_SHM_DISABLE", {"0", "1"}, {"2", "true", "-1"}},
       {"COLLIE_SHM_SLOTS", {"1", "8", "4096"}, {"0", "4097", "-8"}},
       {"COLLIE_SHM_SLOT_BYTES", {"64", "65536", "1073741824"}, {"63", "1073741825", "0"}},

@@ -142,8 +142,10 @@ TEST(AlgorithmSupport, BuildRefusesUnsupportedPairsAndBuildsSupportedOnes) {
                 algorithms::buildDirect(key);
               } else if (a == Algorithm::Tree) {
                 algorithms::buildTree(key);
-              } else {
+              } else if (a == Algorithm::HalvingDoubling) {
                 algorithms::buildHalvingDoubling(key);
+              } else {
+                algorithms::buildHierarchical(key, algorithms::patterns::HostLayout::roundRobin(n, 2));
               }
               ADD_FAILURE() << pair << ": built a schedule (via " << (via == 0 ? "build()" : "the builder") << ")";
             } catch (const Error& e) {
@@ -157,8 +159,8 @@ TEST(AlgorithmSupport, BuildRefusesUnsupportedPairsAndBuildsSupportedOnes) {
       }
     }
   }
-  // ring: 5, direct: AllReduce, AllToAll, Send, Recv; tree: 3; rhd: 3.
-  EXPECT_EQ(supported, 15);
+  // ring: 5, direct: AllReduce, AllToAll, Send, Recv; tree: 3; rhd: 3; hier: AllReduce, Broadcast.
+  EXPECT_EQ(supported, 17);
 }
 
 // ---- The simulator catches broken schedules ---------------------------------------------------------------------

@@ -124,7 +124,7 @@ std::string allowedList(const AlgoSelection& sel, Collective coll) {
 }
 
 TEST(Tuner, CollieAlgoGrammarParsesToTheSelection) {
-  const std::string all = "ring,direct,tree,rhd";
+  const std::string all = "ring,direct,tree,rhd,hier";
   // Empty: everything everywhere.
   AlgoSelection none = AlgoSelection::parse("");
   for (Collective c : kColls) EXPECT_EQ(allowedList(none, c), all) << algorithms::collectiveName(c);
@@ -139,8 +139,8 @@ TEST(Tuner, CollieAlgoGrammarParsesToTheSelection) {
   for (Collective c : kColls) EXPECT_EQ(allowedList(hd, c), "rhd") << algorithms::collectiveName(c);
   // Negation, global with a per-collective exception.
   AlgoSelection neg = AlgoSelection::parse("^tree,direct;broadcast:tree");
-  EXPECT_EQ(allowedList(neg, Collective::AllReduce), "ring,rhd");
-  EXPECT_EQ(allowedList(neg, Collective::Reduce), "ring,rhd");
+  EXPECT_EQ(allowedList(neg, Collective::AllReduce), "ring,rhd,hier");
+  EXPECT_EQ(allowedList(neg, Collective::Reduce), "ring,rhd,hier");
   EXPECT_EQ(allowedList(neg, Collective::Broadcast), "tree");
   EXPECT_EQ(neg.spec(), "^tree,direct;broadcast:tree");
   // What the tuner then runs, at every size: the one allowed algorithm, or the best of the allowed ones.

@@ -1,0 +1,127 @@
+// Hosts in the tuner and in the host identity (src/core/tuner.hpp, src/core/host_identity.hpp): COLLIE_HOST_ID's
+// forms place ranks as documented and refuse what places nothing; the shape of a layout (hosts, ranks per host,
+// flat-ring streams per host link); on one host the tuner never picks the hierarchical algorithm unless forced;
+// across hosts it picks it where the model says the shared network links make the flat algorithms slow, and the
+// simulator with hosts agrees that it is the fastest there.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "algorithms/algorithms.hpp"
+#include "core/host_identity.hpp"
+#include "core/tuner.hpp"
+#include "sim/simulator.hpp"
+
+namespace collie::core {
+namespace {
+
+using algorithms::Algorithm;
+using algorithms::Collective;
+using algorithms::patterns::HostLayout;
+
+TEST(HostIdentity, FormsPlaceRanksAsDocumented) {
+  EXPECT_EQ(hostIdentityOf("", 5, 42), 42u);
+  EXPECT_EQ(hostIdentityOf("rank/2", 0, 42), hostIdentityOf("rank/2", 1, 42));
+  EXPECT_NE(hostIdentityOf("rank/2", 1, 42), hostIdentityOf("rank/2", 2, 42));
+  EXPECT_EQ(hostIdentityOf("rank%2", 0, 42), hostIdentityOf("rank%2", 2, 42));
+  EXPECT_NE(hostIdentityOf("rank%2", 0, 42), hostIdentityOf("rank%2", 1, 42));
+  EXPECT_EQ(hostIdentityOf("node7", 0, 42), hostIdentityOf("node7", 9, 1));
+  EXPECT_NE(hostIdentityOf("node7", 0, 42), hostIdentityOf("node8", 0, 42));
+  for (const char* bad : {"rank/0", "rank%0", "rank/x", "rank%", "rank/-2", "rank/3x"}) {
+    try {
+      hostIdentityOf(bad, 0, 42);
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::InvalidArgument) << bad;
+      EXPECT_NE(std::string(e.what()).find(std::string("COLLIE_HOST_ID=") + bad), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(HostShape, HostsRanksAndRingCrossings) {
+  const HostShape tb = HostShape::uniform(4, 2, true);  // the test bed: rank r on host r mod 4
+  EXPECT_EQ(tb.hosts, 4);
+  EXPECT_EQ(tb.maxLocal, 2);
+  EXPECT_EQ(tb.ringCrossings, 2);  // every ring hop leaves its host: two per host
+  const HostShape blocks = HostShape::uniform(4, 2, false);
+  EXPECT_EQ(blocks.ringCrossings, 1);
+  const HostShape uneven = HostShape::of(HostLayout::blocks(7, 3));  // 3, 3, 1
+  EXPECT_EQ(uneven.hosts, 3);
+  EXPECT_EQ(uneven.maxLocal, 3);
+  EXPECT_EQ(HostShape::of(HostLayout{}).hosts, 1);
+}
+
+// Shared memory inside a host (3 us, 8 GB/s), a 1 Gbit/s network between hosts (30 us, 125 MB/s): the test bed.
+CostModel testbedModel(const HostShape& shape) {
+  MeasuredCosts costs;
+  costs.set("shm", LinkCost{3e-6, 1.0 / 8e9});
+  costs.set("tcp", LinkCost{30e-6, 1.0 / 125e6});
+  costs.gamma = 1.0 / 8e9;
+  return costs.modelForHosts(shape, "shm", "tcp");
+}
+
+TEST(HostTuner, OneHostNeverPicksHierUnlessForced) {
+  for (int n : {2, 3, 4, 8, 16}) {
+    for (size_t bytes = 8; bytes <= (size_t{256} << 20); bytes *= 8) {
+      for (Collective c : {Collective::AllReduce, Collective::Broadcast}) {
+        Tuner t(CostModel::defaults("shm"), AlgoSelection{});
+        EXPECT_NE(t.choose(c, n, bytes).algorithm, Algorithm::Hierarchical) << n << " ranks, " << bytes << " B";
+        Tuner forced(CostModel::defaults("shm"), AlgoSelection::parse("hier"));
+        EXPECT_EQ(forced.choose(c, n, bytes).algorithm, Algorithm::Hierarchical) << n << " ranks, " << bytes;
+      }
+    }
+  }
+}
+
+TEST(HostTuner, AcrossHostsHierFromAMebibyteUp) {
+  for (auto [hosts, perHost] : {std::pair{4, 2}, std::pair{2, 4}, std::pair{4, 8}, std::pair{16, 8}}) {
+    const HostShape shape = HostShape::uniform(hosts, perHost, true);
+    Tuner t(testbedModel(shape), AlgoSelection{});
+    const int n = hosts * perHost;
+    for (size_t bytes = size_t{1} << 20; bytes <= (size_t{256} << 20); bytes *= 4) {
+      EXPECT_EQ(t.choose(Collective::AllReduce, n, bytes).algorithm, Algorithm::Hierarchical)
+          << hosts << "x" << perHost << ", " << bytes << " B";
+      EXPECT_EQ(t.choose(Collective::Broadcast, n, bytes).algorithm, Algorithm::Hierarchical)
+          << hosts << "x" << perHost << ", " << bytes << " B";
+    }
+    // Tiny messages on many hosts are latency: a log-depth algorithm beats a ring of 2 (H-1) hops between hosts.
+    if (hosts >= 16)
+      EXPECT_NE(t.choose(Collective::AllReduce, n, 8).algorithm, Algorithm::Hierarchical) << hosts << "x" << perHost;
+    // The flat ring's estimate grows with the streams that share a host link.
+    Tuner blocks(testbedModel(HostShape::uniform(hosts, perHost, false)), AlgoSelection{});
+    EXPECT_GT(t.cost(Collective::AllReduce, Algorithm::Ring, n, 64 << 20),
+              blocks.cost(Collective::AllReduce, Algorithm::Ring, n, 64 << 20));
+  }
+}
+
+// The simulator with hosts (each host one network port each way) agrees: at 16 MiB on the test bed's shapes the
+// hierarchical AllReduce is at least as fast as every flat algorithm, and 1.5x the flat ring or more.
+TEST(HostTuner, SimulatorAgreesAcrossHosts) {
+  for (auto [hosts, perHost] : {std::pair{4, 2}, std::pair{2, 4}}) {
+    const int n = hosts * perHost;
+    const HostLayout layout = HostLayout::roundRobin(n, hosts);
+    const CostModel m = testbedModel(HostShape::of(layout));
+    auto timed = [&](Algorithm a) {
+      sim::SimOptions o;
+      o.coll = Collective::AllReduce;
+      o.algo = a;
+      o.nranks = n;
+      o.hosts = layout;
+      o.count = (size_t{16} << 20) / 4;
+      o.checkData = false;
+      o.sliceBytes = 1 << 20;
+      o.cost = {m.intra.alpha, m.intra.beta, m.gamma, 0};
+      o.interHost = {m.inter.alpha, m.inter.beta, 0, 0};
+      sim::SimResult r = sim::simulate(o);
+      EXPECT_TRUE(r.ok) << r.error;
+      return r.seconds;
+    };
+    const double hier = timed(Algorithm::Hierarchical);
+    for (Algorithm a : {Algorithm::Ring, Algorithm::Tree, Algorithm::HalvingDoubling})
+      EXPECT_LE(hier, timed(a) * 1.001) << algorithms::algorithmName(a) << " " << hosts << "x" << perHost;
+    EXPECT_GE(timed(Algorithm::Ring) / hier, 1.5) << hosts << "x" << perHost;
+  }
+}
+
+}  // namespace
+}  // namespace collie::core
