@@ -8,7 +8,7 @@
 # left by a run that was SIGKILLed (ctb<pid> whose process is gone) is removed at the start of the next run.
 # Exit 77 (CTest's skip) with the reason when namespaces cannot be made here. Cases:
 #   collectives  every *_perf, 4 ranks on 4 hosts (TCP only), sizes 4 B..4 MiB, checked: exit 0, #wrong 0
-#   algorithms   all_reduce_perf, 8 ranks, two per host (shm inside a host, TCP between), -A ring/tree/rhd/auto;
+#   algorithms   all_reduce_perf, 8 ranks, two per host (shm inside a host, TCP between), -A ring/tree/rhd/hier/auto;
 #                the algo column of every row (what ran, per size) must be the forced algorithm
 #   ifname       COLLIE_SOCKET_IFNAME unset, tb and =tb0 work and bind 10.213.0.x (collie's own log says so);
 #                =nosuch0 fails on every rank, quickly, naming the variable
@@ -133,7 +133,7 @@ check_algo_column() {
   got=$(awk '$1 == "[0]" && $2 ~ /^[0-9]+$/ { print $15 }' "$work/$name.out" | sort | uniq -c | sed 's/^ *//' |
     tr '\n' ',' | sed 's/,$//')
   if [[ $want == auto ]]; then
-    bad=$(awk '$1 == "[0]" && $2 ~ /^[0-9]+$/ && $15 !~ /^(ring|tree|rhd|direct)$/ { n++ } END { print n + 0 }' \
+    bad=$(awk '$1 == "[0]" && $2 ~ /^[0-9]+$/ && $15 !~ /^(ring|tree|rhd|direct|hier)$/ { n++ } END { print n + 0 }' \
       "$work/$name.out")
   else
     bad=$(awk -v a="$want" '$1 == "[0]" && $2 ~ /^[0-9]+$/ && $15 != a { n++ } END { print n + 0 }' "$work/$name.out")
@@ -141,7 +141,7 @@ check_algo_column() {
   if ((bad == 0)); then
     ok "$name: algo column per size: $got"
   else
-    fail "$name: $bad rows whose algo column is not ${want/auto/ring, tree, rhd or direct} (got: $got)"
+    fail "$name: $bad rows whose algo column is not ${want/auto/ring, tree, rhd, direct or hier} (got: $got)"
   fi
 }
 
@@ -203,7 +203,7 @@ case_ucx() {
 
 case_algorithms() {
   local a name
-  for a in ring tree rhd auto; do
+  for a in ring tree rhd hier auto; do
     name="all_reduce_8ranks_$a"
     COLLIE_DEBUG=INFO COLLIE_DEBUG_SUBSYS=INIT job "$name" 8 0 "$perf_dir/all_reduce_perf" "${sweep[@]}" -A "$a"
     check_perf "$name" "$sweep_rows" || continue

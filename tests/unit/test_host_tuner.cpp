@@ -85,8 +85,9 @@ TEST(HostTuner, AcrossHostsHierFromAMebibyteUp) {
           << hosts << "x" << perHost << ", " << bytes << " B";
     }
     // Tiny messages on many hosts are latency: a log-depth algorithm beats a ring of 2 (H-1) hops between hosts.
-    if (hosts >= 16)
+    if (hosts >= 16) {
       EXPECT_NE(t.choose(Collective::AllReduce, n, 8).algorithm, Algorithm::Hierarchical) << hosts << "x" << perHost;
+    }
     // The flat ring's estimate grows with the streams that share a host link.
     Tuner blocks(testbedModel(HostShape::uniform(hosts, perHost, false)), AlgoSelection{});
     EXPECT_GT(t.cost(Collective::AllReduce, Algorithm::Ring, n, 64 << 20),
