@@ -14,21 +14,13 @@ namespace {
 /// How often a waiting receive asks its candidates whether a silent peer is dead (as the executor does).
 constexpr std::chrono::milliseconds kAliveCheckEvery{1000};
 
-/// Calls endProbe() on every connection when the match ends, however it ends.
-struct EndProbes {
-  const std::vector<transport::Connection*>& conns;
-  ~EndProbes() {
-    for (transport::Connection* c : conns)
-      if (c) c->endProbe();
-  }
-};
 }  // namespace
 
-AnySourceMatcher::AnySourceMatcher(int rank, int nranks, std::vector<transport::Connection*> conns,
-                                   base::Poller& poller, const std::atomic<bool>& abortFlag, std::string commName)
+AnySourceMatcher::AnySourceMatcher(int rank, int nranks, ConnectionOf connectionOf, base::Poller& poller,
+                                   const std::atomic<bool>& abortFlag, std::string commName)
     : rank_(rank),
       nranks_(nranks),
-      conns_(std::move(conns)),
+      connectionOf_(std::move(connectionOf)),
       poller_(poller),
       abort_(abortFlag),
       name_(std::move(commName)),
@@ -40,9 +32,10 @@ int AnySourceMatcher::pass(const Call& call) {
   bool candidates = false;
   for (int k = 1; k <= nranks_; ++k) {  // every rank, the one matched last at the end
     const int p = (last_ + k) % nranks_;
-    transport::Connection* c = conns_[static_cast<size_t>(p)];
-    if (p == rank_ || !c || !closed_[static_cast<size_t>(p)].empty()) continue;
-    candidates = true;
+    if (p == rank_ || !closed_[static_cast<size_t>(p)].empty()) continue;
+    candidates = true;  // connected or not yet
+    transport::Connection* c = connectionOf_(p);
+    if (!c) continue;
     transport::Arrival next;
     try {
       if (!c->probe(&next)) continue;
@@ -72,7 +65,13 @@ int AnySourceMatcher::pass(const Call& call) {
 int AnySourceMatcher::match(const Call& call, const ExecConfig& config) {
   COLLIE_USAGE_CHECK(nranks_ > 1, "%s rank %d: %s: there is no other rank to receive from", name_.c_str(), rank_,
                      call.text.c_str());
-  EndProbes guard{conns_};
+  struct EndProbes {  // however the match ends, the connections stop waking the poller for unclaimed messages
+    AnySourceMatcher& m;
+    ~EndProbes() {
+      for (int p = 0; p < m.nranks_; ++p)
+        if (transport::Connection* c = p == m.rank_ ? nullptr : m.connectionOf_(p)) c->endProbe();
+    }
+  } guard{*this};
   std::fill(ahead_.begin(), ahead_.end(), transport::Fingerprint{});
   const auto start = Clock::now();
   auto lastAliveCheck = start;
@@ -91,8 +90,8 @@ int AnySourceMatcher::match(const Call& call, const ExecConfig& config) {
     if (Clock::now() - lastAliveCheck > kAliveCheckEvery) {
       lastAliveCheck = Clock::now();
       for (int p = 0; p < nranks_; ++p) {
-        transport::Connection* c = conns_[static_cast<size_t>(p)];
-        if (p == rank_ || !c || !closed_[static_cast<size_t>(p)].empty()) continue;
+        transport::Connection* c = p == rank_ ? nullptr : connectionOf_(p);
+        if (!c || !closed_[static_cast<size_t>(p)].empty()) continue;
         try {
           c->checkAlive();
         } catch (const Error& e) {
@@ -109,7 +108,7 @@ int AnySourceMatcher::match(const Call& call, const ExecConfig& config) {
 void AnySourceMatcher::failTimeout(const Call& call, const ExecConfig& config) const {
   std::string waiting, closed;
   for (int p = 0; p < nranks_; ++p) {
-    if (p == rank_ || !conns_[static_cast<size_t>(p)]) continue;
+    if (p == rank_) continue;
     const std::string& why = closed_[static_cast<size_t>(p)];
     if (!why.empty()) {
       closed += base::format("%srank %d", closed.empty() ? "" : ", ", p);
@@ -117,9 +116,10 @@ void AnySourceMatcher::failTimeout(const Call& call, const ExecConfig& config) c
     }
     const transport::Fingerprint& ahead = ahead_[static_cast<size_t>(p)];
     const transport::Fingerprint seen = call.lastSeen(p);
-    std::string state = ahead.shape  ? "its next message is from " + callText(ahead, p, rank_)
-                        : seen.shape ? "last seen in " + callText(seen, p, rank_)
-                                     : std::string("nothing received from it yet");
+    std::string state = !connectionOf_(p) ? std::string("not connected yet")
+                        : ahead.shape     ? "its next message is from " + callText(ahead, p, rank_)
+                        : seen.shape      ? "last seen in " + callText(seen, p, rank_)
+                                          : std::string("nothing received from it yet");
     waiting += base::format("%srank %d (%s)", waiting.empty() ? "" : ", ", p, state.c_str());
   }
   COLLIE_FAIL(ErrorCode::Timeout,
@@ -137,7 +137,7 @@ void AnySourceMatcher::failAllClosed(const Call& call) const {
   }
   COLLIE_FAIL(ErrorCode::RemoteError,
               "%s rank %d: %s cannot complete: every rank it could come from has closed its connection (%s)",
-              name_.c_str(), rank_, call.text.c_str(), closed.empty() ? "no connection to any peer" : closed.c_str());
+              name_.c_str(), rank_, call.text.c_str(), closed.c_str());
 }
 
 }  // namespace collie::core

@@ -22,7 +22,11 @@
 //   - a peer linked by a transport that cannot look ahead (ucx): InvalidUsage naming it;
 //   - abort: the call ends at once.
 // Not inside a group (validate.cpp refuses it), so no receive is ever posted on a connection while it is probed.
-// Only connections that exist are probed: a peer with none (nullptr) is skipped.
+//
+// Connections are looked up on every pass (connectionOf), so one made after the matcher (connections made on first
+// use) is probed as soon as it exists. A peer without one yet (nullptr) stays a candidate, named "not connected
+// yet" in the timeout: whoever makes connections on demand must let a peer whose first call is a send to this rank
+// connect while this rank waits here (accepting on the listener from connectionOf, say).
 #pragma once
 
 #include <atomic>
@@ -38,8 +42,9 @@ namespace collie::core {
 
 class AnySourceMatcher {
  public:
-  /// conns[r]: the connection to rank r (conns[rank] is ignored).
-  AnySourceMatcher(int rank, int nranks, std::vector<transport::Connection*> conns, base::Poller& poller,
+  /// connectionOf(r): the connection to rank r now, or nullptr while there is none (never asked for this rank).
+  using ConnectionOf = std::function<transport::Connection*(int rank)>;
+  AnySourceMatcher(int rank, int nranks, ConnectionOf connectionOf, base::Poller& poller,
                    const std::atomic<bool>& abortFlag, std::string commName);
 
   /// What the caller knows that the matcher needs: the fingerprint the Recv from `peer` would expect, the last call
@@ -60,7 +65,7 @@ class AnySourceMatcher {
   [[noreturn]] void failAllClosed(const Call& call) const;
 
   int rank_, nranks_;
-  std::vector<transport::Connection*> conns_;
+  ConnectionOf connectionOf_;
   base::Poller& poller_;
   const std::atomic<bool>& abort_;
   std::string name_;

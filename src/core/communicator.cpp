@@ -77,7 +77,8 @@ void CommImpl::connect(const std::vector<transport::PeerInfo>& peers) {
   recorder_.setQueuedSource([this] { return queue_.queued(); });
   std::vector<transport::Connection*> raw;
   for (auto& c : links_.conns) raw.push_back(c.get());
-  anySource_ = std::make_unique<AnySourceMatcher>(rank_, nranks_, raw, poller_, abort_, name_);
+  anySource_ = std::make_unique<AnySourceMatcher>(
+      rank_, nranks_, [this](int p) { return links_.conns[static_cast<size_t>(p)].get(); }, poller_, abort_, name_);
   executor_ = std::make_unique<Executor>(rank_, nranks_, std::move(raw), poller_, abort_, name_);
   barrier();  // every rank is connected before anyone returns
 }

@@ -80,6 +80,32 @@ TEST(Ucx, EveryPeerPairIsAUcxConnection) {
 
 class UcxCollectives : public ::testing::TestWithParam<std::tuple<Coll, int>> {};
 
+// UCX matches a message only to a receive posted for it, so collie cannot look at one first: a receive from any
+// source says so (InvalidUsage naming the peer) and leaves the communicator usable.
+TEST(Ucx, ReceiveFromAnySourceIsRefusedAndTheCommunicatorStaysUsable) {
+  ThreadLauncher::run(
+      2,
+      [](Communicator& comm) {
+        float v[3] = {1, 2, 3};
+        if (comm.rank() == 0) {
+          try {
+            comm.recvAny(v, 3, DataType::Float32);
+            ADD_FAILURE() << "recvAny over ucx returned";
+          } catch (const Error& e) {
+            EXPECT_EQ(e.code(), ErrorCode::InvalidUsage) << e.what();
+            EXPECT_NE(std::string(e.what()).find("the connection to peer 1"), std::string::npos) << e.what();
+          }
+          EXPECT_EQ(comm.asyncError(), ErrorCode::Success);
+          comm.recv(v, 3, DataType::Float32, 1);
+          EXPECT_EQ(v[2], 30.0f);
+        } else {
+          v[2] = 30;
+          comm.send(v, 3, DataType::Float32, 0);
+        }
+      },
+      ucxOptions());
+}
+
 TEST_P(UcxCollectives, TypesOpsCountsAndPlacement) {
   const auto [coll, nranks] = GetParam();
   CheckEachCall check(ranOverUcx());
