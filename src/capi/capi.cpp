@@ -89,13 +89,13 @@ collieResult_t argError(const char* message) {
 // The communicator of a handle, waiting for a non-blocking init to finish.
 collieResult_t resolve(collieComm_t handle, std::shared_ptr<CommShared>* out) {
   if (!handle) return argError("comm is NULL");
-  std::thread pending;
-  {
-    std::lock_guard<std::mutex> lock(handle->mu);
-    if (handle->initThread.joinable()) pending = std::move(handle->initThread);
+  std::unique_lock<std::mutex> lock(handle->mu);
+  if (handle->initThread.joinable()) {  // a non-blocking init still running: wait for it outside the lock
+    std::thread pending = std::move(handle->initThread);
+    lock.unlock();
+    pending.join();
+    lock.lock();
   }
-  if (pending.joinable()) pending.join();
-  std::lock_guard<std::mutex> lock(handle->mu);
   if (handle->initResult != collieSuccess) {
     tlsLastError = handle->initError;
     return handle->initResult;

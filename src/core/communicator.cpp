@@ -80,6 +80,9 @@ void CommImpl::connect(const std::vector<transport::PeerInfo>& peers) {
   anySource_ = std::make_unique<AnySourceMatcher>(
       rank_, nranks_, [this](int p) { return links_.conns[static_cast<size_t>(p)].get(); }, poller_, abort_, name_);
   executor_ = std::make_unique<Executor>(rank_, nranks_, std::move(raw), poller_, abort_, name_);
+  execConfig_.timeout = timeout_;
+  execConfig_.spin = std::chrono::microseconds(base::params::spinUs());
+  execConfig_.yieldWhileSpinning = links_.oversubscribed;
   barrier();  // every rank is connected before anyone returns
 }
 
@@ -187,14 +190,11 @@ OpDesc CommImpl::matchAnySource(const OpDesc& op, const ExecConfig& config) {
 
 void CommImpl::execute(const std::vector<OpDesc>& ops) {
   if (failCode_.load() != ErrorCode::Success) throw Error(failCode_.load(), failureMessage());
-  ExecConfig config;
-  config.timeout = timeout_;
-  config.spin = std::chrono::microseconds(base::params::spinUs());
-  config.yieldWhileSpinning = links_.oversubscribed;
   try {
     const bool anySource = ops.size() == 1 && ops[0].root == kAnySource && ops[0].coll == Collective::Recv;
-    const std::vector<Job>& jobs = anySource ? planner_.plan({matchAnySource(ops[0], config)}) : planner_.plan(ops);
-    executor_->run(jobs, config);
+    const std::vector<Job>& jobs =
+        anySource ? planner_.plan({matchAnySource(ops[0], execConfig_)}) : planner_.plan(ops);
+    executor_->run(jobs, execConfig_);
     recorder_.finish(true);
   } catch (const transport::MismatchError& e) {
     // The ranks called different things: the caller's fault, but the links are out of step, so fatal.
@@ -214,9 +214,41 @@ void CommImpl::execute(const std::vector<OpDesc>& ops) {
   }
 }
 
+namespace {
+// The host buffers of this thread's last blocking call, classified while no CUDA driver was loaded: a repeated
+// small call on the same buffers skips classifyMemory, whose driverLoaded() walks the loader's list under its
+// lock. Re-checked every kHostMemoUses calls; a buffer that was pageable host memory cannot become device memory
+// without being freed first, and no driver can be loaded, initialised and allocate there within a few hundred
+// calls of a few kilobytes.
+constexpr uint32_t kHostMemoUses = 256;
+constexpr size_t kHostMemoMaxBytes = 64 * 1024;
+struct HostMemo {
+  const CommImpl* comm = nullptr;
+  const void* send = nullptr;
+  const void* recv = nullptr;
+  uint32_t left = 0;
+};
+thread_local HostMemo hostMemo;
+}  // namespace
+
+void CommImpl::classify(OpDesc& op) const {
+  HostMemo& m = hostMemo;
+  if (m.left > 0 && m.comm == this && op.send == m.send && op.recv == m.recv && op.stream == nullptr &&
+      op.count * base::dataTypeSize(op.type) <= kHostMemoMaxBytes) {
+    --m.left;
+    op.device = false;
+    op.deviceOrdinal = -1;
+    return;
+  }
+  m.left = 0;
+  classifyMemory(op, rank_, boundDevice_);
+  if (op.stream == nullptr && !op.device && op.count > 0 && !cuda::driverLoaded())
+    m = {this, op.send, op.recv, kHostMemoUses};
+}
+
 void CommImpl::run(OpDesc op) {
   validate(op);
-  classifyMemory(op, rank_, boundDevice_);
+  classify(op);
   if (op.device) return runDevice(std::move(op));
   if (inGroup()) {
     groupAdd(this, std::move(op));
@@ -234,7 +266,9 @@ void CommImpl::run(OpDesc op) {
     ProgressQueue& q;
     ~InlineGuard() { q.endInline(); }
   } guard{queue_};
-  execute({std::move(op)});
+  inlineOps_.clear();  // one vector for every inline call: no allocation per call
+  inlineOps_.push_back(std::move(op));
+  execute(inlineOps_);
 }
 
 std::shared_ptr<WorkState> CommImpl::runAsync(OpDesc op) {

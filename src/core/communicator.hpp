@@ -75,6 +75,8 @@ class CommImpl {
   void startRecording();
   /// Throws the communicator's earlier failure, then validateOp's errors.
   void validate(const OpDesc& op) const;
+  /// classifyMemory, skipped for a repeated small blocking call on the same host buffers (communicator.cpp).
+  void classify(OpDesc& op) const;
   // Tuning (calibrate.cpp): the costs measured at init (or read from COLLIE_TUNE_FILE) by rank 0 and broadcast, so
   // that every rank's tuner decides alike.
   CostModel costModel(const std::vector<std::string>& kinds) const;  ///< beta and gamma scaled by cpuShare
@@ -104,6 +106,8 @@ class CommImpl {
   Links links_;
   std::unique_ptr<Executor> executor_;
   std::unique_ptr<AnySourceMatcher> anySource_;
+  ExecConfig execConfig_;          // made once the links are known
+  std::vector<OpDesc> inlineOps_;  // the call run on the calling thread (only one at a time: ProgressQueue)
   Planner planner_;
   std::unique_ptr<CallTrace> trace_;  // before recorder_: the recorder's dumps flush it while the recorder lives
   FlightRecorder recorder_;           // this communicator's last calls (flight_recorder.hpp)

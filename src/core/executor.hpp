@@ -47,6 +47,9 @@ struct JobBuffers {
 
 struct Job {
   const algorithms::Schedule* schedule = nullptr;
+  /// Changes whenever the planner's schedule cache was cleared, so that a schedule rebuilt at the address of a
+  /// dropped one is not taken for it (the executor's prepared run, below).
+  uint64_t scheduleGeneration = 0;
   JobBuffers buffers;
   bool concurrentWithPrevious = false;  ///< start without waiting for the previous job to finish
   /// Pipelining, chosen by the tuner from the job alone so that both sides of every link agree.
@@ -88,6 +91,9 @@ class Executor {
   struct SliceState;
   struct StepState;
 
+  /// Whether `jobs` is one job of the same schedule and slicing as the previous run, whose flattened steps, peers
+  /// and turn chains are then reused as they are (the prepared plan of a repeated call).
+  bool samePlanAsLast(std::span<const Job> jobs) const;
   bool canStart(size_t flat) const;
   void planStep(StepState& st);
   void startStep(size_t flat);
@@ -114,8 +120,10 @@ class Executor {
   size_t firstLive_ = 0;              // first step not yet done
   std::vector<size_t> jobFirstStep_;  // jobs_.size() + 1 entries
   std::vector<uint8_t> jobDone_;
-  std::vector<size_t> recvTurn_;  // by peer: the step allowed to post receives from it now
-  std::vector<size_t> sendTurn_;  // by peer: the step allowed to post sends to it now
+  std::vector<size_t> recvTurn_;                       // by peer: the step allowed to post receives from it now
+  std::vector<size_t> sendTurn_;                       // by peer: the step allowed to post sends to it now
+  std::vector<size_t> firstRecvTurn_, firstSendTurn_;  // their values at the start of a run
+  Job prepared_;                                       // the last run's single job (schedule null: none)
   std::vector<int> activePeers_;
   std::vector<uint8_t> peerMark_;
   std::vector<char*> freeSlots_;

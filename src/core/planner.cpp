@@ -15,6 +15,7 @@ void Planner::setTransports(std::vector<std::string> preference, std::vector<std
   preference_ = std::move(preference);
   peerTransport_ = std::move(byRank);
   transportCache_.clear();
+  memo_.valid = false;
 }
 
 void Planner::setHosts(algorithms::patterns::HostLayout hosts) {
@@ -30,6 +31,8 @@ const algorithms::Schedule& Planner::schedule(algorithms::Algorithm algo, const 
   if (cache_.size() > 4096) {  // only the executing thread touches the cache; nothing refers to it now
     cache_.clear();
     transportCache_.clear();
+    memo_.valid = false;
+    ++scheduleGeneration_;
   }
   return cache_.emplace(k, algorithms::build(algo, key, hosts_)).first->second;
 }
@@ -63,14 +66,23 @@ const std::vector<Job>& Planner::plan(const std::vector<OpDesc>& ops) {
   jobs_.clear();
   bool prevP2P = false;
   for (const OpDesc& op : ops) {
-    algorithms::ScheduleKey key{op.coll, rank_, nranks_, op.count, op.root};
+    const algorithms::ScheduleKey key{op.coll, rank_, nranks_, op.count, op.root};
     const size_t bytes = op.count * base::dataTypeSize(op.type);
-    TunedPlan plan = tuner_.choose(op.coll, nranks_, bytes);
-    COLLIE_TRACE(base::kLogTune, "%s rank %d: %s of %zu x %s: %s, %zu-byte slices, %d in flight", name_.c_str(), rank_,
-                 algorithms::collectiveName(op.coll), op.count, base::dataTypeName(op.type),
-                 algorithms::algorithmName(plan.algorithm), plan.sliceBytes, plan.slicesInFlight);
+    // The tuner decides from (collective, ranks, bytes) and the schedule from the key: a repeated call with the
+    // same key and element size reuses the last choice.
+    if (!memo_.valid || !(memo_.key == key) || memo_.bytes != bytes) {
+      memo_.valid = false;  // schedule() below may clear the cache, and with it the memo
+      TunedPlan plan = tuner_.choose(op.coll, nranks_, bytes);
+      COLLIE_TRACE(base::kLogTune, "%s rank %d: %s of %zu x %s: %s, %zu-byte slices, %d in flight", name_.c_str(),
+                   rank_, algorithms::collectiveName(op.coll), op.count, base::dataTypeName(op.type),
+                   algorithms::algorithmName(plan.algorithm), plan.sliceBytes, plan.slicesInFlight);
+      const algorithms::Schedule* sch = &schedule(plan.algorithm, key);
+      memo_ = Memo{true, key, bytes, plan, sch, transportsOf(*sch)};
+    }
+    const TunedPlan& plan = memo_.plan;
     Job job;
-    job.schedule = &schedule(plan.algorithm, key);
+    job.schedule = memo_.schedule;
+    job.scheduleGeneration = scheduleGeneration_;
     job.buffers = JobBuffers{op.send, op.recv, op.type, op.op};
     job.sliceBytes = plan.sliceBytes;
     job.slicesInFlight = plan.slicesInFlight;
@@ -87,8 +99,9 @@ const std::vector<Job>& Planner::plan(const std::vector<OpDesc>& ops) {
     prevP2P = p2p;
     jobs_.push_back(job);
 
-    Record record{true, op.coll, plan.algorithm, transportsOf(*job.schedule), bytes, plan.sliceBytes};
+    Record record{true, op.coll, plan.algorithm, memo_.transports, bytes, plan.sliceBytes};
     if (recorder_) recorder_->begin(op, plan.algorithm, record.transports, bytes);
+    if (record == last_) continue;  // only this thread writes last_: reading it unlocked here is safe
     std::lock_guard<std::mutex> lock(callMu_);
     last_ = record;
   }

@@ -41,7 +41,11 @@ class Planner {
   /// the same internal calls before, all matched), so that a mismatch's "call #N" is the recorder's sequence
   /// number in programs without send/receive.
   void setRecorder(FlightRecorder* recorder);
-  Tuner& tuner() { return tuner_; }
+  /// The tuner, to change it (setup only): forgets the memo of the last call's plan.
+  Tuner& tuner() {
+    memo_.valid = false;
+    return tuner_;
+  }
   const Tuner& tuner() const { return tuner_; }
 
   /// The jobs for `ops` (valid until the next call), recording the last one as lastCall().
@@ -59,6 +63,17 @@ class Planner {
   /// The transports of the peers `schedule` touches, as bits of preference_ (0: "self"), cached per schedule.
   uint32_t transportsOf(const algorithms::Schedule& schedule);
 
+  /// The last call's choice, reused while calls repeat (the common case: a training loop's same call), so that a
+  /// repeated call asks neither the tuner nor the caches. Forgotten whenever the tuner, the transports or the
+  /// schedule cache change.
+  struct Memo {
+    bool valid = false;
+    algorithms::ScheduleKey key;
+    size_t bytes = 0;
+    TunedPlan plan;
+    const algorithms::Schedule* schedule = nullptr;
+    uint32_t transports = 0;
+  };
   /// What plan() records per call: no strings, so the hot path allocates nothing; lastCall() names them.
   struct Record {
     bool valid = false;
@@ -67,6 +82,7 @@ class Planner {
     uint32_t transports = 0;
     size_t bytes = 0;
     size_t sliceBytes = 0;
+    bool operator==(const Record&) const = default;
   };
 
   const int rank_, nranks_;
@@ -78,6 +94,8 @@ class Planner {
   algorithms::patterns::HostLayout hosts_;  // empty: one host
   std::unordered_map<algorithms::ScheduleId, algorithms::Schedule, algorithms::ScheduleIdHash> cache_;
   std::unordered_map<const algorithms::Schedule*, uint32_t> transportCache_;  // follows cache_
+  Memo memo_;
+  uint64_t scheduleGeneration_ = 1;  // changes when the schedule cache is cleared (Job::scheduleGeneration)
   std::vector<Job> jobs_;
   uint32_t collectiveCalls_ = 0;         // collective calls planned so far
   std::vector<uint32_t> sends_, recvs_;  // by peer: sends to it and receives from it planned so far

@@ -33,7 +33,9 @@ namespace collie::core {
 void ProgressQueue::drain() {
   {
     std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] { return pending_ == 0 && !inlineRunning_; });
+    state_.fetch_add(kInterest, std::memory_order_acq_rel);  // an inline call that ends now wakes us
+    cv_.wait(lock, [&] { return pending_ == 0 && (state_.load(std::memory_order_acquire) & kInline) == 0; });
+    state_.fetch_sub(kInterest, std::memory_order_acq_rel);
     stop_ = true;
   }
   cv_.notify_all();
@@ -41,17 +43,13 @@ void ProgressQueue::drain() {
 }
 
 bool ProgressQueue::beginInline() {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (pending_ != 0 || inlineRunning_) return false;
-  inlineRunning_ = true;
-  return true;
+  uint32_t idle = 0;
+  return state_.compare_exchange_strong(idle, kInline, std::memory_order_acq_rel, std::memory_order_relaxed);
 }
 
 void ProgressQueue::endInline() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    inlineRunning_ = false;
-  }
+  if (state_.fetch_sub(kInline, std::memory_order_acq_rel) == kInline) return;  // nobody waits for us
+  { std::lock_guard<std::mutex> lock(mu_); }  // a waiter is either asleep in cv_ now or sees the bit clear
   cv_.notify_all();
 }
 
@@ -66,6 +64,7 @@ void ProgressQueue::enqueue(std::vector<OpDesc> ops, std::shared_ptr<WorkState> 
   std::lock_guard<std::mutex> lock(mu_);
   queue_.push_back(Batch{std::move(ops), std::move(work)});
   ++pending_;
+  state_.fetch_add(kInterest, std::memory_order_acq_rel);
   if (!thread_.joinable()) {
     // COLLIE_PIN_THREADS: the progress thread runs on the NUMA node of the rank's (calling) thread, near its memory.
     const int node = base::params::pinThreads() ? base::currentNumaNode() : -1;
@@ -82,7 +81,8 @@ void ProgressQueue::loop() {
     Batch batch;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stop_ || (!queue_.empty() && !inlineRunning_); });
+      cv_.wait(lock,
+               [&] { return stop_ || (!queue_.empty() && (state_.load(std::memory_order_acquire) & kInline) == 0); });
       if (queue_.empty()) return;  // stop_ with nothing left
       batch = std::move(queue_.front());
       queue_.pop_front();
@@ -96,6 +96,7 @@ void ProgressQueue::loop() {
     {
       std::lock_guard<std::mutex> lock(mu_);
       --pending_;
+      state_.fetch_sub(kInterest, std::memory_order_acq_rel);
     }
     cv_.notify_all();
   }

@@ -6,6 +6,7 @@
 // variable when idle. WorkState is the completion shared by a Work handle and the queue.
 #pragma once
 
+#include <atomic>
 #include <collie/collie.hpp>
 #include <condition_variable>
 #include <deque>
@@ -74,7 +75,11 @@ class ProgressQueue {
   std::condition_variable cv_;
   std::deque<Batch> queue_;
   size_t pending_ = 0;  // queued or running on the progress thread
-  bool inlineRunning_ = false;
+  // kInline while a call runs inline, plus kInterest for each batch pending and for drain() waiting: a blocking
+  // call claims the inline run with one compare-and-swap (from 0: nothing else pending or running), and
+  // endInline() takes mu_ to wake the others only when someone is interested.
+  static constexpr uint32_t kInline = 1, kInterest = 2;
+  std::atomic<uint32_t> state_{0};
   bool stop_ = false;
   std::thread thread_;
 };
