@@ -298,9 +298,10 @@ void Executor::begin(std::span<const Job> jobs) {
     recvTurn_ = firstRecvTurn_;
     sendTurn_ = firstSendTurn_;
     frontier_ = firstLive_ = 0;
-    return;
+    return;  // small_ stays as the prepared run decided
   }
   prepared_ = Job{};
+  small_ = false;
   size_t maxSlice = 0;
   for (const Job& j : jobs) maxSlice = std::max(maxSlice, j.sliceBytes);
   if (maxSlice > slotBytes_) {  // slots are sized for the largest slice seen; drop smaller ones
@@ -382,7 +383,89 @@ void Executor::begin(std::span<const Job> jobs) {
   firstRecvTurn_ = recvTurn_;
   firstSendTurn_ = sendTurn_;
   if (jobs.size() == 1) prepared_ = jobs[0];
+  small_ = smallEligible();
   frontier_ = firstLive_ = 0;
+}
+
+// The small run. A job whose every step moves at most one slice, with no sliceAfter and no forwarding kind (the
+// direct AllReduce and AllToAll of small messages, small Broadcast/Reduce trees' leaves, Send and Recv) needs none
+// of the slice machinery: each step posts its one transfer when it starts, in schedule order, so per peer the
+// transfers are posted in the order step() would post them (its turn chains reduce to that order), and the same
+// messages, with the same fingerprints, cross the same connections. A pass starts what may start, progresses the
+// peers, then processes completed receives (reduce or copy, in step order) and sends, and retires finished steps.
+bool Executor::smallEligible() const {
+  if (jobs_.size() != 1) return false;
+  for (const StepState& st : steps_) {
+    const StepKind k = st.step->kind;
+    if (st.nslices > 1 || st.after != kNoStep || k == StepKind::RecvReduceSend || k == StepKind::RecvCopySend)
+      return false;
+  }
+  return true;
+}
+
+void Executor::startSmall(StepState& st) {
+  const Step& s = *st.step;
+  st.started = true;
+  if (s.kind == StepKind::Copy) {
+    const size_t bytes = s.count * st.elemSize;
+    if (bytes && st.src != st.dst) memmove(st.dst, st.src, bytes);
+    return;
+  }
+  if (st.nslices == 0) return;  // nothing moves (count 0)
+  if (st.slices.size() != 1) st.slices.resize(1);
+  SliceState& sl = st.slices[0];
+  const Job& job = jobs_[st.job];
+  const size_t bytes = s.count * st.elemSize;
+  if (st.receives()) {
+    char* target = st.dst;
+    if (st.viaSlot) target = sl.slot = acquireSlot();
+    sl.recv = transfer(target, bytes, job.recvFp);
+    conns_[static_cast<size_t>(s.recvPeer)]->postRecv(&sl.recv);
+    st.posted = 1;
+  } else {
+    sl.send = transfer(st.src, bytes, job.sendFp);
+    conns_[static_cast<size_t>(s.sendPeer)]->postSend(&sl.send);
+    st.finished = st.sendsPosted = 1;  // nothing to receive: ready, and posted
+  }
+}
+
+bool Executor::finishSmall(StepState& st) {
+  if (st.posted == 1 && st.finished == 0) {
+    SliceState& sl = st.slices[0];
+    if (!sl.recv.complete) return false;
+    const Step& s = *st.step;
+    if (s.kind == StepKind::RecvReduce) {
+      const JobBuffers& b = jobs_[st.job].buffers;
+      char* out = st.dst ? st.dst : sl.slot;
+      base::reduce(out, st.src, st.viaSlot ? sl.slot : out, s.count, b.type, b.op);
+    }
+    releaseSlot(sl.slot);
+    lastSeen_[static_cast<size_t>(s.recvPeer)] = jobs_[st.job].recvFp;  // its fingerprint matched
+    st.finished = 1;
+    return true;
+  }
+  if (st.sendsPosted == 1 && st.sendsDone == 0 && st.slices[0].send.complete) {
+    st.sendsDone = 1;
+    return true;
+  }
+  return false;
+}
+
+bool Executor::stepSmall() {
+  const size_t total = steps_.size();
+  bool moved = false;
+  while (frontier_ < total && canStart(frontier_)) {
+    startSmall(steps_[frontier_++]);
+    moved = true;
+  }
+  for (int p : activePeers_) moved |= conns_[static_cast<size_t>(p)]->progress();
+  for (size_t i = firstLive_; i < frontier_; ++i) moved |= finishSmall(steps_[i]);
+  while (firstLive_ < frontier_ && stepDone(steps_[firstLive_])) {
+    ++firstLive_;
+    moved = true;
+  }
+  if (firstLive_ == total) finishJobIfDone(0);
+  return moved;
 }
 
 bool Executor::step() {
@@ -410,6 +493,7 @@ void Executor::cancel() {
     for (SliceState& sl : st.slices) releaseSlot(sl.slot);
   steps_.clear();
   prepared_ = Job{};
+  small_ = false;
   frontier_ = firstLive_ = 0;
 }
 
@@ -425,7 +509,7 @@ void Executor::run(std::span<const Job> jobs, const ExecConfig& config) {
   uint64_t idlePasses = 0;
   try {
     while (true) {
-      bool moved = step();
+      bool moved = small_ ? stepSmall() : step();
       if (done()) break;
       if (abort_.load(std::memory_order_relaxed)) {
         COLLIE_FAIL(ErrorCode::InvalidUsage, "%s rank %d: the communicator was aborted", name_.c_str(), rank_);

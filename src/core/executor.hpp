@@ -95,6 +95,11 @@ class Executor {
   /// and turn chains are then reused as they are (the prepared plan of a repeated call).
   bool samePlanAsLast(std::span<const Job> jobs) const;
   bool canStart(size_t flat) const;
+  // The small run (one slice per step): see the block above Executor::stepSmall.
+  bool smallEligible() const;
+  bool stepSmall();
+  void startSmall(StepState& st);
+  bool finishSmall(StepState& st);
   void planStep(StepState& st);
   void startStep(size_t flat);
   bool advanceStep(size_t flat);
@@ -124,6 +129,7 @@ class Executor {
   std::vector<size_t> sendTurn_;                       // by peer: the step allowed to post sends to it now
   std::vector<size_t> firstRecvTurn_, firstSendTurn_;  // their values at the start of a run
   Job prepared_;                                       // the last run's single job (schedule null: none)
+  bool small_ = false;                                 // the current run takes stepSmall (smallEligible)
   std::vector<int> activePeers_;
   std::vector<uint8_t> peerMark_;
   std::vector<char*> freeSlots_;
