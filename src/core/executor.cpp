@@ -406,6 +406,8 @@ bool Executor::smallEligible() const {
 void Executor::startSmall(StepState& st) {
   const Step& s = *st.step;
   st.started = true;
+  if (trace_) [[unlikely]]
+    st.startTicks = TickClock::ticks();
   if (s.kind == StepKind::Copy) {
     const size_t bytes = s.count * st.elemSize;
     if (bytes && st.src != st.dst) memmove(st.dst, st.src, bytes);
@@ -429,7 +431,8 @@ void Executor::startSmall(StepState& st) {
   }
 }
 
-bool Executor::finishSmall(StepState& st) {
+bool Executor::finishSmall(size_t flat) {
+  StepState& st = steps_[flat];
   if (st.posted == 1 && st.finished == 0) {
     SliceState& sl = st.slices[0];
     if (!sl.recv.complete) return false;
@@ -442,10 +445,14 @@ bool Executor::finishSmall(StepState& st) {
     releaseSlot(sl.slot);
     lastSeen_[static_cast<size_t>(s.recvPeer)] = jobs_[st.job].recvFp;  // its fingerprint matched
     st.finished = 1;
+    if (trace_) [[unlikely]]
+      traceWait(flat, true);
     return true;
   }
   if (st.sendsPosted == 1 && st.sendsDone == 0 && st.slices[0].send.complete) {
     st.sendsDone = 1;
+    if (trace_) [[unlikely]]
+      traceWait(flat, false);
     return true;
   }
   return false;
@@ -459,7 +466,7 @@ bool Executor::stepSmall() {
     moved = true;
   }
   for (int p : activePeers_) moved |= conns_[static_cast<size_t>(p)]->progress();
-  for (size_t i = firstLive_; i < frontier_; ++i) moved |= finishSmall(steps_[i]);
+  for (size_t i = firstLive_; i < frontier_; ++i) moved |= finishSmall(i);
   while (firstLive_ < frontier_ && stepDone(steps_[firstLive_])) {
     ++firstLive_;
     moved = true;

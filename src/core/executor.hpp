@@ -99,7 +99,7 @@ class Executor {
   bool smallEligible() const;
   bool stepSmall();
   void startSmall(StepState& st);
-  bool finishSmall(StepState& st);
+  bool finishSmall(size_t flat);
   void planStep(StepState& st);
   void startStep(size_t flat);
   bool advanceStep(size_t flat);
