@@ -134,7 +134,7 @@ void Usage(const char* prog) {
       "\t[-z,--blocking <0/1>] 1: wait for completion (-g 1: cudaStreamSynchronize) and barrier after each call\n"
       "\t[-a,--average <0/1/2/3>] combine per-rank times: 0=rank 0, 1=avg, 2=min, 3=max (default 1)\n"
       "\t[-J,--json <file>] write the results as JSON (rank 0)\n"
-      "\t[-A,--algo <ring/tree/rhd/direct/auto>] force an algorithm (sets COLLIE_ALGO; auto: the tuner picks)\n"
+      "\t[-A,--algo <ring/tree/rhd/direct/hier/auto>] force an algorithm (sets COLLIE_ALGO; auto: the tuner picks)\n"
       "\t[-h,--help]\n",
       prog, prog);
 }

@@ -1,4 +1,4 @@
-// Hierarchical (host-aware) algorithms: AllReduce and Broadcast that move each byte across the network once per
+// Hierarchical (host-aware) algorithms: AllReduce, Broadcast and Reduce that move each byte across the network once per
 // host instead of once per rank, and use every rank's link to do it. Rank arithmetic in patterns/hosts.hpp:
 // H hosts, host h holds L_h ranks (uneven allowed), the buffer is cut into S = max L_h shards, and shard j is
 // owned on host h by its rank of local index j mod L_h (one shard per rank when the hosts are even).
@@ -27,8 +27,15 @@
 //   3. all-gather inside each host as above (on ht, t receives nothing: it has the whole input).
 //   Each host's link carries the buffer once, against L_h times for the flat chain with interleaved hosts.
 //
-// Reduce, AllGather and ReduceScatter have no hierarchical schedule yet (supports() says so): the tuner uses the
-// flat algorithms for them.
+// Reduce to root t on host ht: Broadcast backwards.
+//   1. reduce-scatter inside each host as for AllReduce, into Scratch (a non-root's output stays untouched);
+//   2. each shard's partial sums travel a chain over the hosts ht+1, ..., ht-1, ht between its owners, each adding
+//      its own (RecvReduceSend through a transient slot), pipelined in slices; the owner on ht folds the last;
+//   3. the owners on ht send their shards to t (t's own shards are folded straight into its output).
+//
+// AllGather and ReduceScatter have no hierarchical schedule (supports() says so): their blocks belong to ranks, not
+// to shards, so a host's share would have to be gathered in rank order on every host and permuted for uneven
+// hosts; the tuner uses the flat algorithms for them.
 #include <vector>
 
 #include "algorithms/algorithms.hpp"
@@ -174,6 +181,74 @@ Schedule broadcast(const ScheduleKey& k, const HostLayout& hl) {
   return sch;
 }
 
+Schedule reduce(const ScheduleKey& k, const HostLayout& hl) {
+  Schedule sch;
+  const bool root = k.rank == k.root;
+  sch.inputCount = k.count;
+  sch.outputCount = root ? k.count : 0;
+  if (root) {
+    sch.result = steps::out(0);
+    sch.resultCount = k.count;
+  }
+  sch.scratchCount = k.count;
+  const Place me = placeOf(hl, k.rank);
+  const auto& locals = hl.ranks[static_cast<size_t>(me.host)];
+  const int rootHost = hl.hostOf[static_cast<size_t>(k.root)];
+  const int H = hl.nhosts();
+  const int pos = (me.host - rootHost - 1 + 2 * H) % H;  // 0 starts the chains, H-1 is the root's host
+  const int nextHost = (me.host + 1) % H, prevHost = (me.host - 1 + H) % H;
+  const ChunkSplit shards{k.count, hl.maxLocal};
+  auto part = [&](int j) { return steps::scratch(shards.offset(j)); };
+  // 1. reduce-scatter inside the host, into Scratch
+  if (me.nlocal == 1) {
+    sch.steps.push_back(steps::copy(steps::in(0), steps::scratch(0), k.count));
+  } else {
+    for (int j = 0; j < shards.parts; ++j)
+      if (!me.owns(j)) push(sch, steps::send(hl.owner(me.host, j), steps::in(shards.offset(j)), shards.size(j)), true);
+    for (int j = 0; j < shards.parts; ++j) {
+      if (!me.owns(j)) continue;
+      int prev = -1;
+      for (int p : locals) {
+        if (p == k.rank) continue;
+        Range src = prev < 0 ? steps::in(shards.offset(j)) : part(j);
+        Step s = steps::recvReduce(p, -1, src, part(j), shards.size(j));
+        s.sliceAfter = prev;
+        prev = push(sch, s, true);
+      }
+      endPhase(sch);
+    }
+  }
+  // 2. the chain of each owned shard over the hosts, ending on the root's host
+  for (int j = 0; j < shards.parts; ++j) {
+    if (!me.owns(j)) continue;
+    const size_t cnt = shards.size(j);
+    const Range last = root ? steps::out(shards.offset(j)) : part(j);  // where the root's host folds the last
+    if (H == 1) {
+      if (root) push(sch, steps::copy(part(j), last, cnt), false);
+    } else if (pos == 0) {
+      push(sch, steps::send(hl.owner(nextHost, j), part(j), cnt), true);
+    } else if (pos < H - 1) {
+      push(sch, steps::recvReduce(hl.owner(prevHost, j), hl.owner(nextHost, j), part(j), steps::transient(), cnt),
+           false);
+    } else {
+      push(sch, steps::recvReduce(hl.owner(prevHost, j), -1, part(j), last, cnt), false);
+    }
+  }
+  endPhase(sch);
+  // 3. the owners on the root's host send their shards to the root
+  if (me.host == rootHost && locals.size() > 1) {
+    for (int j = 0; j < shards.parts; ++j) {
+      if (root && !me.owns(j)) {
+        push(sch, steps::recv(hl.owner(me.host, j), steps::out(shards.offset(j)), shards.size(j)), true);
+      } else if (!root && me.owns(j)) {
+        push(sch, steps::send(k.root, part(j), shards.size(j)), true);
+      }
+    }
+    endPhase(sch);
+  }
+  return sch;
+}
+
 }  // namespace
 
 Schedule buildHierarchical(const ScheduleKey& key, const HostLayout& hosts) {
@@ -186,6 +261,8 @@ Schedule buildHierarchical(const ScheduleKey& key, const HostLayout& hosts) {
       return allReduce(key, hl);
     case Collective::Broadcast:
       return broadcast(key, hl);
+    case Collective::Reduce:
+      return reduce(key, hl);
     default:
       break;
   }

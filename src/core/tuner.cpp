@@ -186,9 +186,10 @@ double hierarchicalSeconds(const CostModel& m, Collective coll, int nranks, size
   if (coll == Collective::AllReduce) {
     t += (L - 1) / L * S * m.gamma;
     if (H > 1) t += 2 * (H - 1) * inter.alpha + 2 * (H - 1) / H * S * inter.beta + (H - 1) / H * shard * m.gamma;
-  } else if (coll == Collective::Broadcast && H > 1) {
+  } else if ((coll == Collective::Broadcast || coll == Collective::Reduce) && H > 1) {
     t += (H - 1) * inter.alpha + (S + (H - 2) * std::min(slice, shard) * L) * inter.beta;  // pipelined chains
   }
+  if (coll == Collective::Reduce) t += S * m.gamma;  // inside the host, then along the chain
   return t;
 }
 

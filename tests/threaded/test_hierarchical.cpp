@@ -2,8 +2,8 @@
 // hosts by COLLIE_HOST_ID (rank%K: host r mod K, interleaved as on the test bed; rank/K: host r / K, the last host
 // short when K does not divide the ranks: uneven). Ranks of one host talk over shm, hosts over TCP, as on a
 // cluster. COLLIE_HOST_ID is read once per process, so each test runs itself again in a child process with it set.
-// Forced with COLLIE_ALGO=hier for AllReduce and Broadcast, for 2..8 ranks, two types x two ops x counts from 0 to
-// 300001 (several slices per step), in place and out of place, checked element by element; after every call the
+// Forced with COLLIE_ALGO=hier for AllReduce, Broadcast and Reduce, for 2..8 ranks, two types x two ops x counts from 0
+// to 300001 (several slices per step), in place and out of place, checked element by element; after every call the
 // algorithm that ran is checked to be hier. Plus: the hosts are what COLLIE_HOST_ID says (shm inside, tcp
 // between), and a bad COLLIE_HOST_ID fails communicator creation naming it.
 #include <gtest/gtest.h>
@@ -69,7 +69,7 @@ TEST_P(HierarchicalMatrix, TypesOpsCountsAndPlacement) {
 
 std::vector<Case> cases() {
   std::vector<Case> out;
-  for (Coll coll : {Coll::AllReduce, Coll::Broadcast}) {
+  for (Coll coll : {Coll::AllReduce, Coll::Broadcast, Coll::Reduce}) {
     for (int n : {2, 3, 4, 5, 6, 7, 8}) out.push_back({"rank%2", n, coll});  // 2 hosts, interleaved (uneven if odd)
     for (int n : {4, 7, 8}) out.push_back({"rank/3", n, coll});              // hosts of 3, 3, and 1 or 2
   }

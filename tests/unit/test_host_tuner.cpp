@@ -63,7 +63,7 @@ CostModel testbedModel(const HostShape& shape) {
 TEST(HostTuner, OneHostNeverPicksHierUnlessForced) {
   for (int n : {2, 3, 4, 8, 16}) {
     for (size_t bytes = 8; bytes <= (size_t{256} << 20); bytes *= 8) {
-      for (Collective c : {Collective::AllReduce, Collective::Broadcast}) {
+      for (Collective c : {Collective::AllReduce, Collective::Broadcast, Collective::Reduce}) {
         Tuner t(CostModel::defaults("shm"), AlgoSelection{});
         EXPECT_NE(t.choose(c, n, bytes).algorithm, Algorithm::Hierarchical) << n << " ranks, " << bytes << " B";
         Tuner forced(CostModel::defaults("shm"), AlgoSelection::parse("hier"));
@@ -82,6 +82,8 @@ TEST(HostTuner, AcrossHostsHierFromAMebibyteUp) {
       EXPECT_EQ(t.choose(Collective::AllReduce, n, bytes).algorithm, Algorithm::Hierarchical)
           << hosts << "x" << perHost << ", " << bytes << " B";
       EXPECT_EQ(t.choose(Collective::Broadcast, n, bytes).algorithm, Algorithm::Hierarchical)
+          << hosts << "x" << perHost << ", " << bytes << " B";
+      EXPECT_EQ(t.choose(Collective::Reduce, n, bytes).algorithm, Algorithm::Hierarchical)
           << hosts << "x" << perHost << ", " << bytes << " B";
     }
     // Tiny messages on many hosts are latency: a log-depth algorithm beats a ring of 2 (H-1) hops between hosts.

@@ -91,7 +91,8 @@ TEST_P(HierarchicalExhaustive, Hosts1To8TimesRanks1To8EvenAndUneven) {
   EXPECT_EQ(runs, 8 * 8 * 3 * 4);
 }
 
-INSTANTIATE_TEST_SUITE_P(Colls, HierarchicalExhaustive, ::testing::Values(Collective::AllReduce, Collective::Broadcast),
+INSTANTIATE_TEST_SUITE_P(Colls, HierarchicalExhaustive,
+                         ::testing::Values(Collective::AllReduce, Collective::Broadcast, Collective::Reduce),
                          [](const ::testing::TestParamInfo<Collective>& info) {
                            return std::string(collectiveName(info.param));
                          });
@@ -111,7 +112,7 @@ TEST(HierarchicalLarge, SampleUpTo4096Ranks) {
            {size_t{7}, hl.hostOf.size() <= 1024 && hl.hostOf.size() * static_cast<size_t>(hl.maxLocal) <= 20000
                            ? full
                            : size_t{1}})
-        for (Collective c : {Collective::AllReduce, Collective::Broadcast}) {
+        for (Collective c : {Collective::AllReduce, Collective::Broadcast, Collective::Reduce}) {
           SimOptions o;
           o.coll = c;
           o.algo = Algorithm::Hierarchical;

@@ -1,0 +1,163 @@
+#!/usr/bin/env bash
+# run_hier_sweep.sh: AllReduce across the hosts of the test bed (tests/testbed/testbed.sh) with every algorithm
+# forced and with the tuner's choice (issue 10 item 7): a table per host shape (busbw per size and algorithm, auto
+# against the best forced one, hier against the flat ring) in Markdown, and a PNG per shape.
+#
+#   perf/run_hier_sweep.sh [BUILD_DIR] [OUT_DIR]   (default: build, /tmp/collie-hier-sweep-STAMP; needs root)
+#
+# For each shape HxL in HIER_SHAPES (default "4x2 2x4") it makes a bed of H hosts whose links are all HIER_RATE
+# (default 1gbit) and runs H*L ranks, rank r on host r mod H (testbed.sh rank-exec's placement: the ranks of a
+# host are not ring neighbours), for each algorithm in HIER_ALGOS (default "ring tree rhd direct hier auto"):
+#     collierun -n H*L -- testbed.sh rank-exec BED -- all_reduce_perf -A ALGO -b MIN -e MAX -f 2 -n N -w W -c C -J ..
+# in three pieces, so that the bed's slow links do not make big messages take most of the time:
+#     8 B .. 64 KiB: -n 20 -w 3 -c 1;   128 KiB .. 8 MiB: -n 5 -w 1 -c 1;   16 MiB .. HIER_MAX: -n 2 -w 1 -c 0
+# each repeated HIER_REPEAT times (default 2; 1 for the large piece), keeping each size's fastest run. direct sends
+# n-1 whole buffers per rank and stops at HIER_DIRECT_MAX (default 8M). The algorithms take turns piece by piece.
+# OUT_DIR gets the merged JSON per shape and algorithm (rows of the fastest runs; "algo_ran": what the
+# communicator ran per size, from the table), the logs, hier-<shape>.md (the table) and hier-<shape>.png.
+set -euo pipefail
+
+build=${1:-build}
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/.." && pwd)
+[[ -d $build ]] || build=$root/$build
+build=$(cd "$build" && pwd)
+out=${2:-/tmp/collie-hier-sweep-$(date -u +%Y%m%d-%H%M)}
+mkdir -p "$out"
+collierun=$build/tools/collierun
+perf=$build/perf/all_reduce_perf
+testbed=$root/tests/testbed/testbed.sh
+for exe in "$collierun" "$perf"; do
+  [[ -x $exe ]] || { echo "run_hier_sweep.sh: $exe not built" >&2; exit 2; }
+done
+if ! why=$("$testbed" check 2>&1); then
+  echo "run_hier_sweep.sh: no test bed here: $why" >&2
+  exit 77
+fi
+
+read -r -a shapes <<<"${HIER_SHAPES:-4x2 2x4}"
+read -r -a algos <<<"${HIER_ALGOS:-ring tree rhd direct hier auto}"
+rate=${HIER_RATE:-1gbit}
+max=${HIER_MAX:-256M}
+direct_max=${HIER_DIRECT_MAX:-8M}
+repeat=${HIER_REPEAT:-2}
+pieces=("8 64K 20 3 1 $repeat" "128K 8M 5 1 1 $repeat" "16M $max 2 1 0 1")
+
+to_bytes() {
+  local v=${1^^}
+  case $v in
+    *K) echo $((${v%K} << 10)) ;;
+    *M) echo $((${v%M} << 20)) ;;
+    *G) echo $((${v%G} << 30)) ;;
+    *) echo $((v)) ;;
+  esac
+}
+
+bed=""
+cleanup() { if [[ -n $bed ]]; then "$testbed" down "$bed" || true; fi; }
+trap cleanup EXIT
+port=$((29600 + $$ % 200))
+
+for shape in "${shapes[@]}"; do
+  hosts=${shape%x*}
+  per=${shape#*x}
+  n=$((hosts * per))
+  bed=hs$$
+  TESTBED_RATES=$rate "$testbed" up "$bed" "$hosts" >"$out/bed-$shape.txt"
+  echo "== $shape: $hosts hosts x $per ranks, links $rate, load $(cut -d' ' -f1-3 /proc/loadavg)"
+  for piece in "${pieces[@]}"; do
+    read -r lo hi iters warm check reps <<<"$piece"
+    for ((rep = 0; rep < reps; ++rep)); do
+      for algo in "${algos[@]}"; do
+        if [[ $algo == direct ]] && (($(to_bytes "$lo") > $(to_bytes "$direct_max"))); then continue; fi
+        port=$((port + 1))
+        name="$shape-$algo-$lo-$rep"
+        start=$(date +%s)
+        if env -u COLLIE_ALGO COLLIE_ROOT_ADDR="10.213.0.1:$port" "$collierun" --timeout 900 -n "$n" -- \
+          "$testbed" rank-exec "$bed" -- "$perf" -A "$algo" -b "$lo" -e "$hi" -f 2 -n "$iters" -w "$warm" \
+          -c "$check" -J "$out/$name.json" >"$out/$name.log" 2>&1; then
+          echo "   $name: $(($(date +%s) - start)) s"
+        else
+          echo "   $name: FAILED (exit $?, see $out/$name.log)"
+        fi
+      done
+    done
+  done
+  "$testbed" down "$bed"
+  bed=""
+done
+
+# Merge the pieces (fastest out-of-place run per size), write the tables and plots.
+python3 - "$out" "$rate" "${shapes[@]}" -- "${algos[@]}" <<'EOF'
+import glob, json, os, re, sys
+out, rate = sys.argv[1], sys.argv[2]
+rest = sys.argv[3:]
+shapes, algos = rest[:rest.index('--')], rest[rest.index('--') + 1:]
+def human(s):
+    for u in ['B', 'KiB', 'MiB', 'GiB']:
+        if s < 1024: return f"{s:g} {u}"
+        s /= 1024
+for shape in shapes:
+    hosts, per = map(int, shape.split('x'))
+    merged = {}
+    for algo in algos:
+        rows, ran, doc = {}, {}, None
+        for f in sorted(glob.glob(f"{out}/{shape}-{algo}-*.json")):
+            try:
+                d = json.load(open(f))
+            except Exception:
+                continue
+            doc = doc or d
+            for r in d['rows']:
+                t = r['out_of_place']['time_us']
+                if r['size'] not in rows or t < rows[r['size']]['out_of_place']['time_us']:
+                    rows[r['size']] = r
+            log = f[:-5] + '.log'
+            for line in open(log):
+                m = re.match(r'\s*\[0\]\s+(\d+)\s', line)
+                if m:
+                    ran.setdefault(int(m.group(1)), line.split()[14] if len(line.split()) > 14 else '?')
+        if not doc: continue
+        doc['rows'] = [rows[s] for s in sorted(rows)]
+        doc['algo_ran'] = {str(s): ran.get(s, '?') for s in sorted(rows)}
+        doc['transport'] = f"bed {shape}"
+        json.dump(doc, open(f"{out}/{shape}-{algo}.json", 'w'), indent=1)
+        merged[algo] = doc
+    n = hosts * per
+    factor = 2 * (n - 1) / n
+    def bw(algo, size):
+        d = merged.get(algo)
+        if not d: return None
+        for r in d['rows']:
+            if r['size'] == size:
+                return size / (r['out_of_place']['time_us'] * 1e-6) / 1e9 * factor
+        return None
+    sizes = sorted({r['size'] for d in merged.values() for r in d['rows']})
+    forced = [a for a in algos if a != 'auto']
+    lines = [f"| size | " + " | ".join(algos) + " | best forced | auto ran | auto / best | hier / ring |",
+             "|---|" + "---|" * (len(algos) + 4)]
+    for s in sizes:
+        vals = {a: bw(a, s) for a in algos}
+        best = max((a for a in forced if vals[a]), key=lambda a: vals[a], default=None)
+        ratio = vals['auto'] / vals[best] if best and vals.get('auto') else None
+        hr = vals['hier'] / vals['ring'] if vals.get('hier') and vals.get('ring') else None
+        ran = merged['auto']['algo_ran'].get(str(s), '?') if 'auto' in merged else '-'
+        cell = lambda v: f"{v:.4f}" if v is not None else "-"
+        flag = lambda r, lim, txt: (f"{r:.2f}" + (f" **{txt}**" if r < lim else "")) if r else "-"
+        lines.append(f"| {human(s)} | " + " | ".join(cell(vals[a]) for a in algos) +
+                     f" | {best} | {ran} | {flag(ratio, 0.9, 'below 0.9')} | " +
+                     (flag(hr, 1.5, 'below 1.5') if s >= 1 << 20 else (f"{hr:.2f}" if hr else "-")) + " |")
+    open(f"{out}/hier-{shape}.md", 'w').write("\n".join(lines) + "\n")
+    print(f"\n{shape}: busbw GB/s\n" + "\n".join(lines))
+EOF
+for shape in "${shapes[@]}"; do
+  files=()
+  for algo in "${algos[@]}"; do [[ -f $out/$shape-$algo.json ]] && files+=("$out/$shape-$algo.json"); done
+  hosts=${shape%x*}
+  per=${shape#*x}
+  if command -v gnuplot >/dev/null && ((${#files[@]})); then
+    "$here/plot_perf" --both -t "AllReduce, $hosts hosts x $per ranks (rank r on host r mod $hosts), $rate links" \
+      -o "$out/hier-$shape.png" "${files[@]}" || echo "run_hier_sweep.sh: plot of $shape failed" >&2
+  fi
+done
+echo "run_hier_sweep.sh: results in $out"
