@@ -18,7 +18,7 @@ CollieWork::CollieWork(int rank, c10d::OpType type, std::string name, std::vecto
 
 CollieWork::~CollieWork() = default;
 
-void CollieWork::complete() {
+void CollieWork::complete(const std::function<void()>& beforeFutureCallbacks) {
   c10::intrusive_ptr<c10::ivalue::Future> future;
   std::exception_ptr error;
   {
@@ -48,6 +48,7 @@ void CollieWork::complete() {
   }
   finish(error);
   if (future) {
+    if (beforeFutureCallbacks) beforeFutureCallbacks();
     if (error)
       future->setError(error);
     else
@@ -147,8 +148,8 @@ void FutureWaiter::enqueue(c10::intrusive_ptr<CollieWork> work) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!stopping_) {
-      if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
       queue_.push_back(std::move(work));
+      addThreadIfAllInCallbacks();
       cv_.notify_one();
       return;
     }
@@ -156,13 +157,24 @@ void FutureWaiter::enqueue(c10::intrusive_ptr<CollieWork> work) {
   work->complete();  // the group is going away: complete on the caller's thread
 }
 
+void FutureWaiter::addThreadIfAllInCallbacks() {
+  if (!queue_.empty() && inCallbacks_ == threads_.size()) threads_.emplace_back([this] { loop(); });
+}
+
 void FutureWaiter::stop() {
+  std::vector<std::thread> threads;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stopping_ = true;
-    cv_.notify_one();
+    cv_.notify_all();
   }
-  if (thread_.joinable()) thread_.join();
+  // Threads start only under mutex_ while not stopping: none starts after this swap.
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    threads.swap(threads_);
+  }
+  for (std::thread& t : threads)
+    if (t.joinable()) t.join();
 }
 
 void FutureWaiter::loop() {
@@ -173,9 +185,16 @@ void FutureWaiter::loop() {
     c10::intrusive_ptr<CollieWork> work = std::move(queue_.front());
     queue_.pop_front();
     lock.unlock();
-    work->complete();
+    bool inCallbacks = false;
+    work->complete([&] {
+      std::lock_guard<std::mutex> guard(mutex_);
+      inCallbacks = true;
+      ++inCallbacks_;
+      if (!stopping_) addThreadIfAllInCallbacks();
+    });
     work.reset();
     lock.lock();
+    if (inCallbacks) --inCallbacks_;
   }
 }
 

@@ -69,8 +69,9 @@ class CollieWork : public c10d::Work {
   /// The rank a receive from any source took its message from (-1 until it is done).
   int sourceRank() const override;
 
-  /// Waits for every handle, runs the post-processing, sets the exception and the future. Idempotent.
-  void complete();
+  /// Waits for every handle, runs the post-processing, sets the exception and the future (calling
+  /// `beforeFutureCallbacks` first, when given and the future exists: its callbacks run next). Idempotent.
+  void complete(const std::function<void()>& beforeFutureCallbacks = nullptr);
 
  private:
   std::string name_;
@@ -87,7 +88,10 @@ class CollieWork : public c10d::Work {
   c10::intrusive_ptr<c10::ivalue::Future> future_;
 };
 
-/// One thread per process group that completes the Works whose futures were asked for, in order.
+/// The threads of a process group that complete the Works whose futures were asked for, in order. Completing a
+/// future runs its callbacks on the completing thread, and a callback may wait on a later Work's future (PowerSGD's
+/// hook does): so while every thread is inside callbacks and Works wait in the queue, one more thread starts. One
+/// thread serves a program whose callbacks do not wait (DDP's default hook); threads stay until stop().
 class FutureWaiter {
  public:
   FutureWaiter() = default;
@@ -98,11 +102,14 @@ class FutureWaiter {
 
  private:
   void loop();
+  /// Under mutex_: starts a thread when Works wait and every thread is inside future callbacks.
+  void addThreadIfAllInCallbacks();
   std::mutex mutex_;
   std::condition_variable cv_;
   std::deque<c10::intrusive_ptr<CollieWork>> queue_;
   bool stopping_ = false;
-  std::thread thread_;
+  std::vector<std::thread> threads_;
+  size_t inCallbacks_ = 0;  // threads running a future's callbacks
 };
 
 }  // namespace collie::torchbackend

@@ -5,7 +5,8 @@ Each case runs in N forked processes, one per rank, meeting through file:// (or 
 every value element by element against what the call must give:
   collectives   reduce_scatter (list and _reduce_scatter_base), alltoall with uneven splits (alltoall_base and the
                 list form), batch_isend_irecv around a ring, all-reduce in bf16 and fp16 (exact small integers),
-                complex sum, non-contiguous tensors, async get_future, bad arguments raising at once
+                complex sum, non-contiguous tensors, async get_future (a callback waiting on a later future), recv
+                from any source, bad arguments raising at once
   killed        a rank SIGKILLs itself; every other rank's pending all_reduce raises RuntimeError naming it within the
                 group's timeout
   torchrun      the real launcher: python3 -m torch.distributed.run --nproc_per_node 2 ... (env://)
@@ -124,6 +125,30 @@ def case_collectives(rank, ws):
     check_equal(fut.wait()[0], torch.full((1000,), float(sum(range(ws)))), "get_future value")
     chained = dist.all_reduce(torch.ones(3), async_op=True).get_future().then(lambda f: f.value()[0] * 2)
     check_equal(chained.wait(), torch.full((3,), 2.0 * ws), "get_future then")
+    # A callback that waits on another call's future (PowerSGD's hook does): it must not wait on its own thread.
+    def wait_inside(f):
+        return dist.all_reduce(torch.ones(5), async_op=True).get_future().wait()[0] + f.value()[0]
+
+    nested = dist.all_reduce(torch.ones(5), async_op=True).get_future().then(wait_inside)
+    check_equal(nested.wait(), torch.full((5,), 2.0 * ws), "a callback waiting on a later future")
+
+    # recv without src: from any source, in each sender's order; the sender is returned (and Work._source_rank()).
+    if rank == 0:
+        got = {}
+        for i in range(2 * (ws - 1)):
+            buf = torch.full((6,), -1.0)
+            if i % 2 == 0:
+                src = dist.recv(buf)
+            else:
+                work = dist.irecv(buf)
+                work.wait()
+                src = work._source_rank()
+            check_equal(buf, torch.arange(6.0) + 100 * src + 10 * got.get(src, 0), f"recv from any source ({src})")
+            got[src] = got.get(src, 0) + 1
+        check_equal(torch.tensor(sorted(got.items())), torch.tensor([[r, 2] for r in range(1, ws)]), "any-source senders")
+    else:
+        for k in range(2):
+            dist.send(torch.arange(6.0) + 100 * rank + 10 * k, 0)
 
     # Bad arguments raise at once.
     expect_raises(lambda: dist.all_gather([torch.empty(3)] * ws, torch.empty(4)), "shape", "all_gather sizes")
@@ -131,7 +156,6 @@ def case_collectives(rank, ws):
                   "all_gather dtypes")
     expect_raises(lambda: dist.reduce_scatter(torch.empty(2), [torch.empty(3)] * ws), "shape", "reduce_scatter sizes")
     expect_raises(lambda: dist.all_reduce(torch.ones(2, dtype=torch.int16)), "int16|Short", "all_reduce int16")
-    expect_raises(lambda: dist.recv(torch.empty(1)), "any source", "recv from any source")
     dist.barrier()
 
 
