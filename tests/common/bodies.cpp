@@ -529,7 +529,8 @@ void badArgumentsBody(Communicator& comm) {
     expectError("broadcast bad root", arg, {"root", std::to_string(bad)}, [&] { comm.broadcast(s, r, c, t, bad); });
     expectError("reduce bad root", arg, {"root"}, [&] { comm.reduce(s, r, c, t, ReduceOp::Sum, bad); });
     expectError("send bad peer", arg, {"peer", std::to_string(bad)}, [&] { comm.send(s, c, t, bad); });
-    expectError("recv bad peer", arg, {"peer"}, [&] { comm.recv(r, c, t, bad); });
+    const int badSource = bad == kAnySource ? -2 : bad;  // -1 is kAnySource for a receive, not a bad peer
+    expectError("recv bad peer", arg, {"peer"}, [&] { comm.recv(r, c, t, badSource); });
     expectError("reduceAsync bad root", arg, {"root"}, [&] { comm.reduceAsync(s, r, c, t, ReduceOp::Sum, bad); });
   }
   expectError("send to self outside a group", usage, {"itself", "group"}, [&] { comm.send(s, c, t, rank); });
