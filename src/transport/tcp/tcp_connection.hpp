@@ -68,8 +68,19 @@ class TcpConnection final : public Connection {
   /// Advances the front parts of q by n bytes; validates headers (receive side) and completes parts.
   void consume(std::deque<Part>& q, size_t n, bool recv);
   void checkHeader(const Part& p);
-  /// Payload bytes of the part of a `msgBytes` message on socket `sock` (the whole message when not striped).
-  size_t partBytes(uint64_t msgBytes, size_t sock) const;
+  /// The sockets that carry one direction's unstriped messages (tcp_connection.cpp): first, first + stride, ...
+  struct Lanes {
+    size_t first, stride, count;
+  };
+  Lanes lanes(bool fromLowerRank) const;
+  Lanes sendLanes() const { return lanes(rank_ < peer_); }
+  Lanes recvLanes() const { return lanes(peer_ < rank_); }
+  /// The socket of unstriped message number `seq` of `bytes` in this direction (send) or the peer's.
+  size_t socketOf(uint32_t seq, uint64_t bytes, bool send) const;
+  /// Whether a `msgBytes` message is cut into one part per socket.
+  bool striped(uint64_t msgBytes) const;
+  /// Payload bytes of part `part` of a `msgBytes` message cut in `nparts`.
+  static size_t partBytes(uint64_t msgBytes, size_t part, size_t nparts);
   /// After the peer closed: reads the rest of what it sent, message by message, and throws MismatchError if it
   /// ends in a poison header. Bounded in time; returns when there is none.
   void scanForPoison();
