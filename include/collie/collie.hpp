@@ -105,11 +105,20 @@ struct COLLIE_EXPORT UniqueId {
 };
 
 /// Per-communicator options (collieConfig_t in the C API).
+/// When a communicator connects to its peers (COLLIE_CONNECT).
+enum class ConnectMode {
+  Default,  ///< COLLIE_CONNECT (lazy unless set to eager)
+  Lazy,     ///< a peer is connected when a call first needs it
+  Eager,    ///< every pair is connected at init, so that init fails early when a peer cannot be reached
+};
+
 struct Options {
   /// How long a call waits on a silent peer; zero means the COLLIE_TIMEOUT param.
   std::chrono::milliseconds timeout{0};
   /// Name used in logs and error messages.
   std::string name;
+  /// When peers are connected; communicators split or shrunk from this one inherit it unless set there.
+  ConnectMode connect = ConnectMode::Default;
 };
 
 /// What a communicator ran for its most recent collective call (for tools, tests and the perf table).
@@ -259,6 +268,9 @@ class COLLIE_EXPORT Communicator {
   /// Counts, bytes, time and algorithm mix of every call so far, per collective (any thread; cheap to keep,
   /// see CommStats::timed).
   CommStats stats() const;
+  /// How many other ranks this rank has a connection to (all of them after init with ConnectMode::Eager; with
+  /// Lazy, those that the calls so far needed).
+  int connectedPeers() const;
 
   struct Impl;  ///< opaque
 

@@ -184,6 +184,7 @@ void Communicator::abort() { impl_->comm->abort(); }
 ErrorCode Communicator::asyncError() const { return impl_->comm->asyncError(); }
 CallInfo Communicator::lastCall() const { return impl_->comm->lastCall(); }
 CommStats Communicator::stats() const { return impl_->comm->stats(); }
+int Communicator::connectedPeers() const { return impl_->comm->connectedPeers(); }
 
 void Communicator::checkSpan(size_t want, size_t have, const char* what) {
   COLLIE_ARG_CHECK(have >= want, "%s span holds %zu elements, expected at least %zu", what, have, want);

@@ -26,6 +26,7 @@ CommImpl::CommImpl(int rank, int nranks, const Options& options)
       nranks_(nranks),
       name_(options.name.empty() ? std::string("comm") : options.name),
       timeout_(options.timeout.count() > 0 ? options.timeout : std::chrono::milliseconds(base::params::timeoutMs())),
+      connectMode_(options.connect),
       planner_(rank, nranks, name_),
       recorder_(rank, nranks, name_, static_cast<size_t>(base::params::flightRecorderEntries())),
       queue_([this](std::vector<OpDesc>& ops, ErrorCode& code, std::string& message) {
@@ -70,11 +71,14 @@ void CommImpl::connect(const std::vector<transport::PeerInfo>& peers) {
   ctx.name = name_;
   ctx.timeout = timeout_;
   ctx.poller = &poller_;
-  connectAll(links_, ctx);
+  ctx.abort = &abort_;
+  initLinks(links_, std::move(ctx));
   planner_.setTransports(transportNames(links_), links_.peerTransport);
   planner_.setHosts(hostLayoutOf(peers));
   recorder_.setTransportNames(transportNames(links_));
   recorder_.setQueuedSource([this] { return queue_.queued(); });
+  const bool eager = connectEagerly(connectMode_);
+  if (eager) connectAll(links_);
   std::vector<transport::Connection*> raw;
   for (auto& c : links_.conns) raw.push_back(c.get());
   anySource_ = std::make_unique<AnySourceMatcher>(
@@ -83,7 +87,33 @@ void CommImpl::connect(const std::vector<transport::PeerInfo>& peers) {
   execConfig_.timeout = timeout_;
   execConfig_.spin = std::chrono::microseconds(base::params::spinUs());
   execConfig_.yieldWhileSpinning = links_.oversubscribed;
-  barrier();  // every rank is connected before anyone returns
+  if (eager) barrier();  // every rank is connected before anyone returns
+}
+
+// Lazy connection: before a call runs, its schedules' peers without a connection are connected, all at once. Every
+// rank does this for the same call with the peers its own schedule names; a schedule's links are symmetric (what
+// one rank sends another receives), so both sides of every new pair are in connectPeers for this call, or will be
+// once their previous call ends, which needs nothing from this rank: a previous call that finished here has posted
+// and completed everything it sends. Hence no deadlock and no coordinator.
+void CommImpl::ensureConnected(const std::vector<Job>& jobs) {
+  if (links_.connectedPeers.load(std::memory_order_relaxed) == nranks_ - 1) return;
+  wanted_.resize(static_cast<size_t>(nranks_), 0);
+  std::vector<int> missing;
+  auto want = [&](int p) {
+    if (p < 0 || p == rank_ || wanted_[static_cast<size_t>(p)] || links_.conns[static_cast<size_t>(p)]) return;
+    wanted_[static_cast<size_t>(p)] = 1;
+    missing.push_back(p);
+  };
+  for (const Job& job : jobs) {
+    for (const algorithms::Step& step : job.schedule->steps) {
+      want(step.sendPeer);
+      want(step.recvPeer);
+    }
+  }
+  for (int p : missing) wanted_[static_cast<size_t>(p)] = 0;
+  if (missing.empty()) return;
+  connectPeers(links_, missing);
+  for (int p : missing) executor_->setConnection(p, links_.conns[static_cast<size_t>(p)].get());
 }
 
 void CommImpl::startRecording() {
@@ -194,6 +224,7 @@ void CommImpl::execute(const std::vector<OpDesc>& ops) {
     const bool anySource = ops.size() == 1 && ops[0].root == kAnySource && ops[0].coll == Collective::Recv;
     const std::vector<Job>& jobs =
         anySource ? planner_.plan({matchAnySource(ops[0], execConfig_)}) : planner_.plan(ops);
+    ensureConnected(jobs);
     executor_->run(jobs, execConfig_);
     recorder_.finish(true);
   } catch (const transport::MismatchError& e) {
@@ -437,6 +468,7 @@ std::unique_ptr<CommImpl> CommImpl::split(int color, int key, const Options& opt
   }
   Options opts = options;
   if (opts.timeout.count() == 0) opts.timeout = timeout_;
+  if (opts.connect == ConnectMode::Default) opts.connect = connectMode_;
   if (opts.name.empty()) opts.name = base::format("%s.split%d.color%d", name_.c_str(), epoch, color);
   std::unique_ptr<CommImpl> comm(new CommImpl(newRank, newSize, opts));
   comm->secret_ = splitSecret(secret_, epoch, color);  // a secret of its own

@@ -66,13 +66,18 @@ class CommImpl {
   CommStats stats() const;
   /// The timeline (COLLIE_TRACE, call_trace.hpp), or null; the DDP layer adds its spans to it.
   CallTrace* trace() const { return trace_.get(); }
+  /// Other ranks this rank has a connection to (Communicator::connectedPeers).
+  int connectedPeers() const { return links_.connectedPeers.load(std::memory_order_relaxed); }
 
  private:
   CommImpl(int rank, int nranks, const Options& options);
-  /// Connects every peer (setup.hpp), then makes the executor; ends with a barrier.
+  /// Prepares the links to `peers` (setup.hpp) and makes the executor; with eager connection connects every
+  /// peer and ends with a barrier, else connects none (ensureConnected does, per call).
   void connect(const std::vector<transport::PeerInfo>& peers);
   /// The user's calls start: the flight recorder, the stats and the trace (when COLLIE_TRACE is set) see them.
   void startRecording();
+  /// Connects the peers the jobs' schedules name that have no connection yet (lazy connection).
+  void ensureConnected(const std::vector<Job>& jobs);
   /// Throws the communicator's earlier failure, then validateOp's errors.
   void validate(const OpDesc& op) const;
   /// classifyMemory, skipped for a repeated small blocking call on the same host buffers (communicator.cpp).
@@ -98,6 +103,8 @@ class CommImpl {
   std::string name_;
   std::chrono::milliseconds timeout_;
   std::array<uint8_t, 16> secret_{};
+  ConnectMode connectMode_ = ConnectMode::Default;
+  std::vector<uint8_t> wanted_;  // ensureConnected's marks, by rank
   int splitCount_ = 0;
   int shrinkCount_ = 0;
   std::vector<transport::PeerInfo> peers_;  // as connected: shrink finds the survivors' listeners here

@@ -72,6 +72,9 @@ class Executor {
            const std::atomic<bool>& abortFlag, std::string commName);
   ~Executor();
 
+  /// Gives the executor the connection to `peer` made after it was constructed (lazy connection); between runs.
+  void setConnection(int peer, transport::Connection* conn) { conns_[static_cast<size_t>(peer)] = conn; }
+
   /// Runs the jobs to completion. Throws collie::Error on failure (the connections are then unusable).
   void run(std::span<const Job> jobs, const ExecConfig& config);
 

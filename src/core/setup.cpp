@@ -15,6 +15,7 @@
 #include "base/topology.hpp"
 #include "core/bootstrap.hpp"
 #include "core/host_identity.hpp"
+#include "transport/handshake.hpp"
 #include "transport/shm/shm_transport.hpp"
 #include "transport/tcp/tcp_transport.hpp"
 #if COLLIE_WITH_UCX
@@ -76,10 +77,14 @@ transport::PeerInfo localPeerInfo(int rank) {
   return self;
 }
 
-void connectAll(Links& links, const transport::CommContext& ctx) {
+bool connectEagerly(ConnectMode mode) {
+  if (mode != ConnectMode::Default) return mode == ConnectMode::Eager;
+  return strcasecmp(base::params::connectMode().c_str(), "eager") == 0;
+}
+
+void initLinks(Links& links, transport::CommContext ctx) {
   const int rank = ctx.rank, nranks = ctx.nranks;
   const auto& peers = ctx.peers;
-  const auto& transports = links.transports;
   // More ranks of this communicator on this host than CPUs for them: waiting ranks must yield when they spin.
   int localRanks = 0;
   for (const auto& p : peers) localRanks += p.hostHash == peers[static_cast<size_t>(rank)].hostHash ? 1 : 0;
@@ -88,29 +93,54 @@ void connectAll(Links& links, const transport::CommContext& ctx) {
   links.oversubscribed = localRanks > ncpus;
   links.cpuShare = std::max(1.0, static_cast<double>(localRanks) / std::max(1, ncpus));
   // For each peer the first transport that can connect wins; both sides decide from the same table.
-  std::vector<std::vector<int>> chosen(transports.size());
+  links.transportOf.assign(static_cast<size_t>(nranks), -1);
+  links.peerTransport.assign(static_cast<size_t>(nranks), "self");
   for (int r = 0; r < nranks; ++r) {
     if (r == rank) continue;
-    int t =
-        transport::chooseTransportIndex(transports, peers[static_cast<size_t>(rank)], peers[static_cast<size_t>(r)]);
+    int t = transport::chooseTransportIndex(links.transports, peers[static_cast<size_t>(rank)],
+                                            peers[static_cast<size_t>(r)]);
     COLLIE_ENFORCE(t >= 0, ErrorCode::InvalidUsage, "%s rank %d: no transport can reach rank %d", ctx.name.c_str(),
                    rank, r);
-    chosen[static_cast<size_t>(t)].push_back(r);
+    links.transportOf[static_cast<size_t>(r)] = t;
+    links.peerTransport[static_cast<size_t>(r)] = links.transports[static_cast<size_t>(t)]->name();
   }
   links.conns.clear();
   links.conns.resize(static_cast<size_t>(nranks));
-  links.peerTransport.assign(static_cast<size_t>(nranks), "self");
-  for (size_t t = 0; t < transports.size(); ++t) {
-    if (chosen[t].empty()) continue;
-    auto conns = transports[t]->connect(ctx, chosen[t]);
-    for (size_t i = 0; i < chosen[t].size(); ++i) {
-      links.conns[static_cast<size_t>(chosen[t][i])] = std::move(conns[i]);
-      links.peerTransport[static_cast<size_t>(chosen[t][i])] = transports[t]->name();
-    }
-    COLLIE_INFO(base::kLogInit, "%s rank %d: %zu peer(s) over %s", ctx.name.c_str(), rank, chosen[t].size(),
-                transports[t]->name());
-  }
   links.conns[static_cast<size_t>(rank)] = transport::makeSelfConnection(rank);
+  links.connectedPeers = 0;
+  links.ctx = std::move(ctx);
+}
+
+int connectPeers(Links& links, const std::vector<int>& peers) {
+  const transport::CommContext& ctx = links.ctx;
+  std::vector<std::vector<int>> chosen(links.transports.size());
+  for (int p : peers) {
+    COLLIE_INTERNAL_CHECK(p >= 0 && p < ctx.nranks, "%s rank %d: connect to rank %d of %d", ctx.name.c_str(),
+                          ctx.rank, p, ctx.nranks);
+    if (p == ctx.rank || links.conns[static_cast<size_t>(p)]) continue;
+    auto& list = chosen[static_cast<size_t>(links.transportOf[static_cast<size_t>(p)])];
+    if (std::find(list.begin(), list.end(), p) == list.end()) list.push_back(p);
+  }
+  int made = 0;
+  for (size_t t = 0; t < links.transports.size(); ++t) {
+    if (chosen[t].empty()) continue;
+    std::sort(chosen[t].begin(), chosen[t].end());
+    auto conns = links.transports[t]->connect(ctx, chosen[t]);
+    for (size_t i = 0; i < chosen[t].size(); ++i) links.conns[static_cast<size_t>(chosen[t][i])] = std::move(conns[i]);
+    made += static_cast<int>(chosen[t].size());
+    links.connectedPeers += static_cast<int>(chosen[t].size());
+    COLLIE_INFO(base::kLogInit, "%s rank %d: connected %zu peer(s) over %s (%s); now connected to %d of %d peers",
+                ctx.name.c_str(), ctx.rank, chosen[t].size(), links.transports[t]->name(),
+                transport::handshake::rankList(chosen[t]).c_str(), links.connectedPeers.load(), ctx.nranks - 1);
+  }
+  return made;
+}
+
+void connectAll(Links& links) {
+  std::vector<int> all;
+  for (int r = 0; r < links.ctx.nranks; ++r)
+    if (r != links.ctx.rank) all.push_back(r);
+  connectPeers(links, all);
 }
 
 std::vector<std::string> transportNames(const Links& links) {

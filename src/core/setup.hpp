@@ -4,10 +4,13 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
+
+#include <collie/collie.hpp>
 
 #include "transport/transport.hpp"
 
@@ -22,18 +25,31 @@ std::vector<std::unique_ptr<transport::Transport>> makeTransports();
 /// This process's PeerInfo before any transport has listened.
 transport::PeerInfo localPeerInfo(int rank);
 
-/// A communicator's links to its peers, as connectAll leaves them.
+/// A communicator's links to its peers. With COLLIE_CONNECT=lazy (the default) a peer is connected when a call
+/// first needs it (connectPeers from the communicator's execute); eager connects every pair at init.
 struct Links {
   std::vector<std::unique_ptr<transport::Transport>> transports;  ///< in order of preference (listening)
-  std::vector<std::unique_ptr<transport::Connection>> conns;      ///< by rank (self included)
+  std::vector<std::unique_ptr<transport::Connection>> conns;      ///< by rank (self included); null: not yet
   std::vector<std::string> peerTransport;                         ///< by rank: the transport's name, "self"
+  std::vector<int> transportOf;                                   ///< by rank: index in transports, -1 self
+  transport::CommContext ctx;                                     ///< the table and secret every connect uses
+  std::atomic<int> connectedPeers{0};                             ///< peers (not self) with a connection
   bool oversubscribed = true;                                     ///< more ranks on this host than CPUs: spin politely
   double cpuShare = 1;                                            ///< ranks of this host per CPU, at least 1
 };
 
-/// Connects ctx.rank to every other rank of ctx.peers over links.transports (which have listened); throws
-/// InvalidUsage when no transport can reach a peer. Collective over all ranks.
-void connectAll(Links& links, const transport::CommContext& ctx);
+/// Whether a communicator made with `mode` (Options::connect; Default: COLLIE_CONNECT) connects every pair at init.
+bool connectEagerly(ConnectMode mode);
+/// Prepares links for ctx: chooses every peer's transport (throws InvalidUsage when none can reach a peer) and
+/// makes the self connection; connects no one else.
+void initLinks(Links& links, transport::CommContext ctx);
+/// Connects this rank to each of `peers` it has no connection to yet, transport by transport in the order of
+/// preference (all of one transport's peers at once). Collective per pair: every listed peer must, in a connect of
+/// its own, list this rank (a call's schedule names its peers on both sides, so the calls of one collective do).
+/// Returns how many connections it made.
+int connectPeers(Links& links, const std::vector<int>& peers);
+/// connectPeers with every other rank (eager connection). Collective over all ranks.
+void connectAll(Links& links);
 /// The names of links.transports, in order of preference.
 std::vector<std::string> transportNames(const Links& links);
 /// The transport kinds rank 0 uses to reach the others (what calibration measures), in order of first use.

@@ -103,6 +103,7 @@ std::unique_ptr<CommImpl> CommImpl::shrink(const std::vector<int>& exclude, cons
 
   Options opts = options;
   if (opts.timeout.count() == 0) opts.timeout = timeout_;
+  if (opts.connect == ConnectMode::Default) opts.connect = connectMode_;
   if (opts.name.empty()) opts.name = base::format("%s.shrink%d", name_.c_str(), epoch);
   const std::string excluded = sorted.empty() ? std::string("none") : transport::handshake::rankList(sorted);
   COLLIE_INFO(base::kLogInit, "%s rank %d: shrink %d excluding rank(s) %s: rank %d of %d in %s", name_.c_str(), rank_,

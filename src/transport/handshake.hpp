@@ -75,6 +75,8 @@ constexpr std::chrono::milliseconds kHelloWait{2000};
 /// Accepted connections waiting for their hello at once, at most.
 constexpr size_t kMaxUnverified = 128;
 constexpr uint16_t kVersion = 2;
+/// How often a waiting handshake looks whether the same-host peers it waits for still exist.
+constexpr std::chrono::milliseconds kLivenessEvery{100};
 
 /// The first bytes of every handshake message of every transport.
 struct Header {
@@ -175,6 +177,13 @@ class Handshake {
   bool authentic(const Header& h) const;
   /// Throws Timeout: "<transport> connect of rank R in C: timed out after T ms waiting for peer rank(s) X to Y".
   [[noreturn]] void failTimeout(const std::vector<int>& missing, const char* toDoWhat) const;
+  /// Called in every wait for `missing` peers: throws when the communicator was aborted, and (about every
+  /// kLivenessEvery) RemoteError when one of them ran on this host and its process is gone, so that a peer that died
+  /// before it connected fails the wait at once rather than at the timeout (a connection made on first use may be
+  /// the first a rank tries with a peer that died long ago).
+  void checkWaiting(const std::vector<int>& missing);
+  /// A poll timeout for a wait until `until`, short enough for checkWaiting to run often.
+  int waitMs(base::Deadline until) const;
 
   /// Accepts from the higher-ranked peers on `listenFd` (non-blocking) until each has all its channels. Each
   /// verified hello of this call goes to adopt(link) with link.peer and link.channel set from it; adopt takes
@@ -204,6 +213,7 @@ class Handshake {
   std::vector<int> lower_, higher_;
   std::vector<std::vector<bool>> adopted_;  ///< [rank][channel], higher peers only
   std::vector<bool> inCall_;                ///< [rank]: listed in this call
+  base::Deadline nextLivenessCheck_{};
 };
 
 // The listening socket of a transport that shakes hands over TCP (tcp, and ucx for its handshake).

@@ -17,6 +17,7 @@
 
 #include <sys/socket.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -90,6 +91,7 @@ struct CommContext {
   std::string name;                      ///< for messages
   std::chrono::milliseconds timeout{0};  ///< 0: COLLIE_TIMEOUT
   base::Poller* poller = nullptr;
+  const std::atomic<bool>* abort = nullptr;  ///< set: a connect waiting for peers fails at once (communicator abort)
 };
 
 class Connection {
