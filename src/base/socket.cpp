@@ -289,7 +289,8 @@ int listenOn(sockaddr_storage& addr, int backlog) {
   return fd.release();
 }
 
-int connectWithRetry(const sockaddr_storage& addr, Deadline deadline, int retries, const std::string& what) {
+int connectWithRetry(const sockaddr_storage& addr, Deadline deadline, int retries, const std::string& what,
+                     const std::function<void()>& beforeRetry) {
   auto backoff = milliseconds(10);
   int lastErr = 0;
   FdShortageBackoff shortage;
@@ -331,6 +332,7 @@ int connectWithRetry(const sockaddr_storage& addr, Deadline deadline, int retrie
       COLLIE_FAIL(ErrorCode::Timeout, "timed out connecting to %s at %s after %d attempts (last error: %s)",
                   what.c_str(), addressToString(addr).c_str(), attempt, errnoString(lastErr).c_str());
     }
+    if (beforeRetry) beforeRetry();
     COLLIE_TRACE(kLogNet, "connect to %s at %s: %s; retrying in %lld ms", what.c_str(), addressToString(addr).c_str(),
                  errnoString(err).c_str(), static_cast<long long>(backoff.count()));
     std::this_thread::sleep_for(std::min<SteadyClock::duration>(backoff, deadline - now));

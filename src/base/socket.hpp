@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -44,7 +45,9 @@ sockaddr_storage defaultLocalAddress();
 int listenOn(sockaddr_storage& addr, int backlog = 1024);
 /// Connects to addr, retrying refused/unreachable attempts with exponential backoff until `deadline` or
 /// `retries` tries. Returns a blocking fd with TCP_NODELAY set. Throws SystemError/Timeout naming `what`.
-int connectWithRetry(const sockaddr_storage& addr, Deadline deadline, int retries, const std::string& what);
+/// `beforeRetry`, when set, runs before each retry and may throw to end them (e.g. the peer's process is gone).
+int connectWithRetry(const sockaddr_storage& addr, Deadline deadline, int retries, const std::string& what,
+                     const std::function<void()>& beforeRetry = {});
 /// accept() with a deadline; returns -1 on timeout. Also fills *peer.
 int acceptUntil(int listenFd, Deadline deadline, sockaddr_storage* peer);
 

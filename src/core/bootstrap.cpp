@@ -12,6 +12,7 @@
 #include "base/errors.hpp"
 #include "base/log.hpp"
 #include "base/socket.hpp"
+#include "core/bootstrap_plan.hpp"
 #include "core/bootstrap_wire.hpp"
 #include "transport/handshake.hpp"
 
@@ -120,13 +121,18 @@ std::vector<transport::PeerInfo> bootstrapExchange(const UniqueIdData& id, int r
   base::sendAll(conn.get(), out.data(), out.size(), deadline, root);
   std::vector<uint8_t> in(kBootstrapReplyHeaderBytes);
   base::recvAll(conn.get(), in.data(), in.size(), deadline, root);
-  in.resize(bootstrapReplyBytes(in.data(), in.size(), nranks));  // the parsers' messages say what is wrong
+  const std::vector<int> neighbours = bootstrapNeighbours(rank, nranks);
+  in.resize(bootstrapReplyBytes(in.data(), in.size(), neighbours));  // the parsers' messages say what is wrong
   base::recvAll(conn.get(), in.data() + kBootstrapReplyHeaderBytes, in.size() - kBootstrapReplyHeaderBytes, deadline,
                 root);
-  BootstrapReply reply = parseBootstrapReply(in.data(), in.size(), nranks);
+  BootstrapReply reply = parseBootstrapReply(in.data(), in.size(), neighbours);
   if (reply.status != ErrorCode::Success)
     COLLIE_FAIL(reply.status, "%s refused rank %d: %s", root.c_str(), rank, reply.message.c_str());
-  return reply.table;
+  std::vector<transport::PeerInfo> table(static_cast<size_t>(nranks));  // rank -1: not known yet
+  table[static_cast<size_t>(rank)] = self;
+  table[static_cast<size_t>(rank)].rank = rank;
+  for (size_t i = 0; i < neighbours.size(); ++i) table[static_cast<size_t>(neighbours[i])] = reply.table[i];
+  return table;
 }
 
 uint64_t localHostHash() {

@@ -12,8 +12,8 @@
 //   - accept() failing with EMFILE/ENFILE closes the oldest unverified connection if there is one (a stranger pays
 //     for the descriptor), else pauses the listener briefly and tries again; the shortage is logged with
 //     fdShortageMessage (the ranks themselves report it where it hits them).
-//   - Once all ranks have checked in, the listener is closed and every rank's reply (the PeerInfo table) is sent
-//     at once, non-blocking: a rank slow to read delays nobody else.
+//   - Once all ranks have checked in, the listener is closed and every rank's reply (the PeerInfo of its ring
+//     neighbours, bootstrap_plan.hpp) is sent at once, non-blocking: a rank slow to read delays nobody else.
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -28,6 +28,7 @@
 #include "base/log.hpp"
 #include "base/socket.hpp"
 #include "core/bootstrap.hpp"
+#include "core/bootstrap_plan.hpp"
 #include "core/bootstrap_wire.hpp"
 #include "transport/handshake.hpp"
 
@@ -269,12 +270,13 @@ class RootServer {
     }
   }
 
-  /// Sends every rank the table, all at once.
+  /// Sends every rank the PeerInfo of its ring neighbours (bootstrap_plan.hpp), all at once.
   void reply() {
-    BootstrapReply yes;
-    yes.table = table_;
-    std::vector<uint8_t> bytes = encodeBootstrapReply(yes);
-    for (RankLink& l : ranks_) l.out = bytes;
+    for (size_t r = 0; r < ranks_.size(); ++r) {
+      BootstrapReply yes;
+      for (int p : bootstrapNeighbours(static_cast<int>(r), nranks_)) yes.table.push_back(table_[static_cast<size_t>(p)]);
+      ranks_[r].out = encodeBootstrapReply(yes);
+    }
     for (;;) {
       std::vector<pollfd> pfds;
       std::vector<RankLink*> open;

@@ -107,7 +107,8 @@ std::vector<uint8_t> encodeBootstrapReply(const BootstrapReply& reply) {
   return w.take();
 }
 
-size_t bootstrapReplyBytes(const uint8_t* header, size_t size, int nranks) {
+size_t bootstrapReplyBytes(const uint8_t* header, size_t size, const std::vector<int>& ranks) {
+  const int expected = static_cast<int>(ranks.size());
   const char* what = "bootstrap reply";
   Reader r(header, size, what);
   auto magic = r.get<uint32_t>();
@@ -116,14 +117,14 @@ size_t bootstrapReplyBytes(const uint8_t* header, size_t size, int nranks) {
   auto status = r.get<int32_t>();
   auto count = r.get<int32_t>();
   if (status != static_cast<int32_t>(ErrorCode::Success)) return kBootstrapReplyHeaderBytes;
-  COLLIE_ENFORCE(nranks >= 1 && count == nranks, ErrorCode::RemoteError, "%s holds a table of %d ranks, expected %d",
-                 what, count, nranks);
-  return kBootstrapReplyHeaderBytes + static_cast<size_t>(nranks) * sizeof(transport::PeerInfo);
+  COLLIE_ENFORCE(count == expected, ErrorCode::RemoteError, "%s holds a table of %d ranks, expected %d", what, count,
+                 expected);
+  return kBootstrapReplyHeaderBytes + static_cast<size_t>(expected) * sizeof(transport::PeerInfo);
 }
 
-BootstrapReply parseBootstrapReply(const uint8_t* data, size_t size, int nranks) {
+BootstrapReply parseBootstrapReply(const uint8_t* data, size_t size, const std::vector<int>& ranks) {
   const char* what = "bootstrap reply";
-  const size_t expected = bootstrapReplyBytes(data, size, nranks);
+  const size_t expected = bootstrapReplyBytes(data, size, ranks);
   COLLIE_ENFORCE(size == expected, ErrorCode::RemoteError, "%s has %zu bytes, expected %zu", what, size, expected);
   Reader r(data, size, what);
   r.get<uint32_t>();  // magic, checked above
@@ -141,11 +142,11 @@ BootstrapReply parseBootstrapReply(const uint8_t* data, size_t size, int nranks)
     reply.message.assign(message, strnlen(message, sizeof(message)));
     return reply;
   }
-  reply.table.resize(static_cast<size_t>(nranks));
-  for (int rank = 0; rank < nranks; ++rank) {
-    transport::PeerInfo& info = reply.table[static_cast<size_t>(rank)];
+  reply.table.resize(ranks.size());
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    transport::PeerInfo& info = reply.table[i];
     r.get(&info, sizeof(info));
-    checkPeerInfo(info, rank, what);
+    checkPeerInfo(info, ranks[i], what);
   }
   return reply;
 }

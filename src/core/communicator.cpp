@@ -9,6 +9,7 @@
 #include "base/errors.hpp"
 #include "base/log.hpp"
 #include "base/params.hpp"
+#include "core/call_fingerprint.hpp"
 #include "core/cuda_plugin.hpp"
 #include "core/device_stager.hpp"
 #include "core/group.hpp"
@@ -51,11 +52,13 @@ std::unique_ptr<CommImpl> CommImpl::create(int nranks, const UniqueIdData& id, i
   comm->links_.transports = makeTransports();
   transport::PeerInfo self = localPeerInfo(rank);
   for (auto& t : comm->links_.transports) t->listen(self);
-  auto peers = bootstrapExchange(id, rank, nranks, self, comm->timeout_);
-  comm->planner_.tuner() =
-      Tuner(comm->measured_.modelFor(kindsInUse(comm->links_.transports, peers)), std::move(selection));
+  auto peers = bootstrapExchange(id, rank, nranks, self, comm->timeout_);  // self and ring neighbours only
+  // The rest of the table travels on the bootstrap ring: the table's all-gather must not need another peer.
+  comm->planner_.tuner() = Tuner(comm->measured_.modelFor({}), AlgoSelection::parse("allgather:ring"));
   comm->connect(peers);
-  comm->calibrate(peers);
+  comm->planner_.tuner() =
+      Tuner(comm->measured_.modelFor(kindsInUse(comm->links_.transports, comm->links_.ctx.peers)), std::move(selection));
+  comm->calibrate(comm->links_.ctx.peers);
   comm->startRecording();  // the user's calls only: call #0 is the first on every rank
   COLLIE_INFO(base::kLogInit, "%s rank %d of %d ready", comm->name_.c_str(), rank, nranks);
   return comm;
@@ -66,7 +69,6 @@ void CommImpl::connect(const std::vector<transport::PeerInfo>& peers) {
   ctx.rank = rank_;
   ctx.nranks = nranks_;
   ctx.peers = peers;
-  peers_ = peers;
   memcpy(ctx.secret, secret_.data(), secret_.size());
   ctx.name = name_;
   ctx.timeout = timeout_;
@@ -74,11 +76,8 @@ void CommImpl::connect(const std::vector<transport::PeerInfo>& peers) {
   ctx.abort = &abort_;
   initLinks(links_, std::move(ctx));
   planner_.setTransports(transportNames(links_), links_.peerTransport);
-  planner_.setHosts(hostLayoutOf(peers));
   recorder_.setTransportNames(transportNames(links_));
   recorder_.setQueuedSource([this] { return queue_.queued(); });
-  const bool eager = connectEagerly(connectMode_);
-  if (eager) connectAll(links_);
   std::vector<transport::Connection*> raw;
   for (auto& c : links_.conns) raw.push_back(c.get());
   anySource_ = std::make_unique<AnySourceMatcher>(
@@ -87,7 +86,35 @@ void CommImpl::connect(const std::vector<transport::PeerInfo>& peers) {
   execConfig_.timeout = timeout_;
   execConfig_.spin = std::chrono::microseconds(base::params::spinUs());
   execConfig_.yieldWhileSpinning = links_.oversubscribed;
-  if (eager) barrier();  // every rank is connected before anyone returns
+  if (!tableComplete(links_.ctx.peers)) gatherTable();
+  execConfig_.yieldWhileSpinning = links_.oversubscribed;  // now that every rank's host is known
+  planner_.setTransports(transportNames(links_), links_.peerTransport);
+  planner_.setHosts(hostLayoutOf(links_.ctx.peers));
+  if (connectEagerly(connectMode_)) {
+    connectAll(links_);
+    for (int p = 0; p < nranks_; ++p) executor_->setConnection(p, links_.conns[static_cast<size_t>(p)].get());
+    barrier();  // every rank is connected before anyone returns
+  }
+}
+
+// The bootstrap root sent this rank its ring neighbours' PeerInfo only (bootstrap_plan.hpp): the ranks all-gather
+// the rest on that ring (the tuner allows only ring for AllGather meanwhile), connecting to their neighbours on
+// first use like any call.
+void CommImpl::gatherTable() {
+  std::vector<transport::PeerInfo> table(static_cast<size_t>(nranks_));
+  const transport::PeerInfo mine = links_.ctx.peers[static_cast<size_t>(rank_)];
+  OpDesc op;
+  op.coll = Collective::AllGather;
+  op.send = &mine;
+  op.recv = table.data();
+  op.count = sizeof(transport::PeerInfo);
+  op.type = DataType::Uint8;
+  run(op);
+  for (int r = 0; r < nranks_; ++r)
+    COLLIE_ENFORCE(table[static_cast<size_t>(r)].rank == r, ErrorCode::RemoteError,
+                   "%s rank %d: init's all-gather of the peer table gave rank %d's entry as rank %d's", name_.c_str(),
+                   rank_, r, table[static_cast<size_t>(r)].rank);
+  completeLinks(links_, std::move(table));
 }
 
 // Lazy connection: before a call runs, its schedules' peers without a connection are connected, all at once. Every
@@ -112,7 +139,11 @@ void CommImpl::ensureConnected(const std::vector<Job>& jobs) {
   }
   for (int p : missing) wanted_[static_cast<size_t>(p)] = 0;
   if (missing.empty()) return;
-  connectPeers(links_, missing);
+  try {
+    connectPeers(links_, missing);
+  } catch (const Error& e) {
+    explainConnectFailure(jobs, missing, e);
+  }
   for (int p : missing) executor_->setConnection(p, links_.conns[static_cast<size_t>(p)].get());
 }
 
@@ -140,6 +171,30 @@ CommStats CommImpl::stats() const {
       base::format("%s rank %d of %d: %llu call(s)\n%s", name_.c_str(), rank_, nranks_,
                    static_cast<unsigned long long>(recorder_.calls()), CallStats::summary(rows, out.timed).c_str());
   return out;
+}
+
+// A peer that never connects may have failed a call that this rank's connected peers saw go wrong: with eager
+// connection this rank would have read their poison (a mismatch) while waiting in the call, so it looks for it
+// on them now (briefly) and reports the mismatch. A timeout is reported as the executor's, naming the call and
+// the peers not connected.
+void CommImpl::explainConnectFailure(const std::vector<Job>& jobs, const std::vector<int>& missing, const Error& e) {
+  // Long enough for a connected peer waiting in this call to check its links (the executor does once a second).
+  constexpr auto kPoisonGrace = std::chrono::milliseconds(1500);
+  const auto until = std::chrono::steady_clock::now() + kPoisonGrace;
+  for (int p = 0; p < nranks_; ++p) {
+    auto& c = links_.conns[static_cast<size_t>(p)];
+    if (p != rank_ && c) c->revealPoison(until);  // throws MismatchError, which execute() reports
+  }
+  if (e.code() != ErrorCode::Timeout) throw;
+  std::string waiting;
+  for (int p : missing)
+    if (!links_.conns[static_cast<size_t>(p)])
+      waiting += base::format("%srank %d (not connected yet)", waiting.empty() ? "" : ", ", p);
+  COLLIE_FAIL(ErrorCode::Timeout,
+              "%s rank %d: no progress for %lld ms in %s while waiting on %s (a peer may have died, hung, or called a "
+              "different collective): %s",
+              name_.c_str(), rank_, static_cast<long long>(timeout_.count()),
+              callText(jobs.front().sendFp, rank_, missing.front()).c_str(), waiting.c_str(), e.what());
 }
 
 CommImpl::~CommImpl() {
@@ -208,6 +263,17 @@ void CommImpl::validate(const OpDesc& op) const {
 // ---- Execution ------------------------------------------------------------------------------------------------
 
 OpDesc CommImpl::matchAnySource(const OpDesc& op, const ExecConfig& config) {
+  // The sender may be any peer: each must be connected already (a lazy connection is made by both sides of a call,
+  // and this rank cannot name the other side here).
+  COLLIE_USAGE_CHECK(links_.connectedPeers.load() == nranks_ - 1,
+                     "%s rank %d: a receive from any rank needs a connection to every peer, and this communicator "
+                     "connects on first use (it has %d of %d): create it with ConnectMode::Eager (COLLIE_CONNECT=eager)",
+                     name_.c_str(), rank_, links_.connectedPeers.load(), nranks_ - 1);
+  if (!anySource_) {
+    std::vector<transport::Connection*> raw;
+    for (auto& c : links_.conns) raw.push_back(c.get());
+    anySource_ = std::make_unique<AnySourceMatcher>(rank_, nranks_, std::move(raw), poller_, abort_, name_);
+  }
   AnySourceMatcher::Call call;
   call.expected = [&](int peer) { return planner_.recvFingerprint(op, peer); };
   call.lastSeen = [&](int peer) { return executor_->lastSeen(peer); };

@@ -76,8 +76,12 @@ class CommImpl {
   void connect(const std::vector<transport::PeerInfo>& peers);
   /// The user's calls start: the flight recorder, the stats and the trace (when COLLIE_TRACE is set) see them.
   void startRecording();
+  /// All-gathers the PeerInfo table on the bootstrap ring (when the root sent only the neighbours').
+  void gatherTable();
   /// Connects the peers the jobs' schedules name that have no connection yet (lazy connection).
   void ensureConnected(const std::vector<Job>& jobs);
+  [[noreturn]] void explainConnectFailure(const std::vector<Job>& jobs, const std::vector<int>& missing,
+                                          const Error& e);
   /// Throws the communicator's earlier failure, then validateOp's errors.
   void validate(const OpDesc& op) const;
   /// classifyMemory, skipped for a repeated small blocking call on the same host buffers (communicator.cpp).
@@ -107,7 +111,6 @@ class CommImpl {
   std::vector<uint8_t> wanted_;  // ensureConnected's marks, by rank
   int splitCount_ = 0;
   int shrinkCount_ = 0;
-  std::vector<transport::PeerInfo> peers_;  // as connected: shrink finds the survivors' listeners here
 
   base::Poller poller_;
   Links links_;

@@ -82,12 +82,16 @@ bool connectEagerly(ConnectMode mode) {
   return strcasecmp(base::params::connectMode().c_str(), "eager") == 0;
 }
 
-void initLinks(Links& links, transport::CommContext ctx) {
+namespace {
+
+/// Chooses each known peer's transport and how politely to spin, from links.ctx.peers.
+void chooseTransports(Links& links) {
+  const transport::CommContext& ctx = links.ctx;
   const int rank = ctx.rank, nranks = ctx.nranks;
   const auto& peers = ctx.peers;
   // More ranks of this communicator on this host than CPUs for them: waiting ranks must yield when they spin.
   int localRanks = 0;
-  for (const auto& p : peers) localRanks += p.hostHash == peers[static_cast<size_t>(rank)].hostHash ? 1 : 0;
+  for (const auto& p : peers) localRanks += p.rank >= 0 && p.hostHash == peers[static_cast<size_t>(rank)].hostHash;
   cpu_set_t cpus;
   int ncpus = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
   links.oversubscribed = localRanks > ncpus;
@@ -97,6 +101,10 @@ void initLinks(Links& links, transport::CommContext ctx) {
   links.peerTransport.assign(static_cast<size_t>(nranks), "self");
   for (int r = 0; r < nranks; ++r) {
     if (r == rank) continue;
+    if (peers[static_cast<size_t>(r)].rank < 0) {
+      links.peerTransport[static_cast<size_t>(r)] = "unknown";
+      continue;
+    }
     int t = transport::chooseTransportIndex(links.transports, peers[static_cast<size_t>(rank)],
                                             peers[static_cast<size_t>(r)]);
     COLLIE_ENFORCE(t >= 0, ErrorCode::InvalidUsage, "%s rank %d: no transport can reach rank %d", ctx.name.c_str(),
@@ -104,11 +112,28 @@ void initLinks(Links& links, transport::CommContext ctx) {
     links.transportOf[static_cast<size_t>(r)] = t;
     links.peerTransport[static_cast<size_t>(r)] = links.transports[static_cast<size_t>(t)]->name();
   }
-  links.conns.clear();
-  links.conns.resize(static_cast<size_t>(nranks));
-  links.conns[static_cast<size_t>(rank)] = transport::makeSelfConnection(rank);
-  links.connectedPeers = 0;
+}
+
+}  // namespace
+
+void initLinks(Links& links, transport::CommContext ctx) {
   links.ctx = std::move(ctx);
+  chooseTransports(links);
+  links.conns.clear();
+  links.conns.resize(static_cast<size_t>(links.ctx.nranks));
+  links.conns[static_cast<size_t>(links.ctx.rank)] = transport::makeSelfConnection(links.ctx.rank);
+  links.connectedPeers = 0;
+}
+
+void completeLinks(Links& links, std::vector<transport::PeerInfo> peers) {
+  links.ctx.peers = std::move(peers);
+  chooseTransports(links);
+}
+
+bool tableComplete(const std::vector<transport::PeerInfo>& peers) {
+  for (const auto& p : peers)
+    if (p.rank < 0) return false;
+  return true;
 }
 
 int connectPeers(Links& links, const std::vector<int>& peers) {
@@ -118,6 +143,10 @@ int connectPeers(Links& links, const std::vector<int>& peers) {
     COLLIE_INTERNAL_CHECK(p >= 0 && p < ctx.nranks, "%s rank %d: connect to rank %d of %d", ctx.name.c_str(),
                           ctx.rank, p, ctx.nranks);
     if (p == ctx.rank || links.conns[static_cast<size_t>(p)]) continue;
+    COLLIE_INTERNAL_CHECK(links.transportOf[static_cast<size_t>(p)] >= 0,
+                          "%s rank %d: a call needs rank %d before its address is known (init's all-gather runs on "
+                          "the bootstrap ring only)",
+                          ctx.name.c_str(), ctx.rank, p);
     auto& list = chosen[static_cast<size_t>(links.transportOf[static_cast<size_t>(p)])];
     if (std::find(list.begin(), list.end(), p) == list.end()) list.push_back(p);
   }

@@ -40,9 +40,13 @@ struct Links {
 
 /// Whether a communicator made with `mode` (Options::connect; Default: COLLIE_CONNECT) connects every pair at init.
 bool connectEagerly(ConnectMode mode);
-/// Prepares links for ctx: chooses every peer's transport (throws InvalidUsage when none can reach a peer) and
-/// makes the self connection; connects no one else.
+/// Prepares links for ctx: chooses the transport of every peer whose PeerInfo is known (rank >= 0; throws
+/// InvalidUsage when none can reach it) and makes the self connection; connects no one else.
 void initLinks(Links& links, transport::CommContext ctx);
+/// Gives links the whole table once the ranks have all-gathered it (bootstrap_plan.hpp), keeping the connections.
+void completeLinks(Links& links, std::vector<transport::PeerInfo> peers);
+/// Whether every entry of the table is known.
+bool tableComplete(const std::vector<transport::PeerInfo>& peers);
 /// Connects this rank to each of `peers` it has no connection to yet, transport by transport in the order of
 /// preference (all of one transport's peers at once). Collective per pair: every listed peer must, in a connect of
 /// its own, list this rank (a call's schedule names its peers on both sides, so the calls of one collective do).

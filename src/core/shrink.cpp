@@ -2,7 +2,7 @@
 // after losing a rank. It must work when this communicator has failed (a peer was SIGKILLed and a call threw),
 // so it uses nothing that the failure may have broken:
 //   - no bootstrap root: the root (rank 0's process, or the one that made the id) may be the rank that died.
-//     Every rank already holds the PeerInfo table it connected with (peers_), which says where each survivor's
+//     Every rank already holds the PeerInfo table it connected with (links_.ctx.peers), which says where each survivor's
 //     transports listen; the listeners stay open for the communicator's life, so they can take new hellos.
 //   - no connection of this communicator: a failed call may have left partial messages on them. The survivors
 //     connect afresh, through transports that share this communicator's listeners (Transport::shareListener:
@@ -74,7 +74,7 @@ std::unique_ptr<CommImpl> CommImpl::shrink(const std::vector<int>& exclude, cons
                      "%s rank %d: shrink called by a rank in its own exclude list (an excluded rank must not call "
                      "shrink; only the survivors do)",
                      name_.c_str(), rank_);
-  COLLIE_INTERNAL_CHECK(static_cast<int>(peers_.size()) == nranks_, "%s rank %d: no PeerInfo table to shrink from",
+  COLLIE_INTERNAL_CHECK(static_cast<int>(links_.ctx.peers.size()) == nranks_, "%s rank %d: no PeerInfo table to shrink from",
                         name_.c_str(), rank_);
   const int epoch = shrinkCount_++;
 
@@ -92,7 +92,7 @@ std::unique_ptr<CommImpl> CommImpl::shrink(const std::vector<int>& exclude, cons
   for (int r = 0; r < nranks_; ++r) {
     if (std::binary_search(sorted.begin(), sorted.end(), r)) continue;
     if (r == rank_) newRank = static_cast<int>(peers.size());
-    transport::PeerInfo info = peers_[static_cast<size_t>(r)];
+    transport::PeerInfo info = links_.ctx.peers[static_cast<size_t>(r)];
     info.rank = static_cast<int>(peers.size());
     for (transport::TransportAddress& a : info.addresses)
       if (a.kind != 0 && std::find(kinds.begin(), kinds.end(), a.kind) == kinds.end())
@@ -116,6 +116,9 @@ std::unique_ptr<CommImpl> CommImpl::shrink(const std::vector<int>& exclude, cons
   comm->planner_.tuner() = Tuner(measured_.modelFor(used), planner_.tuner().selection());
   try {
     comm->connect(peers);
+    // With lazy connection nothing was connected yet: a barrier makes the survivors meet (each connects to the
+    // peers of one AllReduce), so that one with another exclude list fails here rather than at a later call.
+    if (!connectEagerly(comm->connectMode_)) comm->barrier();
   } catch (const Error& e) {
     throw Error(e.code(), base::format("%s rank %d: shrink excluding rank(s) %s could not connect the %d survivors "
                                        "(every survivor must call shrink with the same exclude list, and every rank "

@@ -124,6 +124,11 @@ class Connection {
     (void)why;
     close();
   }
+  /// For a connection about to be given up (its communicator failed while connecting another peer on first use):
+  /// waits until `until` for the peer to close it and throws MismatchError when the peer poisoned it first, so that
+  /// a mismatch found elsewhere is reported as such. May consume data in flight. Nothing when the transport cannot
+  /// tell.
+  virtual void revealPoison(Clock::time_point until) { (void)until; }
 };
 
 class Transport {

@@ -4,6 +4,8 @@
 // naming the ranks waited on; a killed sender dropped (the others still served; RemoteError once none is left); a
 // size that differs from the sender's giving a mismatch on both ranks; bad uses refused.
 #include <gtest/gtest.h>
+
+#include <cstdlib>
 #include <signal.h>
 
 #include <chrono>
@@ -16,6 +18,10 @@
 
 namespace collie::test {
 namespace {
+
+// A receive from any rank needs every peer connected: these communicators connect eagerly (set before any parameter
+// is read; the params are read once per process).
+const bool kEagerConnection = setenv("COLLIE_CONNECT", "eager", 1) == 0;
 
 using namespace std::chrono_literals;
 

@@ -5,12 +5,18 @@
 #include <collie/collie.h>
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 #include <string>
 #include <thread>
 #include <vector>
 
 namespace collie::test {
 namespace {
+
+// A receive from any rank needs every peer connected: these communicators connect eagerly (set before any parameter
+// is read; the params are read once per process).
+const bool kEagerConnection = setenv("COLLIE_CONNECT", "eager", 1) == 0;
 
 #define EXPECT_OK(call) EXPECT_EQ((call), collieSuccess) << #call << ": " << collieGetLastError(nullptr)
 

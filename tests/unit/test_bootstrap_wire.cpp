@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "base/errors.hpp"
+#include "core/bootstrap_plan.hpp"
 #include "core/bootstrap_wire.hpp"
 
 namespace collie::core {
@@ -105,13 +106,39 @@ TEST(BootstrapWire, BadHellosNameTheirProblem) {
   EXPECT_NE(refused(h, reencode).find("61-byte transport address"), std::string::npos);
 }
 
+// Ranks 0 .. n-1: a reply that carries n entries in order (the parsers take the ranks they expect).
+std::vector<int> allRanks(int n) {
+  std::vector<int> out;
+  for (int r = 0; r < n; ++r) out.push_back(r);
+  return out;
+}
+
+TEST(BootstrapWire, NeighbourReplyRoundTripsForEveryRankOfSmallRings) {
+  for (int n = 1; n <= 6; ++n) {
+    for (int rank = 0; rank < n; ++rank) {
+      const std::vector<int> neighbours = bootstrapNeighbours(rank, n);
+      EXPECT_EQ(neighbours.size(), static_cast<size_t>(std::min(n - 1, 2))) << rank << " of " << n;
+      BootstrapReply in;
+      for (int p : neighbours) in.table.push_back(infoOf(p));
+      const std::vector<uint8_t> bytes = encodeBootstrapReply(in);
+      BootstrapReply out = parseBootstrapReply(bytes.data(), bytes.size(), neighbours);
+      ASSERT_EQ(out.table.size(), neighbours.size());
+      for (size_t i = 0; i < neighbours.size(); ++i) expectSameInfo(out.table[i], in.table[i]);
+      if (neighbours.size() == 2)  // the entries in another order are refused
+        failure([&] { parseBootstrapReply(bytes.data(), bytes.size(), {neighbours[1], neighbours[0]}); });
+    }
+  }
+  EXPECT_EQ(bootstrapNeighbours(0, 8), (std::vector<int>{1, 7}));
+  EXPECT_EQ(bootstrapNeighbours(5, 8), (std::vector<int>{4, 6}));
+}
+
 TEST(BootstrapWire, TableReplyRoundTrips) {
   BootstrapReply in;
   for (int r = 0; r < 5; ++r) in.table.push_back(infoOf(r));
   std::vector<uint8_t> bytes = encodeBootstrapReply(in);
   ASSERT_EQ(bytes.size(), kBootstrapReplyHeaderBytes + 5 * sizeof(transport::PeerInfo));
-  EXPECT_EQ(bootstrapReplyBytes(bytes.data(), kBootstrapReplyHeaderBytes, 5), bytes.size());
-  BootstrapReply out = parseBootstrapReply(bytes.data(), bytes.size(), 5);
+  EXPECT_EQ(bootstrapReplyBytes(bytes.data(), kBootstrapReplyHeaderBytes, allRanks(5)), bytes.size());
+  BootstrapReply out = parseBootstrapReply(bytes.data(), bytes.size(), allRanks(5));
   EXPECT_EQ(out.status, ErrorCode::Success);
   ASSERT_EQ(out.table.size(), 5u);
   for (int r = 0; r < 5; ++r) expectSameInfo(out.table[static_cast<size_t>(r)], in.table[static_cast<size_t>(r)]);
@@ -123,18 +150,18 @@ TEST(BootstrapWire, RefusalReplyRoundTripsAndItsMessageIsCut) {
   in.message = "rank 1 checked in twice";
   std::vector<uint8_t> bytes = encodeBootstrapReply(in);
   ASSERT_EQ(bytes.size(), kBootstrapReplyHeaderBytes);
-  EXPECT_EQ(bootstrapReplyBytes(bytes.data(), bytes.size(), 7), kBootstrapReplyHeaderBytes);
-  BootstrapReply out = parseBootstrapReply(bytes.data(), bytes.size(), 7);
+  EXPECT_EQ(bootstrapReplyBytes(bytes.data(), bytes.size(), allRanks(7)), kBootstrapReplyHeaderBytes);
+  BootstrapReply out = parseBootstrapReply(bytes.data(), bytes.size(), allRanks(7));
   EXPECT_EQ(out.status, ErrorCode::InvalidUsage);
   EXPECT_EQ(out.message, in.message);
   EXPECT_TRUE(out.table.empty());
 
   in.message = std::string(500, 'm');
   bytes = encodeBootstrapReply(in);
-  EXPECT_EQ(parseBootstrapReply(bytes.data(), bytes.size(), 7).message, std::string(kBootstrapMessageBytes - 1, 'm'));
+  EXPECT_EQ(parseBootstrapReply(bytes.data(), bytes.size(), allRanks(7)).message, std::string(kBootstrapMessageBytes - 1, 'm'));
   // An unterminated message from a broken root is read up to the field's end, no further.
   std::memset(bytes.data() + 12, 'z', kBootstrapMessageBytes);
-  EXPECT_EQ(parseBootstrapReply(bytes.data(), bytes.size(), 7).message, std::string(kBootstrapMessageBytes, 'z'));
+  EXPECT_EQ(parseBootstrapReply(bytes.data(), bytes.size(), allRanks(7)).message, std::string(kBootstrapMessageBytes, 'z'));
 }
 
 TEST(BootstrapWire, BadRepliesNameTheirProblem) {
@@ -143,19 +170,19 @@ TEST(BootstrapWire, BadRepliesNameTheirProblem) {
   const std::vector<uint8_t> bytes = encodeBootstrapReply(good);
   for (size_t n = 0; n < bytes.size(); ++n) {
     std::vector<uint8_t> part(bytes.begin(), bytes.begin() + static_cast<ptrdiff_t>(n));
-    failure([&] { parseBootstrapReply(part.data(), part.size(), 3); });
+    failure([&] { parseBootstrapReply(part.data(), part.size(), allRanks(3)); });
   }
-  EXPECT_NE(failure([&] { parseBootstrapReply(bytes.data(), bytes.size(), 4); }).find("table of 3 ranks, expected 4"),
+  EXPECT_NE(failure([&] { parseBootstrapReply(bytes.data(), bytes.size(), allRanks(4)); }).find("table of 3 ranks, expected 4"),
             std::string::npos);
-  EXPECT_NE(failure([&] { bootstrapReplyBytes(bytes.data(), 8, 3); }).find("truncated"), std::string::npos);
+  EXPECT_NE(failure([&] { bootstrapReplyBytes(bytes.data(), 8, allRanks(3)); }).find("truncated"), std::string::npos);
 
   std::vector<uint8_t> b = bytes;
   b[3] ^= 0x80;
-  EXPECT_NE(failure([&] { parseBootstrapReply(b.data(), b.size(), 3); }).find("bad magic"), std::string::npos);
+  EXPECT_NE(failure([&] { parseBootstrapReply(b.data(), b.size(), allRanks(3)); }).find("bad magic"), std::string::npos);
   BootstrapReply wrong = good;
   wrong.table[1].rank = 2;
   b = encodeBootstrapReply(wrong);
-  EXPECT_NE(failure([&] { parseBootstrapReply(b.data(), b.size(), 3); }).find("peer info of rank 1 says it is rank 2"),
+  EXPECT_NE(failure([&] { parseBootstrapReply(b.data(), b.size(), allRanks(3)); }).find("peer info of rank 1 says it is rank 2"),
             std::string::npos);
   for (int32_t status : {-1, 7, 9, 1 << 30}) {
     b = bytes;
@@ -163,14 +190,14 @@ TEST(BootstrapWire, BadRepliesNameTheirProblem) {
     // A refusal is only the header: cut the table so that the status is what is wrong.
     b.resize(kBootstrapReplyHeaderBytes);
     std::memset(b.data() + 8, 0, 4);
-    EXPECT_NE(failure([&] { parseBootstrapReply(b.data(), b.size(), 3); }).find("unknown status"), std::string::npos)
+    EXPECT_NE(failure([&] { parseBootstrapReply(b.data(), b.size(), allRanks(3)); }).find("unknown status"), std::string::npos)
         << status;
   }
   b = bytes;
   int32_t refused = static_cast<int32_t>(ErrorCode::InvalidUsage);
   std::memcpy(b.data() + 4, &refused, 4);
   b.resize(kBootstrapReplyHeaderBytes);  // count still says 3
-  EXPECT_NE(failure([&] { parseBootstrapReply(b.data(), b.size(), 3); }).find("refuses but holds a table"),
+  EXPECT_NE(failure([&] { parseBootstrapReply(b.data(), b.size(), allRanks(3)); }).find("refuses but holds a table"),
             std::string::npos);
 }
 

@@ -44,6 +44,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <thread>
 
 #include "base/errors.hpp"
 #include "base/log.hpp"
@@ -326,6 +327,22 @@ bool ShmConnection::peerGone() {
   pollfd p{link_.socket.get(), POLLIN | POLLRDHUP, 0};
   int rc = ::poll(&p, 1, 0);
   return rc > 0 && (p.revents & (POLLHUP | POLLRDHUP | POLLERR | POLLIN)) != 0;
+}
+
+void ShmConnection::revealPoison(Clock::time_point until) {
+  // A poisoning peer sets its note before it marks the lines closed.
+  while (!peerClosed() && Clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  for (const PoisonNote* note : {&in_.producer->poison, &out_.flags->poison}) {
+    if (note->set.load(std::memory_order_acquire) != 0)
+      throwMismatch(note->record, base::format("from peer %d over shm", peer_).c_str());
+  }
+}
+
+void ShmConnection::checkAlive() {
+  for (const PoisonNote* note : {&in_.producer->poison, &out_.flags->poison}) {
+    if (note->set.load(std::memory_order_acquire) != 0)
+      throwMismatch(note->record, base::format("from peer %d over shm", peer_).c_str());
+  }
 }
 
 void ShmConnection::failGone(const char* why) {

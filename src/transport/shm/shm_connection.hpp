@@ -75,6 +75,9 @@ class ShmConnection final : public Connection {
   /// Reads the head slot's header (message size, fingerprint) without consuming it.
   bool probe(Arrival* next) override;
   void endProbe() override { probing_ = false; }
+  void revealPoison(Clock::time_point until) override;
+  /// Reports a poison the peer left (a mismatch found elsewhere) even with nothing pending on this connection.
+  void checkAlive() override;
 
   /// For the sleep hook: whether progress() would move something now (or fail), without moving it.
   bool wouldMove();

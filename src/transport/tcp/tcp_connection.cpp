@@ -176,6 +176,15 @@ bool TcpConnection::progress() {
 
 void TcpConnection::checkAlive() {
   if (error_) std::rethrow_exception(error_);
+  // A peer that poisoned this connection while this rank waits on others (it may never be read here otherwise):
+  // the poison header is the next thing on a socket with no message half read.
+  for (const Socket& s : socks_) {
+    if (s.fd < 0 || (!s.recvs.empty() && s.recvs.front().done > 0)) continue;
+    MsgHeader h{};
+    if (::recv(s.fd, &h, kHeaderBytes, MSG_PEEK | MSG_DONTWAIT) == static_cast<ssize_t>(kHeaderBytes) &&
+        h.magic == kPoisonMagic)
+      throwMismatch(poisonRecord(h), base::format("from peer %d over tcp", peer_).c_str());
+  }
   if (deadMs_ <= 0 || closed_) return;
   for (const Socket& s : socks_) {
     const int64_t silent = base::unansweredMs(s.fd);
@@ -305,6 +314,21 @@ void TcpConnection::poison(const MismatchRecord& why) {
     }
   }
   close();
+}
+
+void TcpConnection::revealPoison(Clock::time_point until) {
+  for (const Socket& s : socks_) {
+    if (s.fd < 0) continue;
+    // A poisoning peer writes the poison header, then closes: wait for the close (hang-up) before reading.
+    for (;;) {
+      pollfd p{s.fd, POLLRDHUP, 0};
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now()).count();
+      const int rc = ::poll(&p, 1, static_cast<int>(std::max<int64_t>(left, 0)));
+      if (rc > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR))) break;
+      if (rc == 0 || (rc < 0 && errno != EINTR)) return;  // alive (or unknowable) until `until`
+    }
+  }
+  scanForPoison();
 }
 
 void TcpConnection::scanForPoison() {

@@ -40,6 +40,7 @@ class TcpConnection final : public Connection {
   bool probe(Arrival* next) override;
   /// Finishes the part being written on each socket (bounded), writes a poison header after it, then closes.
   void poison(const MismatchRecord& why) override;
+  void revealPoison(Clock::time_point until) override;
 
  private:
   struct Op {

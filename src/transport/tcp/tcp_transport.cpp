@@ -118,7 +118,8 @@ std::vector<std::unique_ptr<Connection>> TcpTransport::connect(const CommContext
     for (int i = 0; i < nsock; ++i) {
       std::string what = base::format("rank %d (tcp socket %d)", p, i);
       Link& l = list[static_cast<size_t>(i)];
-      l.fd.reset(base::connectWithRetry(target, deadline, static_cast<int>(base::params::connectRetries()), what));
+      l.fd.reset(base::connectWithRetry(target, deadline, static_cast<int>(base::params::connectRetries()), what,
+                                        [&hs, p] { hs.checkWaiting({p}); }));
       l.from = base::addressToString(target);
       l.peer = p;
       l.channel = i;
