@@ -7,6 +7,8 @@
 //   collie-sim --coll broadcast --algo tree --nranks 16 --bytes 1K --trace --rank 5   the plan of rank 5
 //   collie-sim --coll allreduce --algo all --hosts 4 --ranks-per-host 8 --bytes 64M --gbps 0.125
 //                                   32 ranks on 4 hosts: shm inside a host, the --transport link between hosts
+//   collie-sim --init --ranks 1024,4096,32768,131072   init's messages, bytes, rounds, connections
+//   (collie_sim_init.cpp)
 //
 // Large runs are simulated at a reduced scale: bytes, slices, beta and gamma divided and multiplied by the
 // same power of two, which leaves the model's times unchanged up to rounding (the line "scale" says by how
@@ -55,8 +57,9 @@ void usage(FILE* out, const char* prog) {
                "  --overhead-us X   time a message holds the ports besides its bytes (default 0), microseconds\n"
                "  --check           full scale with per-rank data; verify every rank's result\n"
                "  --trace           print the plan (schedule) of one rank; --rank R picks it (default 0)\n"
-               "  --help\n",
-               prog);
+               "  --help\n"
+               "or:    %s --init [--ranks 1024,4096,32768,131072] [--bytes B] [--sockets S]   init's costs at scale\n",
+               prog, prog);
 }
 
 bool parseSize(const char* s, size_t* out) {
@@ -121,7 +124,12 @@ struct Run {
 
 }  // namespace
 
+namespace collie::sim {
+int runInitProjection(int argc, char** argv);  // collie_sim_init.cpp
+}
+
 int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "--init") return collie::sim::runInitProjection(argc, argv);
   const char* prog = argv[0];
   std::string collArg, algoArg = "auto", transportArg = "tcp";
   size_t bytes = 0, slice = 0;

@@ -274,7 +274,8 @@ class RootServer {
   void reply() {
     for (size_t r = 0; r < ranks_.size(); ++r) {
       BootstrapReply yes;
-      for (int p : bootstrapNeighbours(static_cast<int>(r), nranks_)) yes.table.push_back(table_[static_cast<size_t>(p)]);
+      for (int p : bootstrapNeighbours(static_cast<int>(r), nranks_))
+        yes.table.push_back(table_[static_cast<size_t>(p)]);
       ranks_[r].out = encodeBootstrapReply(yes);
     }
     for (;;) {

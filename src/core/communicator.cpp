@@ -56,8 +56,8 @@ std::unique_ptr<CommImpl> CommImpl::create(int nranks, const UniqueIdData& id, i
   // The rest of the table travels on the bootstrap ring: the table's all-gather must not need another peer.
   comm->planner_.tuner() = Tuner(comm->measured_.modelFor({}), AlgoSelection::parse("allgather:ring"));
   comm->connect(peers);
-  comm->planner_.tuner() =
-      Tuner(comm->measured_.modelFor(kindsInUse(comm->links_.transports, comm->links_.ctx.peers)), std::move(selection));
+  comm->planner_.tuner() = Tuner(comm->measured_.modelFor(kindsInUse(comm->links_.transports, comm->links_.ctx.peers)),
+                                 std::move(selection));
   comm->calibrate(comm->links_.ctx.peers);
   comm->startRecording();  // the user's calls only: call #0 is the first on every rank
   COLLIE_INFO(base::kLogInit, "%s rank %d of %d ready", comm->name_.c_str(), rank, nranks);
@@ -265,10 +265,11 @@ void CommImpl::validate(const OpDesc& op) const {
 OpDesc CommImpl::matchAnySource(const OpDesc& op, const ExecConfig& config) {
   // The sender may be any peer: each must be connected already (a lazy connection is made by both sides of a call,
   // and this rank cannot name the other side here).
-  COLLIE_USAGE_CHECK(links_.connectedPeers.load() == nranks_ - 1,
-                     "%s rank %d: a receive from any rank needs a connection to every peer, and this communicator "
-                     "connects on first use (it has %d of %d): create it with ConnectMode::Eager (COLLIE_CONNECT=eager)",
-                     name_.c_str(), rank_, links_.connectedPeers.load(), nranks_ - 1);
+  COLLIE_USAGE_CHECK(
+      links_.connectedPeers.load() == nranks_ - 1,
+      "%s rank %d: a receive from any rank needs a connection to every peer, and this communicator "
+      "connects on first use (it has %d of %d): create it with ConnectMode::Eager (COLLIE_CONNECT=eager)",
+      name_.c_str(), rank_, links_.connectedPeers.load(), nranks_ - 1);
   if (!anySource_) {
     std::vector<transport::Connection*> raw;
     for (auto& c : links_.conns) raw.push_back(c.get());

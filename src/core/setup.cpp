@@ -140,8 +140,8 @@ int connectPeers(Links& links, const std::vector<int>& peers) {
   const transport::CommContext& ctx = links.ctx;
   std::vector<std::vector<int>> chosen(links.transports.size());
   for (int p : peers) {
-    COLLIE_INTERNAL_CHECK(p >= 0 && p < ctx.nranks, "%s rank %d: connect to rank %d of %d", ctx.name.c_str(),
-                          ctx.rank, p, ctx.nranks);
+    COLLIE_INTERNAL_CHECK(p >= 0 && p < ctx.nranks, "%s rank %d: connect to rank %d of %d", ctx.name.c_str(), ctx.rank,
+                          p, ctx.nranks);
     if (p == ctx.rank || links.conns[static_cast<size_t>(p)]) continue;
     COLLIE_INTERNAL_CHECK(links.transportOf[static_cast<size_t>(p)] >= 0,
                           "%s rank %d: a call needs rank %d before its address is known (init's all-gather runs on "

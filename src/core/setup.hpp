@@ -5,12 +5,11 @@
 
 #include <array>
 #include <atomic>
+#include <collie/collie.hpp>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <collie/collie.hpp>
 
 #include "transport/transport.hpp"
 

@@ -2,8 +2,8 @@
 // after losing a rank. It must work when this communicator has failed (a peer was SIGKILLed and a call threw),
 // so it uses nothing that the failure may have broken:
 //   - no bootstrap root: the root (rank 0's process, or the one that made the id) may be the rank that died.
-//     Every rank already holds the PeerInfo table it connected with (links_.ctx.peers), which says where each survivor's
-//     transports listen; the listeners stay open for the communicator's life, so they can take new hellos.
+//     Every rank already holds the PeerInfo table it connected with (links_.ctx.peers), which says where each
+//     survivor's transports listen; the listeners stay open for the communicator's life, so they can take new hellos.
 //   - no connection of this communicator: a failed call may have left partial messages on them. The survivors
 //     connect afresh, through transports that share this communicator's listeners (Transport::shareListener:
 //     a duplicate of the listening socket, with no other state, and for shm a control line and waker of its
@@ -74,8 +74,8 @@ std::unique_ptr<CommImpl> CommImpl::shrink(const std::vector<int>& exclude, cons
                      "%s rank %d: shrink called by a rank in its own exclude list (an excluded rank must not call "
                      "shrink; only the survivors do)",
                      name_.c_str(), rank_);
-  COLLIE_INTERNAL_CHECK(static_cast<int>(links_.ctx.peers.size()) == nranks_, "%s rank %d: no PeerInfo table to shrink from",
-                        name_.c_str(), rank_);
+  COLLIE_INTERNAL_CHECK(static_cast<int>(links_.ctx.peers.size()) == nranks_,
+                        "%s rank %d: no PeerInfo table to shrink from", name_.c_str(), rank_);
   const int epoch = shrinkCount_++;
 
   // Transports on this communicator's listeners; the addresses of those that cannot share theirs are dropped.

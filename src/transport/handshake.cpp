@@ -108,14 +108,12 @@ void Handshake::failTimeout(const std::vector<int>& missing, const char* toDoWha
               rankList(missing).c_str(), toDoWhat);
 }
 
-int Handshake::waitMs(base::Deadline until) const {
-  return pollMs(std::min(until, Clock::now() + kLivenessEvery));
-}
+int Handshake::waitMs(base::Deadline until) const { return pollMs(std::min(until, Clock::now() + kLivenessEvery)); }
 
 void Handshake::checkWaiting(const std::vector<int>& missing) {
   if (ctx_.abort && ctx_.abort->load(std::memory_order_relaxed))
-    COLLIE_FAIL(ErrorCode::InvalidUsage, "%s connect of rank %d%s: the communicator was aborted", transport_,
-                ctx_.rank, where().c_str());
+    COLLIE_FAIL(ErrorCode::InvalidUsage, "%s connect of rank %d%s: the communicator was aborted", transport_, ctx_.rank,
+                where().c_str());
   const auto now = Clock::now();
   if (now < nextLivenessCheck_) return;
   nextLivenessCheck_ = now + kLivenessEvery;

@@ -4,11 +4,10 @@
 // naming the ranks waited on; a killed sender dropped (the others still served; RemoteError once none is left); a
 // size that differs from the sender's giving a mismatch on both ranks; bad uses refused.
 #include <gtest/gtest.h>
-
-#include <cstdlib>
 #include <signal.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <string>
 #include <thread>
 #include <vector>
@@ -19,9 +18,12 @@
 namespace collie::test {
 namespace {
 
-// A receive from any rank needs every peer connected: these communicators connect eagerly (set before any parameter
-// is read; the params are read once per process).
-const bool kEagerConnection = setenv("COLLIE_CONNECT", "eager", 1) == 0;
+// A receive from any rank needs every peer connected: these communicators connect eagerly.
+Options eagerOptions() {
+  Options o;
+  o.connect = ConnectMode::Eager;
+  return o;
+}
 
 using namespace std::chrono_literals;
 
@@ -110,20 +112,20 @@ void severalSenders(Communicator& comm, size_t count, const char* transport) {
 }
 
 TEST_P(AnySource, SeveralSendersSmallMessages) {
-  EXPECT_TRUE(allRanksSucceeded(
-      ProcessLauncher::run(4, [name = GetParam().name](Communicator& c) { severalSenders(c, 7, name); })));
+  EXPECT_TRUE(allRanksSucceeded(ProcessLauncher::run(
+      4, [name = GetParam().name](Communicator& c) { severalSenders(c, 7, name); }, eagerOptions())));
 }
 
 TEST_P(AnySource, SeveralSendersLargeMessages) {
   // 4 MiB: striped over tcp's sockets, many slots (or one read by address) over shm.
-  EXPECT_TRUE(allRanksSucceeded(
-      ProcessLauncher::run(3, [name = GetParam().name](Communicator& c) { severalSenders(c, 1 << 20, name); })));
+  EXPECT_TRUE(allRanksSucceeded(ProcessLauncher::run(
+      3, [name = GetParam().name](Communicator& c) { severalSenders(c, 1 << 20, name); }, eagerOptions())));
 }
 
 // Rank 2 is in an AllReduce (its messages reach rank 0 first, or not) while rank 0 waits for rank 1's send: rank 0
 // must take rank 1's message, never rank 2's collective one.
 TEST_P(AnySource, APeerAheadInACollectiveIsNotTaken) {
-  ProcessLauncher launcher(3);
+  ProcessLauncher launcher(3, eagerOptions());
   SharedArea& sh = launcher.shared();
   launcher.start([&sh](Communicator& comm) {
     const int r = comm.rank();
@@ -147,7 +149,7 @@ TEST_P(AnySource, APeerAheadInACollectiveIsNotTaken) {
 
 // Nobody sends: rank 0 times out naming the receive and both ranks it waited on, near its timeout.
 TEST_P(AnySource, TimeoutNamesTheRanksWaitedOn) {
-  Options options;
+  Options options = eagerOptions();
   options.timeout = 1500ms;
   ProcessLauncher launcher(3, options);
   SharedArea& sh = launcher.shared();
@@ -180,7 +182,7 @@ TEST_P(AnySource, TimeoutNamesTheRanksWaitedOn) {
 // Rank 1 is killed while rank 0 waits: rank 0 drops it and still takes rank 2's message (sent after the kill);
 // once rank 2 has gone too, the next receive from any source fails at once naming both, long before the timeout.
 TEST_P(AnySource, AKilledSenderIsDroppedAndTheLastOneGoneFails) {
-  Options options;
+  Options options = eagerOptions();
   options.timeout = 30s;
   ProcessLauncher launcher(3, options);
   SharedArea& sh = launcher.shared();
@@ -228,7 +230,7 @@ TEST_P(AnySource, AKilledSenderIsDroppedAndTheLastOneGoneFails) {
 
 // Rank 1 sends 10 floats, rank 0 takes from any source into 20: both ranks report the mismatch, naming both calls.
 TEST_P(AnySource, ASizeThatDiffersFromTheSendersIsAMismatchOnBothRanks) {
-  Options options;
+  Options options = eagerOptions();
   options.timeout = 20s;
   EXPECT_TRUE(allRanksSucceeded(ProcessLauncher::run(
       2,

@@ -158,10 +158,12 @@ TEST(BootstrapWire, RefusalReplyRoundTripsAndItsMessageIsCut) {
 
   in.message = std::string(500, 'm');
   bytes = encodeBootstrapReply(in);
-  EXPECT_EQ(parseBootstrapReply(bytes.data(), bytes.size(), allRanks(7)).message, std::string(kBootstrapMessageBytes - 1, 'm'));
+  EXPECT_EQ(parseBootstrapReply(bytes.data(), bytes.size(), allRanks(7)).message,
+            std::string(kBootstrapMessageBytes - 1, 'm'));
   // An unterminated message from a broken root is read up to the field's end, no further.
   std::memset(bytes.data() + 12, 'z', kBootstrapMessageBytes);
-  EXPECT_EQ(parseBootstrapReply(bytes.data(), bytes.size(), allRanks(7)).message, std::string(kBootstrapMessageBytes, 'z'));
+  EXPECT_EQ(parseBootstrapReply(bytes.data(), bytes.size(), allRanks(7)).message,
+            std::string(kBootstrapMessageBytes, 'z'));
 }
 
 TEST(BootstrapWire, BadRepliesNameTheirProblem) {
@@ -172,17 +174,22 @@ TEST(BootstrapWire, BadRepliesNameTheirProblem) {
     std::vector<uint8_t> part(bytes.begin(), bytes.begin() + static_cast<ptrdiff_t>(n));
     failure([&] { parseBootstrapReply(part.data(), part.size(), allRanks(3)); });
   }
-  EXPECT_NE(failure([&] { parseBootstrapReply(bytes.data(), bytes.size(), allRanks(4)); }).find("table of 3 ranks, expected 4"),
+  EXPECT_NE(failure([&] {
+              parseBootstrapReply(bytes.data(), bytes.size(), allRanks(4));
+            }).find("table of 3 ranks, expected 4"),
             std::string::npos);
   EXPECT_NE(failure([&] { bootstrapReplyBytes(bytes.data(), 8, allRanks(3)); }).find("truncated"), std::string::npos);
 
   std::vector<uint8_t> b = bytes;
   b[3] ^= 0x80;
-  EXPECT_NE(failure([&] { parseBootstrapReply(b.data(), b.size(), allRanks(3)); }).find("bad magic"), std::string::npos);
+  EXPECT_NE(failure([&] { parseBootstrapReply(b.data(), b.size(), allRanks(3)); }).find("bad magic"),
+            std::string::npos);
   BootstrapReply wrong = good;
   wrong.table[1].rank = 2;
   b = encodeBootstrapReply(wrong);
-  EXPECT_NE(failure([&] { parseBootstrapReply(b.data(), b.size(), allRanks(3)); }).find("peer info of rank 1 says it is rank 2"),
+  EXPECT_NE(failure([&] {
+              parseBootstrapReply(b.data(), b.size(), allRanks(3));
+            }).find("peer info of rank 1 says it is rank 2"),
             std::string::npos);
   for (int32_t status : {-1, 7, 9, 1 << 30}) {
     b = bytes;
@@ -190,7 +197,8 @@ TEST(BootstrapWire, BadRepliesNameTheirProblem) {
     // A refusal is only the header: cut the table so that the status is what is wrong.
     b.resize(kBootstrapReplyHeaderBytes);
     std::memset(b.data() + 8, 0, 4);
-    EXPECT_NE(failure([&] { parseBootstrapReply(b.data(), b.size(), allRanks(3)); }).find("unknown status"), std::string::npos)
+    EXPECT_NE(failure([&] { parseBootstrapReply(b.data(), b.size(), allRanks(3)); }).find("unknown status"),
+              std::string::npos)
         << status;
   }
   b = bytes;
