@@ -190,8 +190,8 @@ CostModel CommImpl::costModel(const std::vector<std::string>& kinds) const {
   m.gamma *= links_.cpuShare;
   m.intra = m.inter = m.link;
   m.shape = HostShape::of(planner_.hosts());
-  if (m.shape.hosts > 1 && peers_.size() == static_cast<size_t>(nranks_)) {
-    const Probes probes = probesOf(links_.transports, peers_, planner_.hosts());
+  if (m.shape.hosts > 1 && links_.ctx.peers.size() == static_cast<size_t>(nranks_)) {
+    const Probes probes = probesOf(links_.transports, links_.ctx.peers, planner_.hosts());
     auto cost = [&](const std::string& key, const std::string& kind) {
       const LinkCost* c = measured_.find(key);
       return c ? *c : CostModel::defaults(kind).link;

@@ -270,11 +270,6 @@ OpDesc CommImpl::matchAnySource(const OpDesc& op, const ExecConfig& config) {
       "%s rank %d: a receive from any rank needs a connection to every peer, and this communicator "
       "connects on first use (it has %d of %d): create it with ConnectMode::Eager (COLLIE_CONNECT=eager)",
       name_.c_str(), rank_, links_.connectedPeers.load(), nranks_ - 1);
-  if (!anySource_) {
-    std::vector<transport::Connection*> raw;
-    for (auto& c : links_.conns) raw.push_back(c.get());
-    anySource_ = std::make_unique<AnySourceMatcher>(rank_, nranks_, std::move(raw), poller_, abort_, name_);
-  }
   AnySourceMatcher::Call call;
   call.expected = [&](int peer) { return planner_.recvFingerprint(op, peer); };
   call.lastSeen = [&](int peer) { return executor_->lastSeen(peer); };

@@ -20,8 +20,10 @@ void Planner::setTransports(std::vector<std::string> preference, std::vector<std
 
 void Planner::setHosts(algorithms::patterns::HostLayout hosts) {
   hosts_ = std::move(hosts);
-  cache_.clear();  // schedules of the hierarchical algorithm follow the layout
+  cache_.clear();         // schedules of the hierarchical algorithm follow the layout
+  ++scheduleGeneration_;  // a schedule made later may sit where a cleared one was (the executor's prepared run)
   transportCache_.clear();
+  memo_.valid = false;
 }
 
 const algorithms::Schedule& Planner::schedule(algorithms::Algorithm algo, const algorithms::ScheduleKey& key) {
