@@ -1,6 +1,7 @@
 // CallTrace: buffering events and writing them as Chrome trace JSON (see call_trace.hpp).
 #include "core/call_trace.hpp"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -40,17 +41,30 @@ std::string jsonEscaped(const std::string& s) {
 
 }  // namespace
 
-std::string CallTrace::pathFor(const std::string& prefix, const std::string& commName, int rank) {
-  if (commName == "comm") return base::format("%s.rank%d.trace.json", prefix.c_str(), rank);
-  return base::format("%s.%s.rank%d.trace.json", prefix.c_str(), commName.c_str(), rank);
+std::string CallTrace::pathFor(const std::string& prefix, const std::string& commName, int rank, int instance) {
+  const std::string suffix = instance > 0 ? base::format(".%d", instance) : std::string();
+  if (commName == "comm") return base::format("%s.rank%d%s.trace.json", prefix.c_str(), rank, suffix.c_str());
+  return base::format("%s.%s.rank%d%s.trace.json", prefix.c_str(), commName.c_str(), rank, suffix.c_str());
 }
 
 std::unique_ptr<CallTrace> CallTrace::open(int rank, int nranks, const std::string& commName, const TickClock& clock,
                                            std::vector<std::string> transportNames) {
   const std::string& prefix = base::params::trace();
   if (prefix.empty()) return nullptr;
-  const std::string path = pathFor(prefix, commName, rank);
-  FILE* f = std::fopen(path.c_str(), "w");
+  // Opened exclusively: another live communicator of this name and rank in this process (torch's process groups
+  // are all "torch"), or one recreated after a destroy, takes the next free instance instead of replacing a file.
+  std::string path;
+  FILE* f = nullptr;
+  for (int instance = 0; instance < 1000 && !f; ++instance) {
+    path = pathFor(prefix, commName, rank, instance);
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0) {
+      if (errno == EEXIST) continue;
+      break;
+    }
+    f = ::fdopen(fd, "w");
+    if (!f) ::close(fd);
+  }
   if (!f) {
     COLLIE_WARN(base::kLogColl, "%s rank %d: cannot write the trace to %s (COLLIE_TRACE): %s; running without it",
                 commName.c_str(), rank, path.c_str(), base::errnoString(errno).c_str());
@@ -164,6 +178,13 @@ void CallTrace::push(const Event& e) {
 void CallTrace::flush() {
   std::lock_guard<std::mutex> lock(mu_);
   writeLocked();
+}
+
+bool CallTrace::tryFlush() {
+  std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
+  if (!lock.owns_lock()) return false;
+  writeLocked();
+  return true;
 }
 
 void CallTrace::nameThread(uint64_t tid, std::string* out) {

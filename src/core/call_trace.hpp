@@ -1,6 +1,7 @@
 // CallTrace: a timeline of one communicator's calls, written as Chrome trace JSON (the Trace Event Format's array
 // form) that Perfetto (ui.perfetto.dev) and chrome://tracing open. On with COLLIE_TRACE=PREFIX: rank R writes
-// PREFIX.rank<R>.trace.json (PREFIX.<comm>.rank<R>.trace.json for a communicator not named "comm"), and
+// PREFIX.rank<R>.trace.json (PREFIX.<comm>.rank<R>.trace.json for a communicator not named "comm"; .rank<R>.N. when
+// that file exists already: a second communicator of the same name, or a recreated one), and
 // tools/collie-trace merges the ranks' files into one view, one process track per rank.
 //
 // What it holds, per rank (pid = rank):
@@ -45,8 +46,10 @@ class CallTrace {
   /// (WARN) and gives null: the job runs on without a trace.
   static std::unique_ptr<CallTrace> open(int rank, int nranks, const std::string& commName, const TickClock& clock,
                                          std::vector<std::string> transportNames);
-  /// Where rank `rank` of `commName` writes, for a COLLIE_TRACE of `prefix`.
-  static std::string pathFor(const std::string& prefix, const std::string& commName, int rank);
+  /// Where rank `rank` of `commName` writes, for a COLLIE_TRACE of `prefix`: instance 0 is the first such
+  /// communicator in the run; a name and rank whose file exists already gets the first free instance N > 0
+  /// (PREFIX[.<comm>].rank<R>.N.trace.json), so no file is ever replaced.
+  static std::string pathFor(const std::string& prefix, const std::string& commName, int rank, int instance = 0);
   ~CallTrace();  ///< flushes and closes the array
 
   // From the flight recorder's hooks, on the executing thread.
@@ -61,6 +64,8 @@ class CallTrace {
 
   /// Writes out what is buffered (any thread).
   void flush();
+  /// flush() if the lock is free (signal and exit paths, where its holder may never run again); false if not.
+  bool tryFlush();
   const std::string& path() const { return path_; }
 
  private:

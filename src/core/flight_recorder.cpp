@@ -80,11 +80,22 @@ FlightRecorder::FlightRecorder(int rank, int nranks, std::string commName, size_
       slots_(entries ? std::make_unique<Slot[]>(entries) : nullptr),
       timed_(!base::params::flightRecorder().empty() || !base::params::trace().empty() || base::params::stats() == 1),
       stats_(timed_) {
-  if (slots_) registerFlightRecorder(this);
+  if (slots_) {
+    registerFlightRecorder(this);
+    registered_ = true;
+  }
 }
 
 FlightRecorder::~FlightRecorder() {
-  if (slots_) unregisterFlightRecorder(this);
+  if (registered_) unregisterFlightRecorder(this);
+}
+
+void FlightRecorder::setTrace(CallTrace* trace) {
+  trace_ = trace;
+  if (trace && !registered_) {  // COLLIE_FLIGHT_RECORDER_ENTRIES=0: registered for the trace's flushes alone
+    registerFlightRecorder(this);
+    registered_ = true;
+  }
 }
 
 void FlightRecorder::setQueuedSource(QueuedSource source) {
@@ -243,13 +254,29 @@ std::string FlightRecorder::path() const {
 
 void FlightRecorder::failed(ErrorCode code, const std::string& message) {
   finish(false);
-  if (!slots_) return;
-  if (code == ErrorCode::Timeout) COLLIE_WARN(base::kLogColl, "flight recorder: %s", summary().c_str());
+  if (!slots_ && !trace_) return;
+  if (code == ErrorCode::Timeout && slots_) COLLIE_WARN(base::kLogColl, "flight recorder: %s", summary().c_str());
   dump(std::string(base::errorCodeName(code)) + ": " + message);
 }
 
-std::string FlightRecorder::dump(const std::string& reason) {
-  if (trace_) trace_->flush();
+void FlightRecorder::flushTraceAtExit() {
+  if (trace_) trace_->tryFlush();
+}
+
+std::string FlightRecorder::dump(const std::string& reason, bool fromSignal) {
+  // The recorder's own file first: the trace's flush may wait on its lock (or, from a signal, be skipped).
+  const std::string file = writeDump(reason);
+  if (trace_) {
+    if (!fromSignal)
+      trace_->flush();
+    else if (!trace_->tryFlush())
+      COLLIE_INFO(base::kLogColl, "%s rank %d: the trace was busy at the %s: its buffered events are not written",
+                  name_.c_str(), rank_, reason.c_str());
+  }
+  return file;
+}
+
+std::string FlightRecorder::writeDump(const std::string& reason) {
   const std::string file = path();
   if (file.empty()) return {};
   const std::string text = toJson(reason);

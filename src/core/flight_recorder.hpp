@@ -90,8 +90,8 @@ class FlightRecorder {
 
   /// The transport names, in the planner's order of preference (bit t of a call's transports names [t]).
   void setTransportNames(std::vector<std::string> names);
-  /// Where calls are traced from now on (null: nowhere); it is flushed by every dump.
-  void setTrace(CallTrace* trace) { trace_ = trace; }
+  /// Where calls are traced from now on (null: nowhere); it is flushed by every dump, on signals and at exit.
+  void setTrace(CallTrace* trace);
 
   // The hot path, on the executing thread only.
   /// A call starts: a new entry in state Running.
@@ -100,8 +100,9 @@ class FlightRecorder {
     stats_.begin(op.coll, algo, bytes, t);
     if (trace_) [[unlikely]]
       trace_->callBegin(op, algo, transports, bytes, next_, t);
-    if (!slots_) {
+    if (!slots_) {  // COLLIE_FLIGHT_RECORDER_ENTRIES=0: counted all the same (stats' "N call(s)")
       next_++;
+      published_.store(next_, std::memory_order_release);
       return;
     }
     Slot& s = slots_[next_ % capacity_];
@@ -143,9 +144,12 @@ class FlightRecorder {
   /// dump file is written.
   void failed(ErrorCode code, const std::string& message);
 
-  /// Writes the dump file when COLLIE_FLIGHT_RECORDER is set; `reason` goes into it. Returns the path written
-  /// (empty when none). Any thread.
-  std::string dump(const std::string& reason);
+  /// Writes the dump file when COLLIE_FLIGHT_RECORDER is set; `reason` goes into it; then flushes the trace.
+  /// Returns the path written (empty when none). Any thread. `fromSignal` (the signal and exit paths, where the
+  /// interrupted thread may hold the trace's lock): the trace is flushed only if its lock is free.
+  std::string dump(const std::string& reason, bool fromSignal = false);
+  /// At exit (the registry's atexit hook): what the trace has buffered is written out, if its lock is free.
+  void flushTraceAtExit();
   /// The recorder as JSON (what dump() writes): the last calls, then the queued ones (state "queued", numbered as
   /// they will be when they start).
   std::string toJson(const std::string& reason);
@@ -181,6 +185,7 @@ class FlightRecorder {
            uint64_t{static_cast<uint8_t>(algo)} << 32;
   }
   bool read(uint64_t seq, Entry* out) const;
+  std::string writeDump(const std::string& reason);  // dump()'s own file
 
   const int rank_, nranks_;
   const std::string name_;
@@ -191,8 +196,9 @@ class FlightRecorder {
   const bool timed_;
   CallStats stats_;
   CallTrace* trace_ = nullptr;
-  uint64_t next_ = 0;  // executing thread only
-  uint64_t open_ = 0;  // first call not finished
+  bool registered_ = false;  // in the signal/exit registry (flight_signals.cpp): with ring entries or a trace
+  uint64_t next_ = 0;        // executing thread only
+  uint64_t open_ = 0;        // first call not finished
   std::atomic<uint64_t> published_{0};
   std::vector<std::string> transportNames_;
   std::mutex sourceMu_;  // orders a dump's reads of transportNames_ and queued_ with their replacement

@@ -11,6 +11,10 @@
 // trace's buffered events, call_trace.hpp), on the first recorder, and only for signals
 // whose action is still the default: a program's own SIGTERM handler is left alone. After fork() the child has
 // no dump thread: its registry starts empty and the next recorder starts a new thread.
+//
+// The dump thread writes each recorder's own file before flushing its trace, and flushes a trace only if its lock
+// is free: the thread the signal interrupted may hold it, and would never let go. An atexit hook flushes every
+// registered trace too (its lock taken the same way), for a process that exits without destroying them.
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
@@ -18,6 +22,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <string>
@@ -74,7 +79,7 @@ void dumpThread(int readFd) {
     {
       std::lock_guard<std::mutex> lock(gMu);
       const std::string reason = std::string("signal ") + sigabbrev_np(sig);
-      for (FlightRecorder* r : gRecorders) r->dump(reason);
+      for (FlightRecorder* r : gRecorders) r->dump(reason, /*fromSignal=*/true);
     }
     if (sig != SIGUSR1) {
       const char ack = 1;
@@ -118,6 +123,13 @@ void startLocked() {
   gStarted = true;
 }
 
+// A process that ends without destroying its communicators (exit() or a return from main) still writes what
+// their traces buffered (up to 4095 events each).
+void flushAtExit() {
+  std::lock_guard<std::mutex> lock(gMu);
+  for (FlightRecorder* r : gRecorders) r->flushTraceAtExit();
+}
+
 void atforkPrepare() { gMu.lock(); }
 void atforkParent() { gMu.unlock(); }
 void atforkChild() {
@@ -133,8 +145,9 @@ void atforkChild() {
 }  // namespace
 
 void registerFlightRecorder(FlightRecorder* r) {
-  static const bool atfork = pthread_atfork(atforkPrepare, atforkParent, atforkChild) == 0;
-  (void)atfork;
+  static const bool hooks =
+      pthread_atfork(atforkPrepare, atforkParent, atforkChild) == 0 && std::atexit(flushAtExit) == 0;
+  (void)hooks;
   std::lock_guard<std::mutex> lock(gMu);
   gRecorders.push_back(r);
   if (!gStarted && (!base::params::flightRecorder().empty() || !base::params::trace().empty())) startLocked();

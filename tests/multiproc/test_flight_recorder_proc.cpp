@@ -122,6 +122,7 @@ TEST(FlightRecorder, MergeToolReportsCallsThatDifferAtTheSameSequenceNumber) {
   TempDir dir;
   const std::string prefix = (dir.path / "mm").string();
   ScopedEnv recorder("COLLIE_FLIGHT_RECORDER", prefix.c_str());
+  ScopedEnv trace("COLLIE_TRACE", prefix.c_str());  // PREFIX.rank<R>.trace.json: not the tool's to read
   ProcessLauncher launcher(2, Options{5s, ""});
   launcher.start([](Communicator& comm) {
     std::vector<int32_t> v(4096, 1);
@@ -130,6 +131,7 @@ TEST(FlightRecorder, MergeToolReportsCallsThatDifferAtTheSameSequenceNumber) {
     EXPECT_THROW(comm.allReduce(v.data(), v.data(), count, DataType::Int32, ReduceOp::Sum), Error);
   });
   EXPECT_TRUE(allRanksSucceeded(launcher.wait(60s)));
+  EXPECT_TRUE(fs::exists(prefix + ".rank0.trace.json"));
   int status = 0;
   const std::string report = runTool(prefix, &status);
   std::printf("%s", report.c_str());

@@ -138,6 +138,90 @@ TEST(TraceProc, ARankEndedBySigtermLeavesALoadableTrace) {
   EXPECT_EQ(status, 0) << report;
 }
 
+/// How many call slices `path` holds (its text, a compact JSON array, perhaps without its "]").
+size_t tracedCalls(const std::string& path) {
+  FILE* f = std::fopen(path.c_str(), "r");
+  if (!f) return 0;
+  std::string text;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0) text.append(buf, n);
+  std::fclose(f);
+  size_t calls = 0;
+  for (size_t at = 0; (at = text.find("\"cat\":\"call\"", at)) != std::string::npos; ++at) ++calls;
+  return calls;
+}
+
+TEST(TraceProc, TwoLiveCommunicatorsOfOneNameWriteSeparateTraces) {
+  // Both splits are named "twin" (as every torch process group is "torch"): the second takes .rank<R>.1., and
+  // collie-trace merges it as a communicator of its own.
+  constexpr int kRanks = 2;
+  TempDir dir;
+  const std::string prefix = (dir.path / "twin").string();
+  ScopedEnv trace("COLLIE_TRACE", prefix.c_str());
+  auto exits = ProcessLauncher::run(kRanks, [](Communicator& comm) {
+    Options o;
+    o.name = "twin";
+    auto first = comm.split(0, comm.rank(), o);
+    auto second = comm.split(0, comm.rank(), o);
+    ASSERT_TRUE(first && second);
+    std::vector<int32_t> v(8, 1);
+    for (int i = 0; i < 2; ++i) first->allReduce(v.data(), v.data(), v.size(), DataType::Int32, ReduceOp::Sum);
+    for (int i = 0; i < 3; ++i) second->allReduce(v.data(), v.data(), v.size(), DataType::Int32, ReduceOp::Sum);
+    for (int32_t x : v) ASSERT_EQ(x, 32);
+  });
+  ASSERT_TRUE(allRanksSucceeded(exits));
+  for (int r = 0; r < kRanks; ++r) {
+    const std::string first = prefix + ".twin.rank" + std::to_string(r) + ".trace.json";
+    const std::string second = prefix + ".twin.rank" + std::to_string(r) + ".1.trace.json";
+    EXPECT_EQ(tracedCalls(first), 2u) << first;
+    EXPECT_EQ(tracedCalls(second), 3u) << second;
+  }
+  const std::string cmd = std::string("/usr/bin/python3 ") + COLLIE_TRACE_TOOL_PATH + " " + prefix + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+  EXPECT_EQ(pclose(p), 0) << out;
+  for (int r = 0; r < kRanks; ++r) {
+    EXPECT_NE(out.find("twin rank " + std::to_string(r) + ": 2 calls"), std::string::npos) << out;
+    EXPECT_NE(out.find("twin #1 rank " + std::to_string(r) + ": 3 calls"), std::string::npos) << out;
+  }
+}
+
+TEST(TraceProc, ARankExitingWithoutDestroyWritesItsBufferedEvents) {
+  // Fewer events than a flush interval, and exit() with the communicator alive: the atexit hook writes them.
+  TempDir dir;
+  const std::string prefix = (dir.path / "exit").string();
+  ScopedEnv trace("COLLIE_TRACE", prefix.c_str());
+  auto exits = ProcessLauncher::run(2, [](Communicator& comm) {
+    std::vector<float> v(8, 1.0f);
+    for (int i = 0; i < 4; ++i) comm.allReduce(v.data(), v.data(), v.size(), DataType::Float32, ReduceOp::Sum);
+    std::exit(0);  // no destroy
+  });
+  ASSERT_TRUE(allRanksSucceeded(exits));
+  for (int r = 0; r < 2; ++r) {
+    const std::string path = prefix + ".rank" + std::to_string(r) + ".trace.json";
+    EXPECT_EQ(tracedCalls(path), 4u) << path;
+  }
+}
+
+TEST(StatsProc, CountsCallsWithTheRingOff) {
+  ScopedEnv stats("COLLIE_STATS", "1");
+  ScopedEnv entries("COLLIE_FLIGHT_RECORDER_ENTRIES", "0");
+  auto exits = ProcessLauncher::run(2, [](Communicator& comm) {
+    std::vector<float> v(64, 1.0f);
+    for (int i = 0; i < 3; ++i) comm.allReduce(v.data(), v.data(), v.size(), DataType::Float32, ReduceOp::Sum);
+    const CommStats s = comm.stats();
+    EXPECT_NE(s.summary.find(": 3 call(s)"), std::string::npos) << s.summary;
+    ASSERT_EQ(s.rows.size(), 1u);
+    EXPECT_EQ(s.rows[0].calls, 3u);
+  });
+  EXPECT_TRUE(allRanksSucceeded(exits));
+}
+
 TEST(StatsProc, CountsBytesAndTimesEveryCallWithCollieStats) {
   ScopedEnv stats("COLLIE_STATS", "1");
   auto exits = ProcessLauncher::run(2, [](Communicator& comm) {
