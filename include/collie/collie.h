@@ -154,9 +154,11 @@ typedef struct {
 } collieCollStats_t;
 /** comm's calls so far, aggregated per collective and algorithm: writes up to `capacity` rows into `rows` (NULL
     when capacity is 0) and the number of rows there are into *count; call again with more room when *count >
-    capacity. COLLIE_STATS=1 prints the same as a table when the communicator is destroyed. */
-COLLIE_EXPORT collieResult_t collieCommGetStats(const collieComm_t comm, collieCollStats_t* rows, int capacity,
-                                                int* count);
+    capacity. `rowSize` is sizeof(collieCollStats_t) as the caller was compiled: rows are rowSize bytes apart, a
+    later header's fields past this one's are zeroed, and a size below this first version's is refused
+    (collieInvalidArgument). COLLIE_STATS=1 prints the same as a table when the communicator is destroyed. */
+COLLIE_EXPORT collieResult_t collieCommGetStats(const collieComm_t comm, collieCollStats_t* rows, size_t rowSize,
+                                                int capacity, int* count);
 /** Splits comm by color (COLLIE_SPLIT_NOCOLOR: *newcomm = NULL), ordering new ranks by key then old rank. */
 COLLIE_EXPORT collieResult_t collieCommSplit(collieComm_t comm, int color, int key, collieComm_t* newcomm,
                                              collieConfig_t* config);

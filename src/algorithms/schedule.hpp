@@ -62,6 +62,24 @@ struct Step {
 };
 
 enum class Collective : uint8_t { AllReduce, Broadcast, Reduce, AllGather, ReduceScatter, AllToAll, Send, Recv };
+/// The last Collective. Exhaustive without a default: a new enumerator makes -Wswitch (an error under the dev
+/// preset) point here, to make it the last one.
+constexpr Collective lastCollective(Collective c = Collective::Recv) {
+  switch (c) {
+    case Collective::AllReduce:
+    case Collective::Broadcast:
+    case Collective::Reduce:
+    case Collective::AllGather:
+    case Collective::ReduceScatter:
+    case Collective::AllToAll:
+    case Collective::Send:
+    case Collective::Recv:
+      break;
+  }
+  return Collective::Recv;
+}
+/// How many there are (tables indexed by Collective, core/call_stats.hpp).
+inline constexpr int kNumCollectives = static_cast<int>(lastCollective()) + 1;
 const char* collectiveName(Collective coll);
 
 struct Schedule {

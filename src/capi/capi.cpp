@@ -346,8 +346,15 @@ collieResult_t collieCommUserRank(const collieComm_t comm, int* rank) {
   return withComm(comm, [&](collie::Communicator& c) { *rank = c.rank(); });
 }
 
-collieResult_t collieCommGetStats(const collieComm_t comm, collieCollStats_t* rows, int capacity, int* count) {
+collieResult_t collieCommGetStats(const collieComm_t comm, collieCollStats_t* rows, size_t rowSize, int capacity,
+                                  int* count) {
+  // The first version's size: a later collie.h may append fields, never remove them.
+  constexpr size_t kFirstRowSize = sizeof(collieCollStats_t);
   if (!count) return argError("count is NULL");
+  if (rowSize < kFirstRowSize)
+    return argError(collie::base::format("rowSize=%zu: expected sizeof(collieCollStats_t), %zu bytes or more", rowSize,
+                                         kFirstRowSize)
+                        .c_str());
   if (capacity < 0) return argError(collie::base::format("capacity=%d: expected 0 or more", capacity).c_str());
   if (capacity > 0 && !rows) return argError("rows is NULL with a capacity above 0");
   return withComm(comm, [&](collie::Communicator& c) {
@@ -355,8 +362,9 @@ collieResult_t collieCommGetStats(const collieComm_t comm, collieCollStats_t* ro
     *count = static_cast<int>(stats.rows.size());
     for (size_t i = 0; i < stats.rows.size() && i < static_cast<size_t>(capacity); ++i) {
       const collie::CollectiveStats& r = stats.rows[i];
-      collieCollStats_t& out = rows[i];
-      std::memset(&out, 0, sizeof(out));
+      auto* at = reinterpret_cast<unsigned char*>(rows) + i * rowSize;
+      std::memset(at, 0, rowSize);
+      collieCollStats_t& out = *reinterpret_cast<collieCollStats_t*>(at);
       std::snprintf(out.collective, sizeof(out.collective), "%s", r.collective.c_str());
       std::snprintf(out.algorithm, sizeof(out.algorithm), "%s", r.algorithm.c_str());
       out.calls = r.calls;

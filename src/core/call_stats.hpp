@@ -22,7 +22,7 @@ namespace collie::core {
 
 class CallStats {
  public:
-  static constexpr int kCollectives = static_cast<int>(algorithms::Collective::Recv) + 1;
+  static constexpr int kCollectives = algorithms::kNumCollectives;
 
   /// One collective and algorithm that ran, as read back.
   struct Row {
@@ -47,7 +47,8 @@ class CallStats {
   /// Every call begun since the last finish() ends.
   void finish(uint64_t endTicks) {
     if (!timed_ || open_.empty()) return;
-    const uint64_t share = (endTicks - openedAt_) / open_.size();
+    // Clamped as the trace's waits are: a clock read on another core may be a few ticks behind.
+    const uint64_t share = (endTicks > openedAt_ ? endTicks - openedAt_ : 0) / open_.size();
     for (Cell* c : open_) add(c->ticks, share);
     open_.clear();
   }

@@ -23,6 +23,8 @@ constexpr uint64_t kCallsTid = 0;
 constexpr uint64_t kDdpTid = 1000000;  // + the bucket
 uint64_t waitTid(int peer, bool recv) { return 1 + 2 * static_cast<uint64_t>(peer) + (recv ? 0 : 1); }
 
+}  // namespace
+
 std::string jsonEscaped(const std::string& s) {
   std::string out;
   for (char ch : s) {
@@ -39,7 +41,12 @@ std::string jsonEscaped(const std::string& s) {
   return out;
 }
 
-}  // namespace
+std::string transportsNamed(uint32_t mask, const std::vector<std::string>& names) {
+  std::string out;
+  for (size_t t = 0; t < names.size() && t < 32; ++t)
+    if (mask & (1u << t)) out += (out.empty() ? "" : "+") + names[t];
+  return out.empty() ? "self" : out;
+}
 
 std::string CallTrace::pathFor(const std::string& prefix, const std::string& commName, int rank, int instance) {
   const std::string suffix = instance > 0 ? base::format(".%d", instance) : std::string();
@@ -243,7 +250,7 @@ struct Out {
 
 void CallTrace::format(const Event& e, double npt, std::string* text) {
   const double ts = clock_.sinceOriginUs(e.start, npt);
-  const double dur = static_cast<double>(e.end - e.start) * npt / 1000.0;
+  const double dur = e.end > e.start ? static_cast<double>(e.end - e.start) * npt / 1000.0 : 0.0;
   Out out{*text};
   switch (e.kind) {
     case Kind::Call: {
@@ -254,14 +261,9 @@ void CallTrace::format(const Event& e, double npt, std::string* text) {
           << ",\"args\":{\"call\":" << e.seq << ",\"dtype\":\"" << base::dataTypeName(e.type) << "\",\"op\":\""
           << base::reduceOpName(e.op) << "\",\"count\":" << e.count << ",\"bytes\":" << e.bytes
           << (p2p ? ",\"peer\":" : ",\"root\":") << static_cast<int>(e.peerOrRoot) << ",\"algorithm\":\""
-          << algorithms::algorithmName(e.algo) << "\",\"transport\":\"";
-      bool any = false;
-      for (size_t t = 0; t < transportNames_.size() && t < 32; ++t) {
-        if (!(e.transports & (1u << t))) continue;
-        out << (any ? "+" : "") << transportNames_[t].c_str();
-        any = true;
-      }
-      out << (any ? "" : "self") << "\",\"ok\":" << (e.flag ? "true" : "false") << "}}";
+          << algorithms::algorithmName(e.algo) << "\",\"transport\":\""
+          << transportsNamed(e.transports, transportNames_).c_str() << "\",\"ok\":" << (e.flag ? "true" : "false")
+          << "}}";
       break;
     }
     case Kind::Wait: {

@@ -21,9 +21,11 @@
 // Cost. Off, the hooks are one predictable branch each (a null pointer: the recorder's begin/finish, three points
 // in the executor). On, an event is a clock read and a few stores; a call's events are queued under a mutex once,
 // when it ends (the DDP thread queues its spans too); every 4096 events, and on failure, abort,
-// SIGUSR1/SIGTERM/SIGABRT (the flight recorder's dump hooks) and destroy, they are formatted (std::to_chars, compact
-// JSON: about 0.2 us an event) and written out. The array is closed at destroy; a file cut short by a killed process
-// still loads (the format allows a missing "]", and collie-trace reads it), without the events of its last interval.
+// SIGUSR1/SIGTERM/SIGABRT (the flight recorder's dump hooks; skipped if the interrupted thread holds the lock),
+// destroy, and exit() without a destroy (an atexit hook, flight_signals.cpp), they are formatted (std::to_chars,
+// compact JSON: about 0.2 us an event) and written out. The array is closed at destroy; a file cut short by a killed
+// process still loads (the format allows a missing "]", and collie-trace reads it), without the events of its last
+// interval.
 #pragma once
 
 #include <cstdint>
@@ -39,6 +41,13 @@
 namespace collie::core {
 
 class TickClock;
+
+/// `s` escaped for the inside of a JSON string (quote, backslash, control characters); the trace's and the flight
+/// recorder's files.
+std::string jsonEscaped(const std::string& s);
+/// The transports of a call's bitmask (bit t: names[t], the planner's order of preference), joined by "+";
+/// "self" when none (one rank, or nothing to move).
+std::string transportsNamed(uint32_t mask, const std::vector<std::string>& names);
 
 class CallTrace {
  public:

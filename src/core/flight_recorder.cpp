@@ -41,21 +41,7 @@ const char* stateName(FlightRecorder::State s) {
   return "unknown";
 }
 
-std::string jsonString(const std::string& s) {
-  std::string out = "\"";
-  for (char ch : s) {
-    const auto c = static_cast<unsigned char>(ch);
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += ch;
-    } else if (c < 0x20) {
-      out += base::format("\\u%04x", c);
-    } else {
-      out += ch;
-    }
-  }
-  return out + "\"";
-}
+std::string jsonString(const std::string& s) { return "\"" + jsonEscaped(s) + "\""; }
 
 }  // namespace
 
@@ -186,10 +172,7 @@ std::string FlightRecorder::toJson(const std::string& reason) {
   bool any = false;
   for (auto it = entries.rbegin(); it != entries.rend(); ++it) {
     const Entry& e = *it;
-    std::string transport;
-    for (size_t t = 0; t < names.size() && t < 32; ++t)
-      if (e.transports & (1u << t)) transport += (transport.empty() ? "" : "+") + names[t];
-    if (transport.empty()) transport = "self";
+    const std::string transport = transportsNamed(e.transports, names);
     const double startUs = clock_.wallUs(e.start, npt);
     out += base::format(
         "%s\n  {\"seq\": %llu, \"coll\": \"%s\", \"dtype\": \"%s\", \"op\": \"%s\", \"count\": %llu, \"bytes\": %llu, "

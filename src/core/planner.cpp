@@ -133,9 +133,7 @@ CallInfo Planner::lastCall() const {
   info.collective = algorithms::collectiveName(record.coll);
   for (char& ch : info.collective) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
   info.algorithm = algorithms::algorithmName(record.algo);
-  for (size_t t = 0; t < preference_.size() && t < 32; ++t)
-    if (record.transports & (1u << t)) info.transport += (info.transport.empty() ? "" : "+") + preference_[t];
-  if (info.transport.empty()) info.transport = "self";  // one rank, or nothing to move
+  info.transport = transportsNamed(record.transports, preference_);
   info.bytes = record.bytes;
   info.sliceBytes = record.sliceBytes;
   return info;

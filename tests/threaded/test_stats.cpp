@@ -67,11 +67,11 @@ TEST(Stats, TheCFunctionReportsTheSameRowsAndRefusesBadArguments) {
   for (int i = 0; i < 3; ++i)
     ASSERT_EQ(collieAllReduce(v.data(), v.data(), v.size(), collieFloat64, collieSum, comm, nullptr), collieSuccess);
   int count = -1;
-  EXPECT_EQ(collieCommGetStats(comm, nullptr, 0, &count), collieSuccess);
+  EXPECT_EQ(collieCommGetStats(comm, nullptr, sizeof(collieCollStats_t), 0, &count), collieSuccess);
   ASSERT_EQ(count, 1);
   collieCollStats_t rows[2];
   std::memset(rows, 0x7f, sizeof(rows));
-  EXPECT_EQ(collieCommGetStats(comm, rows, 2, &count), collieSuccess);
+  EXPECT_EQ(collieCommGetStats(comm, rows, sizeof(rows[0]), 2, &count), collieSuccess);
   ASSERT_EQ(count, 1);
   EXPECT_STREQ(rows[0].collective, "AllReduce");
   EXPECT_STRNE(rows[0].algorithm, "");
@@ -80,12 +80,30 @@ TEST(Stats, TheCFunctionReportsTheSameRowsAndRefusesBadArguments) {
   EXPECT_EQ(rows[0].seconds, -1.0);
   EXPECT_EQ(rows[1].calls, 0x7f7f7f7f7f7f7f7full) << "a row past count was written";
 
-  EXPECT_EQ(collieCommGetStats(comm, rows, 2, nullptr), collieInvalidArgument);
+  EXPECT_EQ(collieCommGetStats(comm, rows, sizeof(rows[0]), 2, nullptr), collieInvalidArgument);
   EXPECT_NE(std::string(collieGetLastError(nullptr)).find("count"), std::string::npos);
-  EXPECT_EQ(collieCommGetStats(comm, rows, -1, &count), collieInvalidArgument);
+  EXPECT_EQ(collieCommGetStats(comm, rows, sizeof(rows[0]), -1, &count), collieInvalidArgument);
   EXPECT_NE(std::string(collieGetLastError(nullptr)).find("capacity=-1"), std::string::npos);
-  EXPECT_EQ(collieCommGetStats(comm, nullptr, 1, &count), collieInvalidArgument);
-  EXPECT_EQ(collieCommGetStats(nullptr, rows, 2, &count), collieInvalidArgument);
+  EXPECT_EQ(collieCommGetStats(comm, nullptr, sizeof(rows[0]), 1, &count), collieInvalidArgument);
+  EXPECT_EQ(collieCommGetStats(nullptr, rows, sizeof(rows[0]), 2, &count), collieInvalidArgument);
+  // A caller built against a smaller row (or passing a count as the size) is refused, no row touched.
+  std::memset(rows, 0x7f, sizeof(rows));
+  EXPECT_EQ(collieCommGetStats(comm, rows, sizeof(rows[0]) - 8, 2, &count), collieInvalidArgument);
+  EXPECT_NE(std::string(collieGetLastError(nullptr)).find("rowSize="), std::string::npos)
+      << collieGetLastError(nullptr);
+  EXPECT_EQ(rows[0].calls, 0x7f7f7f7f7f7f7f7full);
+  // A later header's bigger row: ours at the front of each, the rest zeroed, rows that size apart.
+  struct Bigger {
+    collieCollStats_t row;
+    unsigned long long later;
+  } big[2];
+  std::memset(big, 0x7f, sizeof(big));
+  EXPECT_EQ(collieCommGetStats(comm, &big[0].row, sizeof(Bigger), 2, &count), collieSuccess);
+  ASSERT_EQ(count, 1);
+  EXPECT_STREQ(big[0].row.collective, "AllReduce");
+  EXPECT_EQ(big[0].row.calls, 3u);
+  EXPECT_EQ(big[0].later, 0u);
+  EXPECT_EQ(big[1].row.calls, 0x7f7f7f7f7f7f7f7full) << "a row past count was written";
   EXPECT_EQ(collieCommDestroy(comm), collieSuccess);
 }
 
