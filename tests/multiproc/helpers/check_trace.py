@@ -124,6 +124,31 @@ if res.returncode == 0:
     for r in range(nranks):
         ts = [e["ts"] for e in merged if e["pid"] == r and e["ph"] != "M"]
         check(ts == sorted(ts) and ts, f"rank {r}: merged events not in time order")
+    # The clock merge, event by event: merged ts == the file's ts + its base_us - the earliest base_us.
+    bases = {r: next(e for e in files[r] if e.get("name") == "process_name")["args"]["base_us"] for r in files}
+    low = min(bases.values())
+    for r in files:
+        want = sorted(e["ts"] + (bases[r] - low) for e in files[r] if e["ph"] != "M")
+        got = sorted(e["ts"] for e in merged if e["pid"] == r and e["ph"] != "M")
+        check(len(want) == len(got) and all(abs(a - b) < 0.01 for a, b in zip(want, got)),
+              f"rank {r}: merged ts are not the file's ts + base_us - min(base_us)")
+    # Causality on that clock: a receive wait in a collective ends after the peer's send to this rank started.
+    sends = {}
+    for e in merged:
+        if e.get("cat") == "wait" and e["name"].startswith("send to ") and e["args"]["coll"] not in ("Send", "Recv"):
+            key = (e["pid"], int(e["name"][8:]), e["args"]["call"])
+            sends[key] = min(sends.get(key, e["ts"]), e["ts"])
+    pairs = 0
+    for w in merged:
+        if w.get("cat") != "wait" or not w["name"].startswith("recv from ") or w["args"]["coll"] in ("Send", "Recv"):
+            continue
+        start = sends.get((w["args"]["peer"], w["pid"], w["args"]["call"]))
+        if start is not None:
+            pairs += 1
+            check(w["ts"] + w["dur"] + 50 >= start,
+                  f"rank {w['pid']}: receive from {w['args']['peer']} in call #{w['args']['call']} ends at "
+                  f"{w['ts'] + w['dur']:.1f} us, before the peer's send started ({start:.1f} us)")
+    check(pairs > 0, "no receive wait matched a peer's send wait in the merge")
     # One clock: rank 1's broadcast cannot end before rank 0's started (rank 0 waits for rank 1's data).
     first = {}
     for e in merged:
