@@ -3,9 +3,10 @@
 // after one AllReduce (verified element by element), and the time of that first AllReduce (which, with
 // connections made on first use, includes connecting). The transport is whatever the environment selects (e.g.
 // COLLIE_SHM_DISABLE=1 for tcp). It uses only the public API that collie had before connections on first use, so
-// the same file builds against an older collie for a before/after table (perf/RESULTS.md).
+// the same file builds against an older collie for a before/after table (perf/RESULTS.md). Connections on first
+// use are not the default (README, COLLIE_CONNECT): run it with COLLIE_CONNECT=lazy for the scalable figures.
 //
-//   init_scale --ranks 8,32,128,512 [--count 1024]
+//   COLLIE_CONNECT=lazy init_scale --ranks 8,32,128,512 [--count 1024]
 // prints one line per rank count: ranks, init s, fds/rank after init, fds/rank after the AllReduce, RSS MiB/rank,
 // first AllReduce ms, or the error that stopped it.
 #include <dirent.h>

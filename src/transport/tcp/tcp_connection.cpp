@@ -221,7 +221,7 @@ bool TcpConnection::probe(Arrival* next) {
     if (n == 0) failIo(0, "receive");                  // closed, after everything it sent was taken
     if (static_cast<size_t>(n) < sizeof(h)) continue;  // the rest of the header arrives with a new edge
     if (h.magic == kPoisonMagic) throwMismatch(poisonRecord(h), base::format("from peer %d over tcp", peer_).c_str());
-    COLLIE_ENFORCE(h.magic == kMsgMagic && h.seq >= recvSeq_, ErrorCode::InternalError,
+    COLLIE_ENFORCE(h.magic == kMsgMagic && static_cast<int32_t>(h.seq - recvSeq_) >= 0, ErrorCode::InternalError,
                    "corrupt tcp stream from peer %d: expected the header of message #%u or later, got magic 0x%08x #%u",
                    peer_, recvSeq_, h.magic, h.seq);
     if (h.seq != recvSeq_) continue;  // a later message: ours is on the other socket

@@ -5,7 +5,23 @@
 set -u
 prog=$1
 n=3
-free_port() { echo $((20000 + RANDOM % 30000)); }  # a clash only fails this test, loudly
+# A port the root can bind now, below Linux's ephemeral range (32768 up) so that no test's outgoing connection takes
+# it meanwhile (a random one in 20000-49999 once met such a connection: "Address already in use").
+free_port() {
+  /usr/bin/python3 -c '
+import random, socket
+for _ in range(500):
+    p = random.randrange(20001, 32000)
+    s = socket.socket()
+    try:
+        s.bind(("0.0.0.0", p))
+    except OSError:
+        continue
+    finally:
+        s.close()
+    print(p)
+    break'
+}
 run_job() {  # name, then a function that prints the env assignments for rank $1
   local name=$1 envfn=$2 pids=() rc=0
   for ((r = 0; r < n; ++r)); do
