@@ -78,6 +78,33 @@ void endPhase(Schedule& sch) {
   if (!sch.steps.empty()) sch.steps.back().overlapNext = false;
 }
 
+// Phase 1 of both: reduce-scatter inside the host. Every rank sends the shards it does not own (from in) to their
+// owners; an owner folds its shard from the other ranks of its host into `into(offset)` (out for AllReduce, Scratch
+// for Reduce), the first fold reading its own input. A host of one rank copies its input there.
+template <typename Into>
+void reduceScatterInHost(Schedule& sch, const HostLayout& hl, int rank, const ChunkSplit& shards, size_t count,
+                         Into into) {
+  const Place me = placeOf(hl, rank);
+  if (me.nlocal == 1) {
+    sch.steps.push_back(steps::copy(steps::in(0), into(0), count));
+    return;
+  }
+  for (int j = 0; j < shards.parts; ++j)
+    if (!me.owns(j)) push(sch, steps::send(hl.owner(me.host, j), steps::in(shards.offset(j)), shards.size(j)), true);
+  for (int j = 0; j < shards.parts; ++j) {
+    if (!me.owns(j)) continue;
+    int prev = -1;
+    for (int p : hl.ranks[static_cast<size_t>(me.host)]) {
+      if (p == rank) continue;
+      Range src = prev < 0 ? steps::in(shards.offset(j)) : into(shards.offset(j));
+      Step s = steps::recvReduce(p, -1, src, into(shards.offset(j)), shards.size(j));
+      s.sliceAfter = prev;
+      prev = push(sch, s, true);
+    }
+    endPhase(sch);  // the next shard's folds (or phase 2) wait for this shard's last fold
+  }
+}
+
 // Phase 3 of both: every owner sends its shards (from out) to the other ranks of its host, which receive the
 // shards they do not own. `skip` (a rank of this host, or -1) receives nothing.
 void allGatherShards(Schedule& sch, const HostLayout& hl, int rank, const ChunkSplit& shards, int skip) {
@@ -108,27 +135,9 @@ Schedule allReduce(const ScheduleKey& k, const HostLayout& hl) {
   sch.inputCount = sch.outputCount = sch.resultCount = k.count;
   sch.result = steps::out(0);
   const Place me = placeOf(hl, k.rank);
-  const auto& locals = hl.ranks[static_cast<size_t>(me.host)];
   const ChunkSplit shards{k.count, hl.maxLocal};
   // 1. reduce-scatter inside the host
-  if (me.nlocal == 1) {
-    sch.steps.push_back(steps::copy(steps::in(0), steps::out(0), k.count));
-  } else {
-    for (int j = 0; j < shards.parts; ++j)
-      if (!me.owns(j)) push(sch, steps::send(hl.owner(me.host, j), steps::in(shards.offset(j)), shards.size(j)), true);
-    for (int j = 0; j < shards.parts; ++j) {
-      if (!me.owns(j)) continue;
-      int prev = -1;
-      for (int p : locals) {
-        if (p == k.rank) continue;
-        Range src = prev < 0 ? steps::in(shards.offset(j)) : steps::out(shards.offset(j));
-        Step s = steps::recvReduce(p, -1, src, steps::out(shards.offset(j)), shards.size(j));
-        s.sliceAfter = prev;
-        prev = push(sch, s, true);
-      }
-      endPhase(sch);  // the next shard's folds (or phase 2) wait for this shard's last fold
-    }
-  }
+  reduceScatterInHost(sch, hl, k.rank, shards, k.count, [](size_t off) { return steps::out(off); });
   // 2. all-reduce of each owned shard between hosts
   if (hl.nhosts() > 1) {
     for (int j = 0; j < shards.parts; ++j) {
@@ -200,24 +209,7 @@ Schedule reduce(const ScheduleKey& k, const HostLayout& hl) {
   const ChunkSplit shards{k.count, hl.maxLocal};
   auto part = [&](int j) { return steps::scratch(shards.offset(j)); };
   // 1. reduce-scatter inside the host, into Scratch
-  if (me.nlocal == 1) {
-    sch.steps.push_back(steps::copy(steps::in(0), steps::scratch(0), k.count));
-  } else {
-    for (int j = 0; j < shards.parts; ++j)
-      if (!me.owns(j)) push(sch, steps::send(hl.owner(me.host, j), steps::in(shards.offset(j)), shards.size(j)), true);
-    for (int j = 0; j < shards.parts; ++j) {
-      if (!me.owns(j)) continue;
-      int prev = -1;
-      for (int p : locals) {
-        if (p == k.rank) continue;
-        Range src = prev < 0 ? steps::in(shards.offset(j)) : part(j);
-        Step s = steps::recvReduce(p, -1, src, part(j), shards.size(j));
-        s.sliceAfter = prev;
-        prev = push(sch, s, true);
-      }
-      endPhase(sch);
-    }
-  }
+  reduceScatterInHost(sch, hl, k.rank, shards, k.count, [](size_t off) { return steps::scratch(off); });
   // 2. the chain of each owned shard over the hosts, ending on the root's host
   for (int j = 0; j < shards.parts; ++j) {
     if (!me.owns(j)) continue;
