@@ -7,6 +7,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -337,6 +338,20 @@ std::vector<RankExit> ProcessLauncher::run(int nranks, const TestBody& body, con
   ProcessLauncher launcher(nranks, options);
   launcher.start(body);
   return launcher.wait(deadline);
+}
+
+std::string runCommand(const std::string& command, int* status) {
+  *status = -1;
+  std::fflush(stdout);  // the child shares our stdout: what we buffered comes first
+  FILE* p = popen(command.c_str(), "r");
+  if (!p) return "popen failed: " + std::string(std::strerror(errno));
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+  const int st = pclose(p);
+  *status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return out;
 }
 
 }  // namespace collie::test

@@ -108,4 +108,8 @@ class ProcessLauncher {
 /// Nanoseconds on CLOCK_MONOTONIC, comparable between the processes of one machine.
 int64_t monotonicNs();
 
+/// Runs `command` through the shell; returns what it wrote to stdout (redirect stderr in the command to see it too)
+/// and sets *status to its exit status (-1 when it did not exit normally or could not be started).
+std::string runCommand(const std::string& command, int* status);
+
 }  // namespace collie::test

@@ -127,16 +127,10 @@ TEST_P(Collierun, EnvInitAllReduceFromPlainC) {
   }
   ASSERT_EQ(access(helper.c_str(), X_OK), 0) << "helper not built: " << helper;
   const std::string cmd = collierun + " -n " + std::to_string(n) + " --timeout 120 " + helper + " 2>&1";
-  fflush(stdout);
-  FILE* p = popen(cmd.c_str(), "r");
-  ASSERT_NE(p, nullptr);
-  std::string out;
-  char buf[4096];
-  size_t got;
-  while ((got = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, got);
-  int status = pclose(p);
-  ASSERT_TRUE(WIFEXITED(status)) << out;
-  EXPECT_EQ(WEXITSTATUS(status), 0) << cmd << "\n" << out;
+  int status = -1;
+  const std::string out = runCommand(cmd, &status);
+  ASSERT_GE(status, 0) << cmd << " did not exit normally\n" << out;
+  EXPECT_EQ(status, 0) << cmd << "\n" << out;
   for (int r = 0; r < n; ++r) {
     const std::string line =
         "[" + std::to_string(r) + "] env_allreduce ok: rank " + std::to_string(r) + " of " + std::to_string(n);

@@ -38,16 +38,7 @@ struct TempDir {
 
 /// Runs the merge tool on `prefix`; returns its output (stdout and stderr) and sets *status to its exit status.
 std::string runTool(const std::string& prefix, int* status) {
-  const std::string cmd = std::string("/usr/bin/python3 ") + COLLIE_FLIGHT_TOOL_PATH + " " + prefix + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return "popen failed";
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
-  const int st = pclose(p);
-  *status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return out;
+  return runCommand(std::string("/usr/bin/python3 ") + COLLIE_FLIGHT_TOOL_PATH + " " + prefix + " 2>&1", status);
 }
 
 TEST(FlightRecorder, MergeToolNamesTheLaggingRankAndItsCall) {

@@ -37,15 +37,7 @@ struct TempDir {
 std::string runChecker(const std::string& prefix, int nranks, const std::string& extra, int* status) {
   const std::string cmd = std::string("/usr/bin/python3 ") + COLLIE_TRACE_CHECK_PATH + " " + prefix + " " +
                           std::to_string(nranks) + " " + COLLIE_TRACE_TOOL_PATH + " " + extra + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return "popen failed";
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
-  const int st = pclose(p);
-  *status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return out;
+  return runCommand(cmd, status);
 }
 
 /// The calls check_trace.py expects first, each result checked.
