@@ -14,7 +14,7 @@
 
 namespace collie::core {
 
-void registerFlightRecorder(FlightRecorder* r);  // flight_signals.cpp
+int registerFlightRecorder(FlightRecorder* r);  // flight_signals.cpp: returns the instance
 void unregisterFlightRecorder(FlightRecorder* r);
 
 namespace {
@@ -67,7 +67,7 @@ FlightRecorder::FlightRecorder(int rank, int nranks, std::string commName, size_
       timed_(!base::params::flightRecorder().empty() || !base::params::trace().empty() || base::params::stats() == 1),
       stats_(timed_) {
   if (slots_) {
-    registerFlightRecorder(this);
+    instance_ = registerFlightRecorder(this);
     registered_ = true;
   }
 }
@@ -79,7 +79,7 @@ FlightRecorder::~FlightRecorder() {
 void FlightRecorder::setTrace(CallTrace* trace) {
   trace_ = trace;
   if (trace && !registered_) {  // COLLIE_FLIGHT_RECORDER_ENTRIES=0: registered for the trace's flushes alone
-    registerFlightRecorder(this);
+    instance_ = registerFlightRecorder(this);
     registered_ = true;
   }
 }
@@ -158,9 +158,10 @@ std::string FlightRecorder::toJson(const std::string& reason) {
   char host[256] = {0};
   gethostname(host, sizeof(host) - 1);
   std::string out = base::format(
-      "{\"format\": \"collie-flight-recorder/1\", \"comm\": %s, \"rank\": %d, \"nranks\": %d, \"host\": %s, "
+      "{\"format\": \"collie-flight-recorder/1\", \"comm\": %s, \"instance\": %d, \"rank\": %d, \"nranks\": %d, "
+      "\"host\": %s, "
       "\"pid\": %d, \"reason\": %s, \"dumped_at_us\": %lld, \"calls\": %llu, \"entries\": [",
-      jsonString(name_).c_str(), rank_, nranks_, jsonString(host).c_str(), static_cast<int>(getpid()),
+      jsonString(name_).c_str(), instance_, rank_, nranks_, jsonString(host).c_str(), static_cast<int>(getpid()),
       jsonString(reason).c_str(), static_cast<long long>(wallNowUs()), static_cast<unsigned long long>(n));
   std::vector<std::string> names;
   std::vector<OpDesc> queued;
@@ -231,8 +232,9 @@ std::string FlightRecorder::summary() const {
 std::string FlightRecorder::path() const {
   const std::string& prefix = base::params::flightRecorder();
   if (prefix.empty() || !slots_) return {};
-  if (name_ == "comm") return base::format("%s.rank%d.json", prefix.c_str(), rank_);
-  return base::format("%s.%s.rank%d.json", prefix.c_str(), name_.c_str(), rank_);
+  const std::string named = name_ == "comm" ? prefix : prefix + "." + name_;
+  if (instance_ > 0) return base::format("%s.rank%d.%d.json", named.c_str(), rank_, instance_);
+  return base::format("%s.rank%d.json", named.c_str(), rank_);
 }
 
 void FlightRecorder::failed(ErrorCode code, const std::string& message) {

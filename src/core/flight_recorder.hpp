@@ -12,6 +12,9 @@
 //
 // Dumps. With COLLIE_FLIGHT_RECORDER=PREFIX, dump() writes PREFIX.rank<R>.json (PREFIX.<name>.rank<R>.json for a
 // communicator not named "comm"): one JSON object, one call per line, written to a temporary file and renamed.
+// Live communicators of the same name and rank in one process (torch's process groups are all "torch") each get
+// an instance, the lowest not taken by a live one, in creation order: instance K > 0 writes PREFIX[.<name>]
+// .rank<R>.K.json, so their dumps never replace each other and the ranks that create them alike agree on K.
 // The communicator dumps on a failure (timeout, dead peer, abort, any collective error) and at destroy when
 // COLLIE_FLIGHT_RECORDER_DESTROY=1; flight_signals.cpp dumps every live recorder on SIGUSR1 and before a
 // SIGTERM or SIGABRT ends the process. tools/collie-flight merges the ranks' files into one report.
@@ -160,6 +163,9 @@ class FlightRecorder {
   uint64_t calls() const { return published_.load(std::memory_order_acquire); }
   /// Where dump() writes for this rank ("" when COLLIE_FLIGHT_RECORDER is unset).
   std::string path() const;
+  const std::string& name() const { return name_; }
+  int rank() const { return rank_; }
+  int instance() const { return instance_; }  ///< among live recorders of this name and rank in this process
   const TickClock& clock() const { return clock_; }
   /// The calls so far, per collective and algorithm (any thread).
   std::vector<CallStats::Row> statsRows() const { return stats_.rows(clock_.nsPerTick()); }
@@ -196,6 +202,7 @@ class FlightRecorder {
   const bool timed_;
   CallStats stats_;
   CallTrace* trace_ = nullptr;
+  int instance_ = 0;         // among live recorders of this name and rank (set by the registry, under its lock)
   bool registered_ = false;  // in the signal/exit registry (flight_signals.cpp): with ring entries or a trace
   uint64_t next_ = 0;        // executing thread only
   uint64_t open_ = 0;        // first call not finished

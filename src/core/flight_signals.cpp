@@ -144,13 +144,20 @@ void atforkChild() {
 
 }  // namespace
 
-void registerFlightRecorder(FlightRecorder* r) {
+int registerFlightRecorder(FlightRecorder* r) {
   static const bool hooks =
       pthread_atfork(atforkPrepare, atforkParent, atforkChild) == 0 && std::atexit(flushAtExit) == 0;
   (void)hooks;
   std::lock_guard<std::mutex> lock(gMu);
+  int instance = 0;  // the lowest not held by a live recorder of the same name and rank
+  for (bool taken = true; taken; instance += taken ? 1 : 0) {
+    taken = false;
+    for (const FlightRecorder* q : gRecorders)
+      taken = taken || (q->instance() == instance && q->rank() == r->rank() && q->name() == r->name());
+  }
   gRecorders.push_back(r);
   if (!gStarted && (!base::params::flightRecorder().empty() || !base::params::trace().empty())) startLocked();
+  return instance;
 }
 
 void unregisterFlightRecorder(FlightRecorder* r) {

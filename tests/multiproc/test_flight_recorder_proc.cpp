@@ -218,6 +218,48 @@ TEST(FlightRecorder, DumpsTakenWhileCallsRunAreWholeAndInOrder) {
   EXPECT_EQ(checked, 20);
 }
 
+TEST(FlightRecorder, TwoLiveCommunicatorsOfOneNameWriteSeparateDumps) {
+  // Both splits are named "twin" (as every torch process group is "torch"), and each dumps when destroyed: the
+  // second takes instance 1 (.rank<R>.1.json) instead of replacing the first's file, and the tool reports the two
+  // as communicators of their own.
+  constexpr int kRanks = 2;
+  TempDir dir;
+  const std::string prefix = (dir.path / "twin").string();
+  ScopedEnv recorder("COLLIE_FLIGHT_RECORDER", prefix.c_str());
+  ScopedEnv atDestroy("COLLIE_FLIGHT_RECORDER_DESTROY", "1");
+  auto exits = ProcessLauncher::run(kRanks, [](Communicator& comm) {
+    Options o;
+    o.name = "twin";
+    auto first = comm.split(0, comm.rank(), o);
+    auto second = comm.split(0, comm.rank(), o);
+    ASSERT_TRUE(first && second);
+    std::vector<int32_t> v(8, 1);
+    for (int i = 0; i < 2; ++i) first->allReduce(v.data(), v.data(), v.size(), DataType::Int32, ReduceOp::Sum);
+    for (int i = 0; i < 3; ++i) second->allReduce(v.data(), v.data(), v.size(), DataType::Int32, ReduceOp::Sum);
+    for (int32_t x : v) ASSERT_EQ(x, 32);
+  });
+  ASSERT_TRUE(allRanksSucceeded(exits));
+  for (int r = 0; r < kRanks; ++r) {
+    const std::string base = prefix + ".twin.rank" + std::to_string(r);
+    const std::vector<std::pair<std::string, int>> expected = {{base + ".json", 2}, {base + ".1.json", 3}};
+    for (const auto& [file, calls] : expected) {
+      int status = 0;
+      const std::string out = runCommand(
+          "/usr/bin/python3 -c \"import json,sys; d=json.load(open(sys.argv[1])); print(d['comm'], d['instance'], "
+          "d['calls'])\" " +
+              file + " 2>&1",
+          &status);
+      EXPECT_EQ(status, 0) << file << ": " << out;
+      EXPECT_EQ(out, "twin " + std::string(calls == 2 ? "0" : "1") + " " + std::to_string(calls) + "\n") << file;
+    }
+  }
+  int status = 0;
+  const std::string report = runTool(prefix, &status);
+  EXPECT_EQ(status, 0) << report;
+  EXPECT_NE(report.find("communicator twin: 2 rank(s), 2 dump(s)"), std::string::npos) << report;
+  EXPECT_NE(report.find("communicator twin (instance 1): 2 rank(s), 2 dump(s)"), std::string::npos) << report;
+}
+
 TEST(FlightRecorder, ToolRefusesAPrefixWithoutDumps) {
   int status = 0;
   const std::string report = runTool("/nonexistent/collie-flight-test", &status);

@@ -169,14 +169,10 @@ TEST(TraceProc, TwoLiveCommunicatorsOfOneNameWriteSeparateTraces) {
     EXPECT_EQ(tracedCalls(first), 2u) << first;
     EXPECT_EQ(tracedCalls(second), 3u) << second;
   }
-  const std::string cmd = std::string("/usr/bin/python3 ") + COLLIE_TRACE_TOOL_PATH + " " + prefix + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  ASSERT_NE(p, nullptr);
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
-  EXPECT_EQ(pclose(p), 0) << out;
+  int status = 0;
+  const std::string out =
+      runCommand(std::string("/usr/bin/python3 ") + COLLIE_TRACE_TOOL_PATH + " " + prefix + " 2>&1", &status);
+  EXPECT_EQ(status, 0) << out;
   for (int r = 0; r < kRanks; ++r) {
     EXPECT_NE(out.find("twin rank " + std::to_string(r) + ": 2 calls"), std::string::npos) << out;
     EXPECT_NE(out.find("twin #1 rank " + std::to_string(r) + ": 3 calls"), std::string::npos) << out;
