@@ -579,4 +579,18 @@ void badArgumentsBody(Communicator& comm) {
   checkCase(comm, Coll::Reduce, DataType::Float16, ReduceOp::Max, 1000, false, n - 1);
 }
 
+void twoSameNamedSplitsBody(Communicator& comm, const std::string& name) {
+  Options o;
+  o.name = name;
+  auto first = comm.split(0, comm.rank(), o);
+  auto second = comm.split(0, comm.rank(), o);
+  ASSERT_TRUE(first && second);
+  std::vector<int32_t> v(8, 1);
+  for (int i = 0; i < 2; ++i) first->allReduce(v.data(), v.data(), v.size(), DataType::Int32, ReduceOp::Sum);
+  for (int i = 0; i < 3; ++i) second->allReduce(v.data(), v.data(), v.size(), DataType::Int32, ReduceOp::Sum);
+  int32_t expected = 1;  // each of the 5 in-place sums multiplies every element by the number of ranks
+  for (int i = 0; i < 5; ++i) expected *= comm.size();
+  for (int32_t x : v) EXPECT_EQ(x, expected);
+}
+
 }  // namespace collie::test

@@ -79,4 +79,9 @@ int rerunCurrentTestWith(const std::vector<std::string>& env);
 /// and the communicator still working afterwards.
 void badArgumentsBody(Communicator& comm);
 
+/// Two live splits of `comm` both named `name` (as every torch process group is "torch"): the first runs 2
+/// AllReduces, the second 3, checked; both are destroyed on return (the second first). For the tests that each
+/// gets a trace and flight-recorder file of its own.
+void twoSameNamedSplitsBody(Communicator& comm, const std::string& name);
+
 }  // namespace collie::test

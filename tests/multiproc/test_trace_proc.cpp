@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/bodies.hpp"
 #include "common/launcher.hpp"
 #include "common/scoped_env.hpp"
 
@@ -151,17 +152,7 @@ TEST(TraceProc, TwoLiveCommunicatorsOfOneNameWriteSeparateTraces) {
   TempDir dir;
   const std::string prefix = (dir.path / "twin").string();
   ScopedEnv trace("COLLIE_TRACE", prefix.c_str());
-  auto exits = ProcessLauncher::run(kRanks, [](Communicator& comm) {
-    Options o;
-    o.name = "twin";
-    auto first = comm.split(0, comm.rank(), o);
-    auto second = comm.split(0, comm.rank(), o);
-    ASSERT_TRUE(first && second);
-    std::vector<int32_t> v(8, 1);
-    for (int i = 0; i < 2; ++i) first->allReduce(v.data(), v.data(), v.size(), DataType::Int32, ReduceOp::Sum);
-    for (int i = 0; i < 3; ++i) second->allReduce(v.data(), v.data(), v.size(), DataType::Int32, ReduceOp::Sum);
-    for (int32_t x : v) ASSERT_EQ(x, 32);
-  });
+  auto exits = ProcessLauncher::run(kRanks, [](Communicator& comm) { twoSameNamedSplitsBody(comm, "twin"); });
   ASSERT_TRUE(allRanksSucceeded(exits));
   for (int r = 0; r < kRanks; ++r) {
     const std::string first = prefix + ".twin.rank" + std::to_string(r) + ".trace.json";
