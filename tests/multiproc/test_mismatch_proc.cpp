@@ -228,5 +228,52 @@ TEST(MismatchTimeout, NamesThisRanksCallAndTheLastCallEachPeerWasSeenIn) {
   }
 }
 
+// Over TCP (2 sockets per peer, the default), an unstriped message of 64 KiB or more takes its direction's socket
+// and a smaller one shares socketOf(seq): a receive posted for one size class while the sender sent the other
+// waits on a socket the message is not on. Only rank 1 sends, so no reply can carry the mismatch back: rank 0
+// must find it itself (the waiting executor's periodic check) and report a mismatch, not a timeout; rank 1, whose
+// send may have completed, learns on its next call.
+TEST(MismatchAcrossTcpLanes, ASizeOnEitherSideOf64KiBIsAMismatchNotATimeout) {
+  ScopedEnv shm("COLLIE_SHM_DISABLE", "1");
+  ScopedEnv sockets("COLLIE_SOCKETS_PER_PEER", "2");
+  // Message numbers of either parity (a matched message first or not): with 2 sockets, one parity puts both size
+  // classes of rank 1's messages on the same socket and the other on different ones.
+  for (int before : {0, 1})
+    for (bool senderLarger : {true, false}) {
+      SCOPED_TRACE(std::string(senderLarger ? "64 KiB sent, 32 KiB expected" : "32 KiB sent, 64 KiB expected") +
+                   (before ? ", after one matched message" : ""));
+      Options options;
+      options.timeout = kTimeout;
+      options.name = "lanes";
+      auto body = [&](Communicator& comm) {
+        const size_t small = 8192, large = 16384;  // floats: 32 KiB and 64 KiB
+        std::vector<float> buf(large, 1.0f);
+        const int64_t start = monotonicNs();
+        ErrorCode code = ErrorCode::Success;
+        std::string message;
+        try {
+          for (int i = 0; i < before; ++i) {
+            if (comm.rank() == 1) comm.send(buf.data(), 4, DataType::Float32, 0);
+            if (comm.rank() == 0) comm.recv(buf.data(), 4, DataType::Float32, 1);
+          }
+          if (comm.rank() == 1) {
+            comm.send(buf.data(), senderLarger ? large : small, DataType::Float32, 0);
+          } else {
+            comm.recv(buf.data(), senderLarger ? small : large, DataType::Float32, 1);
+          }
+          std::vector<float> x(16, 1.0f);
+          comm.allReduce(x.data(), x.data(), x.size(), DataType::Float32, ReduceOp::Sum);
+        } catch (const Error& e) {
+          code = e.code();
+          message = e.what();
+        }
+        EXPECT_EQ(code, ErrorCode::InvalidUsage) << message;
+        EXPECT_NE(message.find("mismatched calls: rank "), std::string::npos) << message;
+        EXPECT_LT(monotonicNs() - start, kFastNs) << message;
+      };
+      EXPECT_TRUE(allRanksSucceeded(ProcessLauncher::run(2, body, options, 60s)));
+    }
+}
+
 }  // namespace
 }  // namespace collie::test

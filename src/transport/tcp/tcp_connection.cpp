@@ -177,13 +177,16 @@ bool TcpConnection::progress() {
 void TcpConnection::checkAlive() {
   if (error_) std::rethrow_exception(error_);
   // A peer that poisoned this connection while this rank waits on others (it may never be read here otherwise):
-  // the poison header is the next thing on a socket with no message half read.
-  for (const Socket& s : socks_) {
+  // the poison header is the next thing on a socket with no message half read. And a message that came on
+  // another socket than the one its receive waits on: the two sides disagree on its size class (one posted it
+  // under kLaneMinBytes, the other at or above it), so it is a size mismatch, reported as such, not a timeout.
+  for (size_t i = 0; i < socks_.size(); ++i) {
+    const Socket& s = socks_[i];
     if (s.fd < 0 || (!s.recvs.empty() && s.recvs.front().done > 0)) continue;
     MsgHeader h{};
-    if (::recv(s.fd, &h, kHeaderBytes, MSG_PEEK | MSG_DONTWAIT) == static_cast<ssize_t>(kHeaderBytes) &&
-        h.magic == kPoisonMagic)
-      throwMismatch(poisonRecord(h), base::format("from peer %d over tcp", peer_).c_str());
+    if (::recv(s.fd, &h, kHeaderBytes, MSG_PEEK | MSG_DONTWAIT) != static_cast<ssize_t>(kHeaderBytes)) continue;
+    if (h.magic == kPoisonMagic) throwMismatch(poisonRecord(h), base::format("from peer %d over tcp", peer_).c_str());
+    if (h.magic == kMsgMagic && (s.recvs.empty() || s.recvs.front().seq != h.seq)) checkMisplaced(h, i);
   }
   if (deadMs_ <= 0 || closed_) return;
   for (const Socket& s : socks_) {
@@ -198,6 +201,15 @@ void TcpConnection::checkAlive() {
       error_ = std::current_exception();
       throw;
     }
+  }
+}
+
+void TcpConnection::checkMisplaced(const MsgHeader& h, size_t sock) {
+  for (size_t j = 0; j < socks_.size(); ++j) {
+    if (j == sock) continue;
+    for (const Part& p : socks_[j].recvs)
+      if (p.seq == h.seq && p.done == 0)
+        checkMsgHeader(h, ExpectedMsg{p.seq, p.op->t->bytes, p.op->t->fp}, rank_, peer_);
   }
 }
 

@@ -69,6 +69,9 @@ class TcpConnection final : public Connection {
   /// Advances the front parts of q by n bytes; validates headers (receive side) and completes parts.
   void consume(std::deque<Part>& q, size_t n, bool recv);
   void checkHeader(const Part& p);
+  /// Header h of message h.seq sits on socket `sock` while its receive waits on another: checks it against that
+  /// receive (throws MismatchError when the sizes disagree, as they must for it to be there).
+  void checkMisplaced(const MsgHeader& h, size_t sock);
   /// The sockets that carry one direction's unstriped messages (tcp_connection.cpp): first, first + stride, ...
   struct Lanes {
     size_t first, stride, count;
