@@ -1,9 +1,10 @@
 // collie-sim --init: what a communicator's init costs at rank counts this machine cannot run, computed from the code
-// that runs it: who the bootstrap root answers with what (core/bootstrap_plan.hpp: bootstrapNeighbours, the
-// functions bootstrap_root.cpp and bootstrap.cpp call), the wire sizes (core/bootstrap_wire.hpp), the ring
-// all-gather of the PeerInfo table, calibration's broadcast under the tuner's choice (core/tuner.hpp), and the peers
-// a first AllReduce connects to (the schedules algorithms::build makes for a sample of ranks). Beside it, the same
-// counts for the full-table bootstrap and full-mesh connection collie had before (eager).
+// that runs it: who the bootstrap root answers with what (core/bootstrap_plan.hpp: bootstrapPeers, the function
+// bootstrap_root.cpp and bootstrap.cpp call), the wire sizes (core/bootstrap_wire.hpp), the table's all-gather
+// (every rank's tableGatherSchedule, the schedule the ranks run, and tableGatherRounds), calibration's broadcast
+// under the tuner's choice (core/tuner.hpp), and the peers a first AllReduce connects to (the schedules
+// algorithms::build makes for a sample of ranks). Beside it, the same counts for the full-table bootstrap and
+// full-mesh connection collie had before (eager).
 //
 //   collie-sim --init --ranks 1024,4096,32768,131072 [--bytes 8] [--sockets 2]
 #include <algorithm>
@@ -54,41 +55,54 @@ std::string human(double bytes) {
 
 void project(int n, size_t allReduceBytes, int sockets) {
   const double info = sizeof(transport::PeerInfo);
-  // 1. The root: one hello in from each rank, one reply out to each, holding the N entries.
+  // 1. The root: one hello in from each rank, one reply out to each (its bootstrapPeers), holding the N entries.
   double rootOut = 0;
-  size_t maxReply = 0;
+  size_t maxEntries = 0;
+  // 2. The table's all-gather: every rank's schedule (what it sends, how many messages, what it receives).
+  size_t maxMessages = 0, maxSent = 0, maxReceived = 0;
   for (int r = 0; r < n; ++r) {
-    const size_t reply =
-        core::kBootstrapReplyHeaderBytes + core::bootstrapNeighbours(r, n).size() * sizeof(transport::PeerInfo);
-    rootOut += static_cast<double>(reply);
-    maxReply = std::max(maxReply, reply);
+    const size_t entries = core::bootstrapPeers(r, n).size();
+    rootOut += static_cast<double>(core::kBootstrapReplyHeaderBytes + entries * sizeof(transport::PeerInfo));
+    maxEntries = std::max(maxEntries, entries);
+    if (!core::tableGatherNeeded(n)) continue;
+    size_t messages = 0, sent = 0, received = 0;
+    for (const algorithms::Step& s : core::tableGatherSchedule(r, n).steps) {
+      if (s.sendPeer >= 0) {
+        ++messages;
+        sent += s.count;  // Uint8 elements: bytes
+      }
+      if (s.recvPeer >= 0) received += s.count;
+    }
+    maxMessages = std::max(maxMessages, messages);
+    maxSent = std::max(maxSent, sent);
+    maxReceived = std::max(maxReceived, received);
   }
   const double rootIn = static_cast<double>(n) * static_cast<double>(core::kBootstrapHelloBytes);
   const double rootOutBefore = static_cast<double>(n) * (core::kBootstrapReplyHeaderBytes + n * info);
-  // 2. The ring all-gather of the table (nothing when the root's answer already holds everyone).
-  const bool gather = !core::bootstrapNeighboursAreEveryone(n);
-  const double rounds = gather ? n - 1 : 0;
-  const double bytesPerRank = gather ? (n - 1) * info : 0;
   // 3. Calibration's broadcast (a Wire of rank 0, about 200 B) and the first AllReduce, as the tuner picks them with
-  //    the built-in tcp costs; the peers of a sample of ranks (rank 0, the middle one, the last one).
+  //    the built-in tcp costs; the peers of a sample of ranks (rank 0, 1, the middle one, the last one: the first
+  //    two are a folded pair of the all-gather when N is not a power of two).
   core::Tuner tuner;
   const Algorithm bcast = tuner.choose(Collective::Broadcast, n, 200).algorithm;
   const Algorithm allReduce = tuner.choose(Collective::AllReduce, n, allReduceBytes).algorithm;
   size_t maxPeers = 0;
-  for (int r : {0, n / 2, n - 1}) {
+  for (int r : {0, std::min(1, n - 1), n / 2, n - 1}) {
     std::set<int> peers;
-    for (int p : core::bootstrapNeighbours(r, n)) peers.insert(p);
+    for (int p : core::bootstrapPeers(r, n)) peers.insert(p);
     for (int p : schedulePeers(bcast, Collective::Broadcast, r, n, 200)) peers.insert(p);
     if (r == 0 && n > 1) peers.insert(1);  // calibration's ping-pong partner (rank 0's first peer per kind)
     for (int p : schedulePeers(allReduce, Collective::AllReduce, r, n, std::max<size_t>(allReduceBytes / 4, 1)))
       peers.insert(p);
     maxPeers = std::max(maxPeers, peers.size());
   }
-  std::printf("%8d | %9s %9s %10s | %9s | %6.0f %9s %9s | %-5s %-5s %5zu %6zu | %8d %8d\n", n, human(rootIn).c_str(),
-              human(rootOut).c_str(), human(rootOutBefore).c_str(), human(static_cast<double>(maxReply)).c_str(),
-              rounds, human(bytesPerRank).c_str(), human(n * info).c_str(), algorithms::algorithmName(bcast),
-              algorithms::algorithmName(allReduce), maxPeers, maxPeers * static_cast<size_t>(sockets) + 3, n - 1,
-              (n - 1) * sockets + 3);
+  std::printf(
+      "%8d | %9s %9s %10s | %5zu %9s | %6d %5zu %9s %9s %9s | %-5s %-5s %5zu %6zu | %8d %8d\n", n,
+      human(rootIn).c_str(), human(rootOut).c_str(), human(rootOutBefore).c_str(), maxEntries,
+      human(static_cast<double>(core::kBootstrapReplyHeaderBytes + maxEntries * sizeof(transport::PeerInfo))).c_str(),
+      core::tableGatherRounds(n), maxMessages, human(static_cast<double>(maxSent)).c_str(),
+      human(static_cast<double>(maxReceived)).c_str(), human(n * info).c_str(), algorithms::algorithmName(bcast),
+      algorithms::algorithmName(allReduce), maxPeers, maxPeers * static_cast<size_t>(sockets) + 3, n - 1,
+      (n - 1) * sockets + 3);
 }
 
 }  // namespace
@@ -129,15 +143,19 @@ int runInitProjection(int argc, char** argv) {
       "first AllReduce %zu B; tcp with %d sockets per peer\n",
       sizeof(transport::PeerInfo), core::kBootstrapHelloBytes, core::kBootstrapReplyHeaderBytes, bytes, sockets);
   std::printf(
-      "#   root: bytes in (hellos), out (neighbour replies), out before (the whole table to every rank)\n"
-      "#   reply: largest reply a rank reads from the root\n"
-      "#   ring all-gather of the table per rank: rounds, bytes sent (and received), table held\n"
-      "#   connections per rank after init and a first AllReduce (tuner's algorithms for calibration's "
-      "broadcast and the AllReduce), descriptors (tcp sockets + listener, epoll, eventfd), worst of ranks 0, "
-      "N/2, N-1;\n"
-      "#   eager (before): N-1 peers and their descriptors\n");
-  std::printf("%8s | %9s %9s %10s | %9s | %6s %9s %9s | %-5s %-5s %5s %6s | %8s %8s\n", "ranks", "root_in", "root_out",
-              "before", "reply", "rounds", "sent", "held", "bcast", "AR", "peers", "fds", "eager_pe", "eager_fd");
+      "#   root: bytes in (hellos), out (replies: each rank's bootstrapPeers), out before (the whole table to every "
+      "rank)\n"
+      "#   reply: most entries (and bytes) a rank reads from the root\n"
+      "#   all-gather of the table (%s): rounds (tableGatherRounds); per rank, worst of all ranks: messages sent "
+      "(before slicing), bytes sent, bytes received, table held\n"
+      "#   connections per rank after init and a first AllReduce (the all-gather's peers, the tuner's algorithms for "
+      "calibration's broadcast and the AllReduce), descriptors (tcp sockets + listener, epoll, eventfd), worst of "
+      "ranks 0, 1, N/2, N-1;\n"
+      "#   eager (before): N-1 peers and their descriptors\n",
+      core::tableGatherSelection().c_str());
+  std::printf("%8s | %9s %9s %10s | %5s %9s | %6s %5s %9s %9s %9s | %-5s %-5s %5s %6s | %8s %8s\n", "ranks", "root_in",
+              "root_out", "before", "entry", "reply", "rounds", "msgs", "sent", "recvd", "held", "bcast", "AR", "peers",
+              "fds", "eager_pe", "eager_fd");
   for (int n : sizes) collie::sim::project(n, bytes, sockets);
   return 0;
 }

@@ -121,17 +121,17 @@ std::vector<transport::PeerInfo> bootstrapExchange(const UniqueIdData& id, int r
   base::sendAll(conn.get(), out.data(), out.size(), deadline, root);
   std::vector<uint8_t> in(kBootstrapReplyHeaderBytes);
   base::recvAll(conn.get(), in.data(), in.size(), deadline, root);
-  const std::vector<int> neighbours = bootstrapNeighbours(rank, nranks);
-  in.resize(bootstrapReplyBytes(in.data(), in.size(), neighbours));  // the parsers' messages say what is wrong
+  const std::vector<int> known = bootstrapPeers(rank, nranks);
+  in.resize(bootstrapReplyBytes(in.data(), in.size(), known));  // the parsers' messages say what is wrong
   base::recvAll(conn.get(), in.data() + kBootstrapReplyHeaderBytes, in.size() - kBootstrapReplyHeaderBytes, deadline,
                 root);
-  BootstrapReply reply = parseBootstrapReply(in.data(), in.size(), neighbours);
+  BootstrapReply reply = parseBootstrapReply(in.data(), in.size(), known);
   if (reply.status != ErrorCode::Success)
     COLLIE_FAIL(reply.status, "%s refused rank %d: %s", root.c_str(), rank, reply.message.c_str());
   std::vector<transport::PeerInfo> table(static_cast<size_t>(nranks));  // rank -1: not known yet
   table[static_cast<size_t>(rank)] = self;
   table[static_cast<size_t>(rank)].rank = rank;
-  for (size_t i = 0; i < neighbours.size(); ++i) table[static_cast<size_t>(neighbours[i])] = reply.table[i];
+  for (size_t i = 0; i < known.size(); ++i) table[static_cast<size_t>(known[i])] = reply.table[i];
   return table;
 }
 

@@ -5,9 +5,9 @@
 // presents the secret, its rank, nranks and its PeerInfo (where its transports listen). The root serves all
 // connections at once (bootstrap_root.cpp): a connection that is silent, sends garbage or lacks the secret is
 // refused and logged without delaying anyone, and the root keeps waiting for real ranks. Once all ranks have
-// checked in, the root closes its listener, sends every rank the PeerInfo of its two ring neighbours and exits
-// (bootstrap_plan.hpp). Everything after that (the all-gather of the rest of the table on the ring, connecting
-// transports, barriers, split) uses the communicator's own connections.
+// checked in, the root closes its listener, sends every rank the PeerInfo of the O(log N) peers its part of the
+// table's all-gather talks to, and exits (bootstrap_plan.hpp). Everything after that (the all-gather of the rest of
+// the table in O(log N) rounds, connecting transports, barriers, split) uses the communicator's own connections.
 #pragma once
 
 #include <collie/collie.h>
@@ -45,8 +45,8 @@ class BootstrapRoot {
                             std::chrono::milliseconds timeout);
 };
 
-/// Checks in with the root and returns the PeerInfo table indexed by rank, in which only this rank and its ring
-/// neighbours are known (bootstrap_plan.hpp); the other entries have rank -1 until the ranks all-gather them.
+/// Checks in with the root and returns the PeerInfo table indexed by rank, in which only this rank and its
+/// bootstrapPeers are known (bootstrap_plan.hpp); the other entries have rank -1 until the ranks all-gather them.
 std::vector<transport::PeerInfo> bootstrapExchange(const UniqueIdData& id, int rank, int nranks,
                                                    const transport::PeerInfo& self, std::chrono::milliseconds timeout);
 

@@ -1,35 +1,50 @@
-// Who tells whom what during a communicator's init: the pure functions that bootstrap_root.cpp, bootstrap.cpp and
+// Who tells whom what during a communicator's init: the functions that bootstrap_root.cpp, bootstrap.cpp and
 // communicator.cpp run, and that collie-sim --init evaluates for any rank count (so the projection is the code's).
 //
 //   1. Every rank sends the root its PeerInfo (one hello, kBootstrapHelloBytes). The root keeps the N entries
-//      (O(N) bytes) and answers each rank with the entries of its ring neighbours only (bootstrapNeighbours: at most
-//      two), so that it sends O(N) bytes in all instead of the whole table to everyone (O(N^2)).
-//   2. Each rank connects to its ring neighbours (on first use, like any call) and the ranks all-gather their
-//      PeerInfo on the ring: N - 1 steps, each rank sending and receiving (N - 1) x sizeof(PeerInfo) bytes. A rank
-//      then knows where every peer listens, and connects to the others only when a call needs them.
-//   3. Calibration (calibrate.cpp) broadcasts on the same ring and rank 0 ping-pongs with its first peer per
-//      transport kind.
+//      (O(N) bytes) and answers each rank with the entries of the peers that rank's part of the table's all-gather
+//      talks to (bootstrapPeers: at most floor(log2 N) + 1 of them), so that it sends O(N log N) bytes in all
+//      instead of the whole table to everyone (O(N^2)), and each rank reads O(log N) entries.
+//   2. The ranks all-gather their PeerInfo with the halving-doubling schedule of src/algorithms/rhd.cpp (recursive
+//      doubling; for N not a power of two, each of the first N - 2^k even ranks first hands its entry to its odd
+//      neighbour and gets the whole table back at the end), run by the executor like any AllGather (the tuner is
+//      held to that algorithm meanwhile): tableGatherRounds(N) = log2 N rounds for a power of two, else
+//      floor(log2 N) + 2 = ceil(log2 N) + 1 (its longest chain of messages is ceil(log2 N) for some N, never
+//      less), O(N) bytes sent and received per rank. The peers it talks to are exactly bootstrapPeers, connected on
+//      first use like any call's, and stay connected (they are also the partners of a halving-doubling AllReduce).
+//      A rank then knows where every peer listens, and connects to the others only when a call needs them.
+//      With two ranks or fewer the root's answer is the whole table and nothing is gathered.
+//   3. Calibration (calibrate.cpp) broadcasts under the tuner's choice and rank 0 ping-pongs with its first peer
+//      per transport kind.
 // Nothing else is exchanged at init.
 #pragma once
 
-#include <cstddef>
-#include <cstdint>
+#include <string>
 #include <vector>
+
+#include "algorithms/algorithms.hpp"
 
 namespace collie::core {
 
-/// The ranks whose PeerInfo the bootstrap root sends `rank` (its ring neighbours rank - 1 and rank + 1, modulo
-/// nranks), ascending, without `rank` itself and without duplicates: empty for one rank, one entry for two.
-inline std::vector<int> bootstrapNeighbours(int rank, int nranks) {
-  std::vector<int> out;
-  if (nranks <= 1) return out;
-  const int prev = (rank + nranks - 1) % nranks, next = (rank + 1) % nranks;
-  out.push_back(prev < next ? prev : next);
-  if (next != prev) out.push_back(prev < next ? next : prev);
-  return out;
-}
+/// The algorithm of the table's all-gather, and the COLLIE_ALGO-style selection that holds the tuner to it.
+inline constexpr algorithms::Algorithm kTableGatherAlgorithm = algorithms::Algorithm::HalvingDoubling;
+std::string tableGatherSelection();
 
-/// Whether the root's answer to every rank already holds every peer (no all-gather is needed: three ranks or fewer).
-inline bool bootstrapNeighboursAreEveryone(int nranks) { return nranks <= 3; }
+/// Whether the ranks all-gather the table after the root's answer (a function of nranks only, so that every rank
+/// decides alike): false for one or two ranks, whose answer from the root is already the whole table.
+bool tableGatherNeeded(int nranks);
+
+/// `rank`'s schedule for the table's all-gather: blocks of sizeof(PeerInfo) bytes (one per rank).
+algorithms::Schedule tableGatherSchedule(int rank, int nranks);
+
+/// The ranks whose PeerInfo the bootstrap root sends `rank`: the peers its tableGatherSchedule sends to or receives
+/// from (every other rank when !tableGatherNeeded), ascending, without `rank`. Symmetric: q is in bootstrapPeers(p)
+/// exactly when p is in bootstrapPeers(q), so both ends of every link the all-gather uses know each other.
+std::vector<int> bootstrapPeers(int rank, int nranks);
+
+/// Rounds of the table's all-gather (0 when !tableGatherNeeded): the doubling's log2 of the largest power of two
+/// <= nranks, plus two when ranks fold (their entries in, the whole table back out). No chain of messages in it is
+/// longer (tests/unit/test_bootstrap_plan.cpp runs it in the simulator).
+int tableGatherRounds(int nranks);
 
 }  // namespace collie::core

@@ -12,8 +12,9 @@
 //   - accept() failing with EMFILE/ENFILE closes the oldest unverified connection if there is one (a stranger pays
 //     for the descriptor), else pauses the listener briefly and tries again; the shortage is logged with
 //     fdShortageMessage (the ranks themselves report it where it hits them).
-//   - Once all ranks have checked in, the listener is closed and every rank's reply (the PeerInfo of its ring
-//     neighbours, bootstrap_plan.hpp) is sent at once, non-blocking: a rank slow to read delays nobody else.
+//   - Once all ranks have checked in, the listener is closed and every rank's reply (the PeerInfo of the peers of its
+//     part of the table's all-gather, bootstrap_plan.hpp) is sent at once, non-blocking: a rank slow to read delays
+//     nobody else.
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -270,12 +271,11 @@ class RootServer {
     }
   }
 
-  /// Sends every rank the PeerInfo of its ring neighbours (bootstrap_plan.hpp), all at once.
+  /// Sends every rank the PeerInfo of its bootstrapPeers (bootstrap_plan.hpp), all at once.
   void reply() {
     for (size_t r = 0; r < ranks_.size(); ++r) {
       BootstrapReply yes;
-      for (int p : bootstrapNeighbours(static_cast<int>(r), nranks_))
-        yes.table.push_back(table_[static_cast<size_t>(p)]);
+      for (int p : bootstrapPeers(static_cast<int>(r), nranks_)) yes.table.push_back(table_[static_cast<size_t>(p)]);
       ranks_[r].out = encodeBootstrapReply(yes);
     }
     for (;;) {

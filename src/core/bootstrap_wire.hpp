@@ -5,8 +5,8 @@
 // Layout (host byte order: every rank of a job runs the same build on the same architecture):
 //   hello (rank -> root, kBootstrapHelloBytes):  magic u32 | secret[16] | rank i32 | nranks i32 | PeerInfo
 //   reply (root -> rank):  magic u32 | status i32 | count i32 | message[200]      (kBootstrapReplyHeaderBytes)
-//                          then, when status is Success, `count` PeerInfo: those of the rank's ring neighbours
-//                          (bootstrap_plan.hpp: bootstrapNeighbours), in that order
+//                          then, when status is Success, `count` PeerInfo: those of the rank's bootstrapPeers
+//                          (bootstrap_plan.hpp), in that order
 // The secret is not checked here: the root compares it (in constant time) with its own.
 #pragma once
 
@@ -31,11 +31,11 @@ struct BootstrapHello {
   transport::PeerInfo info;  ///< info.rank == rank
 };
 
-/// What the root answers: a refusal (status and message) or the PeerInfo of the rank's ring neighbours.
+/// What the root answers: a refusal (status and message) or the PeerInfo of the rank's bootstrapPeers.
 struct BootstrapReply {
   ErrorCode status = ErrorCode::Success;
   std::string message;                     ///< why, when status is not Success (at most kBootstrapMessageBytes - 1)
-  std::vector<transport::PeerInfo> table;  ///< when Success: bootstrapNeighbours(rank, nranks), in that order
+  std::vector<transport::PeerInfo> table;  ///< when Success: bootstrapPeers(rank, nranks), in that order
 };
 
 constexpr size_t kBootstrapMessageBytes = 200;
@@ -49,7 +49,7 @@ BootstrapHello parseBootstrapHello(const uint8_t* data, size_t size);
 
 std::vector<uint8_t> encodeBootstrapReply(const BootstrapReply& reply);
 /// The size of the whole reply whose first kBootstrapReplyHeaderBytes are `header` (`size` of them given), for a
-/// rank that expects the entries of `ranks` (bootstrapNeighbours). Throws RemoteError when the header is not such a
+/// rank that expects the entries of `ranks` (bootstrapPeers). Throws RemoteError when the header is not such a
 /// reply.
 size_t bootstrapReplyBytes(const uint8_t* header, size_t size, const std::vector<int>& ranks);
 /// Checks size, magic, status (a known code), the count (ranks.size() on success, 0 on a refusal) and every table

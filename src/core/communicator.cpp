@@ -9,6 +9,7 @@
 #include "base/errors.hpp"
 #include "base/log.hpp"
 #include "base/params.hpp"
+#include "core/bootstrap_plan.hpp"
 #include "core/call_fingerprint.hpp"
 #include "core/cuda_plugin.hpp"
 #include "core/device_stager.hpp"
@@ -52,10 +53,10 @@ std::unique_ptr<CommImpl> CommImpl::create(int nranks, const UniqueIdData& id, i
   comm->links_.transports = makeTransports();
   transport::PeerInfo self = localPeerInfo(rank);
   for (auto& t : comm->links_.transports) t->listen(self);
-  auto peers = bootstrapExchange(id, rank, nranks, self, comm->timeout_);  // self and ring neighbours only
-  // The rest of the table travels on the bootstrap ring: the table's all-gather must not need another peer.
-  comm->planner_.tuner() = Tuner(comm->measured_.modelFor({}), AlgoSelection::parse("allgather:ring"));
-  comm->connect(peers);
+  auto peers = bootstrapExchange(id, rank, nranks, self, comm->timeout_);  // self and bootstrapPeers only
+  // The table's all-gather must talk to the peers the root named and no other: held to its algorithm.
+  comm->planner_.tuner() = Tuner(comm->measured_.modelFor({}), AlgoSelection::parse(tableGatherSelection()));
+  comm->connect(peers, tableGatherNeeded(nranks));  // decided alike on every rank, whatever its table holds
   comm->planner_.tuner() = Tuner(comm->measured_.modelFor(kindsInUse(comm->links_.transports, comm->links_.ctx.peers)),
                                  std::move(selection));
   comm->calibrate(comm->links_.ctx.peers);
@@ -64,7 +65,7 @@ std::unique_ptr<CommImpl> CommImpl::create(int nranks, const UniqueIdData& id, i
   return comm;
 }
 
-void CommImpl::connect(const std::vector<transport::PeerInfo>& peers) {
+void CommImpl::connect(const std::vector<transport::PeerInfo>& peers, bool gatherFirst) {
   transport::CommContext ctx;
   ctx.rank = rank_;
   ctx.nranks = nranks_;
@@ -86,7 +87,7 @@ void CommImpl::connect(const std::vector<transport::PeerInfo>& peers) {
   execConfig_.timeout = timeout_;
   execConfig_.spin = std::chrono::microseconds(base::params::spinUs());
   execConfig_.yieldWhileSpinning = links_.oversubscribed;
-  if (!tableComplete(links_.ctx.peers)) gatherTable();
+  if (gatherFirst) gatherTable();
   execConfig_.yieldWhileSpinning = links_.oversubscribed;  // now that every rank's host is known
   planner_.setTransports(transportNames(links_), links_.peerTransport);
   planner_.setHosts(hostLayoutOf(links_.ctx.peers));
@@ -97,9 +98,9 @@ void CommImpl::connect(const std::vector<transport::PeerInfo>& peers) {
   }
 }
 
-// The bootstrap root sent this rank its ring neighbours' PeerInfo only (bootstrap_plan.hpp): the ranks all-gather
-// the rest on that ring (the tuner allows only ring for AllGather meanwhile), connecting to their neighbours on
-// first use like any call.
+// The bootstrap root sent this rank the PeerInfo of its bootstrapPeers only (bootstrap_plan.hpp): the ranks
+// all-gather the rest in O(log N) rounds with kTableGatherAlgorithm (the tuner allows only that for AllGather
+// meanwhile), connecting to those peers on first use like any call.
 void CommImpl::gatherTable() {
   std::vector<transport::PeerInfo> table(static_cast<size_t>(nranks_));
   const transport::PeerInfo mine = links_.ctx.peers[static_cast<size_t>(rank_)];

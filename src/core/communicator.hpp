@@ -72,11 +72,12 @@ class CommImpl {
  private:
   CommImpl(int rank, int nranks, const Options& options);
   /// Prepares the links to `peers` (setup.hpp) and makes the executor; with eager connection connects every
-  /// peer and ends with a barrier, else connects none (ensureConnected does, per call).
-  void connect(const std::vector<transport::PeerInfo>& peers);
+  /// peer and ends with a barrier, else connects none (ensureConnected does, per call). gatherFirst (init from the
+  /// bootstrap root): the ranks first all-gather the table's missing entries (gatherTable).
+  void connect(const std::vector<transport::PeerInfo>& peers, bool gatherFirst = false);
   /// The user's calls start: the flight recorder, the stats and the trace (when COLLIE_TRACE is set) see them.
   void startRecording();
-  /// All-gathers the PeerInfo table on the bootstrap ring (when the root sent only the neighbours').
+  /// All-gathers the PeerInfo table from the entries the bootstrap root sent (bootstrap_plan.hpp).
   void gatherTable();
   /// Connects the peers the jobs' schedules name that have no connection yet (lazy connection).
   void ensureConnected(const std::vector<Job>& jobs);

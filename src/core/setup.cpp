@@ -130,12 +130,6 @@ void completeLinks(Links& links, std::vector<transport::PeerInfo> peers) {
   chooseTransports(links);
 }
 
-bool tableComplete(const std::vector<transport::PeerInfo>& peers) {
-  for (const auto& p : peers)
-    if (p.rank < 0) return false;
-  return true;
-}
-
 int connectPeers(Links& links, const std::vector<int>& peers) {
   const transport::CommContext& ctx = links.ctx;
   std::vector<std::vector<int>> chosen(links.transports.size());
@@ -144,8 +138,8 @@ int connectPeers(Links& links, const std::vector<int>& peers) {
                           p, ctx.nranks);
     if (p == ctx.rank || links.conns[static_cast<size_t>(p)]) continue;
     COLLIE_INTERNAL_CHECK(links.transportOf[static_cast<size_t>(p)] >= 0,
-                          "%s rank %d: a call needs rank %d before its address is known (init's all-gather runs on "
-                          "the bootstrap ring only)",
+                          "%s rank %d: a call needs rank %d before its address is known (init's all-gather talks "
+                          "only to the peers the bootstrap root named)",
                           ctx.name.c_str(), ctx.rank, p);
     auto& list = chosen[static_cast<size_t>(links.transportOf[static_cast<size_t>(p)])];
     if (std::find(list.begin(), list.end(), p) == list.end()) list.push_back(p);

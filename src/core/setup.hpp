@@ -44,8 +44,6 @@ bool connectEagerly(ConnectMode mode);
 void initLinks(Links& links, transport::CommContext ctx);
 /// Gives links the whole table once the ranks have all-gathered it (bootstrap_plan.hpp), keeping the connections.
 void completeLinks(Links& links, std::vector<transport::PeerInfo> peers);
-/// Whether every entry of the table is known.
-bool tableComplete(const std::vector<transport::PeerInfo>& peers);
 /// Connects this rank to each of `peers` it has no connection to yet, transport by transport in the order of
 /// preference (all of one transport's peers at once). Collective per pair: every listed peer must, in a connect of
 /// its own, list this rank (a call's schedule names its peers on both sides, so the calls of one collective do).

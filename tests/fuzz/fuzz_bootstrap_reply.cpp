@@ -2,8 +2,8 @@
 // core::parseBootstrapReply on the whole reply, as bootstrapExchange calls them: the bytes come from whatever
 // answers at the root's address). The first input byte is the rank's nranks minus one (so 0 to 255 ranks are
 // tried, 0 being invalid), the second its rank; the rest is the reply. Invariants: a reply that parses is a refusal
-// with a message that fits its field, or the well-formed entries of the rank's ring neighbours
-// (bootstrapNeighbours), in order; encoded and parsed again, it is the same (the message cut to what encoding keeps).
+// with a message that fits its field, or the well-formed entries of the rank's bootstrapPeers (bootstrap_plan.hpp),
+// in order; encoded and parsed again, it is the same (the message cut to what encoding keeps).
 #include <cstring>
 
 #include "base/errors.hpp"
@@ -17,7 +17,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const int nranks = static_cast<int>(data[0]) - 1;
   const int rank = static_cast<int>(data[1]);
   if (nranks < 1 || rank >= nranks) return 0;  // bootstrapExchange's caller checked these
-  const std::vector<int> ranks = core::bootstrapNeighbours(rank, nranks);
+  const std::vector<int> ranks = core::bootstrapPeers(rank, nranks);
   const uint8_t* bytes = data + 2;
   const size_t n = size - 2;
   try {

@@ -113,23 +113,27 @@ std::vector<int> allRanks(int n) {
   return out;
 }
 
-TEST(BootstrapWire, NeighbourReplyRoundTripsForEveryRankOfSmallRings) {
-  for (int n = 1; n <= 6; ++n) {
+TEST(BootstrapWire, PeersReplyRoundTripsForEveryRankOfSmallCommunicators) {
+  for (int n = 1; n <= 9; ++n) {
     for (int rank = 0; rank < n; ++rank) {
-      const std::vector<int> neighbours = bootstrapNeighbours(rank, n);
-      EXPECT_EQ(neighbours.size(), static_cast<size_t>(std::min(n - 1, 2))) << rank << " of " << n;
+      const std::vector<int> peers = bootstrapPeers(rank, n);
       BootstrapReply in;
-      for (int p : neighbours) in.table.push_back(infoOf(p));
+      for (int p : peers) in.table.push_back(infoOf(p));
       const std::vector<uint8_t> bytes = encodeBootstrapReply(in);
-      BootstrapReply out = parseBootstrapReply(bytes.data(), bytes.size(), neighbours);
-      ASSERT_EQ(out.table.size(), neighbours.size());
-      for (size_t i = 0; i < neighbours.size(); ++i) expectSameInfo(out.table[i], in.table[i]);
-      if (neighbours.size() == 2)  // the entries in another order are refused
-        failure([&] { parseBootstrapReply(bytes.data(), bytes.size(), {neighbours[1], neighbours[0]}); });
+      BootstrapReply out = parseBootstrapReply(bytes.data(), bytes.size(), peers);
+      ASSERT_EQ(out.table.size(), peers.size());
+      for (size_t i = 0; i < peers.size(); ++i) expectSameInfo(out.table[i], in.table[i]);
+      if (peers.size() >= 2)  // the entries in another order are refused
+        failure([&] {
+          std::vector<int> swapped = peers;
+          std::swap(swapped[0], swapped[1]);
+          parseBootstrapReply(bytes.data(), bytes.size(), swapped);
+        });
     }
   }
-  EXPECT_EQ(bootstrapNeighbours(0, 8), (std::vector<int>{1, 7}));
-  EXPECT_EQ(bootstrapNeighbours(5, 8), (std::vector<int>{4, 6}));
+  // Recursive doubling: rank r's partners r ^ 1, r ^ 2, r ^ 4 for 8 ranks.
+  EXPECT_EQ(bootstrapPeers(0, 8), (std::vector<int>{1, 2, 4}));
+  EXPECT_EQ(bootstrapPeers(5, 8), (std::vector<int>{1, 4, 7}));
 }
 
 TEST(BootstrapWire, TableReplyRoundTrips) {
