@@ -56,9 +56,11 @@ TEST(BootstrapPlan, TheRootSendsEachRankAtMostLogNEntriesSymmetricallyCoveringIt
       }
       EXPECT_LE(mine.size(), static_cast<size_t>(floorLog2(n) + 1)) << r << " of " << n;
       for (const algorithms::Step& s : tableGatherSchedule(r, n).steps)
-        for (int p : {s.sendPeer, s.recvPeer})
-          if (p >= 0 && p != r)
+        for (int p : {s.sendPeer, s.recvPeer}) {
+          if (p >= 0 && p != r) {
             ASSERT_TRUE(std::binary_search(mine.begin(), mine.end(), p)) << p << " for " << r << " of " << n;
+          }
+        }
     }
     for (int r = 0; r < n; ++r)
       for (int p : peers[static_cast<size_t>(r)])
@@ -97,7 +99,9 @@ TEST(BootstrapPlan, EveryRankEndsWithTheRootsTableInLogNRounds) {
     EXPECT_EQ(tableGatherRounds(n), ceilLog2(n) + (powerOfTwo ? 0 : 1)) << n << " ranks";
     EXPECT_LE(res.seconds, tableGatherRounds(n)) << n << " ranks";
     EXPECT_GE(res.seconds, ceilLog2(n)) << n << " ranks";
-    if (powerOfTwo) EXPECT_DOUBLE_EQ(res.seconds, tableGatherRounds(n)) << n << " ranks";
+    if (powerOfTwo) {
+      EXPECT_DOUBLE_EQ(res.seconds, tableGatherRounds(n)) << n << " ranks";
+    }
     // O(N) bytes per rank: what a rank holds at most doubles each round, so the doubling sends less than 2N entries,
     // and a folding rank sends the whole table back once.
     EXPECT_LE(res.maxBytesSent, 3 * static_cast<uint64_t>(n) * o.count) << n << " ranks";
