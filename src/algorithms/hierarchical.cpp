@@ -1,7 +1,7 @@
-// Hierarchical (host-aware) algorithms: AllReduce, Broadcast and Reduce that move each byte across the network once per
-// host instead of once per rank, and use every rank's link to do it. Rank arithmetic in patterns/hosts.hpp:
-// H hosts, host h holds L_h ranks (uneven allowed), the buffer is cut into S = max L_h shards, and shard j is
-// owned on host h by its rank of local index j mod L_h (one shard per rank when the hosts are even).
+// Hierarchical (host-aware) algorithms: AllReduce, Broadcast, Reduce, AllGather and ReduceScatter that move each byte
+// across the network once per host instead of once per rank, and use every rank's link to do it. Rank arithmetic in
+// patterns/hosts.hpp: H hosts, host h holds L_h ranks (uneven allowed), the buffer is cut into S = max L_h shards, and
+// shard j is owned on host h by its rank of local index j mod L_h (one shard per rank when the hosts are even).
 //
 // AllReduce, on rank r of host h (local index i):
 //   1. reduce-scatter inside the host (shared memory in practice): r sends input shard j to the shard's owner on
@@ -33,9 +33,28 @@
 //      its own (RecvReduceSend through a transient slot), pipelined in slices; the owner on ht folds the last;
 //   3. the owners on ht send their shards to t (t's own shards are folded straight into its output).
 //
-// AllGather and ReduceScatter have no hierarchical schedule (supports() says so): their blocks belong to ranks, not
-// to shards, so a host's share would have to be gathered in rank order on every host and permuted for uneven
-// hosts; the tuner uses the flat algorithms for them.
+// AllGather and ReduceScatter: the blocks belong to ranks, so shard j is the set of blocks of the ranks of local
+// index j (HostLayout::blockRank: one per host that has such a rank), and its owner on host h is that rank itself
+// (on a host of fewer ranks, the rank owning j mod L_h carries it with no block of its own). Shards are lists of
+// pieces: runs of consecutive ranks' blocks merge into one (rank r on host r mod H makes each shard one piece).
+//
+// AllGather, on rank r of host h:
+//   1. all-gather of each owned shard between hosts: the owners of shard j run the ring all-gather (compose.hpp)
+//      over the hosts, each putting in its host's block of the shard (r's own input, or nothing), so that each
+//      owner ends with the shard's block of every host, in place in its output. Each host's link carries
+//      L (H-1) blocks, one ring per rank; the flat ring with interleaved hosts passes L (n-1) through it.
+//   2. all-gather inside the host as above: each owner sends its shards' pieces to the other ranks of h.
+//
+// ReduceScatter, on rank r of host h (AllGather backwards):
+//   1. reduce-scatter inside the host as for AllReduce, with shard j's pieces: the owner of shard j folds every
+//      block of the shard over the ranks of h into Scratch (same offsets as the input), so it holds the host's
+//      partial sums of the blocks that leave h through its link. A host of one rank skips it (its input is its
+//      host's partial); on one host the owner of shard j is rank j and folds its block straight into its output.
+//   2. reduce-scatter of each owned shard between hosts: the owners of shard j run the ring reduce-scatter over
+//      the hosts on those partials; the chain of host g's block ends at its owner on g, rank blockRank(g, j),
+//      whose output gets it: rank r ends with block r reduced over every rank. Each host's link carries L (H-1)
+//      blocks, against L (n-1) for the flat ring with interleaved hosts.
+//   No shape is refused: uneven hosts only give some ranks shards without a block of their own to carry.
 #include <vector>
 
 #include "algorithms/algorithms.hpp"
@@ -78,47 +97,94 @@ void endPhase(Schedule& sch) {
   if (!sch.steps.empty()) sch.steps.back().overlapNext = false;
 }
 
-// Phase 1 of both: reduce-scatter inside the host. Every rank sends the shards it does not own (from in) to their
-// owners; an owner folds its shard from the other ranks of its host into `into(offset)` (out for AllReduce, Scratch
-// for Reduce), the first fold reading its own input. A host of one rank copies its input there.
+// A piece of a shard: `count` elements from element `offset` (of whichever buffer a phase reads or writes).
+struct Piece {
+  size_t offset = 0;
+  size_t count = 0;
+};
+// By shard: its pieces, in the order every rank lists them.
+using ShardPieces = std::vector<std::vector<Piece>>;
+
+// AllReduce, Broadcast, Reduce: shard j is the j-th of `parts` even chunks of the buffer.
+ShardPieces evenShards(size_t count, int parts) {
+  const ChunkSplit split{count, parts};
+  ShardPieces shards(static_cast<size_t>(parts));
+  for (int j = 0; j < parts; ++j) shards[static_cast<size_t>(j)].push_back({split.offset(j), split.size(j)});
+  return shards;
+}
+
+// AllGather, ReduceScatter: shard j holds the blocks of the ranks of local index j, in host order; the blocks of
+// consecutive ranks merge into one piece.
+ShardPieces blockShards(const HostLayout& hl, size_t block) {
+  ShardPieces shards(static_cast<size_t>(hl.maxLocal));
+  for (int j = 0; j < hl.maxLocal; ++j) {
+    auto& pieces = shards[static_cast<size_t>(j)];
+    for (int h = 0; h < hl.nhosts(); ++h) {
+      const int q = hl.blockRank(h, j);
+      if (q < 0) continue;
+      const size_t at = static_cast<size_t>(q) * block;
+      if (!pieces.empty() && pieces.back().offset + pieces.back().count == at) {
+        pieces.back().count += block;
+      } else {
+        pieces.push_back({at, block});
+      }
+    }
+  }
+  return shards;
+}
+
+// Phase 1 of AllReduce, Reduce and ReduceScatter: reduce-scatter inside the host. Every rank sends the pieces of
+// the shards it does not own (from in) to their owners; an owner folds each piece of its shards from the other
+// ranks of its host into `into(offset)` (out for AllReduce, Scratch for Reduce), the first fold reading its own
+// input. A host of one rank copies its input there (`count` elements: the pieces tile [0, count)).
 template <typename Into>
-void reduceScatterInHost(Schedule& sch, const HostLayout& hl, int rank, const ChunkSplit& shards, size_t count,
+void reduceScatterInHost(Schedule& sch, const HostLayout& hl, int rank, const ShardPieces& shards, size_t count,
                          Into into) {
   const Place me = placeOf(hl, rank);
   if (me.nlocal == 1) {
     sch.steps.push_back(steps::copy(steps::in(0), into(0), count));
     return;
   }
-  for (int j = 0; j < shards.parts; ++j)
-    if (!me.owns(j)) push(sch, steps::send(hl.owner(me.host, j), steps::in(shards.offset(j)), shards.size(j)), true);
-  for (int j = 0; j < shards.parts; ++j) {
+  const int nshards = static_cast<int>(shards.size());
+  for (int j = 0; j < nshards; ++j)
+    if (!me.owns(j))
+      for (const Piece& c : shards[static_cast<size_t>(j)])
+        push(sch, steps::send(hl.owner(me.host, j), steps::in(c.offset), c.count), true);
+  for (int j = 0; j < nshards; ++j) {
     if (!me.owns(j)) continue;
-    int prev = -1;
-    for (int p : hl.ranks[static_cast<size_t>(me.host)]) {
-      if (p == rank) continue;
-      Range src = prev < 0 ? steps::in(shards.offset(j)) : into(shards.offset(j));
-      Step s = steps::recvReduce(p, -1, src, into(shards.offset(j)), shards.size(j));
-      s.sliceAfter = prev;
-      prev = push(sch, s, true);
+    for (const Piece& c : shards[static_cast<size_t>(j)]) {
+      int prev = -1;
+      for (int p : hl.ranks[static_cast<size_t>(me.host)]) {
+        if (p == rank) continue;
+        Range src = prev < 0 ? steps::in(c.offset) : into(c.offset);
+        Step s = steps::recvReduce(p, -1, src, into(c.offset), c.count);
+        s.sliceAfter = prev;
+        prev = push(sch, s, true);
+      }
+      endPhase(sch);  // the next piece's folds (or phase 2) wait for this piece's last fold, hence all of them
     }
-    endPhase(sch);  // the next shard's folds (or phase 2) wait for this shard's last fold
   }
 }
 
-// Phase 3 of both: every owner sends its shards (from out) to the other ranks of its host, which receive the
-// shards they do not own. `skip` (a rank of this host, or -1) receives nothing.
-void allGatherShards(Schedule& sch, const HostLayout& hl, int rank, const ChunkSplit& shards, int skip) {
+// The last phase of AllReduce, Broadcast and AllGather: every owner sends its shards' pieces (from out) to the
+// other ranks of its host, which receive the pieces they do not own. `skip` (a rank of this host, or -1) receives
+// nothing.
+void allGatherInHost(Schedule& sch, const HostLayout& hl, int rank, const ShardPieces& shards, int skip) {
   const Place me = placeOf(hl, rank);
   const auto& locals = hl.ranks[static_cast<size_t>(me.host)];
   if (locals.size() < 2) return;
-  for (int j = 0; j < shards.parts; ++j) {
+  const int nshards = static_cast<int>(shards.size());
+  for (int j = 0; j < nshards; ++j) {
     if (!me.owns(j)) continue;
-    for (int p : locals)
-      if (p != rank && p != skip) push(sch, steps::send(p, steps::out(shards.offset(j)), shards.size(j)), true);
+    for (const Piece& c : shards[static_cast<size_t>(j)])
+      for (int p : locals)
+        if (p != rank && p != skip) push(sch, steps::send(p, steps::out(c.offset), c.count), true);
   }
   if (rank != skip) {
-    for (int j = 0; j < shards.parts; ++j)
-      if (!me.owns(j)) push(sch, steps::recv(hl.owner(me.host, j), steps::out(shards.offset(j)), shards.size(j)), true);
+    for (int j = 0; j < nshards; ++j)
+      if (!me.owns(j))
+        for (const Piece& c : shards[static_cast<size_t>(j)])
+          push(sch, steps::recv(hl.owner(me.host, j), steps::out(c.offset), c.count), true);
   }
   endPhase(sch);
 }
@@ -137,7 +203,8 @@ Schedule allReduce(const ScheduleKey& k, const HostLayout& hl) {
   const Place me = placeOf(hl, k.rank);
   const ChunkSplit shards{k.count, hl.maxLocal};
   // 1. reduce-scatter inside the host
-  reduceScatterInHost(sch, hl, k.rank, shards, k.count, [](size_t off) { return steps::out(off); });
+  const ShardPieces even = evenShards(k.count, hl.maxLocal);
+  reduceScatterInHost(sch, hl, k.rank, even, k.count, [](size_t off) { return steps::out(off); });
   // 2. all-reduce of each owned shard between hosts
   if (hl.nhosts() > 1) {
     for (int j = 0; j < shards.parts; ++j) {
@@ -149,7 +216,7 @@ Schedule allReduce(const ScheduleKey& k, const HostLayout& hl) {
     }
   }
   // 3. all-gather inside the host
-  allGatherShards(sch, hl, k.rank, shards, -1);
+  allGatherInHost(sch, hl, k.rank, even, -1);
   return sch;
 }
 
@@ -186,7 +253,7 @@ Schedule broadcast(const ScheduleKey& k, const HostLayout& hl) {
   }
   endPhase(sch);
   // 3. all-gather inside each host (the root has everything already)
-  allGatherShards(sch, hl, k.rank, shards, pos == 0 ? k.root : -1);
+  allGatherInHost(sch, hl, k.rank, evenShards(k.count, hl.maxLocal), pos == 0 ? k.root : -1);
   return sch;
 }
 
@@ -209,7 +276,8 @@ Schedule reduce(const ScheduleKey& k, const HostLayout& hl) {
   const ChunkSplit shards{k.count, hl.maxLocal};
   auto part = [&](int j) { return steps::scratch(shards.offset(j)); };
   // 1. reduce-scatter inside the host, into Scratch
-  reduceScatterInHost(sch, hl, k.rank, shards, k.count, [](size_t off) { return steps::scratch(off); });
+  reduceScatterInHost(sch, hl, k.rank, evenShards(k.count, hl.maxLocal), k.count,
+                      [](size_t off) { return steps::scratch(off); });
   // 2. the chain of each owned shard over the hosts, ending on the root's host
   for (int j = 0; j < shards.parts; ++j) {
     if (!me.owns(j)) continue;
@@ -241,6 +309,72 @@ Schedule reduce(const ScheduleKey& k, const HostLayout& hl) {
   return sch;
 }
 
+Schedule allGather(const ScheduleKey& k, const HostLayout& hl) {
+  Schedule sch;
+  const size_t block = k.count;
+  sch.inputCount = block;
+  sch.outputCount = block * static_cast<size_t>(k.nranks);
+  const Place me = placeOf(hl, k.rank);
+  const int H = hl.nhosts();
+  const ShardPieces shards = blockShards(hl, block);
+  sch.steps.push_back(steps::copy(steps::in(0), steps::out(static_cast<size_t>(k.rank) * block), block));
+  // 1. all-gather of each owned shard between hosts, each host putting in its block of the shard
+  if (H > 1) {
+    for (int j = 0; j < hl.maxLocal; ++j) {
+      if (!me.owns(j)) continue;
+      const std::vector<int> group = ownersOf(hl, j);
+      std::vector<RingBlock> blocks;
+      for (int g = 0; g < H; ++g) {
+        const int q = hl.blockRank(g, j);
+        blocks.push_back({steps::out(q < 0 ? 0 : static_cast<size_t>(q) * block), q < 0 ? 0 : block});
+      }
+      appendRingAllGather(sch, RingGroup{H, me.host, &group}, blocks, steps::in(0));
+      endPhase(sch);
+    }
+  }
+  // 2. all-gather inside the host
+  allGatherInHost(sch, hl, k.rank, shards, -1);
+  return sch;
+}
+
+Schedule reduceScatter(const ScheduleKey& k, const HostLayout& hl) {
+  Schedule sch;
+  const size_t block = k.count;
+  sch.inputCount = block * static_cast<size_t>(k.nranks);
+  sch.outputCount = sch.resultCount = block;
+  sch.result = steps::out(0);
+  if (k.nranks == 1) {
+    sch.steps.push_back(steps::copy(steps::in(0), steps::out(0), block));
+    return sch;
+  }
+  const Place me = placeOf(hl, k.rank);
+  const int H = hl.nhosts();
+  const bool folds = me.nlocal > 1;  // else this rank's input is its host's partial
+  // 1. reduce-scatter inside the host: into Scratch, or on one host (where shard j is block j, owned by rank j)
+  // straight into the output
+  if (folds) {
+    if (H > 1) sch.scratchCount = sch.inputCount;
+    reduceScatterInHost(sch, hl, k.rank, blockShards(hl, block), sch.inputCount,
+                        [H](size_t off) { return H > 1 ? steps::scratch(off) : steps::out(0); });
+  }
+  // 2. reduce-scatter of each owned shard between hosts: block blockRank(g, j) ends on its own rank
+  if (H > 1) {
+    for (int j = 0; j < hl.maxLocal; ++j) {
+      if (!me.owns(j)) continue;
+      const std::vector<int> group = ownersOf(hl, j);
+      std::vector<RingBlock> partials;
+      for (int g = 0; g < H; ++g) {
+        const int q = hl.blockRank(g, j);
+        const size_t at = q < 0 ? 0 : static_cast<size_t>(q) * block;
+        partials.push_back({folds ? steps::scratch(at) : steps::in(at), q < 0 ? 0 : block});
+      }
+      appendRingReduceScatter(sch, RingGroup{H, me.host, &group}, partials, steps::out(0));
+      endPhase(sch);
+    }
+  }
+  return sch;
+}
+
 }  // namespace
 
 Schedule buildHierarchical(const ScheduleKey& key, const HostLayout& hosts) {
@@ -255,6 +389,10 @@ Schedule buildHierarchical(const ScheduleKey& key, const HostLayout& hosts) {
       return broadcast(key, hl);
     case Collective::Reduce:
       return reduce(key, hl);
+    case Collective::AllGather:
+      return allGather(key, hl);
+    case Collective::ReduceScatter:
+      return reduceScatter(key, hl);
     default:
       break;
   }

@@ -17,6 +17,8 @@
 // the root (root+1 -> ... -> root), both pipelined in slices.
 #include "algorithms/patterns/ring.hpp"
 
+#include <vector>
+
 #include "algorithms/algorithms.hpp"
 #include "algorithms/compose.hpp"
 #include "algorithms/steps.hpp"
@@ -53,7 +55,7 @@ Schedule allReduce(const ScheduleKey& k) {
 // Input: n blocks of k.count; rank r ends with block r reduced in Output[0, count).
 Schedule reduceScatter(const ScheduleKey& k) {
   Schedule sch;
-  const int n = k.nranks, r = k.rank, next = ringAdd(r, 1, n), prev = ringAdd(r, -1, n);
+  const int n = k.nranks;
   const size_t block = k.count;
   sch.inputCount = block * static_cast<size_t>(n);
   sch.outputCount = block;
@@ -63,30 +65,24 @@ Schedule reduceScatter(const ScheduleKey& k) {
     sch.steps.push_back(steps::copy(in(0), out(0), block));
     return sch;
   }
-  auto at = [&](int delta) { return static_cast<size_t>(ringAdd(r, delta, n)) * block; };
-  sch.steps.push_back(overlapping(steps::send(next, in(at(-1)), block)));
-  for (int s = 0; s <= n - 3; ++s) {
-    sch.steps.push_back(steps::recvReduce(prev, next, in(at(-2 - s)), transient(), block));
-  }
-  sch.steps.push_back(steps::recvReduce(prev, -1, in(at(0)), out(0), block));
+  std::vector<RingBlock> partials;
+  for (int p = 0; p < n; ++p) partials.push_back({in(static_cast<size_t>(p) * block), block});
+  appendRingReduceScatter(sch, RingGroup{n, k.rank}, partials, out(0));
   return sch;
 }
 
 // Output: n blocks of k.count; block r comes from rank r's input.
 Schedule allGather(const ScheduleKey& k) {
   Schedule sch;
-  const int n = k.nranks, r = k.rank, next = ringAdd(r, 1, n), prev = ringAdd(r, -1, n);
+  const int n = k.nranks;
   const size_t block = k.count;
   sch.inputCount = block;
   sch.outputCount = block * static_cast<size_t>(n);
-  auto at = [&](int delta) { return static_cast<size_t>(ringAdd(r, delta, n)) * block; };
-  sch.steps.push_back(steps::copy(in(0), out(at(0)), block));
+  sch.steps.push_back(steps::copy(in(0), out(static_cast<size_t>(k.rank) * block), block));
   if (n == 1) return sch;
-  sch.steps.push_back(overlapping(steps::send(next, in(0), block)));
-  for (int s = 1; s <= n - 2; ++s) {
-    sch.steps.push_back(steps::recvCopySend(prev, next, out(at(-s)), block));
-  }
-  sch.steps.push_back(steps::recv(prev, out(at(1)), block));
+  std::vector<RingBlock> blocks;
+  for (int p = 0; p < n; ++p) blocks.push_back({out(static_cast<size_t>(p) * block), block});
+  appendRingAllGather(sch, RingGroup{n, k.rank}, blocks, in(0));
   return sch;
 }
 
@@ -151,6 +147,25 @@ void appendRingAllReduce(Schedule& sch, const RingGroup& g, Range src, Range dst
   }
   int last = chunk(2);
   sch.steps.push_back(steps::recv(prev, from(dst, last), chunks.size(last)));
+}
+
+void appendRingAllGather(Schedule& sch, const RingGroup& g, const std::vector<RingBlock>& blocks, Range own) {
+  const int n = g.size, p = g.pos;
+  const int next = g.rankAt(ringAdd(p, 1, n)), prev = g.rankAt(ringAdd(p, -1, n));
+  auto block = [&](int delta) { return blocks[static_cast<size_t>(ringAdd(p, delta, n))]; };
+  sch.steps.push_back(overlapping(steps::send(next, own, block(0).count)));
+  for (int s = 1; s <= n - 2; ++s) sch.steps.push_back(steps::recvCopySend(prev, next, block(-s).at, block(-s).count));
+  sch.steps.push_back(steps::recv(prev, block(1).at, block(1).count));
+}
+
+void appendRingReduceScatter(Schedule& sch, const RingGroup& g, const std::vector<RingBlock>& partials, Range dst) {
+  const int n = g.size, p = g.pos;
+  const int next = g.rankAt(ringAdd(p, 1, n)), prev = g.rankAt(ringAdd(p, -1, n));
+  auto part = [&](int delta) { return partials[static_cast<size_t>(ringAdd(p, delta, n))]; };
+  sch.steps.push_back(overlapping(steps::send(next, part(-1).at, part(-1).count)));
+  for (int s = 0; s <= n - 3; ++s)
+    sch.steps.push_back(steps::recvReduce(prev, next, part(-2 - s).at, transient(), part(-2 - s).count));
+  sch.steps.push_back(steps::recvReduce(prev, -1, part(0).at, dst, part(0).count));
 }
 
 Schedule buildRing(const ScheduleKey& key) {

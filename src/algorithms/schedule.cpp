@@ -113,7 +113,8 @@ bool supports(Algorithm algo, Collective coll) {
     case Algorithm::HalvingDoubling:
       return coll == Collective::AllReduce || coll == Collective::AllGather || coll == Collective::ReduceScatter;
     case Algorithm::Hierarchical:
-      return coll == Collective::AllReduce || coll == Collective::Broadcast || coll == Collective::Reduce;
+      return coll == Collective::AllReduce || coll == Collective::Broadcast || coll == Collective::Reduce ||
+             coll == Collective::AllGather || coll == Collective::ReduceScatter;
   }
   return false;
 }

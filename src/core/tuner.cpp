@@ -178,6 +178,15 @@ double hierarchicalSeconds(const CostModel& m, Collective coll, int nranks, size
   const double S = static_cast<double>(bytes), shard = S / L;
   const double slice = static_cast<double>(std::max<size_t>(sliceBytes, 1));
   const LinkCost intra = multi ? m.intra : m.link, inter = m.inter;
+  if (coll == Collective::AllGather || coll == Collective::ReduceScatter) {
+    // S is one rank's block. One ring per rank of a host between the hosts (H-1 hops; the host's link carries
+    // L (H-1) blocks) and one exchange inside the host, in which each rank passes the H blocks of its shard to the
+    // L-1 others; ReduceScatter folds those H (L-1) blocks inside the host, then H-1 more along its ring.
+    double t = L > 1 ? (1 + (L - 2) / 4) * intra.alpha + (L - 1) * H * S * intra.beta : 0;
+    if (H > 1) t += (H - 1) * inter.alpha + L * (H - 1) * S * inter.beta;
+    if (coll == Collective::ReduceScatter) t += ((L - 1) * H + (H - 1)) * S * m.gamma;
+    return t;
+  }
   // One exchange inside a host (reduce-scatter, scatter or all-gather): the L-1 messages go out at once (alpha
   // for the first, a quarter for each further one, as for direct); each rank moves (L-1)/L of the buffer.
   const double round = L > 1 ? (1 + (L - 2) / 4) * intra.alpha + (L - 1) / L * S * intra.beta : 0;
@@ -278,7 +287,9 @@ void chooseSlicing(Collective coll, Algorithm algo, const std::string& transport
     case Algorithm::Direct:
       break;
     case Algorithm::Hierarchical:
-      piece = bytes / n;  // the ring between hosts moves a shard's chunks: bytes / (ranks per host x hosts)
+      // The ring between hosts moves a shard's chunks: bytes / (ranks per host x hosts); for AllGather and
+      // ReduceScatter a rank's block (bytes).
+      if (coll != Collective::AllGather && coll != Collective::ReduceScatter) piece = bytes / n;
       break;
   }
   // Measured with perf/all_reduce_perf on 2 and 4 processes (2 cores): over tcp, 4 KiB slices lose 2-3x to

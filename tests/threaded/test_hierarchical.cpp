@@ -2,9 +2,10 @@
 // hosts by COLLIE_HOST_ID (rank%K: host r mod K, interleaved as on the test bed; rank/K: host r / K, the last host
 // short when K does not divide the ranks: uneven). Ranks of one host talk over shm, hosts over TCP, as on a
 // cluster. COLLIE_HOST_ID is read once per process, so each test runs itself again in a child process with it set.
-// Forced with COLLIE_ALGO=hier for AllReduce, Broadcast and Reduce, for 2..8 ranks, two types x two ops x counts from 0
-// to 300001 (several slices per step), in place and out of place, checked element by element; after every call the
-// algorithm that ran is checked to be hier. Plus: the hosts are what COLLIE_HOST_ID says (shm inside, tcp
+// Forced with COLLIE_ALGO=hier for AllReduce, Broadcast, Reduce, AllGather and ReduceScatter, for 2..8 ranks, two
+// types x two ops x counts from 0 to 300001 (several slices per step; 65537 per rank for AllGather and ReduceScatter),
+// in place and out of place, checked element by element; after every call the algorithm that ran is checked to be
+// hier. Plus: the hosts are what COLLIE_HOST_ID says (shm inside, tcp
 // between), and a bad COLLIE_HOST_ID fails communicator creation naming it.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -62,7 +63,8 @@ TEST_P(HierarchicalMatrix, TypesOpsCountsAndPlacement) {
   Matrix m;
   m.types = {DataType::Float32, DataType::Int64};
   m.ops = {ReduceOp::Sum, ReduceOp::Avg};
-  m.counts = {0, 1, 7, static_cast<size_t>(c.nranks + 1), 4097, 300001};
+  const bool perRank = c.coll == Coll::AllGather || c.coll == Coll::ReduceScatter;  // counts per rank
+  m.counts = {0, 1, 7, static_cast<size_t>(c.nranks + 1), 4097, perRank ? size_t{65537} : size_t{300001}};
   ThreadLauncher::run(
       c.nranks, [&](Communicator& comm) { runMatrix(comm, c.coll, m); }, testOptions());
 }
@@ -73,7 +75,15 @@ std::vector<Case> cases() {
     for (int n : {2, 3, 4, 5, 6, 7, 8}) out.push_back({"rank%2", n, coll});  // 2 hosts, interleaved (uneven if odd)
     for (int n : {4, 7, 8}) out.push_back({"rank/3", n, coll});              // hosts of 3, 3, and 1 or 2
   }
+  for (Coll coll : {Coll::AllGather, Coll::ReduceScatter}) {
+    for (int n : {2, 3, 4, 5, 8}) out.push_back({"rank%2", n, coll});
+    for (int n : {4, 7}) out.push_back({"rank/3", n, coll});
+    out.push_back({"rank/2", 6, coll});  // hosts of consecutive ranks: a shard's blocks are not adjacent
+    out.push_back({"rank%3", 8, coll});  // 3, 3, 2
+  }
   out.push_back({"rank%4", 8, Coll::AllReduce});  // the test bed's 4 hosts x 2 ranks
+  out.push_back({"rank%4", 8, Coll::AllGather});
+  out.push_back({"rank%4", 8, Coll::ReduceScatter});
   out.push_back({"rank%3", 8, Coll::Broadcast});  // 3, 3, 2
   return out;
 }

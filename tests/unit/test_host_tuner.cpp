@@ -2,7 +2,7 @@
 // forms place ranks as documented and refuse what places nothing; the shape of a layout (hosts, ranks per host,
 // flat-ring streams per host link); on one host the tuner never picks the hierarchical algorithm unless forced;
 // across hosts it picks it where the model says the shared network links make the flat algorithms slow, and the
-// simulator with hosts agrees that it is the fastest there.
+// simulator with hosts agrees that it is the fastest there (AllReduce, Broadcast, Reduce; AllGather, ReduceScatter).
 #include <gtest/gtest.h>
 
 #include <string>
@@ -123,6 +123,57 @@ TEST(HostTuner, SimulatorAgreesAcrossHosts) {
     for (Algorithm a : {Algorithm::Ring, Algorithm::Tree, Algorithm::HalvingDoubling})
       EXPECT_LE(hier, timed(a) * 1.001) << algorithms::algorithmName(a) << " " << hosts << "x" << perHost;
     EXPECT_GE(timed(Algorithm::Ring) / hier, 1.5) << hosts << "x" << perHost;
+  }
+}
+
+// AllGather and ReduceScatter (sizes per rank): on one host hier only when forced; across hosts, whether the ranks of
+// a host are interleaved (the test bed) or consecutive, hier from 1 MiB per rank up, and the simulator agrees on
+// the test bed's shapes that it beats the flat ring by 1.5x or more there.
+TEST(HostTuner, GathersPickHierAcrossHostsFromAMebibyteUp) {
+  const Collective gathers[] = {Collective::AllGather, Collective::ReduceScatter};
+  for (int n : {2, 4, 8}) {
+    for (Collective c : gathers) {
+      Tuner t(CostModel::defaults("shm"), AlgoSelection{});
+      Tuner forced(CostModel::defaults("shm"), AlgoSelection::parse("allgather:hier;reducescatter:hier"));
+      for (size_t bytes = 8; bytes <= (size_t{64} << 20); bytes *= 64) {
+        EXPECT_NE(t.choose(c, n, bytes).algorithm, Algorithm::Hierarchical) << n << " ranks, " << bytes << " B";
+        EXPECT_EQ(forced.choose(c, n, bytes).algorithm, Algorithm::Hierarchical) << n << " ranks, " << bytes << " B";
+      }
+    }
+  }
+  for (auto [hosts, perHost] : {std::pair{4, 2}, std::pair{2, 4}, std::pair{4, 8}, std::pair{16, 8}}) {
+    for (bool interleaved : {true, false}) {
+      Tuner t(testbedModel(HostShape::uniform(hosts, perHost, interleaved)), AlgoSelection{});
+      for (size_t bytes = size_t{1} << 20; bytes <= (size_t{64} << 20); bytes *= 4)
+        for (Collective c : gathers)
+          EXPECT_EQ(t.choose(c, hosts * perHost, bytes).algorithm, Algorithm::Hierarchical)
+              << collectiveName(c) << " " << hosts << "x" << perHost << (interleaved ? " interleaved, " : ", ") << bytes
+              << " B";
+    }
+  }
+  for (auto [hosts, perHost] : {std::pair{4, 2}, std::pair{2, 4}}) {
+    const int n = hosts * perHost;
+    const HostLayout layout = HostLayout::roundRobin(n, hosts);
+    const CostModel m = testbedModel(HostShape::of(layout));
+    for (Collective c : gathers) {
+      auto timed = [&](Algorithm a) {
+        sim::SimOptions o;
+        o.coll = c;
+        o.algo = a;
+        o.nranks = n;
+        o.hosts = layout;
+        o.count = (size_t{4} << 20) / 4;
+        o.checkData = false;
+        o.sliceBytes = 1 << 20;
+        o.cost = {m.intra.alpha, m.intra.beta, m.gamma, 0};
+        o.interHost = {m.inter.alpha, m.inter.beta, 0, 0};
+        sim::SimResult r = sim::simulate(o);
+        EXPECT_TRUE(r.ok) << r.error;
+        return r.seconds;
+      };
+      const double hier = timed(Algorithm::Hierarchical);
+      EXPECT_GE(timed(Algorithm::Ring) / hier, 1.5) << collectiveName(c) << " " << hosts << "x" << perHost;
+    }
   }
 }
 

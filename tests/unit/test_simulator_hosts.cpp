@@ -3,7 +3,8 @@
 // layouts. Exhaustive for 1..8 hosts x 1..8 ranks per host, each shape three ways: hosts of consecutive ranks,
 // hosts interleaved (rank r on host r mod H, as on the test bed), and uneven hosts (host h holds 1..L ranks,
 // interleaved); then a sample up to 4096 ranks. Also: the flat ring through appendRingAllReduce is what it was,
-// the hierarchical schedule's traffic between hosts is what its comment promises, and the time model with hosts.
+// the hierarchical schedules' traffic between hosts is what their comment promises (AllReduce, AllGather and
+// ReduceScatter), and the time model with hosts.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -92,7 +93,8 @@ TEST_P(HierarchicalExhaustive, Hosts1To8TimesRanks1To8EvenAndUneven) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Colls, HierarchicalExhaustive,
-                         ::testing::Values(Collective::AllReduce, Collective::Broadcast, Collective::Reduce),
+                         ::testing::Values(Collective::AllReduce, Collective::Broadcast, Collective::Reduce,
+                                           Collective::AllGather, Collective::ReduceScatter),
                          [](const ::testing::TestParamInfo<Collective>& info) {
                            return std::string(collectiveName(info.param));
                          });
@@ -134,6 +136,43 @@ TEST(HierarchicalLarge, SampleUpTo4096Ranks) {
     }
   }
 }
+
+// AllGather and ReduceScatter move n blocks to (from) every rank, n^2 in all, and each rank runs H-1 ring steps
+// between hosts and L-1 exchanges inside its host per piece of its shard, so the samples keep H and L near sqrt(n)
+// (64 x 64 for 4096 ranks), with 1 or 7 elements per rank. On hosts of consecutive ranks (rank r on host r / L) a
+// shard's blocks lie L blocks apart: H pieces per shard.
+void simulateGathers(const HostLayout& hl, size_t count, int variant) {
+  for (Collective c : {Collective::AllGather, Collective::ReduceScatter}) {
+    SimOptions o;
+    o.coll = c;
+    o.algo = Algorithm::Hierarchical;
+    o.nranks = static_cast<int>(hl.hostOf.size());
+    o.hosts = hl;
+    o.count = count;
+    o.sliceBytes = 8;
+    o.inPlace = variant % 2 == 0;
+    o.op = variant % 3 == 0 ? ReduceOp::Max : ReduceOp::Sum;
+    auto start = std::chrono::steady_clock::now();
+    SimResult r = simulate(o);
+    if (std::getenv("COLLIE_TEST_VERBOSE"))
+      std::printf("  %s H=%d n=%d count=%zu: %.2f s\n", collectiveName(c), hl.nhosts(), o.nranks, o.count,
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    ASSERT_TRUE(r.ok) << collectiveName(c) << " H=" << hl.nhosts() << " n=" << o.nranks << " count=" << o.count << " "
+                      << (o.nranks <= 128 ? describeLayout(hl) : "") << ": " << r.error;
+  }
+}
+
+TEST(HierarchicalLarge, GathersSampleUpTo1024Ranks) {
+  int variant = 0;
+  for (const HostLayout& hl : layoutsOf(16, 8))  // consecutive, interleaved, uneven
+    for (size_t count : {size_t{1}, size_t{7}}) simulateGathers(hl, count, variant++);
+  simulateGathers(HostLayout::roundRobin(1024, 32), 1, variant++);
+  simulateGathers(HostLayout::blocks(1024, 32), 1, variant++);
+  simulateGathers(uneven(32, 32), 1, variant++);
+  simulateGathers(uneven(32, 32), 7, variant++);
+}
+
+TEST(HierarchicalLarge, Gathers4096Ranks) { simulateGathers(HostLayout::roundRobin(4096, 64), 1, 0); }
 
 // The flat ring, built through appendRingAllReduce, still sends 2(n-1)/n of the buffer per rank in 2n-1 steps.
 TEST(HierarchicalTraffic, FlatRingUnchanged) {
@@ -178,6 +217,36 @@ TEST(HierarchicalTraffic, BeatsTheFlatRingAcrossHostsInTheTimeModel) {
   EXPECT_GT(ring, 3.4 * bytes * 1e-9) << "the flat ring's ports carry 3.5 S each";
   EXPECT_LT(hier, 1.7 * bytes * 1e-9) << "the hierarchical schedule's ports carry 1.5 S each";
   EXPECT_GT(ring / hier, 2.0);
+}
+
+// The same for AllGather and ReduceScatter (count per rank: one block B): the flat ring passes n-1 = 7 blocks
+// through every hop, and all of them cross hosts, two streams per host port: 14 B per port. Hierarchical sends
+// each host's L (H-1) = 6 blocks through its port, so it must be more than twice as fast.
+TEST(HierarchicalTraffic, GathersBeatTheFlatRingAcrossHostsInTheTimeModel) {
+  const HostLayout hl = HostLayout::roundRobin(8, 4);
+  for (Collective c : {Collective::AllGather, Collective::ReduceScatter}) {
+    auto timed = [&](Algorithm a) {
+      SimOptions o;
+      o.coll = c;
+      o.algo = a;
+      o.nranks = 8;
+      o.hosts = hl;
+      o.count = 1 << 18;
+      o.type = DataType::Int32;
+      o.checkData = false;
+      o.sliceBytes = 256 * 1024;
+      o.cost = MemoryCost{1e-9, 1e-15, 0, 0};
+      o.interHost = MemoryCost{10e-6, 1e-9, 0, 0};
+      SimResult r = simulate(o);
+      EXPECT_TRUE(r.ok) << r.error;
+      return r.seconds;
+    };
+    const double block = 4.0 * (1 << 18);
+    const double ring = timed(Algorithm::Ring), hier = timed(Algorithm::Hierarchical);
+    EXPECT_GT(ring, 13.5 * block * 1e-9) << collectiveName(c) << ": the flat ring's ports carry 14 blocks each";
+    EXPECT_LT(hier, 6.8 * block * 1e-9) << collectiveName(c) << ": the hierarchical schedule's ports carry 6 each";
+    EXPECT_GT(ring / hier, 2.0) << collectiveName(c);
+  }
 }
 
 }  // namespace

@@ -6,6 +6,9 @@
 // shard j, on host h, to the rank of local index j mod L_h (L_h: the ranks of host h), so that on every host each
 // rank owns at least one shard and, when all hosts hold S ranks, exactly one. The owners of shard j on the H hosts
 // form the group that moves shard j between hosts: each rank's link to the network carries its own shards.
+// AllGather and ReduceScatter, whose blocks belong to ranks, give shard j the blocks of the ranks of local index j
+// (blockRanks): the owners of shard j are then those very ranks, plus, on a host with fewer than j+1 ranks, a rank
+// that carries the shard without a block of its own.
 #pragma once
 
 #include <algorithm>
@@ -60,6 +63,12 @@ struct HostLayout {
   int owner(int h, int j) const {
     const auto& rs = ranks[static_cast<size_t>(h)];
     return rs[static_cast<size_t>(j) % rs.size()];
+  }
+  /// The rank of local index j on host h, or -1 where host h holds j ranks or fewer: whose block shard j carries
+  /// there (AllGather, ReduceScatter).
+  int blockRank(int h, int j) const {
+    const auto& rs = ranks[static_cast<size_t>(h)];
+    return static_cast<size_t>(j) < rs.size() ? rs[static_cast<size_t>(j)] : -1;
   }
   /// Flat-ring edges r -> r+1 mod n that leave host h, most over the hosts: how many ring streams share one
   /// host's network link.
