@@ -1,12 +1,13 @@
 // The collectives under each forced algorithm, with every rank a thread of this process (ThreadLauncher):
 // COLLIE_ALGO=tree for AllReduce, Broadcast and Reduce, COLLIE_ALGO=rhd for AllReduce, AllGather and
 // ReduceScatter, COLLIE_ALGO=direct for AllReduce (the one-exchange algorithm for tiny messages; forced here at
-// every size), COLLIE_ALGO=hier for AllReduce, Broadcast and Reduce (all ranks on one host here; test_hierarchical.cpp
-// puts them on several) (forced through core::setAlgoOverride, which is what COLLIE_ALGO sets for a whole process), for
-// 2..8 ranks (powers of two and not: halving-doubling folds the extra ranks), three types x three ops x counts
-// from 0 to 300001 (several slices per step), in place and out of place, checked element by element; plus
-// async calls, groups and split under each algorithm. After every call the bodies check with Communicator::lastCall()
-// that the forced algorithm is what ran (ranWhatIsForced). A bad COLLIE_ALGO fails communicator creation.
+// every size), COLLIE_ALGO=hier for AllReduce, Broadcast, Reduce, AllGather and ReduceScatter (all ranks on one host
+// here; test_hierarchical.cpp puts them on several) (forced through core::setAlgoOverride, which is what COLLIE_ALGO
+// sets for a whole process), for 2..8 ranks (powers of two and not: halving-doubling folds the extra ranks), three
+// types x three ops x counts from 0 to 300001 (several slices per step), in place and out of place, checked element by
+// element; plus async calls, groups and split under each algorithm. After every call the bodies check with
+// Communicator::lastCall() that the forced algorithm is what ran (ranWhatIsForced). A bad COLLIE_ALGO fails
+// communicator creation.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
@@ -67,7 +68,7 @@ std::vector<Case> cases() {
   return {{"tree", Coll::AllReduce},   {"tree", Coll::Broadcast},    {"tree", Coll::Reduce},
           {"rhd", Coll::AllReduce},    {"rhd", Coll::ReduceScatter}, {"rhd", Coll::AllGather},
           {"direct", Coll::AllReduce}, {"hier", Coll::AllReduce},    {"hier", Coll::Broadcast},
-          {"hier", Coll::Reduce}};
+          {"hier", Coll::Reduce},      {"hier", Coll::AllGather},    {"hier", Coll::ReduceScatter}};
 }
 
 class AlgorithmMatrix : public ::testing::TestWithParam<std::tuple<Case, int>> {};
