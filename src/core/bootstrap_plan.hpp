@@ -6,8 +6,8 @@
 //      talks to (bootstrapPeers: at most floor(log2 N) + 1 of them), so that it sends O(N log N) bytes in all
 //      instead of the whole table to everyone (O(N^2)), and each rank reads O(log N) entries.
 //   2. The ranks all-gather their PeerInfo with the halving-doubling schedule of src/algorithms/rhd.cpp (recursive
-//      doubling; for N not a power of two, each of the first N - 2^k even ranks first hands its entry to its odd
-//      neighbour and gets the whole table back at the end), run by the executor like any AllGather (the tuner is
+//      doubling; for N = 2^k + e, each even rank among the first 2e first hands its entry to its odd neighbour
+//      and gets the whole table back at the end), run by the executor like any AllGather (the tuner is
 //      held to that algorithm meanwhile): tableGatherRounds(N) = log2 N rounds for a power of two, else
 //      floor(log2 N) + 2 = ceil(log2 N) + 1 (its longest chain of messages is ceil(log2 N) for some N, never
 //      less), O(N) bytes sent and received per rank. The peers it talks to are exactly bootstrapPeers, connected on

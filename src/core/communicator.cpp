@@ -86,7 +86,7 @@ void CommImpl::connect(const std::vector<transport::PeerInfo>& peers, bool gathe
   executor_ = std::make_unique<Executor>(rank_, nranks_, std::move(raw), poller_, abort_, name_);
   execConfig_.timeout = timeout_;
   execConfig_.spin = std::chrono::microseconds(base::params::spinUs());
-  execConfig_.yieldWhileSpinning = links_.oversubscribed;
+  execConfig_.yieldWhileSpinning = links_.oversubscribed || gatherFirst;  // a partial table undercounts this host
   if (gatherFirst) gatherTable();
   execConfig_.yieldWhileSpinning = links_.oversubscribed;  // now that every rank's host is known
   planner_.setTransports(transportNames(links_), links_.peerTransport);

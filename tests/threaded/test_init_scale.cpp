@@ -13,7 +13,9 @@
 #include <thread>
 #include <vector>
 
+#include "common/bodies.hpp"
 #include "common/launcher.hpp"
+#include "core/bootstrap_plan.hpp"
 
 namespace collie::test {
 namespace {
@@ -62,6 +64,29 @@ TEST(InitScale, TwoHundredFiftySixRanksAllReduceWithABoundedNumberOfDescriptorsE
   RecordProperty("descriptors_per_rank", std::to_string(used / kRanks));
   std::printf("%d ranks: %.1f descriptors per rank, at most %d peers connected per rank\n", kRanks,
               static_cast<double>(used) / kRanks, maxPeers);
+}
+
+// Rank counts whose table all-gather folds ranks (not powers of two) and small ones: after init each rank is connected
+// to no more than the all-gather's peers and calibration's (a broadcast and rank 0's ping-pong), and an AllToAll,
+// which connects every pair from the all-gathered table, is right element by element on every rank.
+TEST(InitScale, EveryRankLearnsTheWholeTableFromTheLogRoundAllGather) {
+  for (int n : {2, 3, 5, 7, 12, 17}) {
+    SCOPED_TRACE(std::to_string(n) + " ranks");
+    Options options;
+    options.timeout = 60s;
+    options.name = "table";
+    options.connect = ConnectMode::Lazy;
+    ThreadLauncher::run(
+        n,
+        [](Communicator& comm) {
+          const int r = comm.rank(), size = comm.size();
+          const int gathered = static_cast<int>(core::bootstrapPeers(r, size).size());
+          EXPECT_GE(comm.connectedPeers(), core::tableGatherNeeded(size) ? gathered : 0) << "rank " << r;
+          checkCase(comm, Coll::AllToAll, DataType::Int32, ReduceOp::Sum, 33, false, 0);
+          EXPECT_EQ(comm.connectedPeers(), size - 1) << "rank " << r;
+        },
+        options);
+  }
 }
 
 }  // namespace
