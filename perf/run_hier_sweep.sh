@@ -1,20 +1,24 @@
 #!/usr/bin/env bash
-# run_hier_sweep.sh: AllReduce across the hosts of the test bed (tests/testbed/testbed.sh) with every algorithm
-# forced and with the tuner's choice (issue 10 item 7): a table per host shape (busbw per size and algorithm, auto
-# against the best forced one, hier against the flat ring) in Markdown, and a PNG per shape.
+# run_hier_sweep.sh: AllReduce (or HIER_COLL: allgather, reducescatter) across the hosts of the test bed
+# (tests/testbed/testbed.sh) with every algorithm forced and with the tuner's choice (issue 10 item 7): a table per
+# host shape (busbw per size and algorithm, auto against the best forced one, hier against the flat ring) in
+# Markdown, and a PNG per shape.
 #
 #   perf/run_hier_sweep.sh [BUILD_DIR] [OUT_DIR]   (default: build, /tmp/collie-hier-sweep-STAMP; needs root)
 #
 # For each shape HxL in HIER_SHAPES (default "4x2 2x4") it makes a bed of H hosts whose links are all HIER_RATE
 # (default 1gbit) and runs H*L ranks, rank r on host r mod H (testbed.sh rank-exec's placement: the ranks of a
-# host are not ring neighbours), for each algorithm in HIER_ALGOS (default "ring tree rhd direct hier auto"):
+# host are not ring neighbours), for each algorithm in HIER_ALGOS (default "ring tree rhd direct hier auto"; for
+# allgather and reducescatter "ring rhd hier auto", with all_gather_perf or reduce_scatter_perf):
 #     collierun -n H*L -- testbed.sh rank-exec BED -- all_reduce_perf -A ALGO -b MIN -e MAX -f 2 -n N -w W -c C -J ..
 # in three pieces, so that the bed's slow links do not make big messages take most of the time:
 #     8 B .. 64 KiB: -n 20 -w 3 -c 1;   128 KiB .. 8 MiB: -n 5 -w 1 -c 1;   16 MiB .. HIER_MAX: -n 2 -w 1 -c 0
-# each repeated HIER_REPEAT times (default 2; 1 for the large piece), keeping each size's fastest run. direct sends
+# each repeated HIER_REPEAT times (default 2; 1 for the large piece), keeping each size's fastest run; HIER_MIN
+# (e.g. 1M) starts the sweep there, leaving out the pieces below. direct sends
 # n-1 whole buffers per rank and stops at HIER_DIRECT_MAX (default 8M). The algorithms take turns piece by piece.
 # OUT_DIR gets the merged JSON per shape and algorithm (rows of the fastest runs; "algo_ran": what the
-# communicator ran per size, from the table), the logs, hier-<shape>.md (the table) and hier-<shape>.png.
+# communicator ran per size, from the table), the logs, hier-<shape>.md (the table) and hier-<shape>.png
+# (hier-<coll>-<shape>.* for allgather and reducescatter).
 set -euo pipefail
 
 build=${1:-build}
@@ -25,7 +29,15 @@ build=$(cd "$build" && pwd)
 out=${2:-/tmp/collie-hier-sweep-$(date -u +%Y%m%d-%H%M)}
 mkdir -p "$out"
 collierun=$build/tools/collierun
-perf=$build/perf/all_reduce_perf
+coll=${HIER_COLL:-allreduce}
+case $coll in
+  allreduce) perf=$build/perf/all_reduce_perf title=AllReduce tag=hier default_algos="ring tree rhd direct hier auto" ;;
+  allgather) perf=$build/perf/all_gather_perf title=AllGather tag=hier-allgather default_algos="ring rhd hier auto" ;;
+  reducescatter)
+    perf=$build/perf/reduce_scatter_perf title=ReduceScatter tag=hier-reducescatter default_algos="ring rhd hier auto"
+    ;;
+  *) echo "run_hier_sweep.sh: HIER_COLL=$coll: expected allreduce, allgather or reducescatter" >&2; exit 2 ;;
+esac
 testbed=$root/tests/testbed/testbed.sh
 for exe in "$collierun" "$perf"; do
   [[ -x $exe ]] || { echo "run_hier_sweep.sh: $exe not built" >&2; exit 2; }
@@ -36,7 +48,7 @@ if ! why=$("$testbed" check 2>&1); then
 fi
 
 read -r -a shapes <<<"${HIER_SHAPES:-4x2 2x4}"
-read -r -a algos <<<"${HIER_ALGOS:-ring tree rhd direct hier auto}"
+read -r -a algos <<<"${HIER_ALGOS:-$default_algos}"
 rate=${HIER_RATE:-1gbit}
 max=${HIER_MAX:-256M}
 direct_max=${HIER_DIRECT_MAX:-8M}
@@ -52,6 +64,17 @@ to_bytes() {
     *) echo $((v)) ;;
   esac
 }
+
+if [[ -n ${HIER_MIN:-} ]]; then  # leave out the pieces below HIER_MIN, start the one that holds it there
+  kept=()
+  for piece in "${pieces[@]}"; do
+    read -r lo hi rest <<<"$piece"
+    (($(to_bytes "$hi") < $(to_bytes "$HIER_MIN"))) && continue
+    (($(to_bytes "$lo") < $(to_bytes "$HIER_MIN"))) && lo=$HIER_MIN
+    kept+=("$lo $hi $rest")
+  done
+  pieces=("${kept[@]}")
+fi
 
 bed=""
 cleanup() { if [[ -n $bed ]]; then "$testbed" down "$bed" || true; fi; }
@@ -71,7 +94,7 @@ for shape in "${shapes[@]}"; do
       for algo in "${algos[@]}"; do
         if [[ $algo == direct ]] && (($(to_bytes "$lo") > $(to_bytes "$direct_max"))); then continue; fi
         port=$((port + 1))
-        name="$shape-$algo-$lo-$rep"
+        name="$tag-$shape-$algo-$lo-$rep"
         start=$(date +%s)
         if env -u COLLIE_ALGO COLLIE_ROOT_ADDR="10.213.0.1:$port" "$collierun" --timeout 900 -n "$n" -- \
           "$testbed" rank-exec "$bed" -- "$perf" -A "$algo" -b "$lo" -e "$hi" -f 2 -n "$iters" -w "$warm" \
@@ -88,10 +111,10 @@ for shape in "${shapes[@]}"; do
 done
 
 # Merge the pieces (fastest out-of-place run per size), write the tables and plots.
-python3 - "$out" "$rate" "${shapes[@]}" -- "${algos[@]}" <<'EOF'
+python3 - "$out" "$rate" "$tag" "$coll" "${shapes[@]}" -- "${algos[@]}" <<'EOF'
 import glob, json, os, re, sys
-out, rate = sys.argv[1], sys.argv[2]
-rest = sys.argv[3:]
+out, rate, tag, coll = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+rest = sys.argv[5:]
 shapes, algos = rest[:rest.index('--')], rest[rest.index('--') + 1:]
 def human(s):
     for u in ['B', 'KiB', 'MiB', 'GiB']:
@@ -102,7 +125,7 @@ for shape in shapes:
     merged = {}
     for algo in algos:
         rows, ran, doc = {}, {}, None
-        for f in sorted(glob.glob(f"{out}/{shape}-{algo}-*.json")):
+        for f in sorted(glob.glob(f"{out}/{tag}-{shape}-{algo}-*.json")):
             try:
                 d = json.load(open(f))
             except Exception:
@@ -121,10 +144,10 @@ for shape in shapes:
         doc['rows'] = [rows[s] for s in sorted(rows)]
         doc['algo_ran'] = {str(s): ran.get(s, '?') for s in sorted(rows)}
         doc['transport'] = f"bed {shape}"
-        json.dump(doc, open(f"{out}/{shape}-{algo}.json", 'w'), indent=1)
+        json.dump(doc, open(f"{out}/{tag}-{shape}-{algo}.json", 'w'), indent=1)
         merged[algo] = doc
     n = hosts * per
-    factor = 2 * (n - 1) / n
+    factor = (2 if coll == 'allreduce' else 1) * (n - 1) / n
     def bw(algo, size):
         d = merged.get(algo)
         if not d: return None
@@ -147,17 +170,17 @@ for shape in shapes:
         lines.append(f"| {human(s)} | " + " | ".join(cell(vals[a]) for a in algos) +
                      f" | {best} | {ran} | {flag(ratio, 0.9, 'below 0.9')} | " +
                      (flag(hr, 1.5, 'below 1.5') if s >= 1 << 20 else (f"{hr:.2f}" if hr else "-")) + " |")
-    open(f"{out}/hier-{shape}.md", 'w').write("\n".join(lines) + "\n")
+    open(f"{out}/{tag}-{shape}.md", 'w').write("\n".join(lines) + "\n")
     print(f"\n{shape}: busbw GB/s\n" + "\n".join(lines))
 EOF
 for shape in "${shapes[@]}"; do
   files=()
-  for algo in "${algos[@]}"; do [[ -f $out/$shape-$algo.json ]] && files+=("$out/$shape-$algo.json"); done
+  for algo in "${algos[@]}"; do [[ -f $out/$tag-$shape-$algo.json ]] && files+=("$out/$tag-$shape-$algo.json"); done
   hosts=${shape%x*}
   per=${shape#*x}
   if command -v gnuplot >/dev/null && ((${#files[@]})); then
-    "$here/plot_perf" --both -t "AllReduce, $hosts hosts x $per ranks (rank r on host r mod $hosts), $rate links" \
-      -o "$out/hier-$shape.png" "${files[@]}" || echo "run_hier_sweep.sh: plot of $shape failed" >&2
+    "$here/plot_perf" --both -t "$title, $hosts hosts x $per ranks (rank r on host r mod $hosts), $rate links" \
+      -o "$out/$tag-$shape.png" "${files[@]}" || echo "run_hier_sweep.sh: plot of $shape failed" >&2
   fi
 done
 echo "run_hier_sweep.sh: results in $out"
