@@ -47,7 +47,7 @@
 //
 // ReduceScatter, on rank r of host h (AllGather backwards):
 //   1. reduce-scatter inside the host as for AllReduce, with shard j's pieces: the owner of shard j folds every
-//      block of the shard over the ranks of h into Scratch (same offsets as the input), so it holds the host's
+//      block of the shard over the ranks of h into Scratch (at most H blocks per shard it owns), so it holds the host's
 //      partial sums of the blocks that leave h through its link. A host of one rank skips it (its input is its
 //      host's partial); on one host the owner of shard j is rank j and folds its block straight into its output.
 //   2. reduce-scatter of each owned shard between hosts: the owners of shard j run the ring reduce-scatter over
@@ -350,12 +350,22 @@ Schedule reduceScatter(const ScheduleKey& k, const HostLayout& hl) {
   const Place me = placeOf(hl, k.rank);
   const int H = hl.nhosts();
   const bool folds = me.nlocal > 1;  // else this rank's input is its host's partial
+  // Scratch holds the blocks of this rank's shards only, in shard order: slot[q] is rank q's block's place there.
+  const ShardPieces shards = blockShards(hl, block);
+  std::vector<size_t> slot(static_cast<size_t>(k.nranks), 0);
+  size_t slots = 0;
+  for (int j = 0; j < hl.maxLocal; ++j)
+    if (me.owns(j))
+      for (int g = 0; g < H; ++g)
+        if (const int q = hl.blockRank(g, j); q >= 0) slot[static_cast<size_t>(q)] = slots++;
+  auto partial = [&](int q) { return steps::scratch(slot[static_cast<size_t>(q)] * block); };
   // 1. reduce-scatter inside the host: into Scratch, or on one host (where shard j is block j, owned by rank j)
-  // straight into the output
+  // straight into the output. Pieces start at a block (offset q x block) and their blocks have consecutive slots.
   if (folds) {
-    if (H > 1) sch.scratchCount = sch.inputCount;
-    reduceScatterInHost(sch, hl, k.rank, blockShards(hl, block), sch.inputCount,
-                        [H](size_t off) { return H > 1 ? steps::scratch(off) : steps::out(0); });
+    if (H > 1) sch.scratchCount = slots * block;
+    reduceScatterInHost(sch, hl, k.rank, shards, sch.inputCount, [&](size_t off) {
+      return H == 1 || block == 0 ? steps::out(0) : partial(static_cast<int>(off / block));
+    });
   }
   // 2. reduce-scatter of each owned shard between hosts: block blockRank(g, j) ends on its own rank
   if (H > 1) {
@@ -365,8 +375,11 @@ Schedule reduceScatter(const ScheduleKey& k, const HostLayout& hl) {
       std::vector<RingBlock> partials;
       for (int g = 0; g < H; ++g) {
         const int q = hl.blockRank(g, j);
-        const size_t at = q < 0 ? 0 : static_cast<size_t>(q) * block;
-        partials.push_back({folds ? steps::scratch(at) : steps::in(at), q < 0 ? 0 : block});
+        if (q < 0) {
+          partials.push_back({steps::in(0), 0});
+        } else {
+          partials.push_back({folds ? partial(q) : steps::in(static_cast<size_t>(q) * block), block});
+        }
       }
       appendRingReduceScatter(sch, RingGroup{H, me.host, &group}, partials, steps::out(0));
       endPhase(sch);

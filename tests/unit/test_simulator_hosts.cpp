@@ -68,7 +68,10 @@ TEST_P(HierarchicalExhaustive, Hosts1To8TimesRanks1To8EvenAndUneven) {
     for (int perHost = 1; perHost <= 8; ++perHost) {
       for (const HostLayout& hl : layoutsOf(hosts, perHost)) {
         const int n = static_cast<int>(hl.hostOf.size());
-        for (size_t count : {size_t{0}, size_t{1}, static_cast<size_t>(hl.maxLocal * hosts - 1), size_t{1001}}) {
+        // AllGather and ReduceScatter count per rank: n x 201 elements per rank, still many slices per step.
+        const size_t large =
+            GetParam() == Collective::AllGather || GetParam() == Collective::ReduceScatter ? 201 : 1001;
+        for (size_t count : {size_t{0}, size_t{1}, static_cast<size_t>(hl.maxLocal * hosts - 1), large}) {
           SimOptions o;
           o.coll = GetParam();
           o.algo = Algorithm::Hierarchical;
@@ -79,7 +82,7 @@ TEST_P(HierarchicalExhaustive, Hosts1To8TimesRanks1To8EvenAndUneven) {
           o.op = ops[variant % 5];
           o.type = types[variant % 4];
           o.inPlace = variant % 2 == 1;
-          o.sliceBytes = count >= 1001 ? 64 : 4096;  // large counts: many slices per step
+          o.sliceBytes = count == large ? 64 : 4096;  // large counts: many slices per step
           o.slicesInFlight = 1 + 2 * (variant % 2);
           ++variant;
           SimResult r = simulate(o);
@@ -247,6 +250,23 @@ TEST(HierarchicalTraffic, GathersBeatTheFlatRingAcrossHostsInTheTimeModel) {
     EXPECT_LT(hier, 6.8 * block * 1e-9) << collectiveName(c) << ": the hierarchical schedule's ports carry 6 each";
     EXPECT_GT(ring / hier, 2.0) << collectiveName(c);
   }
+}
+
+// A ReduceScatter owner keeps in Scratch only the host's partial sums of its own shard's blocks (one per host that
+// has a rank of that local index), not a copy of the whole input; a rank alone on its host keeps none.
+TEST(HierarchicalTraffic, ReduceScatterScratchHoldsOnlyTheOwnedShard) {
+  const size_t block = 100;
+  for (int r = 0; r < 8; ++r) {  // 4 hosts x 2: every shard has a block on each host
+    const Schedule s = algorithms::build(Algorithm::Hierarchical, {Collective::ReduceScatter, r, 8, block, 0},
+                                         HostLayout::roundRobin(8, 4));
+    EXPECT_EQ(s.scratchCount, 4 * block) << "rank " << r;
+  }
+  const HostLayout hl = HostLayout::blocks(5, 2);                             // hosts {0, 1}, {2, 3}, {4}
+  const size_t expected[] = {3 * block, 2 * block, 3 * block, 2 * block, 0};  // shard 0: ranks 0, 2, 4; 1: 1, 3
+  for (int r = 0; r < 5; ++r)
+    EXPECT_EQ(algorithms::build(Algorithm::Hierarchical, {Collective::ReduceScatter, r, 5, block, 0}, hl).scratchCount,
+              expected[r])
+        << "rank " << r;
 }
 
 }  // namespace
