@@ -5,9 +5,11 @@
 #
 # For each case (2 and 4 ranks over shm, 2 ranks over TCP loopback with COLLIE_SHM_DISABLE=1; 8 B, 1 MiB and
 # 64 MiB AllReduce of float sum, out of place) it runs OLD then NEW, REPS times in turn, and prints a markdown
-# table of the medians: time (us) for 8 B, busbw (GB/s) for the large sizes, and NEW/OLD. memcpy_bw of NEW is run
+# table of the medians: time (us) below 64 KiB, busbw (GB/s) from there, and NEW/OLD. memcpy_bw of NEW is run
 # once first: the limit the shm figures chase. Nothing is written to RESULTS.md: paste the table with its date,
 # machine, load average and this command.
+# Narrow or widen it with AB_CASES="2 tcp;4 tcp" (ranks and shm/tcp, ';' between cases) and AB_SIZES="32 1M"
+# (sizes in bytes, K/M suffixes allowed; iterations scale with the size).
 set -euo pipefail
 [[ $# -ge 2 ]] || { sed -n 2,9p "$0"; exit 2; }
 old=$(cd "$1" && pwd)
@@ -36,13 +38,20 @@ fi
 echo
 echo "| case | size | figure | old (median of $reps) | new (median of $reps) | new / old |"
 echo "|---|---|---|---|---|---|"
-cases=("2 shm" "4 shm" "2 tcp")
+IFS=';' read -r -a cases <<<"${AB_CASES:-2 shm;4 shm;2 tcp}"
+sizes=()
+for s in ${AB_SIZES:-8 1M 64M}; do sizes+=("$(numfmt --from=iec "$s")"); done
+# A size's iterations (about 5000 calls at 8 B, fewer as calls get longer) and its figure.
+spec_of() {
+  awk -v b="$1" 'BEGIN { it = b < 65536 ? 5000 : int(200 * 1048576 / b); if (it < 10) it = 10; if (it > 5000) it = 5000
+                         print b, it, (b < 65536 ? "6 time_us" : "8 busbw_GBps") }'
+}
 for c in "${cases[@]}"; do
   read -r ranks kind <<<"$c"
   envs="COLLIE_DEBUG=WARN"
   [[ $kind == tcp ]] && envs="$envs COLLIE_SHM_DISABLE=1"
-  for spec in "8 5000 6 time_us" "1048576 200 8 busbw_GBps" "67108864 10 8 busbw_GBps"; do
-    read -r bytes iters col what <<<"$spec"
+  for size in "${sizes[@]}"; do
+    read -r bytes iters col what <<<"$(spec_of "$size")"
     o=() n=()
     for ((i = 0; i < reps; ++i)); do
       o+=("$(measure "$old" "$ranks" "$envs" "$bytes" "$iters" "$col")")
