@@ -233,20 +233,21 @@ TEST(MismatchTimeout, NamesThisRanksCallAndTheLastCallEachPeerWasSeenIn) {
 // waits on a socket the message is not on. Only rank 1 sends, so no reply can carry the mismatch back: rank 0
 // must find it itself (the waiting executor's periodic check) and report a mismatch, not a timeout; rank 1, whose
 // send may have completed, learns on its next call.
-TEST(MismatchAcrossTcpLanes, ASizeOnEitherSideOf64KiBIsAMismatchNotATimeout) {
+// Rank 1 sends `small` or `large` floats where rank 0 expects the other size, at either message-number parity.
+void expectTcpSizeClassMismatch(size_t small, size_t large) {
   ScopedEnv shm("COLLIE_SHM_DISABLE", "1");
   ScopedEnv sockets("COLLIE_SOCKETS_PER_PEER", "2");
   // Message numbers of either parity (a matched message first or not): with 2 sockets, one parity puts both size
   // classes of rank 1's messages on the same socket and the other on different ones.
   for (int before : {0, 1})
     for (bool senderLarger : {true, false}) {
-      SCOPED_TRACE(std::string(senderLarger ? "64 KiB sent, 32 KiB expected" : "32 KiB sent, 64 KiB expected") +
+      SCOPED_TRACE(std::to_string((senderLarger ? large : small) * 4) + " bytes sent, " +
+                   std::to_string((senderLarger ? small : large) * 4) + " expected" +
                    (before ? ", after one matched message" : ""));
       Options options;
       options.timeout = kTimeout;
       options.name = "lanes";
       auto body = [&](Communicator& comm) {
-        const size_t small = 8192, large = 16384;  // floats: 32 KiB and 64 KiB
         std::vector<float> buf(large, 1.0f);
         const int64_t start = monotonicNs();
         ErrorCode code = ErrorCode::Success;
@@ -273,6 +274,16 @@ TEST(MismatchAcrossTcpLanes, ASizeOnEitherSideOf64KiBIsAMismatchNotATimeout) {
       };
       EXPECT_TRUE(allRanksSucceeded(ProcessLauncher::run(2, body, options, 60s)));
     }
+}
+
+TEST(MismatchAcrossTcpLanes, ASizeOnEitherSideOf64KiBIsAMismatchNotATimeout) {
+  expectTcpSizeClassMismatch(8192, 16384);  // floats: 32 KiB and 64 KiB
+}
+
+// The default striping threshold (COLLIE_STRIPE_MIN_BYTES, 1 MiB): one side cuts the message across both sockets,
+// the other expects it whole on its direction's socket.
+TEST(MismatchAcrossTcpLanes, ASizeOnEitherSideOfTheStripeThresholdIsAMismatch) {
+  expectTcpSizeClassMismatch((size_t{1} << 18) - 1, size_t{1} << 18);  // floats: 1 MiB - 4 bytes and 1 MiB
 }
 
 }  // namespace

@@ -56,7 +56,8 @@ TEST_P(TcpExchange, SizesAcrossTheStripeThreshold) {
   options.stripeMinBytes = stripe;
   Cluster cluster(n, options);
   cluster.connectAll();
-  collie::testing::exchange(cluster, {0, 1, 4097, 3u << 20, 0, 100, 262144, 262143, 5});
+  // 1 MiB - 1 and 1 MiB: either side of the default threshold (unstriped on a direction's socket, then striped).
+  collie::testing::exchange(cluster, {0, 1, 4097, 3u << 20, 0, 100, 262144, 262143, 5, (1u << 20) - 1, 1u << 20});
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, TcpExchange,
