@@ -2,7 +2,7 @@
 //
 // Each direction of a pair is a ring of slots owned by the receiver (shm_segment.hpp). The sender fills slots
 // in order; the receiver consumes them in order into its posted receives:
-//   - a message of up to 24 bytes travels inline in the slot header's cache line (one line moves per message);
+//   - a message of up to 32 bytes travels inline in the slot header's cache line (one line moves per message);
 //   - a larger one is cut into slot-sized parts, copied in by the sender and out by the receiver;
 //   - a message of at least directMinBytes, when the peer reads our memory (threads of one process; processes
 //     where process_vm_readv is allowed and pays, see shm_transport.cpp), is one slot holding its address
@@ -150,7 +150,7 @@ void ShmConnection::postSend(Transfer* t) {
   COLLIE_INTERNAL_CHECK(t->bytes == 0 || t->buf != nullptr, "shm connection to peer %d: send of %zu bytes from null",
                         peer_, t->bytes);
   t->complete = false;
-  sends_.push_back(SendOp{t, 0, t->bytes >= directMin_});
+  sends_.push_back(SendOp{t, 0, t->bytes >= directMin_ && t->bytes > kInlineBytes});
   ++pending_;
 }
 
@@ -194,20 +194,22 @@ bool ShmConnection::pumpRecv() {
     RecvOp& r = recvs_.front();
     Transfer* t = r.t;
     if (s->fp != t->fp) throwMismatch(MismatchRecord{peer_, rank_, s->fp, t->fp}, "over shm");
-    if (s->msgSeq != recvSeq_ || s->msgBytes != t->bytes) {
+    if (s->msgSeq != recvSeq_ || s->messageBytes() != t->bytes) {
       COLLIE_FAIL(ErrorCode::InternalError,
                   "message mismatch from peer %d over shm: expected message #%u of %zu bytes, got #%u of %llu bytes",
-                  peer_, recvSeq_, t->bytes, s->msgSeq, static_cast<unsigned long long>(s->msgBytes));
+                  peer_, recvSeq_, t->bytes, s->msgSeq, static_cast<unsigned long long>(s->messageBytes()));
     }
-    if (s->bytes != kDirectSlot) {
+    if (s->isInline()) {
+      check(r.off == 0, "corrupt slot (an inline part after data)");
+      if (t->bytes) std::memcpy(t->buf, s->inl, t->bytes);
+      r.off = t->bytes;
+    } else if (s->bytes != kDirectSlot) {
       check(s->bytes <= in_.slotBytes && s->bytes <= t->bytes - r.off, "corrupt slot (payload larger than expected)");
-      if (s->bytes)
-        std::memcpy(static_cast<char*>(t->buf) + r.off, s->bytes <= kInlineBytes ? s->inl : RingView::payload(s),
-                    s->bytes);
+      if (s->bytes) std::memcpy(static_cast<char*>(t->buf) + r.off, RingView::payload(s), s->bytes);
       r.off += s->bytes;
     } else {
       check(r.off == 0, "corrupt slot (a direct part after data)");
-      readPeer(t->buf, s->addr, t->bytes);
+      readPeer(t->buf, s->big.addr, t->bytes);
       r.off = t->bytes;
     }
     ++head_;
@@ -244,11 +246,23 @@ bool ShmConnection::pumpSend() {
     Transfer* t = op.t;
     SlotHeader* s = out_.slot(tail_);
     s->msgSeq = sendSeq_;
-    s->msgBytes = t->bytes;
     s->fp = t->fp;
+    if (t->bytes <= kInlineBytes) {  // the whole message in the header's line
+      s->bytes = kInlineSlot | static_cast<uint32_t>(t->bytes);
+      if (t->bytes) std::memcpy(s->inl, t->buf, t->bytes);
+      s->seq.store(tail_ + 1, std::memory_order_release);
+      ++tail_;
+      moved = true;
+      t->complete = true;
+      sends_.pop_front();
+      ++sendSeq_;
+      --pending_;
+      continue;
+    }
+    s->big.msgBytes = t->bytes;
     if (op.direct) {
       s->bytes = kDirectSlot;
-      s->addr = reinterpret_cast<uint64_t>(t->buf);
+      s->big.addr = reinterpret_cast<uint64_t>(t->buf);
       s->seq.store(tail_ + 1, std::memory_order_release);
       directs_.push_back(DirectOp{t, tail_});
       ++tail_;
@@ -260,7 +274,7 @@ bool ShmConnection::pumpSend() {
     const size_t chunk = std::min<size_t>(out_.slotBytes, t->bytes - op.off);
     const char* src = static_cast<const char*>(t->buf) + op.off;
     s->bytes = static_cast<uint32_t>(chunk);
-    if (chunk) std::memcpy(chunk <= kInlineBytes ? s->inl : RingView::payload(s), src, chunk);
+    std::memcpy(RingView::payload(s), src, chunk);
     s->seq.store(tail_ + 1, std::memory_order_release);
     ++tail_;
     op.off += chunk;
@@ -382,7 +396,7 @@ bool ShmConnection::probe(Arrival* next) {
     const SlotHeader* s = in_.slot(head_);
     if (s->seq.load(std::memory_order_acquire) == head_ + 1) {
       check(s->msgSeq == recvSeq_, "corrupt slot (a message number out of order)");
-      next->bytes = s->msgBytes;
+      next->bytes = s->messageBytes();
       next->fp = s->fp;
       return true;
     }
