@@ -288,12 +288,15 @@ void Executor::begin(std::span<const Job> jobs) {
   jobs_ = jobs;
   if (samePlanAsLast(jobs)) {
     // A repeated call: the steps, peers, turn chains, scratch and slots are as the last run left them; only the
-    // buffers (planStep) and the progress counters are new.
+    // progress counters are new, and the buffers (planStep) unless they are the last run's too.
     jobDone_[0] = 0;
+    const JobBuffers& b = jobs[0].buffers;
+    const bool sameBuffers = b.input == prepared_.buffers.input && b.output == prepared_.buffers.output;
+    prepared_.buffers = b;
     for (StepState& st : steps_) {
       st.started = false;
       st.posted = st.finished = st.sendsPosted = st.sendsDone = 0;
-      planStep(st);
+      if (!sameBuffers) planStep(st);
     }
     recvTurn_ = firstRecvTurn_;
     sendTurn_ = firstSendTurn_;
