@@ -51,6 +51,10 @@
 
 namespace collie::transport::shm {
 
+namespace {
+constexpr size_t kPrefetchBytes = 256;  // payloads a waiting receiver fetches ahead (pumpRecv)
+}  // namespace
+
 // ---- ShmWaker --------------------------------------------------------------------------------------------------
 
 ShmWaker::ShmWaker(Segment control, base::Poller* poller) : control_(std::move(control)), poller_(poller) {}
@@ -190,7 +194,15 @@ bool ShmConnection::pumpRecv() {
   bool moved = false;
   while (!recvs_.empty()) {
     SlotHeader* s = in_.slot(head_);
-    if (s->seq.load(std::memory_order_acquire) != head_ + 1) break;
+    if (s->seq.load(std::memory_order_acquire) != head_ + 1) {
+      // Not there yet. A small message past the header's line (33-256 bytes) has its payload read only once the
+      // header is seen: fetch those lines while waiting, so that they cross with the header instead of after it
+      // (the header's seq, written last, still decides; a line fetched too early is fetched again).
+      const size_t want = recvs_.front().t->bytes - recvs_.front().off;
+      if (want > kInlineBytes && want <= kPrefetchBytes)
+        for (size_t at = 0; at < want; at += 64) __builtin_prefetch(RingView::payload(s) + at);
+      break;
+    }
     RecvOp& r = recvs_.front();
     Transfer* t = r.t;
     if (s->fp != t->fp) throwMismatch(MismatchRecord{peer_, rank_, s->fp, t->fp}, "over shm");
