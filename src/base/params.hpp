@@ -75,8 +75,8 @@ inline constexpr int64_t kNeverMs = int64_t{100} * 365 * 24 * 3600 * 1000;
     "AF_INET or AF_INET6 to force an address family")                                                              \
   X(socketsPerPeer, Int, "COLLIE_SOCKETS_PER_PEER", "2", COLLIE_RULE_RANGE(1, 64),                                 \
     "TCP sockets per peer; large messages are striped")                                                            \
-  X(stripeMinBytes, Int, "COLLIE_STRIPE_MIN_BYTES", "1048576", COLLIE_RULE_RANGE(0, INT64_MAX),                    \
-    "TCP messages at least this large are split across the sockets of a peer")                                     \
+  X(stripeMinBytes, Int, "COLLIE_STRIPE_MIN_BYTES", "262144", COLLIE_RULE_RANGE(0, INT64_MAX),                     \
+    "TCP messages at least this large are split across a peer's sockets (unset: 1 MiB with 2 ranks)")              \
   X(connectMode, Str, "COLLIE_CONNECT", "eager", COLLIE_RULE_WORDS("lazy,eager"),                                  \
     "eager: connect every pair at init; lazy: when a call first needs a peer (Send/Recv caveat: README)")          \
   X(connectRetries, Int, "COLLIE_CONNECT_RETRIES", "50", COLLIE_RULE_RANGE(0, 1000000),                            \

@@ -56,15 +56,16 @@ TEST_P(TcpExchange, SizesAcrossTheStripeThreshold) {
   options.stripeMinBytes = stripe;
   Cluster cluster(n, options);
   cluster.connectAll();
-  // 1 MiB - 1 and 1 MiB: either side of the default threshold (unstriped on a direction's socket, then striped).
+  // 1 MiB - 1 and 1 MiB: either side of the 2-rank default (unstriped on a direction's socket, then striped); 256 KiB
+  // - 1 and 256 KiB: either side of the parameter's default (more ranks).
   collie::testing::exchange(cluster, {0, 1, 4097, 3u << 20, 0, 100, 262144, 262143, 5, (1u << 20) - 1, 1u << 20});
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, TcpExchange,
                          ::testing::Values(std::make_tuple(2, 0, -1),  // the params' defaults
-                                           std::make_tuple(2, 1, 0), std::make_tuple(2, 2, 262144),
-                                           std::make_tuple(3, 3, 1000), std::make_tuple(4, 4, 4097),
-                                           std::make_tuple(4, 2, 1)));
+                                           std::make_tuple(4, 0, -1), std::make_tuple(2, 1, 0),
+                                           std::make_tuple(2, 2, 262144), std::make_tuple(3, 3, 1000),
+                                           std::make_tuple(4, 4, 4097), std::make_tuple(4, 2, 1)));
 
 TEST(TcpTransport, IPv6Loopback) {
   std::unique_ptr<Cluster> cluster;

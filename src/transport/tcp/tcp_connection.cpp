@@ -276,9 +276,8 @@ int TcpConnection::buildIov(const std::deque<Part>& q, iovec* iov, size_t* want)
 // take turns at its lock (2 ranks over loopback, 1 MiB AllReduce, 128 KiB slices: +15% busbw). Smaller messages
 // keep sharing sockets with the other direction (number % nsock), where the peer's data carries the acknowledgement
 // of ours (one socket per direction made the 8-byte AllReduce 23% slower), and striped messages use every socket
-// (at 64 MiB, 1 MiB slices, 12% faster than one socket per direction). Striping starts at 1 MiB by default
-// (COLLIE_STRIPE_MIN_BYTES), so that the 256-512 KiB slices of a 2-rank ring at 2-4 MiB keep one direction per socket
-// too (2 MiB: 2.9 -> 3.7 GB/s busbw at 2 ranks). With one socket, both directions share it.
+// (at 64 MiB, 1 MiB slices, 12% faster than one socket per direction); with 2 ranks striping starts at 1 MiB
+// (TcpTransport::stripeMinFor). With one socket, both directions share it.
 size_t TcpConnection::socketOf(uint32_t seq, uint64_t bytes, bool send) const {
   if (bytes < kLaneMinBytes) return seq % socks_.size();
   const Lanes l = send ? sendLanes() : recvLanes();

@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 
@@ -63,6 +64,7 @@ class StreamWire : public handshake::Wire {
 TcpTransport::TcpTransport(const TcpOptions& options) : options_(options) {
   nsock_ = options.socketsPerPeer > 0 ? options.socketsPerPeer : static_cast<int>(base::params::socketsPerPeer());
   stripeMin_ = options.stripeMinBytes >= 0 ? options.stripeMinBytes : base::params::stripeMinBytes();
+  stripeSet_ = options.stripeMinBytes >= 0 || std::getenv("COLLIE_STRIPE_MIN_BYTES") != nullptr;
   COLLIE_ARG_CHECK(nsock_ >= 1 && nsock_ <= 64, "COLLIE_SOCKETS_PER_PEER=%d is not in 1..64", nsock_);
   COLLIE_ARG_CHECK(stripeMin_ >= 0, "COLLIE_STRIPE_MIN_BYTES=%lld is negative", static_cast<long long>(stripeMin_));
 }
@@ -88,9 +90,20 @@ void TcpTransport::listen(PeerInfo& self) {
   COLLIE_INFO(base::kLogNet, "tcp: rank %d listening on %s", self.rank, base::addressToString(listenAddr_).c_str());
 }
 
+// Striping a message across a peer's sockets makes each socket carry both directions (tcp_connection.cpp). With 2
+// ranks, each with a CPU, a ring's or a halving-doubling's pair streams both ways at once, and a socket's two
+// directions take turns at its lock: 256-512 KiB slices (2-4 MiB AllReduces) are faster whole on their direction's
+// socket (2 MiB: 2.9 -> 3.7 GB/s busbw). With 4 ranks on 2 CPUs the same 256 KiB slices of halving-doubling were
+// faster striped (2 MiB: 2.5 against 2.2 GB/s), so more ranks keep the parameter's default.
+int64_t TcpTransport::stripeMinFor(int nranks) const {
+  if (stripeSet_ || nranks != 2) return stripeMin_;
+  return std::max<int64_t>(stripeMin_, int64_t{1} << 20);
+}
+
 std::vector<std::unique_ptr<Connection>> TcpTransport::connect(const CommContext& ctx, const std::vector<int>& peers) {
   COLLIE_USAGE_CHECK(listenFd_ >= 0, "tcp transport: connect() before listen()");
   const int nsock = nsock_;
+  const int64_t stripeMin = stripeMinFor(ctx.nranks);
   StreamWire wire;
   handshake::Handshake hs("tcp", TransportKind::Tcp, ctx, peers, nsock, wire);
   const base::Deadline deadline = hs.deadline();
@@ -102,10 +115,10 @@ std::vector<std::unique_ptr<Connection>> TcpTransport::connect(const CommContext
     Hello h{};
     h.header = hs.header(kHelloType, to, index);
     h.nsock = nsock;
-    h.stripeMinBytes = stripeMin_;
+    h.stripeMinBytes = stripeMin;
     return h;
   };
-  auto validConfig = [&](const Link& l) { checkHelloConfig(l.as<Hello>(), ctx.rank, nsock, stripeMin_); };
+  auto validConfig = [&](const Link& l) { checkHelloConfig(l.as<Hello>(), ctx.rank, nsock, stripeMin); };
 
   // Step 1: connect to lower-ranked peers.
   for (int p : hs.lower()) {
@@ -167,7 +180,7 @@ std::vector<std::unique_ptr<Connection>> TcpTransport::connect(const CommContext
       base::setDeadPeerTimeout(fd, deadMs);  // dead (no answer) is told apart from late (alive, not calling)
       if (ctx.poller) ctx.poller->add(fd);   // a failure later closes fd, which also takes it out of the epoll set
     }
-    out.push_back(std::make_unique<TcpConnection>(ctx.rank, p, list, stripeMin_, ctx.poller, deadMs));
+    out.push_back(std::make_unique<TcpConnection>(ctx.rank, p, list, stripeMin, ctx.poller, deadMs));
     for (Link& l : links[p]) l.fd.release();  // owned by the connection now
   }
   COLLIE_INFO(base::kLogNet, "tcp: rank %d%s connected to %zu peer(s) with %d socket(s) each", ctx.rank, where.c_str(),

@@ -18,7 +18,7 @@ namespace collie::transport::tcp {
 /// Settings of a TcpTransport; the defaults come from the params registry.
 struct TcpOptions {
   int socketsPerPeer = 0;           ///< 0: COLLIE_SOCKETS_PER_PEER. Must be equal on all ranks.
-  int64_t stripeMinBytes = -1;      ///< < 0: COLLIE_STRIPE_MIN_BYTES. Must be equal on all ranks.
+  int64_t stripeMinBytes = -1;      ///< < 0: COLLIE_STRIPE_MIN_BYTES (stripeMinFor). Must be equal on all ranks.
   int socketBufferBytes = 4 << 20;  ///< SO_SNDBUF / SO_RCVBUF of the data sockets
   int64_t peerDeadTimeoutMs = -1;   ///< < 0: COLLIE_PEER_DEAD_TIMEOUT; 0: the kernel's defaults
   sockaddr_storage bindAddr{};      ///< AF_UNSPEC: base::defaultLocalAddress() (port is ignored; 0 is used)
@@ -52,11 +52,15 @@ class TcpTransport : public Transport {
 
   int socketsPerPeer() const { return nsock_; }
   int64_t stripeMinBytes() const { return stripeMin_; }
+  /// The striping threshold of a communicator of `nranks`: the one set (options, COLLIE_STRIPE_MIN_BYTES), else
+  /// 1 MiB with 2 ranks and the parameter's default with more (tcp_transport.cpp says why).
+  int64_t stripeMinFor(int nranks) const;
 
  private:
   TcpOptions options_;
   int nsock_;
   int64_t stripeMin_;
+  bool stripeSet_ = false;  ///< by the options or the environment
   int listenFd_ = -1;
   sockaddr_storage listenAddr_{};
   handshake::Stash stash_;  ///< early hellos, for a later connect()
