@@ -88,7 +88,7 @@ void CommImpl::connect(const std::vector<transport::PeerInfo>& peers, bool gathe
   execConfig_.spin = std::chrono::microseconds(base::params::spinUs());
   execConfig_.yieldWhileSpinning = links_.oversubscribed || gatherFirst;  // a partial table undercounts this host
   if (gatherFirst) gatherTable();
-  execConfig_.yieldWhileSpinning = links_.oversubscribed;  // now that every rank's host is known
+  setSpinPolicy();  // now that every rank's host is known
   planner_.setTransports(transportNames(links_), links_.peerTransport);
   planner_.setHosts(hostLayoutOf(links_.ctx.peers));
   if (connectEagerly(connectMode_)) {
@@ -96,6 +96,17 @@ void CommImpl::connect(const std::vector<transport::PeerInfo>& peers, bool gathe
     for (int p = 0; p < nranks_; ++p) executor_->setConnection(p, links_.conns[static_cast<size_t>(p)].get());
     barrier();  // every rank is connected before anyone returns
   }
+}
+
+// A waiting thread spins before it sleeps. The calling thread of a blocking call has nothing else to do, so it
+// gives the CPU away while spinning only when this host has more ranks than CPUs. The progress thread runs async
+// calls while the caller computes (PyTorch's DDP: backward goes on while a bucket is all-reduced), so it also
+// yields when the ranks take every CPU: then its spin would take the CPU from the ranks' own threads (a yield
+// with nothing else runnable returns at once, so an idle host keeps the spin's latency).
+void CommImpl::setSpinPolicy() {
+  execConfig_.yieldWhileSpinning = links_.oversubscribed;
+  progressConfig_ = execConfig_;
+  progressConfig_.yieldWhileSpinning = links_.oversubscribed || links_.cpusTaken;
 }
 
 // The bootstrap root sent this rank the PeerInfo of its bootstrapPeers only (bootstrap_plan.hpp): the ranks
@@ -281,14 +292,13 @@ OpDesc CommImpl::matchAnySource(const OpDesc& op, const ExecConfig& config) {
   return named;
 }
 
-void CommImpl::execute(const std::vector<OpDesc>& ops) {
+void CommImpl::execute(const std::vector<OpDesc>& ops, const ExecConfig& config) {
   if (failCode_.load() != ErrorCode::Success) throw Error(failCode_.load(), failureMessage());
   try {
     const bool anySource = ops.size() == 1 && ops[0].root == kAnySource && ops[0].coll == Collective::Recv;
-    const std::vector<Job>& jobs =
-        anySource ? planner_.plan({matchAnySource(ops[0], execConfig_)}) : planner_.plan(ops);
+    const std::vector<Job>& jobs = anySource ? planner_.plan({matchAnySource(ops[0], config)}) : planner_.plan(ops);
     ensureConnected(jobs);
-    executor_->run(jobs, execConfig_);
+    executor_->run(jobs, config);
     recorder_.finish(true);
   } catch (const transport::MismatchError& e) {
     // The ranks called different things: the caller's fault, but the links are out of step, so fatal.
@@ -362,7 +372,7 @@ void CommImpl::run(OpDesc op) {
   } guard{queue_};
   inlineOps_.clear();  // one vector for every inline call: no allocation per call
   inlineOps_.push_back(std::move(op));
-  execute(inlineOps_);
+  execute(inlineOps_, execConfig_);
 }
 
 std::shared_ptr<WorkState> CommImpl::runAsync(OpDesc op) {
@@ -440,7 +450,7 @@ void CommImpl::runBatch(std::vector<OpDesc>& ops) {
       throw;
     }
   }
-  execute(ops);
+  execute(ops, progressConfig_);
 }
 
 // On the progress thread, after runBatch succeeded or failed: lets every staged copy-back run, records a failure

@@ -92,7 +92,8 @@ class CommImpl {
   CostModel costModel(const std::vector<std::string>& kinds) const;  ///< beta and gamma scaled by cpuShare
   void calibrate(const std::vector<transport::PeerInfo>& peers);
   void pingPong(int peer, double* alpha, double* beta);
-  void execute(const std::vector<OpDesc>& ops);
+  void execute(const std::vector<OpDesc>& ops, const ExecConfig& config);
+  void setSpinPolicy();  ///< execConfig_'s and progressConfig_'s yieldWhileSpinning, from the links
   /// `op` (a Recv from any source) with the peer whose message it takes (any_source.hpp), written to op.source.
   OpDesc matchAnySource(const OpDesc& op, const ExecConfig& config);
   // Device buffers (device_stager.hpp).
@@ -118,6 +119,7 @@ class CommImpl {
   std::unique_ptr<Executor> executor_;
   std::unique_ptr<AnySourceMatcher> anySource_;
   ExecConfig execConfig_;          // made once the links are known
+  ExecConfig progressConfig_;      // the same for calls run on the progress thread (setSpinPolicy)
   std::vector<OpDesc> inlineOps_;  // the call run on the calling thread (only one at a time: ProgressQueue)
   Planner planner_;
   std::unique_ptr<CallTrace> trace_;  // before recorder_: the recorder's dumps flush it while the recorder lives

@@ -62,7 +62,7 @@ struct Job {
 struct ExecConfig {
   std::chrono::milliseconds timeout{300000};
   std::chrono::microseconds spin{20};
-  bool yieldWhileSpinning = true;  ///< give the CPU away while spinning (this host has more ranks than CPUs)
+  bool yieldWhileSpinning = true;  ///< give the CPU away while spinning (when: CommImpl::setSpinPolicy)
 };
 
 class Executor {

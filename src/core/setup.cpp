@@ -95,6 +95,7 @@ void chooseTransports(Links& links) {
   cpu_set_t cpus;
   int ncpus = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
   links.oversubscribed = localRanks > ncpus;
+  links.cpusTaken = localRanks >= ncpus;
   links.cpuShare = std::max(1.0, static_cast<double>(localRanks) / std::max(1, ncpus));
   // For each peer the first transport that can connect wins; both sides decide from the same table.
   links.transportOf.assign(static_cast<size_t>(nranks), -1);

@@ -34,7 +34,8 @@ struct Links {
   transport::CommContext ctx;                                     ///< the table and secret every connect uses
   std::atomic<int> connectedPeers{0};                             ///< peers (not self) with a connection
   bool oversubscribed = true;                                     ///< more ranks on this host than CPUs: spin politely
-  double cpuShare = 1;                                            ///< ranks of this host per CPU, at least 1
+  bool cpusTaken = true;  ///< at least as many ranks on this host as CPUs: the progress thread spins politely
+  double cpuShare = 1;    ///< ranks of this host per CPU, at least 1
 };
 
 /// Whether a communicator made with `mode` (Options::connect; Default: COLLIE_CONNECT) connects every pair at init.
