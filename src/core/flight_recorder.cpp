@@ -14,9 +14,6 @@
 
 namespace collie::core {
 
-int registerFlightRecorder(FlightRecorder* r);  // flight_signals.cpp: returns the instance
-void unregisterFlightRecorder(FlightRecorder* r);
-
 namespace {
 
 int64_t steadyNs() {
@@ -67,7 +64,7 @@ FlightRecorder::FlightRecorder(int rank, int nranks, std::string commName, size_
       timed_(!base::params::flightRecorder().empty() || !base::params::trace().empty() || base::params::stats() == 1),
       stats_(timed_) {
   if (slots_) {
-    instance_ = registerFlightRecorder(this);
+    registerFlightRecorder(this);
     registered_ = true;
   }
 }
@@ -79,7 +76,7 @@ FlightRecorder::~FlightRecorder() {
 void FlightRecorder::setTrace(CallTrace* trace) {
   trace_ = trace;
   if (trace && !registered_) {  // COLLIE_FLIGHT_RECORDER_ENTRIES=0: registered for the trace's flushes alone
-    instance_ = registerFlightRecorder(this);
+    registerFlightRecorder(this);
     registered_ = true;
   }
 }
@@ -124,7 +121,23 @@ bool FlightRecorder::read(uint64_t seq, Entry* e) const {
   return true;
 }
 
-TickClock::TickClock() : originTicks_(ticks()), originSteadyNs_(steadyNs()), originWallUs_(wallNowUs()) {}
+TickClock::TickClock() : originTicks_(0), originSteadyNs_(0), originWallUs_(0) {
+  // The origin's three reads must be one instant: a preemption between them (a loaded host) would shift every
+  // time this clock gives against the other ranks' clocks. Keep the try whose tick reads around the other two are
+  // closest together.
+  uint64_t tightest = UINT64_MAX;
+  for (int i = 0; i < 8; ++i) {
+    const uint64_t before = ticks();
+    const int64_t steady = steadyNs();
+    const int64_t wall = wallNowUs();
+    const uint64_t after = ticks();
+    if (after - before >= tightest) continue;
+    tightest = after - before;
+    originTicks_ = before + (after - before) / 2;
+    originSteadyNs_ = steady;
+    originWallUs_ = wall;
+  }
+}
 
 double TickClock::nsPerTick() const {
 #if defined(__x86_64__)

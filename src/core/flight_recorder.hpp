@@ -14,7 +14,8 @@
 // communicator not named "comm"): one JSON object, one call per line, written to a temporary file and renamed.
 // Live communicators of the same name and rank in one process (torch's process groups are all "torch") each get
 // an instance, the lowest not taken by a live one, in creation order: instance K > 0 writes PREFIX[.<name>]
-// .rank<R>.K.json, so their dumps never replace each other and the ranks that create them alike agree on K.
+// .rank<R>.K.json, so their dumps never replace each other and the ranks that create them alike agree on K. A
+// communicator created after one was destroyed may take its K again, and its dump then replaces the old one's.
 // The communicator dumps on a failure (timeout, dead peer, abort, any collective error) and at destroy when
 // COLLIE_FLIGHT_RECORDER_DESTROY=1; flight_signals.cpp dumps every live recorder on SIGUSR1 and before a
 // SIGTERM or SIGABRT ends the process. tools/collie-flight merges the ranks' files into one report.
@@ -75,6 +76,11 @@ class TickClock {
   int64_t originSteadyNs_;
   int64_t originWallUs_;
 };
+
+class FlightRecorder;
+/// The signal and exit registry (flight_signals.cpp); registering gives the recorder its instance.
+void registerFlightRecorder(FlightRecorder* r);
+void unregisterFlightRecorder(FlightRecorder* r);
 
 class FlightRecorder {
  public:
@@ -202,6 +208,7 @@ class FlightRecorder {
   const bool timed_;
   CallStats stats_;
   CallTrace* trace_ = nullptr;
+  friend void registerFlightRecorder(FlightRecorder* r);
   int instance_ = 0;         // among live recorders of this name and rank (set by the registry, under its lock)
   bool registered_ = false;  // in the signal/exit registry (flight_signals.cpp): with ring entries or a trace
   uint64_t next_ = 0;        // executing thread only

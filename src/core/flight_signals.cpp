@@ -144,7 +144,7 @@ void atforkChild() {
 
 }  // namespace
 
-int registerFlightRecorder(FlightRecorder* r) {
+void registerFlightRecorder(FlightRecorder* r) {
   static const bool hooks =
       pthread_atfork(atforkPrepare, atforkParent, atforkChild) == 0 && std::atexit(flushAtExit) == 0;
   (void)hooks;
@@ -155,9 +155,9 @@ int registerFlightRecorder(FlightRecorder* r) {
     for (const FlightRecorder* q : gRecorders)
       taken = taken || (q->instance() == instance && q->rank() == r->rank() && q->name() == r->name());
   }
+  r->instance_ = instance;  // under the lock: a recorder registering at once from another thread sees it
   gRecorders.push_back(r);
   if (!gStarted && (!base::params::flightRecorder().empty() || !base::params::trace().empty())) startLocked();
-  return instance;
 }
 
 void unregisterFlightRecorder(FlightRecorder* r) {
