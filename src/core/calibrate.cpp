@@ -5,10 +5,14 @@
 //      peer over that kind (a peer on another host where the kind reaches one: what limits the algorithms across
 //      hosts) ping-pong; when one kind links rank 0 both to its own host and to others (COLLIE_SHM_DISABLE=1), its
 //      first same-host peer is measured too, as "<kind>-intra". The pairs are the host-aware model's intra and
-//      inter links (tuner.hpp); only these one or two peers are talked to, whatever the number of ranks: 8 bytes (alpha
-//      = half the round trip) and 4 MiB (beta = what the one-way time adds per byte; large enough to leave the caches);
-//      rank 0 times the host reduction of 4 MiB (gamma); a second broadcast shares the results and rank 0 writes them
-//      to COLLIE_TUNE_FILE. About 15 ms over loopback TCP, a few over shm.
+//      inter links (tuner.hpp): 8 bytes (alpha = half the round trip; the median of a few, since one descheduled
+//      round trip can double a mean on a loaded host) and 4 MiB (beta = what the one-way time adds per byte; large
+//      enough to leave the caches); then rank 0 sends 8 bytes to up to kFanOut peers over the same kind of link in
+//      one call and each answers (gap = what each further peer adds to the round trip: the CPU work of a message
+//      to one more peer, which the tuner charges where ranks share CPUs; a burst to one peer would not show it,
+//      since its messages share one socket's system calls). Only these few peers are talked to, whatever the
+//      number of ranks; rank 0 times the host reduction of 4 MiB (gamma); a second broadcast shares the results
+//      and rank 0 writes them to COLLIE_TUNE_FILE. About 15 ms over loopback TCP, a few over shm.
 // COLLIE_TUNE_MEASURE=0 skips step 2 (built-in costs where the file has none).
 #include <algorithm>
 #include <chrono>
@@ -36,6 +40,7 @@ struct Wire {
   uint32_t have[kMaxKinds] = {};
   double alpha[kMaxKinds] = {};
   double beta[kMaxKinds] = {};
+  double gap[kMaxKinds] = {};
   double gamma = 0;  // 0: unknown
 };
 
@@ -43,8 +48,11 @@ struct Wire {
 struct Probes {
   std::vector<std::string> keys;  // what each measurement is stored as in MeasuredCosts
   std::vector<int> partners;      // the peer of rank 0 for each
+  std::vector<std::vector<int>> fans;  // for each: the partner and up to kFanOut - 1 more peers of its kind and host side
   std::string intraKey, intraKind, interKind;
 };
+
+constexpr size_t kFanOut = 4;
 
 Probes probesOf(const std::vector<std::unique_ptr<transport::Transport>>& transports,
                 const std::vector<transport::PeerInfo>& peers, const algorithms::patterns::HostLayout& hosts) {
@@ -74,6 +82,21 @@ Probes probesOf(const std::vector<std::unique_ptr<transport::Transport>>& transp
     p.intraKey = p.intraKind + "-intra";
     p.keys.push_back(p.intraKey);
     p.partners.push_back(intraPartner);
+  }
+  auto remote = [&](int r) {
+    return !hosts.hostOf.empty() && hosts.hostOf[static_cast<size_t>(r)] != hosts.hostOf[0];
+  };
+  for (size_t k = 0; k < p.keys.size(); ++k) {
+    const int partner = p.partners[k];
+    const transport::Transport* kind =
+        transport::chooseTransport(transports, peers[0], peers[static_cast<size_t>(partner)]);
+    std::vector<int> fan{partner};
+    for (int r = 1; r < static_cast<int>(peers.size()) && fan.size() < kFanOut; ++r) {
+      if (r == partner || remote(r) != remote(partner)) continue;
+      const transport::Transport* t = transport::chooseTransport(transports, peers[0], peers[static_cast<size_t>(r)]);
+      if (t && kind && t->name() == kind->name()) fan.push_back(r);
+    }
+    p.fans.push_back(fan);
   }
   return p;
 }
@@ -119,6 +142,7 @@ void CommImpl::calibrate(const std::vector<transport::PeerInfo>& peers) {
         w.have[k] = 1;
         w.alpha[k] = c->alpha;
         w.beta[k] = c->beta;
+        w.gap[k] = c->gap;
       }
     }
     w.gamma = file.gamma;
@@ -141,6 +165,8 @@ void CommImpl::calibrate(const std::vector<transport::PeerInfo>& peers) {
       if (w.have[k]) continue;
       measuring = true;
       if (rank_ == 0 || rank_ == partner[k]) pingPong(rank_ == 0 ? partner[k] : 0, &w.alpha[k], &w.beta[k]);
+      const std::vector<int>& fan = probes.fans[k];
+      if (rank_ == 0 || std::find(fan.begin(), fan.end(), rank_) != fan.end()) fanOut(fan, w.alpha[k], &w.gap[k]);
     }
     if (w.gamma == 0) {
       measuring = true;
@@ -150,7 +176,7 @@ void CommImpl::calibrate(const std::vector<transport::PeerInfo>& peers) {
   if (measuring) {
     broadcastWire();
     if (rank_ == 0 && !path.empty()) {
-      for (size_t k = 0; k < keys.size(); ++k) file.set(keys[k], LinkCost{w.alpha[k], w.beta[k]});
+      for (size_t k = 0; k < keys.size(); ++k) file.set(keys[k], LinkCost{w.alpha[k], w.beta[k], w.gap[k]});
       file.gamma = w.gamma;
       try {
         writeTuneFile(path, file);
@@ -160,22 +186,22 @@ void CommImpl::calibrate(const std::vector<transport::PeerInfo>& peers) {
     }
   }
   for (size_t k = 0; k < keys.size(); ++k)
-    if (w.have[k] || measuring) measured_.set(keys[k], LinkCost{w.alpha[k], w.beta[k]});
+    if (w.have[k] || measuring) measured_.set(keys[k], LinkCost{w.alpha[k], w.beta[k], w.gap[k]});
   measured_.gamma = w.gamma;
   planner_.tuner().setModel(costModel(kinds));
   const CostModel& m = planner_.tuner().model();
   COLLIE_INFO(base::kLogTune,
-              "%s: cost model (%s): alpha %.2f us, beta %.4f ns/B (%.2f GB/s), gamma %.4f ns/B (beta and gamma x %.2f: "
-              "ranks of this host per CPU)",
+              "%s: cost model (%s): alpha %.2f us, beta %.4f ns/B (%.2f GB/s), gap %.2f us, gamma %.4f ns/B (beta and "
+              "gamma x %.2f: ranks of this host per CPU)",
               name_.c_str(), m.transport.c_str(), m.link.alpha * 1e6, m.link.beta * 1e9,
-              m.link.beta > 0 ? 1e-9 / m.link.beta : 0.0, m.gamma * 1e9, links_.cpuShare);
+              m.link.beta > 0 ? 1e-9 / m.link.beta : 0.0, m.link.gap * 1e6, m.gamma * 1e9, links_.cpuShare);
   if (m.shape.hosts > 1)
     COLLIE_INFO(base::kLogTune,
                 "%s: %d hosts, up to %d ranks each (%d flat-ring streams per host link); inside a host (%s): alpha "
-                "%.2f us, beta %.4f ns/B; between hosts (%s): alpha %.2f us, beta %.4f ns/B",
+                "%.2f us, beta %.4f ns/B, gap %.2f us; between hosts (%s): alpha %.2f us, beta %.4f ns/B, gap %.2f us",
                 name_.c_str(), m.shape.hosts, m.shape.maxLocal, m.shape.ringCrossings, probes.intraKey.c_str(),
-                m.intra.alpha * 1e6, m.intra.beta * 1e9, probes.interKind.c_str(), m.inter.alpha * 1e6,
-                m.inter.beta * 1e9);
+                m.intra.alpha * 1e6, m.intra.beta * 1e9, m.intra.gap * 1e6, probes.interKind.c_str(),
+                m.inter.alpha * 1e6, m.inter.beta * 1e9, m.inter.gap * 1e6);
 }
 
 // Measured with one pair of ranks, beta and gamma are what a rank moves and reduces with a CPU to itself. With
@@ -188,6 +214,7 @@ CostModel CommImpl::costModel(const std::vector<std::string>& kinds) const {
   CostModel m = measured_.modelFor(kinds);
   m.link.beta *= links_.cpuShare;
   m.gamma *= links_.cpuShare;
+  m.cpuShare = links_.cpuShare;
   m.intra = m.inter = m.link;
   m.shape = HostShape::of(planner_.hosts());
   if (m.shape.hosts > 1 && links_.ctx.peers.size() == static_cast<size_t>(nranks_)) {
@@ -203,38 +230,84 @@ CostModel CommImpl::costModel(const std::vector<std::string>& kinds) const {
   return m;
 }
 
+namespace {
+double median(std::vector<double> v) {
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+  return v[v.size() / 2];
+}
+}  // namespace
+
+// One side of a bounce with `peer`, `iters` times: the initiator sends `bytes` and receives them back. Seconds per
+// iteration.
+double CommImpl::bounce(int peer, bool initiator, std::vector<char>& buf, size_t bytes, int iters) {
+  OpDesc send, recv;
+  send.coll = Collective::Send;
+  recv.coll = Collective::Recv;
+  send.send = buf.data();
+  recv.recv = buf.data();
+  send.count = recv.count = bytes;
+  send.type = recv.type = DataType::Uint8;
+  send.root = recv.root = peer;
+  auto start = Clock::now();
+  for (int i = 0; i < iters; ++i) {
+    run(initiator ? send : recv);
+    run(initiator ? recv : send);
+  }
+  return seconds(Clock::now() - start) / iters;
+}
+
 // Rank 0 (the initiator) and `peer` bounce messages; the initiator gets alpha and beta.
 void CommImpl::pingPong(int peer, double* alpha, double* beta) {
+  constexpr int kTurns = 5;
   const bool initiator = rank_ == 0;
   std::vector<char> buf(4 << 20, 0);
-  auto bounce = [&](size_t bytes, int iters) {
+  bounce(peer, initiator, buf, 8, 2);  // warm up
+  std::vector<double> roundTrips;
+  for (int i = 0; i < kTurns; ++i) roundTrips.push_back(bounce(peer, initiator, buf, 8, 2));
+  bounce(peer, initiator, buf, buf.size(), 1);
+  const double large = bounce(peer, initiator, buf, buf.size(), 2) / 2;
+  if (!initiator) return;
+  const double small = median(roundTrips) / 2;  // one way
+  *alpha = small;
+  *beta = large > small ? (large - small) / static_cast<double>(buf.size()) : CostModel::defaults("tcp").link.beta;
+}
+
+// Rank 0 sends 8 bytes to every rank of `fan` in one call and receives their answers in another; with alpha (rank
+// 0's, from pingPong), rank 0 gets gap: what each peer beyond the first adds (at least 1 ns, so that it reads as
+// measured). A fan of one peer leaves gap unknown (0).
+void CommImpl::fanOut(const std::vector<int>& fan, double alpha, double* gap) {
+  constexpr int kTurns = 5;
+  if (fan.size() < 2) return;
+  std::vector<char> buf(8 * fan.size(), 0);
+  std::vector<OpDesc> sends, recvs;
+  for (size_t i = 0; i < fan.size(); ++i) {
     OpDesc send, recv;
     send.coll = Collective::Send;
     recv.coll = Collective::Recv;
-    send.send = buf.data();
-    recv.recv = buf.data();
-    send.count = recv.count = bytes;
+    send.send = recv.recv = buf.data() + 8 * i;
+    send.count = recv.count = 8;
     send.type = recv.type = DataType::Uint8;
-    send.root = recv.root = peer;
-    auto start = Clock::now();
-    for (int i = 0; i < iters; ++i) {
-      if (initiator) {
-        run(send);
-        run(recv);
-      } else {
+    send.root = recv.root = rank_ == 0 ? fan[i] : 0;
+    sends.push_back(send);
+    recvs.push_back(recv);
+    if (rank_ != 0 && fan[i] == rank_) {  // one peer of the fan: answer rank 0
+      for (int t = 0; t < kTurns + 1; ++t) {
         run(recv);
         run(send);
       }
+      return;
     }
-    return seconds(Clock::now() - start) / iters / 2;  // one way
-  };
-  bounce(8, 2);  // warm up
-  double small = bounce(8, 10);
-  bounce(buf.size(), 1);
-  double large = bounce(buf.size(), 2);
-  if (!initiator) return;
-  *alpha = small;
-  *beta = large > small ? (large - small) / static_cast<double>(buf.size()) : CostModel::defaults("tcp").link.beta;
+  }
+  if (rank_ != 0) return;
+  std::vector<double> posts;
+  for (int t = 0; t < kTurns + 1; ++t) {  // the first warms up
+    auto start = Clock::now();
+    execute(sends, execConfig_);
+    if (t > 0) posts.push_back(seconds(Clock::now() - start));
+    execute(recvs, execConfig_);
+  }
+  (void)alpha;
+  *gap = std::max(1e-9, median(posts) / static_cast<double>(fan.size()));
 }
 
 }  // namespace collie::core

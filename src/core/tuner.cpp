@@ -71,6 +71,7 @@ CostModel MeasuredCosts::modelFor(const std::vector<std::string>& kinds) const {
     if (first || c.beta > model.link.beta) model.transport = kind;
     model.link.alpha = first ? c.alpha : std::max(model.link.alpha, c.alpha);
     model.link.beta = first ? c.beta : std::max(model.link.beta, c.beta);
+    model.link.gap = first ? c.gap : std::max(model.link.gap, c.gap);
     first = false;
   }
   model.intra = model.inter = model.link;
@@ -98,15 +99,20 @@ bool parseTuneLine(const std::string& line, MeasuredCosts* costs) {
   auto cost = [](double v) { return std::isfinite(v) && v >= 0; };
   char name[64] = {0};
   char rest = 0;  // anything after the last number makes the line malformed
-  double a = 0, b = 0;
+  double a = 0, b = 0, g = 0;
   if (sscanf(line.c_str(), " reduce gamma_ns_per_byte=%lf %c", &a, &rest) == 1) {
     if (!cost(a)) return false;
     costs->gamma = a * 1e-9;
     return true;
   }
-  if (sscanf(line.c_str(), " %63s alpha_us=%lf beta_ns_per_byte=%lf %c", name, &a, &b, &rest) != 3) return false;
-  if (!cost(a) || !cost(b)) return false;
-  costs->set(name, LinkCost{a * 1e-6, b * 1e-9});
+  const int got = sscanf(line.c_str(), " %63s alpha_us=%lf beta_ns_per_byte=%lf gap_us=%lf %c", name, &a, &b, &g, &rest);
+  if (got == 3) {  // without gap_us: nothing may follow beta
+    if (sscanf(line.c_str(), " %63s alpha_us=%lf beta_ns_per_byte=%lf %c", name, &a, &b, &rest) != 3) return false;
+  } else if (got != 4) {
+    return false;
+  }
+  if (!cost(a) || !cost(b) || !cost(g)) return false;
+  costs->set(name, LinkCost{a * 1e-6, b * 1e-9, g * 1e-6});
   return true;
 }
 }  // namespace
@@ -147,8 +153,11 @@ void writeTuneFile(const std::string& path, const MeasuredCosts& costs) {
   COLLIE_ENFORCE(f != nullptr, ErrorCode::SystemError, "COLLIE_TUNE_FILE: cannot write %s: %s", tmp.c_str(),
                  base::errnoString(errno).c_str());
   fprintf(f, "# collie tuning file (COLLIE_TUNE_FILE): measured costs, read by every communicator's rank 0\n");
-  for (const auto& [name, c] : costs.links)
-    fprintf(f, "%s alpha_us=%.3f beta_ns_per_byte=%.5f\n", name.c_str(), c.alpha * 1e6, c.beta * 1e9);
+  for (const auto& [name, c] : costs.links) {
+    fprintf(f, "%s alpha_us=%.3f beta_ns_per_byte=%.5f", name.c_str(), c.alpha * 1e6, c.beta * 1e9);
+    if (c.gap > 0) fprintf(f, " gap_us=%.3f", c.gap * 1e6);
+    fprintf(f, "\n");
+  }
   if (costs.gamma > 0) fprintf(f, "reduce gamma_ns_per_byte=%.5f\n", costs.gamma * 1e9);
   bool ok = fclose(f) == 0;
   ok = ok && rename(tmp.c_str(), path.c_str()) == 0;
@@ -162,6 +171,20 @@ HostShape HostShape::of(const algorithms::patterns::HostLayout& layout) {
   s.hosts = layout.nhosts();
   s.maxLocal = layout.hostOf.empty() ? 1 : layout.maxLocal;
   s.ringCrossings = layout.ringCrossings();
+  const int n = static_cast<int>(layout.hostOf.size());
+  if (s.hosts > 1) {
+    const algorithms::patterns::HalvingDoubling hd(n);
+    for (int d = hd.pof2 / 2; d >= 1; d /= 2) {
+      std::vector<int> out(static_cast<size_t>(s.hosts), 0);
+      int most = 0;
+      for (int v = 0; v < hd.pof2; ++v) {
+        const int h = layout.hostOf[static_cast<size_t>(hd.rankOf(v))];
+        if (h != layout.hostOf[static_cast<size_t>(hd.rankOf(v ^ d))])
+          most = std::max(most, ++out[static_cast<size_t>(h)]);
+      }
+      s.rhdCrossings.push_back(most);
+    }
+  }
   return s;
 }
 
@@ -195,6 +218,7 @@ double hierarchicalSeconds(const CostModel& m, Collective coll, int nranks, size
   if (coll == Collective::AllReduce) {
     t += (L - 1) / L * S * m.gamma;
     if (H > 1) t += 2 * (H - 1) * inter.alpha + 2 * (H - 1) / H * S * inter.beta + (H - 1) / H * shard * m.gamma;
+    t += m.queuedCpu(2 * (L - 1), intra.gap) + (H > 1 ? m.queuedCpu(2 * (H - 1), inter.gap) : 0);
   } else if ((coll == Collective::Broadcast || coll == Collective::Reduce) && H > 1) {
     t += (H - 1) * inter.alpha + (S + (H - 2) * std::min(slice, shard) * L) * inter.beta;  // pipelined chains
   }
@@ -203,8 +227,31 @@ double hierarchicalSeconds(const CostModel& m, Collective coll, int nranks, size
 }
 
 double estimate(const CostModel& model, const CostTerms& t) {
-  return t.steps * model.link.alpha + t.bytes * model.link.beta + t.reducedBytes * model.gamma;
+  return t.steps * model.link.alpha + t.bytes * model.link.beta + t.reducedBytes * model.gamma +
+         model.queuedCpu(t.messages, model.link.gap);
 }
+
+namespace {
+// Halving-doubling AllReduce across hosts, round by round (HostShape::rhdCrossings): a round whose pairs stay
+// inside their hosts costs intra's alpha and beta; one that leaves a host costs inter's alpha, and its bytes
+// inter's beta times the participants of one host that cross at once. `flat` prices the folding of extra ranks.
+double rhdAcrossHosts(const CostModel& m, const CostModel& flat, int nranks, size_t bytes) {
+  const algorithms::patterns::HalvingDoubling hd(nranks);
+  const double S = static_cast<double>(bytes), p = hd.pof2;
+  double t = (p - 1) / p * S * m.gamma;
+  int round = 0;
+  for (int d = hd.pof2 / 2; d >= 1; d /= 2, ++round) {
+    const size_t k = static_cast<size_t>(round);
+    const int crossing = k < m.shape.rhdCrossings.size() ? m.shape.rhdCrossings[k] : m.shape.maxLocal;
+    const double piece = S * d / p;  // each way, in the reduce-scatter round and again in the all-gather round
+    const LinkCost& link = crossing > 0 ? m.inter : m.intra;
+    t += 2 * (link.alpha + piece * link.beta * std::max(1, crossing) + m.queuedCpu(1, link.gap));
+  }
+  if (hd.extra > 0)  // fold in, result back
+    t += 2 * flat.link.alpha + 2 * S * flat.link.beta + S * m.gamma + m.queuedCpu(2, flat.link.gap);
+  return t;
+}
+}  // namespace
 
 CostTerms costTerms(Collective coll, Algorithm algo, int nranks, size_t bytes, size_t sliceBytes) {
   CostTerms t;
@@ -216,19 +263,20 @@ CostTerms costTerms(Collective coll, Algorithm algo, int nranks, size_t bytes, s
   switch (coll) {
     case Collective::AllReduce:
       if (algo == Algorithm::Ring) {
-        t = {2 * (n - 1), 2 * (n - 1) / n * S, (n - 1) / n * S};
+        t = {2 * (n - 1), 2 * (n - 1) / n * S, (n - 1) / n * S, 2 * (n - 1)};
       } else if (algo == Algorithm::Tree) {
         // Up and down overlap; an inner node moves 2S through each port; the pipeline fills over 2 x depth
         // levels, two slices per level at a node with two children.
-        t = {2 * depth, 2 * S + 4 * depth * std::min(slice, S / 2), S};
+        // Messages: up and down each tree, a node sends one up in each and two down in the one where it is inner.
+        t = {2 * depth, 2 * S + 4 * depth * std::min(slice, S / 2), S, std::min(4.0, 2 * (n - 1))};
       } else if (algo == Algorithm::HalvingDoubling) {
-        t = {2 * logp + 2 * fold, 2 * (p - 1) / p * S + fold * S, (p - 1) / p * S + fold * S};
+        t = {2 * logp + 2 * fold, 2 * (p - 1) / p * S + fold * S, (p - 1) / p * S + fold * S, 2 * logp + 2 * fold};
       } else if (algo == Algorithm::Direct) {
         // One round: the n-1 messages go out at once, so the first pays alpha and each further one only its
         // posting and polling, taken as alpha/4. Measured (8 ranks on 2 CPUs over shm, 8 B): direct 10.6 us,
         // rhd 20 us, tree 24 us, though this model's 2.5 alpha against 6 alpha would predict even more.
         // Local work: n-1 folds plus two copies of the input (to scratch, to the output), costed like a fold.
-        t = {1 + (n - 2) / 4, (n - 1) * S, (n + 1) * S};
+        t = {1 + (n - 2) / 4, (n - 1) * S, (n + 1) * S, n - 1};
       }
       break;
     case Collective::Broadcast:
@@ -402,6 +450,9 @@ double Tuner::cost(Collective coll, Algorithm algo, int nranks, size_t bytes) co
   CostModel flat = model_;
   flat.link.alpha = std::max(model_.link.alpha, model_.inter.alpha);
   flat.link.beta = std::max(model_.link.beta, model_.inter.beta * share);
+  flat.link.gap = std::max(model_.link.gap, model_.inter.gap);
+  if (algo == Algorithm::HalvingDoubling && coll == Collective::AllReduce)
+    return rhdAcrossHosts(model_, flat, nranks, bytes);
   return estimate(flat, terms);
 }
 

@@ -8,12 +8,20 @@
 // a ping-pong or read from COLLIE_TUNE_FILE), gamma to the host reduction. The cheapest algorithm that
 // implements the collective and that COLLIE_ALGO allows wins.
 //
+// With more ranks on a host than CPUs (cpuShare, ranks per CPU), a message's CPU work (the `gap` of its link: what
+// each further message of a burst adds, measured at init; for tcp the system calls and the network stack, which
+// on a loopback or a veth run on the sender's CPU too) waits for the other ranks' messages on the same CPUs:
+// AllReduce adds (cpuShare - 1) x 2 gap (send and receive) per message a rank sends. Bytes are scaled the same way
+// (beta and gamma x cpuShare, calibrate.cpp). On the test bed (8 ranks on 2 CPUs, tcp 20 us and gap 8 us between
+// network namespaces) this is what ranks the algorithms at small sizes: direct's 7 messages per rank cost more
+// than rhd's 6 hops, though one round against six.
+//
 // Across hosts (HostShape: hosts, ranks per host) the model has two links: `intra` between ranks of one host and
-// `inter` between hosts, each measured at init by one pair of ranks (calibrate.cpp). The ranks of a host share its
-// network link: a flat algorithm's bytes cost inter's beta times the streams that leave one host at once (the flat
-// ring's crossings of the host boundary, measured on the layout; every rank of the host for the others), and the
-// hierarchical algorithm's phases cost intra inside a host and inter (times the ranks of a host, each carrying its
-// shards) between hosts (hierarchicalSeconds).
+// `inter` between hosts, each measured at init by one pair of ranks (calibrate.cpp). The ranks of a host share its network link: a flat algorithm's bytes cost inter's beta times the
+// streams that leave one host at once (the flat ring's crossings of the host boundary, and each halving-doubling
+// round's, measured on the layout; every rank of the host for the others); a halving-doubling round whose pairs
+// all stay inside their hosts costs intra's alpha and beta; the hierarchical algorithm's phases cost intra inside
+// a host and inter (times the ranks of a host, each carrying its shards) between hosts (hierarchicalSeconds).
 //
 // Every choice depends only on what all ranks agree on (collective, nranks, bytes, the cost model that rank 0
 // measured and broadcast, COLLIE_ALGO), so both ends of every link decide alike.
@@ -34,6 +42,7 @@ namespace collie::core {
 struct LinkCost {
   double alpha = 0;  ///< seconds per message hop (latency and per-message overhead)
   double beta = 0;   ///< seconds per byte
+  double gap = 0;    ///< seconds of a sender's CPU per further message of a burst; 0: unknown (no CPU term)
 };
 
 /// How a communicator's ranks sit on hosts, as far as the cost model needs it.
@@ -41,6 +50,10 @@ struct HostShape {
   int hosts = 1;
   int maxLocal = 1;       ///< the most ranks on one host
   int ringCrossings = 0;  ///< flat-ring streams that leave one host (the most over the hosts)
+  /// Halving-doubling AllReduce, per reduce-scatter round (distance pof2/2, pof2/4, ..., 1; the all-gather
+  /// repeats them backwards): participants of one host whose partner is on another host, the most over the hosts
+  /// (0: the round stays inside the hosts). Empty: unknown, every round leaves every host.
+  std::vector<int> rhdCrossings;
   static HostShape of(const algorithms::patterns::HostLayout& layout);
   /// `hosts` hosts of `perHost` ranks each; interleaved: rank r on host r mod hosts (the test bed), else r / perHost.
   static HostShape uniform(int hosts, int perHost, bool interleaved);
@@ -54,6 +67,9 @@ struct CostModel {
   HostShape shape;   ///< one host: only `link` is used
   LinkCost intra;    ///< between ranks of one host (shape.hosts > 1)
   LinkCost inter;    ///< between hosts (shape.hosts > 1)
+  double cpuShare = 1;  ///< ranks per CPU on this host (>= 1): a message's CPU work waits for cpuShare - 1 others'
+  /// The CPU work of `messages` sent per rank over a link of `gap` that waits for the other ranks of the CPU.
+  double queuedCpu(double messages, double gap) const { return (cpuShare - 1) * 2 * messages * gap; }
   /// Built-in costs of a transport kind ("tcp", "shm", anything else gets tcp's): used until measured.
   static CostModel defaults(const std::string& transport);
 };
@@ -72,8 +88,8 @@ struct MeasuredCosts {
   CostModel modelForHosts(const HostShape& shape, const std::string& intraKind, const std::string& interKind) const;
 };
 
-/// Tuning file (COLLIE_TUNE_FILE), one line per transport kind and one for the reduction:
-///   tcp alpha_us=28.5 beta_ns_per_byte=0.41
+/// Tuning file (COLLIE_TUNE_FILE), one line per transport kind (gap_us optional) and one for the reduction:
+///   tcp alpha_us=28.5 beta_ns_per_byte=0.41 gap_us=9.2
 ///   reduce gamma_ns_per_byte=0.09
 /// '#' starts a comment. readTuneFile returns false when the file does not exist; a malformed line throws
 /// InvalidArgument naming the file and the line.
@@ -89,6 +105,7 @@ struct CostTerms {
   double steps = 0;
   double bytes = 0;
   double reducedBytes = 0;
+  double messages = 0;  ///< messages a rank sends (AllReduce): their CPU work (CostModel::queuedCpu)
 };
 /// `bytes` is the user-visible size (count x element size; per rank for AllGather/ReduceScatter/AllToAll).
 CostTerms costTerms(algorithms::Collective coll, algorithms::Algorithm algo, int nranks, size_t bytes,
