@@ -8,7 +8,8 @@
 //   collie-info --tuner [--nranks N] [--transport tcp|shm] [--hosts H --ranks-per-host L [--interleaved]]
 //                           the algorithm and slice size the tuner picks per collective and message size; with
 //                           --hosts, for H hosts of L ranks (shm inside a host, --transport between hosts; ranks
-//                           r / L on a host, or r mod H with --interleaved, as on the test bed)
+//                           r / L on a host, or r mod H with --interleaved, as on the test bed); --ranks-per-cpu R
+//                           prices the CPUs as a communicator with R ranks per CPU does (the test bed: 4)
 //   collie-info --ucx       the UCX transport: built or not, UCX's version and transports here, COLLIE_NET's pick
 //   collie-info --version   the version only
 //
@@ -126,6 +127,7 @@ std::string gTunerTransport = "tcp";
 int gTunerHosts = 0;  // 0: one host (--nranks)
 int gTunerPerHost = 1;
 bool gTunerInterleaved = false;
+int gTunerRanksPerCpu = 1;  // --ranks-per-cpu: ranks sharing each CPU (the communicator's cpuShare)
 
 std::string sizeName(double bytes) {
   const char* units[] = {"B", "KiB", "MiB", "GiB"};
@@ -161,10 +163,13 @@ void printTuner() {
       hosts ? core::HostShape::uniform(gTunerHosts, gTunerPerHost, gTunerInterleaved) : core::HostShape{};
   core::CostModel model =
       hosts ? costs.modelForHosts(shape, "shm", gTunerTransport) : costs.modelFor({gTunerTransport});
+  model.shareCpus(gTunerRanksPerCpu);
   core::Tuner tuner(model, core::currentAlgoSelection());
-  std::printf("Tuner for %d ranks over %s (alpha %.2f us, %.2f GB/s, reduction %.2f GB/s; %s%s%s)\n", gTunerRanks,
-              gTunerTransport.c_str(), model.link.alpha * 1e6, 1e-9 / model.link.beta, 1e-9 / model.gamma,
-              fromFile ? "from " : "built-in costs", fromFile ? file.c_str() : "",
+  std::printf("Tuner for %d ranks over %s (alpha %.2f us, %.2f GB/s, gap %.2f us, reduction %.2f GB/s, %d ranks per CPU; "
+              "%s%s%s)\n",
+              gTunerRanks, gTunerTransport.c_str(), model.link.alpha * 1e6, 1e-9 / model.link.beta,
+              model.link.gap * 1e6, 1e-9 / model.gamma, gTunerRanksPerCpu, fromFile ? "from " : "built-in costs",
+              fromFile ? file.c_str() : "",
               base::params::algo().empty() ? "" : (", COLLIE_ALGO=" + base::params::algo()).c_str());
   if (hosts)
     std::printf(
@@ -254,7 +259,8 @@ const Section kSections[] = {
     {"--params", "print the COLLIE_* parameters only: default, current value, description", printParams},
     {"--tuner",
      "print the tuner's algorithm and slicing per collective and size (with --nranks N, default 8, and "
-     "--transport tcp|shm, default tcp; or --hosts H --ranks-per-host L [--interleaved]: shm inside hosts)",
+     "--transport tcp|shm, default tcp; or --hosts H --ranks-per-host L [--interleaved]: shm inside hosts; "
+     "--ranks-per-cpu R, default 1: ranks sharing a CPU)",
      printTuner},
     {"--ucx", "print whether UCX is built, its version, the transports it would use here and COLLIE_NET's choice",
      printUcx},
@@ -282,7 +288,8 @@ int main(int argc, char** argv) {
     return list;
   };
   auto listOptions = [] {
-    std::string list = "--help, --nranks N, --transport T, --hosts H, --ranks-per-host L, --interleaved";
+    std::string list =
+        "--help, --nranks N, --transport T, --hosts H, --ranks-per-host L, --interleaved, --ranks-per-cpu R";
     for (const Section& s : kSections) list += std::string(", ") + s.flag;
     return list;
   };
@@ -299,7 +306,7 @@ int main(int argc, char** argv) {
       tunerArgs = true;
       continue;
     }
-    if (arg == "--hosts" || arg == "--ranks-per-host") {
+    if (arg == "--hosts" || arg == "--ranks-per-host" || arg == "--ranks-per-cpu") {
       if (i + 1 >= argc) {
         std::fprintf(stderr, "%s: %s needs a value\n", prog, arg.c_str());
         return 2;
@@ -311,7 +318,8 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "%s: %s %s: expected a number in 1..65536\n", prog, arg.c_str(), value);
         return 2;
       }
-      (arg == "--hosts" ? gTunerHosts : gTunerPerHost) = static_cast<int>(n);
+      (arg == "--hosts" ? gTunerHosts : arg == "--ranks-per-host" ? gTunerPerHost : gTunerRanksPerCpu) =
+          static_cast<int>(n);
       tunerArgs = true;
       continue;
     }
@@ -357,7 +365,8 @@ int main(int argc, char** argv) {
                      return std::strcmp(s->flag, "--tuner") == 0;
                    }) == chosen.end()) {
     std::fprintf(
-        stderr, "%s: --nranks, --transport, --hosts, --ranks-per-host and --interleaved only apply to --tuner\n", prog);
+        stderr, "%s: --nranks, --transport, --hosts, --ranks-per-host, --interleaved and --ranks-per-cpu only apply to "
+        "--tuner\n", prog);
     return 2;
   }
   try {

@@ -212,10 +212,6 @@ void CommImpl::calibrate(const std::vector<transport::PeerInfo>& peers) {
 // Across hosts, the link inside a host is scaled the same way; the network's is not (a rank's CPU outpaces it).
 CostModel CommImpl::costModel(const std::vector<std::string>& kinds) const {
   CostModel m = measured_.modelFor(kinds);
-  m.link.beta *= links_.cpuShare;
-  m.gamma *= links_.cpuShare;
-  m.cpuShare = links_.cpuShare;
-  m.intra = m.inter = m.link;
   m.shape = HostShape::of(planner_.hosts());
   if (m.shape.hosts > 1 && links_.ctx.peers.size() == static_cast<size_t>(nranks_)) {
     const Probes probes = probesOf(links_.transports, links_.ctx.peers, planner_.hosts());
@@ -224,9 +220,9 @@ CostModel CommImpl::costModel(const std::vector<std::string>& kinds) const {
       return c ? *c : CostModel::defaults(kind).link;
     };
     m.intra = cost(probes.intraKey, probes.intraKind.empty() ? "shm" : probes.intraKind);
-    m.intra.beta *= links_.cpuShare;
     m.inter = cost(probes.interKind, probes.interKind);
   }
+  m.shareCpus(links_.cpuShare);
   return m;
 }
 

@@ -45,6 +45,13 @@ CostModel CostModel::defaults(const std::string& transport) {
   return m;
 }
 
+void CostModel::shareCpus(double share) {
+  cpuShare = std::max(1.0, share);
+  link.beta *= cpuShare;
+  intra.beta *= cpuShare;
+  gamma *= cpuShare;
+}
+
 const LinkCost* MeasuredCosts::find(const std::string& kind) const {
   for (const auto& [name, cost] : links)
     if (name == kind) return &cost;

@@ -72,6 +72,9 @@ struct CostModel {
   double queuedCpu(double messages, double gap) const { return (cpuShare - 1) * 2 * messages * gap; }
   /// Built-in costs of a transport kind ("tcp", "shm", anything else gets tcp's): used until measured.
   static CostModel defaults(const std::string& transport);
+  /// `share` ranks per CPU (>= 1) on this host: sets cpuShare and scales what the CPUs do per byte (beta of the
+  /// flat and intra links, gamma) by it; the network's beta (inter) is not scaled (a rank's CPU outpaces it).
+  void shareCpus(double share);
 };
 
 /// Costs per transport kind and of the host reduction, as measured at init or read from a tuning file.

@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "algorithms/algorithms.hpp"
 #include "core/host_identity.hpp"
@@ -175,6 +177,71 @@ TEST(HostTuner, GathersPickHierAcrossHostsFromAMebibyteUp) {
       EXPECT_GE(timed(Algorithm::Ring) / hier, 1.5) << collectiveName(c) << " " << hosts << "x" << perHost;
     }
   }
+}
+
+TEST(HostShape, HalvingDoublingRoundsThatLeaveAHost) {
+  // Rounds at distance 4, 2, 1 over ranks 0..7.
+  EXPECT_EQ(HostShape::uniform(4, 2, true).rhdCrossings, (std::vector<int>{0, 2, 2}));  // r and r+4 share a host
+  EXPECT_EQ(HostShape::uniform(2, 4, true).rhdCrossings, (std::vector<int>{0, 0, 4}));  // only distance 1 leaves
+  EXPECT_EQ(HostShape::uniform(2, 4, false).rhdCrossings, (std::vector<int>{4, 0, 0}));  // only distance 4 leaves
+  EXPECT_EQ(HostShape::uniform(8, 1, true).rhdCrossings, (std::vector<int>{1, 1, 1}));
+  EXPECT_TRUE(HostShape::of(HostLayout{}).rhdCrossings.empty());
+}
+
+// The test bed as calibrate.cpp measured it (2026-11-24, 8 ranks on the 2 CPUs of one machine, 4 per CPU; medians of
+// the INFO lines): shm inside a host, alpha 7.5 us, 0.3 ns/B, gap 1 us; tcp between the network namespaces through
+// the 1 Gbit/s tbf links, alpha 20 us, 6.1 ns/B, gap 6.2 us (a message to one more peer: a system call and the
+// network stack on the sender's CPU); host reduction 0.1 ns/B.
+CostModel calibratedTestbed(const HostShape& shape) {
+  MeasuredCosts costs;
+  costs.set("shm", LinkCost{7.5e-6, 0.3e-9, 1.0e-6});
+  costs.set("tcp", LinkCost{20e-6, 6.1e-9, 6.2e-6});
+  costs.gamma = 0.1e-9;
+  CostModel m = costs.modelForHosts(shape, "shm", "tcp");
+  m.shareCpus(4);
+  return m;
+}
+
+const char* name(Algorithm a) { return algorithms::algorithmName(a); }
+
+// Measured on the test bed (perf/RESULTS.md, 2026-11-24 05:xx): below 1 MiB halving-doubling was the fastest or
+// within the noise of it in both shapes, and direct 1.2-2x slower than it: the 7 messages each rank sends cost CPU
+// that the 8 ranks wait for on 2 CPUs. Before the CPU term the tuner picked direct up to 256 B-8 KiB (0.06-0.7 of the
+// best) and hier above. Halving-doubling's rounds that stay inside a host (distance 4 on 4x2; 4 and 2 on 2x4) go
+// over shm, so it moves no more across hosts than hier, in fewer rounds.
+TEST(HostTuner, TestBedSmallAndMidSizesPickHalvingDoubling) {
+  for (auto [hosts, perHost] : {std::pair{4, 2}, std::pair{2, 4}}) {
+    const Tuner t(calibratedTestbed(HostShape::uniform(hosts, perHost, true)), AlgoSelection{});
+    for (size_t bytes = 8; bytes <= (size_t{512} << 10); bytes *= 2) {
+      const Algorithm a = t.choose(Collective::AllReduce, 8, bytes).algorithm;
+      EXPECT_EQ(a, Algorithm::HalvingDoubling)
+          << hosts << "x" << perHost << ", " << bytes << " B: " << name(a) << "; direct "
+          << t.cost(Collective::AllReduce, Algorithm::Direct, 8, bytes) * 1e6 << " us, rhd "
+          << t.cost(Collective::AllReduce, Algorithm::HalvingDoubling, 8, bytes) * 1e6 << " us, hier "
+          << t.cost(Collective::AllReduce, Algorithm::Hierarchical, 8, bytes) * 1e6 << " us, tree "
+          << t.cost(Collective::AllReduce, Algorithm::Tree, 8, bytes) * 1e6 << " us";
+    }
+    // Direct is the dearest of the message-bound algorithms at 8 B, the flat ring by far the dearest.
+    const double direct = t.cost(Collective::AllReduce, Algorithm::Direct, 8, 8);
+    EXPECT_GT(direct, t.cost(Collective::AllReduce, Algorithm::HalvingDoubling, 8, 8) * 1.2) << hosts << "x" << perHost;
+    EXPECT_GT(t.cost(Collective::AllReduce, Algorithm::Ring, 8, 8), 2 * direct) << hosts << "x" << perHost;
+  }
+}
+
+// The CPU term is what moved those choices: with a CPU per rank (cpuShare 1), the same links give direct for tiny
+// messages again; on one host over shm (gap 1 us), 8 ranks on 2 CPUs keep direct (measured 19-26 us against rhd's
+// 50 and tree's 55-65).
+TEST(HostTuner, CpuTermOnlyWhereRanksShareCpus) {
+  CostModel own = calibratedTestbed(HostShape::uniform(4, 2, true));
+  own.cpuShare = 1;
+  EXPECT_EQ(Tuner(own, AlgoSelection{}).choose(Collective::AllReduce, 8, 8).algorithm, Algorithm::Direct);
+  MeasuredCosts shm;
+  shm.set("shm", LinkCost{7.5e-6, 0.3e-9, 1.0e-6});
+  CostModel oneHost = shm.modelFor({"shm"});
+  oneHost.shareCpus(4);
+  for (size_t bytes : {size_t{8}, size_t{64}, size_t{512}})
+    EXPECT_EQ(Tuner(oneHost, AlgoSelection{}).choose(Collective::AllReduce, 8, bytes).algorithm, Algorithm::Direct)
+        << bytes;
 }
 
 }  // namespace
