@@ -165,12 +165,12 @@ void printTuner() {
       hosts ? costs.modelForHosts(shape, "shm", gTunerTransport) : costs.modelFor({gTunerTransport});
   model.shareCpus(gTunerRanksPerCpu);
   core::Tuner tuner(model, core::currentAlgoSelection());
-  std::printf("Tuner for %d ranks over %s (alpha %.2f us, %.2f GB/s, gap %.2f us, reduction %.2f GB/s, %d ranks per CPU; "
-              "%s%s%s)\n",
-              gTunerRanks, gTunerTransport.c_str(), model.link.alpha * 1e6, 1e-9 / model.link.beta,
-              model.link.gap * 1e6, 1e-9 / model.gamma, gTunerRanksPerCpu, fromFile ? "from " : "built-in costs",
-              fromFile ? file.c_str() : "",
-              base::params::algo().empty() ? "" : (", COLLIE_ALGO=" + base::params::algo()).c_str());
+  std::printf(
+      "Tuner for %d ranks over %s (alpha %.2f us, %.2f GB/s, gap %.2f us, reduction %.2f GB/s, %d ranks per CPU; "
+      "%s%s%s)\n",
+      gTunerRanks, gTunerTransport.c_str(), model.link.alpha * 1e6, 1e-9 / model.link.beta, model.link.gap * 1e6,
+      1e-9 / model.gamma, gTunerRanksPerCpu, fromFile ? "from " : "built-in costs", fromFile ? file.c_str() : "",
+      base::params::algo().empty() ? "" : (", COLLIE_ALGO=" + base::params::algo()).c_str());
   if (hosts)
     std::printf(
         "  on %d hosts x %d ranks (%s; %d flat-ring streams per host link): inside a host shm (alpha %.2f us, "
@@ -318,8 +318,9 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "%s: %s %s: expected a number in 1..65536\n", prog, arg.c_str(), value);
         return 2;
       }
-      (arg == "--hosts" ? gTunerHosts : arg == "--ranks-per-host" ? gTunerPerHost : gTunerRanksPerCpu) =
-          static_cast<int>(n);
+      (arg == "--hosts"            ? gTunerHosts
+       : arg == "--ranks-per-host" ? gTunerPerHost
+                                   : gTunerRanksPerCpu) = static_cast<int>(n);
       tunerArgs = true;
       continue;
     }
@@ -365,8 +366,10 @@ int main(int argc, char** argv) {
                      return std::strcmp(s->flag, "--tuner") == 0;
                    }) == chosen.end()) {
     std::fprintf(
-        stderr, "%s: --nranks, --transport, --hosts, --ranks-per-host, --interleaved and --ranks-per-cpu only apply to "
-        "--tuner\n", prog);
+        stderr,
+        "%s: --nranks, --transport, --hosts, --ranks-per-host, --interleaved and --ranks-per-cpu only apply to "
+        "--tuner\n",
+        prog);
     return 2;
   }
   try {

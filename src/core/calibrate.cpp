@@ -48,7 +48,8 @@ struct Wire {
 struct Probes {
   std::vector<std::string> keys;  // what each measurement is stored as in MeasuredCosts
   std::vector<int> partners;      // the peer of rank 0 for each
-  std::vector<std::vector<int>> fans;  // for each: the partner and up to kFanOut - 1 more peers of its kind and host side
+  std::vector<std::vector<int>>
+      fans;  // for each: the partner and up to kFanOut - 1 more peers of its kind and host side
   std::string intraKey, intraKind, interKind;
 };
 
@@ -83,9 +84,7 @@ Probes probesOf(const std::vector<std::unique_ptr<transport::Transport>>& transp
     p.keys.push_back(p.intraKey);
     p.partners.push_back(intraPartner);
   }
-  auto remote = [&](int r) {
-    return !hosts.hostOf.empty() && hosts.hostOf[static_cast<size_t>(r)] != hosts.hostOf[0];
-  };
+  auto remote = [&](int r) { return !hosts.hostOf.empty() && hosts.hostOf[static_cast<size_t>(r)] != hosts.hostOf[0]; };
   for (size_t k = 0; k < p.keys.size(); ++k) {
     const int partner = p.partners[k];
     const transport::Transport* kind =

@@ -112,7 +112,8 @@ bool parseTuneLine(const std::string& line, MeasuredCosts* costs) {
     costs->gamma = a * 1e-9;
     return true;
   }
-  const int got = sscanf(line.c_str(), " %63s alpha_us=%lf beta_ns_per_byte=%lf gap_us=%lf %c", name, &a, &b, &g, &rest);
+  const int got =
+      sscanf(line.c_str(), " %63s alpha_us=%lf beta_ns_per_byte=%lf gap_us=%lf %c", name, &a, &b, &g, &rest);
   if (got == 3) {  // without gap_us: nothing may follow beta
     if (sscanf(line.c_str(), " %63s alpha_us=%lf beta_ns_per_byte=%lf %c", name, &a, &b, &rest) != 3) return false;
   } else if (got != 4) {

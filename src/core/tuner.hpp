@@ -17,11 +17,12 @@
 // than rhd's 6 hops, though one round against six.
 //
 // Across hosts (HostShape: hosts, ranks per host) the model has two links: `intra` between ranks of one host and
-// `inter` between hosts, each measured at init by one pair of ranks (calibrate.cpp). The ranks of a host share its network link: a flat algorithm's bytes cost inter's beta times the
-// streams that leave one host at once (the flat ring's crossings of the host boundary, and each halving-doubling
-// round's, measured on the layout; every rank of the host for the others); a halving-doubling round whose pairs
-// all stay inside their hosts costs intra's alpha and beta; the hierarchical algorithm's phases cost intra inside
-// a host and inter (times the ranks of a host, each carrying its shards) between hosts (hierarchicalSeconds).
+// `inter` between hosts, each measured at init by one pair of ranks (calibrate.cpp). The ranks of a host share its
+// network link: a flat algorithm's bytes cost inter's beta times the streams that leave one host at once (the flat
+// ring's crossings of the host boundary, and each halving-doubling round's, measured on the layout; every rank of the
+// host for the others); a halving-doubling round whose pairs all stay inside their hosts costs intra's alpha and beta;
+// the hierarchical algorithm's phases cost intra inside a host and inter (times the ranks of a host, each carrying its
+// shards) between hosts (hierarchicalSeconds).
 //
 // Every choice depends only on what all ranks agree on (collective, nranks, bytes, the cost model that rank 0
 // measured and broadcast, COLLIE_ALGO), so both ends of every link decide alike.
@@ -63,10 +64,10 @@ struct HostShape {
 struct CostModel {
   std::string transport = "tcp";  ///< the kind whose costs are used (the slowest the communicator uses)
   LinkCost link;
-  double gamma = 0;  ///< seconds per byte reduced on the host
-  HostShape shape;   ///< one host: only `link` is used
-  LinkCost intra;    ///< between ranks of one host (shape.hosts > 1)
-  LinkCost inter;    ///< between hosts (shape.hosts > 1)
+  double gamma = 0;     ///< seconds per byte reduced on the host
+  HostShape shape;      ///< one host: only `link` is used
+  LinkCost intra;       ///< between ranks of one host (shape.hosts > 1)
+  LinkCost inter;       ///< between hosts (shape.hosts > 1)
   double cpuShare = 1;  ///< ranks per CPU on this host (>= 1): a message's CPU work waits for cpuShare - 1 others'
   /// The CPU work of `messages` sent per rank over a link of `gap` that waits for the other ranks of the CPU.
   double queuedCpu(double messages, double gap) const { return (cpuShare - 1) * 2 * messages * gap; }

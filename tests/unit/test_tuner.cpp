@@ -231,15 +231,25 @@ TEST(TuneFile, RoundTripsAndRejectsGarbage) {
   ASSERT_GE(fd, 0);
   close(fd);
   MeasuredCosts in;
-  in.set("tcp", {25e-6, 4e-10});
-  in.set("shm", {2e-6, 1e-10});
+  in.set("tcp", {25e-6, 4e-10, 6e-6});
+  in.set("shm", {2e-6, 1e-10});  // gap unknown: written without gap_us
   in.gamma = 8e-11;
   writeTuneFile(path, in);
   MeasuredCosts out;
   ASSERT_TRUE(readTuneFile(path, &out));
   ASSERT_NE(out.find("tcp"), nullptr);
   EXPECT_NEAR(out.find("tcp")->alpha, 25e-6, 1e-9);
+  EXPECT_NEAR(out.find("tcp")->gap, 6e-6, 1e-9);
   EXPECT_NEAR(out.find("shm")->beta, 1e-10, 1e-14);
+  EXPECT_EQ(out.find("shm")->gap, 0);
+  MeasuredCosts parsed;  // gap_us is optional, and only after beta
+  parseTuneText("tcp alpha_us=20 beta_ns_per_byte=6 gap_us=6.5\nshm alpha_us=3 beta_ns_per_byte=0.3\n", "t", &parsed);
+  EXPECT_NEAR(parsed.find("tcp")->gap, 6.5e-6, 1e-12);
+  EXPECT_EQ(parsed.find("shm")->gap, 0);
+  for (const char* bad :
+       {"tcp alpha_us=20 beta_ns_per_byte=6 gap_us=x\n", "tcp alpha_us=20 beta_ns_per_byte=6 gap_us=1 z\n",
+        "tcp alpha_us=20 beta_ns_per_byte=6 gap_us=-1\n", "tcp alpha_us=20 beta_ns_per_byte=6 gap=1\n"})
+    EXPECT_THROW(parseTuneText(bad, "t", &parsed), Error) << bad;
   EXPECT_NEAR(out.gamma, 8e-11, 1e-14);
   // The model of a communicator on both kinds is limited by the slower one.
   CostModel both = out.modelFor({"shm", "tcp"});
