@@ -21,6 +21,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (const auto& [kind, c] : costs.links) {
     FUZZ_CHECK(!kind.empty());
     FUZZ_CHECK(std::isfinite(c.alpha) && c.alpha >= 0 && std::isfinite(c.beta) && c.beta >= 0);
+    FUZZ_CHECK(std::isfinite(c.gap) && c.gap >= 0);
   }
   core::CostModel model = costs.modelFor({"tcp", "shm"});
   FUZZ_CHECK(std::isfinite(model.link.alpha) && std::isfinite(model.link.beta));
