@@ -7,12 +7,13 @@
 //      first same-host peer is measured too, as "<kind>-intra". The pairs are the host-aware model's intra and
 //      inter links (tuner.hpp): 8 bytes (alpha = half the round trip; the median of a few, since one descheduled
 //      round trip can double a mean on a loaded host) and 4 MiB (beta = what the one-way time adds per byte; large
-//      enough to leave the caches); then rank 0 sends 8 bytes to up to kFanOut peers over the same kind of link in
-//      one call and each answers (gap = what each further peer adds to the round trip: the CPU work of a message
-//      to one more peer, which the tuner charges where ranks share CPUs; a burst to one peer would not show it,
-//      since its messages share one socket's system calls). Only these few peers are talked to, whatever the
-//      number of ranks; rank 0 times the host reduction of 4 MiB (gamma); a second broadcast shares the results
-//      and rank 0 writes them to COLLIE_TUNE_FILE. About 15 ms over loopback TCP, a few over shm.
+//      enough to leave the caches); then rank 0 sends 8 bytes to up to kFanOut peers over the same kind of link
+//      (of those it is connected to already: fanOf) in one call, and each answers (gap = that call's time per
+//      message: the CPU work of a message to one more peer, which the tuner charges where ranks share CPUs; a
+//      burst to one peer would not show it, since its messages share one socket's system calls). Only these few
+//      peers are talked to, whatever the number of ranks; rank 0 times the host reduction of 4 MiB (gamma); a
+//      second broadcast shares the results and rank 0 writes them to COLLIE_TUNE_FILE. About 15 ms over loopback
+//      TCP, a few over shm.
 // COLLIE_TUNE_MEASURE=0 skips step 2 (built-in costs where the file has none).
 #include <algorithm>
 #include <chrono>
@@ -33,6 +34,7 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 constexpr int kMaxKinds = 8;
+constexpr int kFanOut = 4;
 
 // What rank 0 broadcasts (plain data).
 struct Wire {
@@ -41,19 +43,16 @@ struct Wire {
   double alpha[kMaxKinds] = {};
   double beta[kMaxKinds] = {};
   double gap[kMaxKinds] = {};
-  double gamma = 0;  // 0: unknown
+  int32_t fan[kMaxKinds][kFanOut] = {};  // the peers of rank 0's fan-out for each (-1: none)
+  double gamma = 0;                      // 0: unknown
 };
 
 // The pairs rank 0 measures (see the top of the file), and which of them are the links inside and between hosts.
 struct Probes {
   std::vector<std::string> keys;  // what each measurement is stored as in MeasuredCosts
   std::vector<int> partners;      // the peer of rank 0 for each
-  std::vector<std::vector<int>>
-      fans;  // for each: the partner and up to kFanOut - 1 more peers of its kind and host side
   std::string intraKey, intraKind, interKind;
 };
-
-constexpr size_t kFanOut = 4;
 
 Probes probesOf(const std::vector<std::unique_ptr<transport::Transport>>& transports,
                 const std::vector<transport::PeerInfo>& peers, const algorithms::patterns::HostLayout& hosts) {
@@ -84,20 +83,28 @@ Probes probesOf(const std::vector<std::unique_ptr<transport::Transport>>& transp
     p.keys.push_back(p.intraKey);
     p.partners.push_back(intraPartner);
   }
-  auto remote = [&](int r) { return !hosts.hostOf.empty() && hosts.hostOf[static_cast<size_t>(r)] != hosts.hostOf[0]; };
-  for (size_t k = 0; k < p.keys.size(); ++k) {
-    const int partner = p.partners[k];
-    const transport::Transport* kind =
-        transport::chooseTransport(transports, peers[0], peers[static_cast<size_t>(partner)]);
-    std::vector<int> fan{partner};
-    for (int r = 1; r < static_cast<int>(peers.size()) && fan.size() < kFanOut; ++r) {
-      if (r == partner || remote(r) != remote(partner)) continue;
-      const transport::Transport* t = transport::chooseTransport(transports, peers[0], peers[static_cast<size_t>(r)]);
-      if (t && kind && t->name() == kind->name()) fan.push_back(r);
-    }
-    p.fans.push_back(fan);
-  }
   return p;
+}
+
+// Rank 0's fan-out for each link (step 2 of the file comment): the ping-pong partner and up to kFanOut - 1 more
+// peers over the same kind of link on the same side of the host boundary, among those rank 0 is connected to
+// already (under lazy connection the measurement adds no link; a fan of one leaves the gap unknown).
+void fanOf(const Probes& probes, const Links& links, const algorithms::patterns::HostLayout& hosts,
+           int32_t (&fan)[kMaxKinds][kFanOut]) {
+  const auto& peers = links.ctx.peers;
+  auto remote = [&](size_t r) { return !hosts.hostOf.empty() && hosts.hostOf[r] != hosts.hostOf[0]; };
+  for (size_t k = 0; k < probes.keys.size(); ++k) {
+    const auto partner = static_cast<size_t>(probes.partners[k]);
+    const transport::Transport* kind = transport::chooseTransport(links.transports, peers[0], peers[partner]);
+    int n = 0;
+    fan[k][n++] = static_cast<int32_t>(partner);
+    for (size_t r = 1; r < peers.size() && n < kFanOut; ++r) {
+      if (r == partner || remote(r) != remote(partner) || !links.conns[r]) continue;
+      const transport::Transport* t = transport::chooseTransport(links.transports, peers[0], peers[r]);
+      if (t && kind && t->name() == kind->name()) fan[k][n++] = static_cast<int32_t>(r);
+    }
+    while (n < kFanOut) fan[k][n++] = -1;
+  }
 }
 
 double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
@@ -146,6 +153,7 @@ void CommImpl::calibrate(const std::vector<transport::PeerInfo>& peers) {
     }
     w.gamma = file.gamma;
     w.measure = base::params::tuneMeasure() != 0 ? 1 : 0;
+    fanOf(probes, links_, planner_.hosts(), w.fan);
   }
   auto broadcastWire = [&] {
     OpDesc op;
@@ -164,8 +172,9 @@ void CommImpl::calibrate(const std::vector<transport::PeerInfo>& peers) {
       if (w.have[k]) continue;
       measuring = true;
       if (rank_ == 0 || rank_ == partner[k]) pingPong(rank_ == 0 ? partner[k] : 0, &w.alpha[k], &w.beta[k]);
-      const std::vector<int>& fan = probes.fans[k];
-      if (rank_ == 0 || std::find(fan.begin(), fan.end(), rank_) != fan.end()) fanOut(fan, w.alpha[k], &w.gap[k]);
+      std::vector<int> fan;
+      for (int i = 0; i < kFanOut && w.fan[k][i] >= 0; ++i) fan.push_back(w.fan[k][i]);
+      if (rank_ == 0 || std::find(fan.begin(), fan.end(), rank_) != fan.end()) fanOut(fan, &w.gap[k]);
     }
     if (w.gamma == 0) {
       measuring = true;
@@ -267,10 +276,10 @@ void CommImpl::pingPong(int peer, double* alpha, double* beta) {
   *beta = large > small ? (large - small) / static_cast<double>(buf.size()) : CostModel::defaults("tcp").link.beta;
 }
 
-// Rank 0 sends 8 bytes to every rank of `fan` in one call and receives their answers in another; with alpha (rank
-// 0's, from pingPong), rank 0 gets gap: what each peer beyond the first adds (at least 1 ns, so that it reads as
-// measured). A fan of one peer leaves gap unknown (0).
-void CommImpl::fanOut(const std::vector<int>& fan, double alpha, double* gap) {
+// Rank 0 sends 8 bytes to every rank of `fan` in one call and receives their answers in another; rank 0 gets gap:
+// the first call's time per message, the CPU work of posting a message to one more peer (at least 1 ns, so that it
+// reads as measured). A fan of one peer leaves gap unknown (0).
+void CommImpl::fanOut(const std::vector<int>& fan, double* gap) {
   constexpr int kTurns = 5;
   if (fan.size() < 2) return;
   std::vector<char> buf(8 * fan.size(), 0);
@@ -301,7 +310,6 @@ void CommImpl::fanOut(const std::vector<int>& fan, double alpha, double* gap) {
     if (t > 0) posts.push_back(seconds(Clock::now() - start));
     execute(recvs, execConfig_);
   }
-  (void)alpha;
   *gap = std::max(1e-9, median(posts) / static_cast<double>(fan.size()));
 }
 

@@ -92,7 +92,7 @@ class CommImpl {
   CostModel costModel(const std::vector<std::string>& kinds) const;  ///< beta and gamma scaled by cpuShare
   void calibrate(const std::vector<transport::PeerInfo>& peers);
   void pingPong(int peer, double* alpha, double* beta);
-  void fanOut(const std::vector<int>& fan, double alpha, double* gap);
+  void fanOut(const std::vector<int>& fan, double* gap);
   double bounce(int peer, bool initiator, std::vector<char>& buf, size_t bytes, int iters);
   void execute(const std::vector<OpDesc>& ops, const ExecConfig& config);
   void setSpinPolicy();  ///< execConfig_'s and progressConfig_'s yieldWhileSpinning, from the links
