@@ -16,6 +16,7 @@
 # each repeated HIER_REPEAT times (default 2; 1 for the large piece), keeping each size's fastest run; HIER_MIN
 # (e.g. 1M) starts the sweep there, leaving out the pieces below. direct sends
 # n-1 whole buffers per rank and stops at HIER_DIRECT_MAX (default 8M). The algorithms take turns piece by piece.
+# HIER_MERGE_ONLY=1 skips the runs and rebuilds the tables and plots from the JSON already in OUT_DIR.
 # OUT_DIR gets the merged JSON per shape and algorithm (rows of the fastest runs; "algo_ran": what the
 # communicator ran per size, from the table), the logs, hier-<shape>.md (the table) and hier-<shape>.png
 # (hier-<coll>-<shape>.* for allgather and reducescatter).
@@ -82,6 +83,7 @@ trap cleanup EXIT
 port=$((29600 + $$ % 200))
 
 for shape in "${shapes[@]}"; do
+  [[ -z ${HIER_MERGE_ONLY:-} ]] || break
   hosts=${shape%x*}
   per=${shape#*x}
   n=$((hosts * per))
@@ -157,8 +159,10 @@ for shape in shapes:
         return None
     sizes = sorted({r['size'] for d in merged.values() for r in d['rows']})
     forced = [a for a in algos if a != 'auto']
-    lines = [f"| size | " + " | ".join(algos) + " | best forced | auto ran | auto / best | hier / ring |",
-             "|---|" + "---|" * (len(algos) + 4)]
+    # "choice / best": the forced run of the algorithm auto chose against the best forced one, which tells a wrong
+    # choice from run-to-run spread (auto / best compares two different runs).
+    lines = [f"| size | " + " | ".join(algos) + " | best forced | auto ran | auto / best | choice / best | hier / ring |",
+             "|---|" + "---|" * (len(algos) + 5)]
     for s in sizes:
         vals = {a: bw(a, s) for a in algos}
         best = max((a for a in forced if vals[a]), key=lambda a: vals[a], default=None)
@@ -167,8 +171,10 @@ for shape in shapes:
         ran = merged['auto']['algo_ran'].get(str(s), '?') if 'auto' in merged else '-'
         cell = lambda v: f"{v:.4f}" if v is not None else "-"
         flag = lambda r, lim, txt: (f"{r:.2f}" + (f" **{txt}**" if r < lim else "")) if r else "-"
+        chosen = ran.split(' ')[0]
+        choice = vals[chosen] / vals[best] if best and vals.get(chosen) else None
         lines.append(f"| {human(s)} | " + " | ".join(cell(vals[a]) for a in algos) +
-                     f" | {best} | {ran} | {flag(ratio, 0.9, 'below 0.9')} | " +
+                     f" | {best} | {ran} | {flag(ratio, 0.9, 'below 0.9')} | {flag(choice, 0.9, 'below 0.9')} | " +
                      (flag(hr, 1.5, 'below 1.5') if s >= 1 << 20 else (f"{hr:.2f}" if hr else "-")) + " |")
     open(f"{out}/{tag}-{shape}.md", 'w').write("\n".join(lines) + "\n")
     print(f"\n{shape}: busbw GB/s\n" + "\n".join(lines))
