@@ -13,12 +13,14 @@
 #     collierun -n H*L -- testbed.sh rank-exec BED -- all_reduce_perf -A ALGO -b MIN -e MAX -f 2 -n N -w W -c C -J ..
 # in three pieces, so that the bed's slow links do not make big messages take most of the time:
 #     8 B .. 64 KiB: -n 20 -w 3 -c 1;   128 KiB .. 8 MiB: -n 5 -w 1 -c 1;   16 MiB .. HIER_MAX: -n 2 -w 1 -c 0
-# each repeated HIER_REPEAT times (default 2; 1 for the large piece), keeping each size's fastest run; HIER_MIN
-# (e.g. 1M) starts the sweep there, leaving out the pieces below. direct sends
+# each repeated HIER_REPEAT times (default 2; 1 for the large piece), keeping each size's fastest run (HIER_KEEP=median:
+# the median run instead); HIER_MIN (e.g. 1M) starts the sweep there, leaving out the pieces below. HIER_PIECES
+# replaces the pieces: "LO HI ITERS WARMUP CHECK REPEATS" per piece, pieces separated by ';' (e.g.
+# "8 1M 30 3 1 5; 16M 64M 2 1 0 2" for the small sizes and a few large ones). direct sends
 # n-1 whole buffers per rank and stops at HIER_DIRECT_MAX (default 8M). The algorithms take turns piece by piece.
 # HIER_MERGE_ONLY=1 skips the runs and rebuilds the tables and plots from the JSON already in OUT_DIR.
-# OUT_DIR gets the merged JSON per shape and algorithm (rows of the fastest runs; "algo_ran": what the
-# communicator ran per size, from the table), the logs, hier-<shape>.md (the table) and hier-<shape>.png
+# OUT_DIR gets the merged JSON per shape and algorithm (rows of the kept runs; "algo_ran": what the communicator ran
+# per size in them, "algo_runs": in every run), the logs, hier-<shape>.md (the table) and hier-<shape>.png
 # (hier-<coll>-<shape>.* for allgather and reducescatter).
 set -euo pipefail
 
@@ -55,6 +57,9 @@ max=${HIER_MAX:-256M}
 direct_max=${HIER_DIRECT_MAX:-8M}
 repeat=${HIER_REPEAT:-2}
 pieces=("8 64K 20 3 1 $repeat" "128K 8M 5 1 1 $repeat" "16M $max 2 1 0 1")
+if [[ -n ${HIER_PIECES:-} ]]; then IFS=';' read -r -a pieces <<<"$HIER_PIECES"; fi
+keep=${HIER_KEEP:-min}
+[[ $keep == min || $keep == median ]] || { echo "run_hier_sweep.sh: HIER_KEEP=$keep: min or median" >&2; exit 2; }
 
 to_bytes() {
   local v=${1^^}
@@ -113,10 +118,10 @@ for shape in "${shapes[@]}"; do
 done
 
 # Merge the pieces (fastest out-of-place run per size), write the tables and plots.
-python3 - "$out" "$rate" "$tag" "$coll" "${shapes[@]}" -- "${algos[@]}" <<'EOF'
+python3 - "$out" "$rate" "$tag" "$coll" "$keep" "${shapes[@]}" -- "${algos[@]}" <<'EOF'
 import glob, json, os, re, sys
-out, rate, tag, coll = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
-rest = sys.argv[5:]
+out, rate, tag, coll, keep = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5]
+rest = sys.argv[6:]
 shapes, algos = rest[:rest.index('--')], rest[rest.index('--') + 1:]
 def human(s):
     for u in ['B', 'KiB', 'MiB', 'GiB']:
@@ -126,7 +131,7 @@ for shape in shapes:
     hosts, per = map(int, shape.split('x'))
     merged = {}
     for algo in algos:
-        rows, ran, doc = {}, {}, None
+        runs, doc = {}, None  # size -> every run's row
         for f in sorted(glob.glob(f"{out}/{tag}-{shape}-{algo}-*.json")):
             try:
                 d = json.load(open(f))
@@ -134,17 +139,17 @@ for shape in shapes:
                 continue
             doc = doc or d
             for r in d['rows']:
-                t = r['out_of_place']['time_us']
-                if r['size'] not in rows or t < rows[r['size']]['out_of_place']['time_us']:
-                    rows[r['size']] = r
-            log = f[:-5] + '.log'
-            for line in open(log):
-                m = re.match(r'\s*\[0\]\s+(\d+)\s', line)
-                if m:
-                    ran.setdefault(int(m.group(1)), line.split()[14] if len(line.split()) > 14 else '?')
+                runs.setdefault(r['size'], []).append(r)
         if not doc: continue
+        rows = {}
+        for size, rs in runs.items():
+            rs.sort(key=lambda r: r['out_of_place']['time_us'])
+            rows[size] = rs[0] if keep == 'min' else rs[(len(rs) - 1) // 2]
         doc['rows'] = [rows[s] for s in sorted(rows)]
-        doc['algo_ran'] = {str(s): ran.get(s, '?') for s in sorted(rows)}
+        doc['runs_per_size'] = {str(s): len(runs[s]) for s in sorted(runs)}
+        # What the communicator ran (out of place) in the kept run; where runs differ (auto), every run's choice.
+        doc['algo_ran'] = {str(s): rows[s].get('algorithm', '?').split('/')[0] for s in sorted(rows)}
+        doc['algo_runs'] = {str(s): sorted(r.get('algorithm', '?').split('/')[0] for r in runs[s]) for s in sorted(runs)}
         doc['transport'] = f"bed {shape}"
         json.dump(doc, open(f"{out}/{tag}-{shape}-{algo}.json", 'w'), indent=1)
         merged[algo] = doc
@@ -168,7 +173,11 @@ for shape in shapes:
         best = max((a for a in forced if vals[a]), key=lambda a: vals[a], default=None)
         ratio = vals['auto'] / vals[best] if best and vals.get('auto') else None
         hr = vals['hier'] / vals['ring'] if vals.get('hier') and vals.get('ring') else None
-        ran = merged['auto']['algo_ran'].get(str(s), '?') if 'auto' in merged else '-'
+        ran = '-'
+        if 'auto' in merged:
+            ran = merged['auto']['algo_ran'].get(str(s), '?')
+            every = sorted(set(merged['auto']['algo_runs'].get(str(s), [])))
+            if len(every) > 1: ran += ' (runs: ' + ', '.join(every) + ')'
         cell = lambda v: f"{v:.4f}" if v is not None else "-"
         flag = lambda r, lim, txt: (f"{r:.2f}" + (f" **{txt}**" if r < lim else "")) if r else "-"
         chosen = ran.split(' ')[0]
