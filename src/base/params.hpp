@@ -77,8 +77,8 @@ inline constexpr int64_t kNeverMs = int64_t{100} * 365 * 24 * 3600 * 1000;
     "TCP sockets per peer; large messages are striped")                                                            \
   X(stripeMinBytes, Int, "COLLIE_STRIPE_MIN_BYTES", "262144", COLLIE_RULE_RANGE(0, INT64_MAX),                     \
     "TCP messages at least this large are split across a peer's sockets (unset: 1 MiB with 2 ranks)")              \
-  X(connectMode, Str, "COLLIE_CONNECT", "eager", COLLIE_RULE_WORDS("lazy,eager"),                                  \
-    "eager: connect every pair at init; lazy: when a call first needs a peer (Send/Recv caveat: README)")          \
+  X(connectMode, Str, "COLLIE_CONNECT", "lazy", COLLIE_RULE_WORDS("lazy,eager"),                                   \
+    "lazy: connect a peer when a call first needs it (either side dials); eager: every pair at init")              \
   X(connectRetries, Int, "COLLIE_CONNECT_RETRIES", "50", COLLIE_RULE_RANGE(0, 1000000),                            \
     "times a refused connection is retried during init (exponential backoff, capped by COLLIE_TIMEOUT)")           \
   X(sliceBytes, Int, "COLLIE_SLICE_BYTES", "0", COLLIE_RULE_ZERO_OR_RANGE(4096, 1073741824),                       \

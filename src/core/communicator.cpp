@@ -91,7 +91,7 @@ void CommImpl::connect(const std::vector<transport::PeerInfo>& peers, bool gathe
   setSpinPolicy();  // now that every rank's host is known
   planner_.setTransports(transportNames(links_), links_.peerTransport);
   planner_.setHosts(hostLayoutOf(links_.ctx.peers));
-  if (connectEagerly(connectMode_)) {
+  if (connectEagerly(connectMode_, links_.transports)) {
     connectAll(links_);
     for (int p = 0; p < nranks_; ++p) executor_->setConnection(p, links_.conns[static_cast<size_t>(p)].get());
     barrier();  // every rank is connected before anyone returns
@@ -129,11 +129,11 @@ void CommImpl::gatherTable() {
   completeLinks(links_, std::move(table));
 }
 
-// Lazy connection: before a call runs, its schedules' peers without a connection are connected, all at once. Every
-// rank does this for the same call with the peers its own schedule names; a schedule's links are symmetric (what
-// one rank sends another receives), so both sides of every new pair are in connectPeers for this call, or will be
-// once their previous call ends, which needs nothing from this rank: a previous call that finished here has posted
-// and completed everything it sends. Hence no deadlock and no coordinator.
+// Lazy connection: before a call runs, its schedules' peers without a connection are connected, all at once. This
+// rank dials them (Transport::dial) and each answers from its accept loop whatever it is doing (in another call,
+// in another communicator, computing), so no pattern of calls can leave both ends waiting for each other, Send/Recv
+// whose ends are different calls included; when both ends of a pair dial at once, one dial is turned away and the
+// other connects the pair (transport/dialer.hpp). No coordinator is needed.
 void CommImpl::ensureConnected(const std::vector<Job>& jobs) {
   if (links_.connectedPeers.load(std::memory_order_relaxed) == nranks_ - 1) return;
   wanted_.resize(static_cast<size_t>(nranks_), 0);
@@ -152,11 +152,15 @@ void CommImpl::ensureConnected(const std::vector<Job>& jobs) {
   for (int p : missing) wanted_[static_cast<size_t>(p)] = 0;
   if (missing.empty()) return;
   try {
-    connectPeers(links_, missing);
+    connectMissing(missing);
   } catch (const Error& e) {
     explainConnectFailure(jobs, missing, e);
   }
-  for (int p : missing) executor_->setConnection(p, links_.conns[static_cast<size_t>(p)].get());
+}
+
+void CommImpl::connectMissing(const std::vector<int>& peers) {
+  connectPeers(links_, peers, true);
+  for (int p : peers) executor_->setConnection(p, links_.conns[static_cast<size_t>(p)].get());
 }
 
 void CommImpl::startRecording() {
@@ -238,7 +242,9 @@ void CommImpl::fail(ErrorCode code, const std::string& message, const transport:
   if (recordFailure(code, message))
     COLLIE_WARN(base::kLogColl, "%s rank %d failed: %s", name_.c_str(), rank_, message.c_str());
   // Closing our connections makes peers that wait on us fail at once instead of at their timeout; a mismatch
-  // goes with it, so that they report the mismatch rather than this rank's going away.
+  // goes with it, so that they report the mismatch rather than this rank's going away. Dials are turned down from
+  // now on (and connections answered but not taken yet closed), so that a peer connecting on first use fails too.
+  for (auto& t : links_.transports) t->refuseDials();
   for (auto& c : links_.conns) {
     if (!c) continue;
     if (mismatch) {
@@ -275,13 +281,21 @@ void CommImpl::validate(const OpDesc& op) const {
 // ---- Execution ------------------------------------------------------------------------------------------------
 
 OpDesc CommImpl::matchAnySource(const OpDesc& op, const ExecConfig& config) {
-  // The sender may be any peer: each must be connected already (a lazy connection is made by both sides of a call,
-  // and this rank cannot name the other side here).
-  COLLIE_USAGE_CHECK(
-      links_.connectedPeers.load() == nranks_ - 1,
-      "%s rank %d: a receive from any rank needs a connection to every peer, and this communicator "
-      "connects on first use (it has %d of %d): create it with ConnectMode::Eager (COLLIE_CONNECT=eager)",
-      name_.c_str(), rank_, links_.connectedPeers.load(), nranks_ - 1);
+  // The sender may be any peer: each must be connected. On first use this rank dials those it has no connection to
+  // (they answer whatever they do); a transport that cannot dial at any time (ucx) connects every pair at init.
+  if (links_.connectedPeers.load() != nranks_ - 1) {
+    std::vector<int> missing;
+    for (int p = 0; p < nranks_; ++p)
+      if (p != rank_ && !links_.conns[static_cast<size_t>(p)]) missing.push_back(p);
+    const bool canDial = std::all_of(links_.transports.begin(), links_.transports.end(),
+                                     [](const auto& t) { return t->dialsAnyTime(); });
+    COLLIE_USAGE_CHECK(canDial,
+                       "%s rank %d: a receive from any rank needs a connection to every peer, and this communicator "
+                       "connects on first use over a transport that cannot dial at any time (it has %d of %d): "
+                       "create it with ConnectMode::Eager (COLLIE_CONNECT=eager)",
+                       name_.c_str(), rank_, links_.connectedPeers.load(), nranks_ - 1);
+    connectMissing(missing);
+  }
   AnySourceMatcher::Call call;
   call.expected = [&](int peer) { return planner_.recvFingerprint(op, peer); };
   call.lastSeen = [&](int peer) { return executor_->lastSeen(peer); };

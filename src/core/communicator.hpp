@@ -81,6 +81,8 @@ class CommImpl {
   void gatherTable();
   /// Connects the peers the jobs' schedules name that have no connection yet (lazy connection).
   void ensureConnected(const std::vector<Job>& jobs);
+  /// Dials `peers` (none connected yet) and gives the executor their connections.
+  void connectMissing(const std::vector<int>& peers);
   [[noreturn]] void explainConnectFailure(const std::vector<Job>& jobs, const std::vector<int>& missing,
                                           const Error& e);
   /// Throws the communicator's earlier failure, then validateOp's errors.

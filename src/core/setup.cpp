@@ -77,8 +77,10 @@ transport::PeerInfo localPeerInfo(int rank) {
   return self;
 }
 
-bool connectEagerly(ConnectMode mode) {
+bool connectEagerly(ConnectMode mode, const std::vector<std::unique_ptr<transport::Transport>>& transports) {
   if (mode != ConnectMode::Default) return mode == ConnectMode::Eager;
+  for (const auto& t : transports)
+    if (!t->dialsAnyTime()) return true;
   return strcasecmp(base::params::connectMode().c_str(), "eager") == 0;
 }
 
@@ -124,6 +126,8 @@ void initLinks(Links& links, transport::CommContext ctx) {
   links.conns.resize(static_cast<size_t>(links.ctx.nranks));
   links.conns[static_cast<size_t>(links.ctx.rank)] = transport::makeSelfConnection(links.ctx.rank);
   links.connectedPeers = 0;
+  for (auto& t : links.transports)
+    if (t->dialsAnyTime()) t->serve(links.ctx);  // peers may dial this rank from now on
 }
 
 void completeLinks(Links& links, std::vector<transport::PeerInfo> peers) {
@@ -131,7 +135,7 @@ void completeLinks(Links& links, std::vector<transport::PeerInfo> peers) {
   chooseTransports(links);
 }
 
-int connectPeers(Links& links, const std::vector<int>& peers) {
+int connectPeers(Links& links, const std::vector<int>& peers, bool dial) {
   const transport::CommContext& ctx = links.ctx;
   std::vector<std::vector<int>> chosen(links.transports.size());
   for (int p : peers) {
@@ -149,7 +153,8 @@ int connectPeers(Links& links, const std::vector<int>& peers) {
   for (size_t t = 0; t < links.transports.size(); ++t) {
     if (chosen[t].empty()) continue;
     std::sort(chosen[t].begin(), chosen[t].end());
-    auto conns = links.transports[t]->connect(ctx, chosen[t]);
+    transport::Transport& tr = *links.transports[t];
+    auto conns = dial && tr.dialsAnyTime() ? tr.dial(ctx, chosen[t]) : tr.connect(ctx, chosen[t]);
     for (size_t i = 0; i < chosen[t].size(); ++i) links.conns[static_cast<size_t>(chosen[t][i])] = std::move(conns[i]);
     made += static_cast<int>(chosen[t].size());
     links.connectedPeers += static_cast<int>(chosen[t].size());
@@ -164,7 +169,7 @@ void connectAll(Links& links) {
   std::vector<int> all;
   for (int r = 0; r < links.ctx.nranks; ++r)
     if (r != links.ctx.rank) all.push_back(r);
-  connectPeers(links, all);
+  connectPeers(links, all, false);
 }
 
 std::vector<std::string> transportNames(const Links& links) {

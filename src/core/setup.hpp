@@ -25,7 +25,8 @@ std::vector<std::unique_ptr<transport::Transport>> makeTransports();
 transport::PeerInfo localPeerInfo(int rank);
 
 /// A communicator's links to its peers. With COLLIE_CONNECT=lazy (the default) a peer is connected when a call
-/// first needs it (connectPeers from the communicator's execute); eager connects every pair at init.
+/// first needs it (connectPeers from the communicator's execute: this rank dials it, and the peer answers from its
+/// accept loop whatever it is doing, transport/dialer.hpp); eager connects every pair at init.
 struct Links {
   std::vector<std::unique_ptr<transport::Transport>> transports;  ///< in order of preference (listening)
   std::vector<std::unique_ptr<transport::Connection>> conns;      ///< by rank (self included); null: not yet
@@ -38,19 +39,23 @@ struct Links {
   double cpuShare = 1;    ///< ranks of this host per CPU, at least 1
 };
 
-/// Whether a communicator made with `mode` (Options::connect; Default: COLLIE_CONNECT) connects every pair at init.
-bool connectEagerly(ConnectMode mode);
+/// Whether a communicator made with `mode` (Options::connect; Default: COLLIE_CONNECT) over `transports` connects
+/// every pair at init. Default is eager where a transport cannot dial at any time (ucx): lazy connection there
+/// would leave Send/Recv patterns whose two ends are different calls waiting (ARCHITECTURE.md).
+bool connectEagerly(ConnectMode mode, const std::vector<std::unique_ptr<transport::Transport>>& transports);
 /// Prepares links for ctx: chooses the transport of every peer whose PeerInfo is known (rank >= 0; throws
-/// InvalidUsage when none can reach it) and makes the self connection; connects no one else.
+/// InvalidUsage when none can reach it), makes the self connection and starts answering dials (Transport::serve);
+/// connects no one else.
 void initLinks(Links& links, transport::CommContext ctx);
 /// Gives links the whole table once the ranks have all-gathered it (bootstrap_plan.hpp), keeping the connections.
 void completeLinks(Links& links, std::vector<transport::PeerInfo> peers);
 /// Connects this rank to each of `peers` it has no connection to yet, transport by transport in the order of
-/// preference (all of one transport's peers at once). Collective per pair: every listed peer must, in a connect of
-/// its own, list this rank (a call's schedule names its peers on both sides, so the calls of one collective do).
-/// Returns how many connections it made.
-int connectPeers(Links& links, const std::vector<int>& peers);
-/// connectPeers with every other rank (eager connection). Collective over all ranks.
+/// preference (all of one transport's peers at once). With `dial` this rank dials them (Transport::dial: the peers
+/// need not be connecting, they answer whatever they do); a transport that cannot (ucx), and `dial` false, connect
+/// collectively (Transport::connect: every listed peer must, in a connect of its own, list this rank, as the calls
+/// of one collective do). Returns how many connections it made.
+int connectPeers(Links& links, const std::vector<int>& peers, bool dial);
+/// connectPeers with every other rank, collectively (eager connection). Collective over all ranks.
 void connectAll(Links& links);
 /// The names of links.transports, in order of preference.
 std::vector<std::string> transportNames(const Links& links);

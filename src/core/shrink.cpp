@@ -118,7 +118,7 @@ std::unique_ptr<CommImpl> CommImpl::shrink(const std::vector<int>& exclude, cons
     comm->connect(peers);
     // With lazy connection nothing was connected yet: a barrier makes the survivors meet (each connects to the
     // peers of one AllReduce), so that one with another exclude list fails here rather than at a later call.
-    if (!connectEagerly(comm->connectMode_)) comm->barrier();
+    if (!connectEagerly(comm->connectMode_, comm->links_.transports)) comm->barrier();
   } catch (const Error& e) {
     throw Error(e.code(), base::format("%s rank %d: shrink excluding rank(s) %s could not connect the %d survivors "
                                        "(every survivor must call shrink with the same exclude list, and every rank "

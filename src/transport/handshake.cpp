@@ -35,6 +35,10 @@ bool helloSenderValid(const Header& h, int rank, int nranks, int channels) {
   return h.fromRank > rank && h.fromRank < nranks && h.channel >= 0 && h.channel < channels;
 }
 
+bool dialerValid(const Header& h, int rank, int nranks, int channels) {
+  return h.fromRank >= 0 && h.fromRank != rank && h.fromRank < nranks && h.channel >= 0 && h.channel < channels;
+}
+
 std::string rankList(const std::vector<int>& ranks) {
   std::string out;
   for (int r : ranks) out += (out.empty() ? "" : ", ") + std::to_string(r);
@@ -46,9 +50,6 @@ int pollMs(base::Deadline deadline) {
   return static_cast<int>(std::clamp<int64_t>(left, 0, INT_MAX));
 }
 
-namespace {
-
-/// Where an accepted connection came from: its address, or for a unix socket the process (SO_PEERCRED).
 std::string describePeer(int fd, const sockaddr_storage& addr) {
   if (addr.ss_family == AF_INET || addr.ss_family == AF_INET6) return base::addressToString(addr);
   ucred cred{};
@@ -57,8 +58,6 @@ std::string describePeer(int fd, const sockaddr_storage& addr) {
     return base::format("a local process (pid %d)", static_cast<int>(cred.pid));
   return "a local process";
 }
-
-}  // namespace
 
 Handshake::Handshake(const char* transport, TransportKind kind, const CommContext& ctx, const std::vector<int>& peers,
                      int channels, Wire& wire)

@@ -99,6 +99,14 @@ bool headerAuthentic(const Header& h, TransportKind kind, int rank, const uint8_
 /// Whether an accepted hello comes from a rank that may dial `rank`: a higher one below `nranks`, on a channel in
 /// [0, channels). Pure.
 bool helloSenderValid(const Header& h, int rank, int nranks, int channels);
+/// Whether a hello may come from its sender when any member may dial (accept_loop.hpp): another rank below
+/// `nranks`, on a channel in [0, channels). Pure.
+bool dialerValid(const Header& h, int rank, int nranks, int channels);
+/// Header::type of the answers that turn a dial away (dialer.hpp), the same for every transport.
+constexpr uint32_t kRefusedDuplicate = 0x100;  ///< the pair is being connected by the other side's dial
+constexpr uint32_t kRefusedFailed = 0x101;     ///< the communicator failed here (or could not answer)
+/// Where an accepted connection came from: its address, or for a unix socket the process (SO_PEERCRED).
+std::string describePeer(int fd, const sockaddr_storage& addr);
 /// Whether `me` dials `peer` (the higher rank dials; the lower one accepts).
 inline bool dials(int me, int peer) { return me > peer; }
 /// "1, 2, 5"

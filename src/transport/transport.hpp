@@ -143,8 +143,23 @@ class Transport {
   /// Collective over `peers` (every listed peer calls this with this rank in its list). Returns one
   /// Connection per peer, in the order of `peers`. Fails within ctx.timeout if a peer never shows.
   virtual std::vector<std::unique_ptr<Connection>> connect(const CommContext& ctx, const std::vector<int>& peers) = 0;
-  /// How many verified hellos arrived while they were not expected yet and were kept for a later connect()
-  /// (observable so that tests can check that path ran).
+  /// Whether this transport connects a pair from either side at any time (serve() and dial() below, the dial rule
+  /// of dialer.hpp). false (ucx): connect() is its only way, collective per pair.
+  virtual bool dialsAnyTime() const { return false; }
+  /// From now on answers the dials of ctx's communicator whatever this rank is doing (the process's accept loop,
+  /// accept_loop.hpp). Only where dialsAnyTime().
+  virtual void serve(const CommContext& ctx) { (void)ctx; }
+  /// Connects to `peers` now, whatever they are doing: they answer from their accept loop (after serve()). Not
+  /// collective: a listed peer need not connect to this rank. One Connection per peer, in the order of `peers`;
+  /// fails within ctx.timeout naming the peers that never answered. Only where dialsAnyTime().
+  virtual std::vector<std::unique_ptr<Connection>> dial(const CommContext& ctx, const std::vector<int>& peers) {
+    return connect(ctx, peers);
+  }
+  /// The communicator failed: dials are turned down from now on (the dialler fails at once) and connections
+  /// answered but not yet taken by a connect() or dial() are closed.
+  virtual void refuseDials() {}
+  /// How many verified hellos arrived (were answered, for the transports that dial any time) before a connect()
+  /// listed their peer (observable so that tests can check that path ran).
   virtual uint64_t stashedHellos() const { return 0; }
   /// A new transport of the same kind and settings that accepts on this one's listener (a duplicate of it), so
   /// that the address this one published reaches it, with no connection or other state of this one: for a

@@ -6,8 +6,8 @@
 //   - failure: a peer that closes (after its last data) or is killed gives RemoteError naming it, in time;
 //   - handshake: strangers (garbage, silent, hung up, a real transport with the wrong secret) are refused and
 //     logged while the real peers connect; missing peers time out naming exactly the missing ranks (never the
-//     rank itself); hellos that arrive before their connect() are stashed and used by the later call (observed
-//     through Transport::stashedHellos, no sleeps).
+//     rank itself); hellos that arrive before their connect() are kept (ucx) or answered at once by the accept
+//     loop (tcp, shm) and used by the later call (observed through Transport::stashedHellos, no sleeps).
 // Transport-specific behaviour (striping, IPv6, single copy, waking, memfd clean-up) is in
 // tests/threaded/test_tcp_transport.cpp, tests/threaded/test_shm_transport.cpp and tests/multiproc/.
 #include <collie/config.h>
@@ -342,7 +342,9 @@ TEST_P(Conformance, KilledPeerProcessGivesRemoteErrorNamingIt) {
 TEST_P(Conformance, StrangersAreRefusedWhileTheRealPeersConnect) {
   Cluster cluster = make(3);
   const PeerInfo& target = cluster.ranks[0]->ctx.peers[0];
-  // Strangers in rank 0's backlog before anyone connects: garbage, silence, one that hangs up.
+  // Strangers in rank 0's backlog before anyone connects: garbage, silence, one that hangs up. (A transport that
+  // dials any time refuses them at once, from its accept loop: the log is captured from here.)
+  ::testing::internal::CaptureStderr();
   int garbage = GetParam().dial(target);
   std::vector<uint8_t> junk(120, 0x41);
   EXPECT_EQ(::send(garbage, junk.data(), junk.size(), MSG_NOSIGNAL), static_cast<ssize_t>(junk.size()));
@@ -350,7 +352,9 @@ TEST_P(Conformance, StrangersAreRefusedWhileTheRealPeersConnect) {
   ::close(GetParam().dial(target));
 
   // An impostor: a real transport of the same kind that says it is rank 1 but has the wrong secret. Rank 2 only
-  // starts once rank 0 has refused the impostor, so rank 0 is still connecting when it reads it.
+  // starts once the impostor gave up, so rank 0 is still connecting when it refuses it. (A transport that dials any
+  // time holds a hello no communicator takes for kHelloWait, for a communicator not made yet, and its dialler
+  // tries again until its timeout.)
   base::Poller ipoller;  // declared first: it must outlive the impostor's transport (a UCX worker detaches from it)
   std::unique_ptr<Transport> impostor = GetParam().make();
   PeerInfo impostorInfo;
@@ -360,12 +364,11 @@ TEST_P(Conformance, StrangersAreRefusedWhileTheRealPeersConnect) {
   CommContext ictx = cluster.ranks[1]->ctx;
   ictx.peers[1] = impostorInfo;
   ictx.secret[5] ^= 0x10;
-  ictx.timeout = 10s;
+  ictx.timeout = 3s;
   ictx.poller = &ipoller;
   std::string impostorError;
   std::atomic<bool> impostorDone{false};
 
-  ::testing::internal::CaptureStderr();
   runRanks(4, [&](int r) {
     if (r < 2) {
       cluster.connectRank(r);
@@ -385,7 +388,7 @@ TEST_P(Conformance, StrangersAreRefusedWhileTheRealPeersConnect) {
   });
   std::string log = ::testing::internal::GetCapturedStderr();
   EXPECT_NE(impostorError, "connected");
-  EXPECT_NE(impostorError.find("rank 0"), std::string::npos) << impostorError;
+  EXPECT_TRUE(impostorError.find("rank 0") != std::string::npos || missingIn(impostorError) == "0") << impostorError;
   EXPECT_NE(log.find("refused a connection from"), std::string::npos) << log;
   EXPECT_NE(log.find("wrong magic or secret"), std::string::npos) << log;
   EXPECT_NE(log.find("closed or malformed before its hello"), std::string::npos) << log;
@@ -464,9 +467,10 @@ TEST_P(Conformance, TimeoutsNameExactlyTheMissingRanks) {
   }
 }
 
-// Rank 2's hello reaches rank 0 while rank 0 connects to rank 1 only: rank 0 keeps it and its second connect()
-// uses it. Rank 1 starts only once rank 0 has stashed the hello, so the order is forced without sleeping.
-TEST_P(Conformance, EarlyHellosAreStashedForTheNextConnect) {
+// Rank 2's hello reaches rank 0 while rank 0 connects to rank 1 only: rank 0 keeps it (ucx) or answers it at once
+// from its accept loop (tcp, shm), and its second connect() uses that. Rank 1 starts only once rank 0 has counted
+// the hello, so the order is forced without sleeping.
+TEST_P(Conformance, EarlyHellosAreKeptForTheNextConnect) {
   Cluster cluster = make(3);
   Transport& t0 = *cluster.ranks[0]->transport;
   EXPECT_EQ(t0.stashedHellos(), 0u);
@@ -477,7 +481,7 @@ TEST_P(Conformance, EarlyHellosAreStashedForTheNextConnect) {
     } else if (r == 1) {
       auto until = SteadyClock::now() + 15s;
       while (t0.stashedHellos() == 0 && SteadyClock::now() < until) std::this_thread::yield();
-      if (t0.stashedHellos() == 0) throw std::runtime_error("rank 0 never stashed rank 2's hello");
+      if (t0.stashedHellos() == 0) throw std::runtime_error("rank 0 never kept rank 2's hello");
       cluster.connectTo(1, {0});
       cluster.connectTo(1, {2});
     } else {
@@ -486,7 +490,6 @@ TEST_P(Conformance, EarlyHellosAreStashedForTheNextConnect) {
     }
   });
   EXPECT_GE(t0.stashedHellos(), 1u);
-  EXPECT_EQ(cluster.ranks[1]->transport->stashedHellos(), 0u);
   collie::testing::exchange(cluster, {1, 70000});
 }
 

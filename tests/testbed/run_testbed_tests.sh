@@ -147,7 +147,7 @@ check_algo_column() {
 
 # check_transports NAME NRANKS SHM TCP: collie's INIT log of every rank ("connected K peer(s) over T (...)", one line
 # per connect step) adds up to SHM peers over shm and TCP peers over tcp, i.e. the ranks sit on the hosts rank-exec
-# meant (every pair is connected at init: COLLIE_CONNECT's default, eager).
+# meant (every pair is connected at init: these jobs run with COLLIE_CONNECT=eager).
 peers_over() {  # NAME RANK TRANSPORT: the peers that rank connected over that transport, summed over its log lines
   awk -v r="$2" -v t="$3" '$1 == "[" r "]" && $0 ~ (" comm rank " r ": connected [0-9]+ peer\\(s\\) over " t " \\(") {
     for (i = 1; i < NF; ++i) if ($i == "connected") { sum += $(i + 1); break }
@@ -181,7 +181,7 @@ readonly sweep_rows=11  # 4 B, 16 B, ..., 4 MiB
 case_collectives() {
   local c
   for c in all_reduce all_gather broadcast reduce reduce_scatter alltoall sendrecv; do
-    COLLIE_DEBUG=INFO COLLIE_DEBUG_SUBSYS=INIT job "${c}_4hosts" 4 0 "$perf_dir/${c}_perf" "${sweep[@]}"
+    COLLIE_CONNECT=eager COLLIE_DEBUG=INFO COLLIE_DEBUG_SUBSYS=INIT job "${c}_4hosts" 4 0 "$perf_dir/${c}_perf" "${sweep[@]}"
     if check_perf "${c}_4hosts" "$sweep_rows"; then check_transports "${c}_4hosts" 4 0 3; fi
   done
 }
@@ -196,10 +196,10 @@ case_ucx() {
   fi
   export COLLIE_NET=ucx UCX_TLS=tcp UCX_NET_DEVICES=tb0
   for c in all_reduce all_gather broadcast reduce reduce_scatter alltoall sendrecv; do
-    COLLIE_DEBUG=INFO COLLIE_DEBUG_SUBSYS=INIT job "${c}_4hosts_ucx" 4 0 "$perf_dir/${c}_perf" "${sweep[@]}"
+    COLLIE_CONNECT=eager COLLIE_DEBUG=INFO COLLIE_DEBUG_SUBSYS=INIT job "${c}_4hosts_ucx" 4 0 "$perf_dir/${c}_perf" "${sweep[@]}"
     if check_perf "${c}_4hosts_ucx" "$sweep_rows"; then check_transports "${c}_4hosts_ucx" 4 0 3 ucx; fi
   done
-  COLLIE_DEBUG=INFO COLLIE_DEBUG_SUBSYS=INIT job all_reduce_8ranks_ucx 8 0 "$perf_dir/all_reduce_perf" "${sweep[@]}"
+  COLLIE_CONNECT=eager COLLIE_DEBUG=INFO COLLIE_DEBUG_SUBSYS=INIT job all_reduce_8ranks_ucx 8 0 "$perf_dir/all_reduce_perf" "${sweep[@]}"
   if check_perf all_reduce_8ranks_ucx "$sweep_rows"; then check_transports all_reduce_8ranks_ucx 8 1 6 ucx; fi
 }
 
@@ -207,7 +207,7 @@ case_algorithms() {
   local a name
   for a in ring tree rhd hier auto; do
     name="all_reduce_8ranks_$a"
-    COLLIE_DEBUG=INFO COLLIE_DEBUG_SUBSYS=INIT job "$name" 8 0 "$perf_dir/all_reduce_perf" "${sweep[@]}" -A "$a"
+    COLLIE_CONNECT=eager COLLIE_DEBUG=INFO COLLIE_DEBUG_SUBSYS=INIT job "$name" 8 0 "$perf_dir/all_reduce_perf" "${sweep[@]}" -A "$a"
     check_perf "$name" "$sweep_rows" || continue
     check_algo_column "$name" "$a"
     # Two ranks per host: each rank has its host mate over shm and the 6 ranks of the other hosts over tcp.

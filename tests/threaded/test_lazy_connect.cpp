@@ -78,25 +78,6 @@ TEST(LazyConnect, EagerConnectsEveryPairAtInit) {
       lazyOptions(ConnectMode::Eager));
 }
 
-// The default stays eager (README, "Connections on first use": Send/Recv patterns whose two ends are different
-// calls can wait for ever under lazy connection). A ring shift of sends then receives, outside a group, completes.
-TEST(LazyConnect, TheDefaultIsEagerSoARingShiftOfSendThenRecvCompletes) {
-  if (std::getenv("COLLIE_CONNECT") != nullptr) GTEST_SKIP() << "COLLIE_CONNECT is set in this environment";
-  constexpr int kRanks = 4;
-  ThreadLauncher::run(
-      kRanks,
-      [](Communicator& comm) {
-        EXPECT_EQ(comm.connectedPeers(), comm.size() - 1) << "rank " << comm.rank();
-        const int r = comm.rank(), n = comm.size();
-        const int32_t mine = 1000 + r;
-        int32_t got = -1;
-        comm.send(&mine, 1, DataType::Int32, (r + 1) % n);
-        comm.recv(&got, 1, DataType::Int32, (r + n - 1) % n);
-        EXPECT_EQ(got, 1000 + (r + n - 1) % n) << "rank " << r;
-      },
-      lazyOptions(ConnectMode::Default));
-}
-
 // Each (algorithm, collective) on a fresh communicator, so that the call under test is the one that connects.
 TEST(LazyConnect, EveryCollectiveUnderEveryAlgorithmConnectsOnItsFirstCall) {
   constexpr int kRanks = 5;  // not a power of two: halving-doubling folds a rank

@@ -1,17 +1,17 @@
 // shm transport setup.
 //
 // listen() opens a SOCK_SEQPACKET unix socket in the abstract namespace (no file anywhere, gone when the
-// process is); its name travels to every rank in the PeerInfo (an opaque TransportAddress of kind Shm).
-// connect(ctx, peers) then runs the common handshake (transport/handshake.hpp), per peer pair:
-//   1. the higher rank connects to the lower rank's socket and sends Hello: the common header (ranks, secret),
-//      its ring geometry, the address and value of a probe word, and over SCM_RIGHTS the fds of the ring it
-//      receives on (created and reserved here, on its NUMA node), of its RankControl and of its poller's eventfd;
-//   2. the lower rank accepts (Handshake::acceptHigher: strangers are logged and closed, early hellos stashed),
-//      answers with its own Hello and fds, maps the peer's ring and control line, and tries to read the probe
-//      word with process_vm_readv (the pid comes from SO_PEERCRED, as seen in this pid namespace). It sends
-//      Ack {canReadYou};
-//   3. (Handshake::await) the higher rank does the same on the answer: maps, probes, sends its Ack; each side
-//      waits for the other's Ack.
+// process is); its name travels to every rank in the PeerInfo (an opaque TransportAddress of kind Shm), and the
+// process's accept loop serves it (accept_loop.hpp). A pair is connected by one rank's dial (dialer.hpp: who
+// dials, both at once, retries) and the common handshake:
+//   1. the dialler connects to the peer's socket and sends Hello: the common header (ranks, secret), its ring
+//      geometry, the address and value of a probe word, and over SCM_RIGHTS the fds of the ring it receives on
+//      (created and reserved here, on its NUMA node), of its RankControl and of its poller's eventfd;
+//   2. the peer's accept loop checks it (strangers are logged and closed), answers with its own Hello and fds,
+//      maps the dialler's ring and control line, and tries to read the probe word with process_vm_readv (the pid
+//      comes from SO_PEERCRED, as seen in this pid namespace). It sends Ack {canReadYou};
+//   3. the dialler does the same on the answer: maps, probes, sends its Ack; the answering side reads that Ack
+//      when it takes the connection (finish).
 // A rank that can read its peer tells it so; that peer then sends large messages by address (single copy).
 // Threads of one process (same pid and process token) read each other with memcpy. Between processes,
 // COLLIE_SHM_SINGLE_COPY=1 (the default) uses process_vm_readv only where it is at least half as fast as
@@ -237,14 +237,24 @@ ShmTransport::ShmTransport(const ShmOptions& options) : options_(options) {
                    static_cast<long long>(minBytes));
   singleCopyMin_ = static_cast<size_t>(minBytes);
   backing_ = parseBacking(options.backing.empty() ? base::params::shmBacking() : options.backing);
+  wire_ = std::make_unique<SeqpacketWire>();
+  handshake::DialProtocol& protocol = *this;
+  dialer_ = std::make_unique<handshake::Dialer>("shm", TransportKind::Shm, 1, protocol, *wire_);
 }
 
-ShmTransport::~ShmTransport() {
-  if (listenFd_ >= 0) ::close(listenFd_);
-}
+/// One side of one pair's handshake: the ring this rank receives on, and what the peer's hello brought.
+struct ShmTransport::PairSetup {
+  UniqueFd ringFd;  // the ring we receive on, for the hello
+  Segment ring;
+  bool gotHello = false, gotAck = false;
+  bool peerReadsUs = false;
+  ShmLink shm;
+};
+
+ShmTransport::~ShmTransport() { dialer_.reset(); }  // no answer may run on what goes next
 
 void ShmTransport::listen(PeerInfo& self) {
-  COLLIE_USAGE_CHECK(listenFd_ < 0, "shm transport: listen() called twice");
+  COLLIE_USAGE_CHECK(listener_ == nullptr, "shm transport: listen() called twice");
   Identity id = identity();
   uint64_t rnd = 0;
   if (getrandom(&rnd, sizeof(rnd), 0) != sizeof(rnd)) rnd = id.token ^ reinterpret_cast<uintptr_t>(this);
@@ -258,7 +268,8 @@ void ShmTransport::listen(PeerInfo& self) {
   socklen_t len = abstractAddress(name.c_str(), &addr);
   COLLIE_SYSCHECK(::bind(fd, reinterpret_cast<sockaddr*>(&addr), len), "bind of the shm transport's unix socket");
   COLLIE_SYSCHECK(::listen(fd, 4096), "listen on the shm transport's unix socket");
-  listenFd_ = guard.release();
+  listener_ = std::make_shared<handshake::Listener>(std::move(guard), std::make_unique<SeqpacketWire>(), "shm",
+                                                    self.rank);
   self.netNs = networkNamespaceId();
   self.setAddress(TransportKind::Shm, name.data(), name.size());
   COLLIE_INFO(base::kLogNet, "shm: rank %d listening on @%s", self.rank, name.c_str());
@@ -267,10 +278,9 @@ void ShmTransport::listen(PeerInfo& self) {
 std::string ShmTransport::addressOf(const PeerInfo& info) { return shmAddressOf(info); }
 
 std::unique_ptr<Transport> ShmTransport::shareListener() const {
-  COLLIE_USAGE_CHECK(listenFd_ >= 0, "shm transport: shareListener() before listen()");
+  COLLIE_USAGE_CHECK(listener_ != nullptr, "shm transport: shareListener() before listen()");
   auto copy = std::make_unique<ShmTransport>(options_);
-  copy->listenFd_ = ::fcntl(listenFd_, F_DUPFD_CLOEXEC, 0);  // the same open socket: the same address
-  COLLIE_SYSCHECK(copy->listenFd_, "dup of the shm listener");
+  copy->listener_ = listener_;
   return copy;
 }
 
@@ -279,191 +289,241 @@ bool ShmTransport::canConnect(const PeerInfo& local, const PeerInfo& peer) const
          local.netNs == peer.netNs;
 }
 
+void ShmTransport::serve(const CommContext& ctx) {
+  COLLIE_USAGE_CHECK(listener_ != nullptr, "shm transport: serve() before listen()");
+  dialer_->serve(*listener_, ctx);
+}
+
 std::vector<std::unique_ptr<Connection>> ShmTransport::connect(const CommContext& ctx, const std::vector<int>& peers) {
-  COLLIE_USAGE_CHECK(listenFd_ >= 0, "shm transport: connect() before listen()");
-  SeqpacketWire wire;
-  handshake::Handshake hs("shm", TransportKind::Shm, ctx, peers, 1, wire);
-  const base::Deadline deadline = hs.deadline();
-  const std::string where = hs.where();
-  const Identity id = identity();
-  const int me = ctx.rank;
-  const size_t myRingBytes = ringBytes(slots_, slotBytes_);
+  COLLIE_USAGE_CHECK(listener_ != nullptr, "shm transport: connect() before listen()");
+  return dialer_->connect(*listener_, ctx, peers, false);
+}
 
-  struct PeerState {
-    Link link;        // the unix socket, kept after the handshake
-    UniqueFd ringFd;  // the ring we receive on, for the hello
-    Segment ring;
-    bool gotHello = false, gotAck = false;
-    bool peerReadsUs = false;
-    ShmLink shm;
-  };
-  std::map<int, PeerState> state;
-  for (int p : hs.lower()) state[p];
-  for (int p : hs.higher()) state[p];
-  const int others = static_cast<int>(state.size());
+std::vector<std::unique_ptr<Connection>> ShmTransport::dial(const CommContext& ctx, const std::vector<int>& peers) {
+  COLLIE_USAGE_CHECK(listener_ != nullptr, "shm transport: dial() before listen()");
+  return dialer_->connect(*listener_, ctx, peers, true);
+}
 
+void ShmTransport::refuseDials() {
+  dialer_->refuseAll();
+  std::lock_guard<std::mutex> lock(mu_);
+  answering_.clear();
+}
+
+uint64_t ShmTransport::stashedHellos() const { return dialer_->answeredEarly(); }
+
+void ShmTransport::makeControl(const CommContext& ctx) {
+  if (waker_) return;
   SegmentPurpose purpose;
-  purpose.rank = me;
-  purpose.peers = others;
-  purpose.totalBytes = static_cast<size_t>(others) * myRingBytes + (waker_ ? 0 : kControlBytes);
-  if (backing_ == Backing::DevShm && others > 0) checkDevShmRoom(purpose);
-  if (!waker_ && others > 0) {
-    purpose.what = "its control line";
-    Segment control;
-    controlFd_ = createSegment(backing_, kControlBytes, -1, purpose, &control);
-    auto* rc = static_cast<RankControl*>(control.data());
-    rc->magic = kControlMagic;
-    rc->rank = me;
-    waker_ = std::make_shared<ShmWaker>(std::move(control), ctx.poller);
+  purpose.rank = ctx.rank;
+  purpose.peers = 1;
+  purpose.totalBytes = kControlBytes;
+  purpose.what = "its control line";
+  Segment control;
+  controlFd_ = createSegment(backing_, kControlBytes, -1, purpose, &control);
+  auto* rc = static_cast<RankControl*>(control.data());
+  rc->magic = kControlMagic;
+  rc->rank = ctx.rank;
+  waker_ = std::make_shared<ShmWaker>(std::move(control), ctx.poller);
+}
+
+void ShmTransport::makeRing(const CommContext& ctx, int p, PairSetup& ps) {
+  const size_t bytes = ringBytes(slots_, slotBytes_);
+  SegmentPurpose purpose;
+  purpose.rank = ctx.rank;
+  purpose.peers = 1;
+  purpose.totalBytes = bytes;
+  purpose.what = base::format("the ring from rank %d (%zu bytes)", p, bytes);
+  if (backing_ == Backing::DevShm) checkDevShmRoom(purpose);
+  ps.ringFd = createSegment(backing_, bytes, base::currentNumaNode(), purpose, &ps.ring);
+  auto* h = static_cast<RingHeader*>(ps.ring.data());
+  h->magic = kRingMagic;
+  h->version = kLayoutVersion;
+  h->slots = slots_;
+  h->slotBytes = slotBytes_;
+  h->bytes = bytes;
+  h->owner = ctx.rank;
+  h->writer = p;
+}
+
+void ShmTransport::sendOurHello(handshake::Handshake& hs, int p, PairSetup& ps, int fd) {
+  const Identity id = identity();
+  const int wakeFd = hs.context().poller ? hs.context().poller->wakeFd() : -1;
+  Msg m{};
+  m.header = hs.header(kHello, p, 0);
+  m.pid = static_cast<int32_t>(id.pid);
+  m.token = id.token;
+  m.probeAddr = reinterpret_cast<uint64_t>(&gProbeWord);
+  m.probeValue = gProbeWord.load();
+  m.ringBytes = ringBytes(slots_, slotBytes_);
+  m.slots = slots_;
+  m.slotBytes = slotBytes_;
+  int control;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    makeControl(hs.context());
+    control = controlFd_.get();
   }
-  const int wakeFd = ctx.poller ? ctx.poller->wakeFd() : -1;
-  const int node = base::currentNumaNode();
+  int fds[kMaxFds] = {ps.ringFd.get(), control, wakeFd};
+  m.nfds = wakeFd >= 0 ? 3 : 2;
+  sendMsg(fd, m, fds, static_cast<int>(m.nfds), hs.deadline(), p);
+}
 
-  auto makeRing = [&](int p, PeerState& ps) {
-    purpose.what = base::format("the ring from rank %d (%zu bytes)", p, myRingBytes);
-    ps.ringFd = createSegment(backing_, myRingBytes, node, purpose, &ps.ring);
-    auto* h = static_cast<RingHeader*>(ps.ring.data());
-    h->magic = kRingMagic;
-    h->version = kLayoutVersion;
-    h->slots = slots_;
-    h->slotBytes = slotBytes_;
-    h->bytes = myRingBytes;
-    h->owner = me;
-    h->writer = p;
-  };
-  auto sendHello = [&](int p, PeerState& ps) {
-    Msg m{};
-    m.header = hs.header(kHello, p, 0);
-    m.pid = static_cast<int32_t>(id.pid);
-    m.token = id.token;
-    m.probeAddr = reinterpret_cast<uint64_t>(&gProbeWord);
-    m.probeValue = gProbeWord.load();
-    m.ringBytes = myRingBytes;
-    m.slots = slots_;
-    m.slotBytes = slotBytes_;
-    int fds[kMaxFds] = {ps.ringFd.get(), controlFd_.get(), wakeFd};
-    m.nfds = wakeFd >= 0 ? 3 : 2;
-    sendMsg(ps.link.fd.get(), m, fds, static_cast<int>(m.nfds), deadline, p);
-  };
-  // Maps what the peer's hello brought, probes its memory and answers with our Ack.
-  auto absorbHello = [&](int p, PeerState& ps, const Msg& m, std::vector<UniqueFd>& fds) {
-    checkHello(m, fds.size(), me, p);
-    std::string what = base::format("the ring of rank %d", p);
-    ps.shm.sendRing = mapSegment(fds[0].get(), m.ringBytes, what);
-    const auto* h = static_cast<const RingHeader*>(ps.shm.sendRing.data());
-    COLLIE_ENFORCE(h->magic == kRingMagic && h->version == kLayoutVersion && h->slots == m.slots &&
-                       h->slotBytes == m.slotBytes && h->owner == p && h->writer == me,
-                   ErrorCode::InternalError, "shm connect of rank %d: %s has a wrong header", me, what.c_str());
-    ps.shm.peerControl = mapSegment(fds[1].get(), kControlBytes, base::format("the control line of rank %d", p));
-    COLLIE_ENFORCE(static_cast<const RankControl*>(ps.shm.peerControl.data())->magic == kControlMagic,
-                   ErrorCode::InternalError, "shm connect of rank %d: the control line of rank %d is wrong", me, p);
-    if (m.nfds >= 3) ps.shm.peerWake = std::move(fds[2]);
-    ps.shm.peerPid = peerPidOf(ps.link.fd.get());
-    ps.shm.sameProcess = ps.shm.peerPid == id.pid && m.token == id.token && !options_.crossMemoryForThreads;
-    bool readable = ps.shm.sameProcess;
-    if (!readable && singleCopy_ != 0) {
-      readable = canRead(ps.shm.peerPid, m.probeAddr, m.probeValue);
-      if (!readable) {
-        COLLIE_INFO(
-            base::kLogNet, "shm: rank %d cannot read the memory of rank %d (pid %d): %s; it sends through slots", me, p,
-            static_cast<int>(ps.shm.peerPid), ps.shm.peerPid > 0 ? "process_vm_readv refused" : "pid not visible");
-      } else if (singleCopy_ == 1 && !crossMemoryPays()) {
-        readable = false;  // allowed, but slower here than the two copies it would save
-      }
+void ShmTransport::absorbHello(handshake::Handshake& hs, int p, PairSetup& ps, int fd, const Msg& m,
+                               std::vector<UniqueFd>& fds) {
+  const int me = hs.rank();
+  const Identity id = identity();
+  checkHello(m, fds.size(), me, p);
+  std::string what = base::format("the ring of rank %d", p);
+  ps.shm.sendRing = mapSegment(fds[0].get(), m.ringBytes, what);
+  const auto* h = static_cast<const RingHeader*>(ps.shm.sendRing.data());
+  COLLIE_ENFORCE(h->magic == kRingMagic && h->version == kLayoutVersion && h->slots == m.slots &&
+                     h->slotBytes == m.slotBytes && h->owner == p && h->writer == me,
+                 ErrorCode::InternalError, "shm connect of rank %d: %s has a wrong header", me, what.c_str());
+  ps.shm.peerControl = mapSegment(fds[1].get(), kControlBytes, base::format("the control line of rank %d", p));
+  COLLIE_ENFORCE(static_cast<const RankControl*>(ps.shm.peerControl.data())->magic == kControlMagic,
+                 ErrorCode::InternalError, "shm connect of rank %d: the control line of rank %d is wrong", me, p);
+  if (m.nfds >= 3) ps.shm.peerWake = std::move(fds[2]);
+  ps.shm.peerPid = peerPidOf(fd);
+  ps.shm.sameProcess = ps.shm.peerPid == id.pid && m.token == id.token && !options_.crossMemoryForThreads;
+  bool readable = ps.shm.sameProcess;
+  if (!readable && singleCopy_ != 0) {
+    readable = canRead(ps.shm.peerPid, m.probeAddr, m.probeValue);
+    if (!readable) {
+      COLLIE_INFO(base::kLogNet,
+                  "shm: rank %d cannot read the memory of rank %d (pid %d): %s; it sends through slots", me, p,
+                  static_cast<int>(ps.shm.peerPid),
+                  ps.shm.peerPid > 0 ? "process_vm_readv refused" : "pid not visible");
+    } else if (singleCopy_ == 1 && !crossMemoryPays()) {
+      readable = false;  // allowed, but slower here than the two copies it would save
     }
-    ps.gotHello = true;
-    Msg ack{};
-    ack.header = hs.header(kAck, p, 0);
-    ack.canReadYou = singleCopy_ != 0 && readable ? 1 : 0;
-    sendMsg(ps.link.fd.get(), ack, nullptr, 0, deadline, p);
-  };
-
-  // Step 1: connect to every lower-ranked peer and say hello.
-  for (int p : hs.lower()) {
-    PeerState& ps = state[p];
-    const std::string name = shmAddressOf(ctx.peers[static_cast<size_t>(p)]);
-    COLLIE_ARG_CHECK(!name.empty(), "shm connect of rank %d: rank %d does not listen on shm", me, p);
-    int fd;
-    base::FdShortageBackoff shortage;
-    while ((fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0)) < 0 && base::isFdShortage(errno))
-      shortage.wait(errno, "socket(AF_UNIX, SOCK_SEQPACKET)", deadline);
-    COLLIE_SYSCHECK(fd, "socket(AF_UNIX, SOCK_SEQPACKET)");
-    ps.link.fd.reset(fd);
-    ps.link.from = "@" + name;
-    ps.link.peer = p;
-    sockaddr_un addr;
-    socklen_t len = abstractAddress(name, &addr);
-    for (;;) {
-      if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), len) == 0) break;
-      int err = errno;
-      if (err == EINTR) continue;
-      if (err == EAGAIN && Clock::now() < deadline) {  // its backlog is full: it is busy accepting
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
-        continue;
-      }
-      COLLIE_FAIL(err == EAGAIN ? ErrorCode::Timeout : ErrorCode::RemoteError,
-                  "shm connect of rank %d%s: cannot reach rank %d at @%s: %s (did it exit?)", me, where.c_str(), p,
-                  name.c_str(), base::errnoString(err).c_str());
-    }
-    makeRing(p, ps);
-    sendHello(p, ps);
   }
+  ps.gotHello = true;
+  Msg ack{};
+  ack.header = hs.header(kAck, p, 0);
+  ack.canReadYou = singleCopy_ != 0 && readable ? 1 : 0;
+  sendMsg(fd, ack, nullptr, 0, hs.deadline(), p);
+}
 
-  // Step 2: accept the higher-ranked peers; answer each hello with ours and an Ack.
-  hs.acceptHigher(listenFd_, stash_, [&](Link& l) {
-    PeerState& ps = state[l.peer];
-    const Msg m = l.as<Msg>();
-    std::vector<UniqueFd> fds = std::move(l.fds);
-    COLLIE_TRACE(base::kLogNet, "shm: rank %d adopts the connection of rank %d", me, l.peer);
-    ps.link = std::move(l);
-    ps.link.clearMessage();
-    makeRing(ps.link.peer, ps);
-    sendHello(ps.link.peer, ps);
-    absorbHello(ps.link.peer, ps, m, fds);
-  });
-
-  // Step 3: the lower ranks' hellos, and everyone's Ack.
-  std::vector<Link*> links;
-  for (auto& [p, ps] : state) links.push_back(&ps.link);
-  hs.await(links, [&](Link& l) {
-    PeerState& ps = state[l.peer];
-    const Msg& m = l.as<Msg>();
-    COLLIE_TRACE(base::kLogNet, "shm: rank %d got message type %u from rank %d", me, m.header.type, l.peer);
-    if (!ps.gotHello) {
-      absorbHello(l.peer, ps, m, l.fds);
-    } else {
-      COLLIE_ENFORCE(m.header.type == kAck && !ps.gotAck, ErrorCode::InternalError,
-                     "shm connect of rank %d: unexpected message from rank %d", me, l.peer);
-      ps.gotAck = true;
-      ps.peerReadsUs = m.canReadYou != 0;
-    }
-    l.done = ps.gotHello && ps.gotAck;
-  });
-
-  std::vector<std::unique_ptr<Connection>> out;
-  out.reserve(peers.size());
-  int direct = 0;
-  for (int p : peers) {
-    if (p == me) {
-      out.push_back(makeSelfConnection(p));
+UniqueFd ShmTransport::dialSocket(handshake::Handshake& hs, int p, int /*channel*/) {
+  const int me = hs.rank();
+  const base::Deadline deadline = hs.deadline();
+  const std::string name = shmAddressOf(hs.context().peers[static_cast<size_t>(p)]);
+  COLLIE_ARG_CHECK(!name.empty(), "shm connect of rank %d: rank %d does not listen on shm", me, p);
+  int fd;
+  base::FdShortageBackoff shortage;
+  while ((fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0)) < 0 && base::isFdShortage(errno))
+    shortage.wait(errno, "socket(AF_UNIX, SOCK_SEQPACKET)", deadline);
+  COLLIE_SYSCHECK(fd, "socket(AF_UNIX, SOCK_SEQPACKET)");
+  UniqueFd out(fd);
+  sockaddr_un addr;
+  socklen_t len = abstractAddress(name, &addr);
+  for (;;) {
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), len) == 0) break;
+    int err = errno;
+    if (err == EINTR) continue;
+    if (err == EAGAIN && Clock::now() < deadline) {  // its backlog is full: it is busy accepting
+      hs.checkWaiting({p});
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
       continue;
     }
-    PeerState& ps = state[p];
-    ShmLink link = std::move(ps.shm);
-    link.rank = me;
-    link.peer = p;
-    link.recvRing = std::move(ps.ring);
-    link.socket = std::move(ps.link.fd);
-    link.peerReadsUs = ps.peerReadsUs && singleCopy_ != 0;
-    link.directMinBytes = singleCopyMin_;
-    direct += link.peerReadsUs ? 1 : 0;
-    out.push_back(std::make_unique<ShmConnection>(std::move(link), waker_));
+    COLLIE_FAIL(err == EAGAIN ? ErrorCode::Timeout : ErrorCode::RemoteError,
+                "shm connect of rank %d%s: cannot reach rank %d at @%s: %s (did it exit?)", me, hs.where().c_str(), p,
+                name.c_str(), base::errnoString(err).c_str());
   }
-  COLLIE_INFO(
-      base::kLogNet,
-      "shm: rank %d%s connected to %d peer(s): rings of %u x %u bytes, single copy from %zu bytes to %d of them", me,
-      where.c_str(), others, slots_, slotBytes_, singleCopyMin_, direct);
   return out;
+}
+
+void ShmTransport::sendHello(handshake::Handshake& hs, handshake::Link& link) {
+  const int p = link.peer;
+  link.from = "@" + shmAddressOf(hs.context().peers[static_cast<size_t>(p)]);
+  std::unique_ptr<PairSetup>& ps = dialing_[p];
+  if (!ps) {
+    ps = std::make_unique<PairSetup>();
+    makeRing(hs.context(), p, *ps);
+  }
+  sendOurHello(hs, p, *ps, link.fd.get());
+}
+
+void ShmTransport::onAnswer(handshake::Handshake& hs, handshake::Link& link) {
+  PairSetup& ps = *dialing_.at(link.peer);
+  const Msg& m = link.as<Msg>();
+  COLLIE_TRACE(base::kLogNet, "shm: rank %d got message type %u from rank %d", hs.rank(), m.header.type, link.peer);
+  if (!ps.gotHello) {
+    absorbHello(hs, link.peer, ps, link.fd.get(), m, link.fds);
+  } else {
+    COLLIE_ENFORCE(m.header.type == kAck && !ps.gotAck, ErrorCode::InternalError,
+                   "shm connect of rank %d: unexpected message from rank %d", hs.rank(), link.peer);
+    ps.gotAck = true;
+    ps.peerReadsUs = m.canReadYou != 0;
+  }
+  link.done = ps.gotHello && ps.gotAck;
+}
+
+// On the accept loop's thread.
+void ShmTransport::answer(handshake::Handshake& hs, handshake::Link& link) {
+  const int p = link.peer;
+  auto ps = std::make_unique<PairSetup>();
+  const Msg m = link.as<Msg>();
+  std::vector<UniqueFd> fds = std::move(link.fds);
+  COLLIE_TRACE(base::kLogNet, "shm: rank %d answers the dial of rank %d", hs.rank(), p);
+  makeRing(hs.context(), p, *ps);
+  sendOurHello(hs, p, *ps, link.fd.get());
+  absorbHello(hs, p, *ps, link.fd.get(), m, fds);
+  link.clearMessage();
+  std::lock_guard<std::mutex> lock(mu_);
+  answering_[p] = std::move(ps);
+}
+
+void ShmTransport::forget(int peer) { dialing_.erase(peer); }
+
+std::unique_ptr<Connection> ShmTransport::finish(handshake::Handshake& hs, int p, std::vector<handshake::Link>& links,
+                                                 bool dialled) {
+  std::unique_ptr<PairSetup> ps;
+  if (dialled) {
+    ps = std::move(dialing_.at(p));
+    dialing_.erase(p);
+  } else {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = answering_.find(p);
+      COLLIE_INTERNAL_CHECK(it != answering_.end(), "shm connect of rank %d: no answered dial of rank %d", hs.rank(),
+                            p);
+      ps = std::move(it->second);
+      answering_.erase(it);
+    }
+    // The dialler's Ack, sent as soon as it read our hello.
+    handshake::Link& l = links[0];
+    l.done = false;
+    l.clearMessage();
+    hs.await({&l}, [&](handshake::Link& got) {
+      const Msg& m = got.as<Msg>();
+      COLLIE_ENFORCE(m.header.type == kAck, ErrorCode::InternalError,
+                     "shm connect of rank %d: unexpected message from rank %d", hs.rank(), p);
+      ps->gotAck = true;
+      ps->peerReadsUs = m.canReadYou != 0;
+      got.done = true;
+    });
+  }
+  return makeConnection(hs.rank(), p, *ps, std::move(links[0].fd));
+}
+
+std::unique_ptr<Connection> ShmTransport::makeConnection(int me, int p, PairSetup& ps, UniqueFd socket) {
+  ShmLink link = std::move(ps.shm);
+  link.rank = me;
+  link.peer = p;
+  link.recvRing = std::move(ps.ring);
+  link.socket = std::move(socket);
+  link.peerReadsUs = ps.peerReadsUs && singleCopy_ != 0;
+  link.directMinBytes = singleCopyMin_;
+  std::shared_ptr<ShmWaker> waker;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    waker = waker_;
+  }
+  COLLIE_INFO(base::kLogNet, "shm: rank %d connected to rank %d: rings of %u x %u bytes, single copy from %zu bytes%s",
+              me, p, slots_, slotBytes_, singleCopyMin_, link.peerReadsUs ? "" : " (not to this peer)");
+  return std::make_unique<ShmConnection>(std::move(link), waker);
 }
 
 }  // namespace collie::transport::shm

@@ -5,11 +5,16 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
+#include "transport/accept_loop.hpp"
+#include "transport/dialer.hpp"
 #include "transport/handshake.hpp"
+#include "transport/shm/shm_hello.hpp"
 #include "transport/shm/shm_segment.hpp"
 #include "transport/transport.hpp"
 
@@ -29,7 +34,7 @@ struct ShmOptions {
   bool crossMemoryForThreads = false;
 };
 
-class ShmTransport : public Transport {
+class ShmTransport : public Transport, private handshake::DialProtocol {
  public:
   explicit ShmTransport(const ShmOptions& options = {});
   ~ShmTransport() override;
@@ -43,14 +48,18 @@ class ShmTransport : public Transport {
   void listen(PeerInfo& self) override;
   /// Both ranks listen on shm, run on the same host (hostHash) and share a network namespace.
   bool canConnect(const PeerInfo& local, const PeerInfo& peer) const override;
-  /// The common handshake (transport/handshake.hpp); each side's hello carries, over
-  /// SCM_RIGHTS, the fd of the ring it receives on, of its control line and of its poller's eventfd; then
-  /// each says whether it can read the other's memory. Fails with Timeout naming the missing ranks when a
-  /// peer does not show up within ctx.timeout.
+  /// The common handshake (transport/handshake.hpp), dialled by the higher rank of each pair; each side's hello
+  /// carries, over SCM_RIGHTS, the fd of the ring it receives on, of its control line and of its poller's
+  /// eventfd; then each says whether it can read the other's memory. Fails with Timeout naming the missing ranks
+  /// when a peer does not show up within ctx.timeout.
   std::vector<std::unique_ptr<Connection>> connect(const CommContext& ctx, const std::vector<int>& peers) override;
-  uint64_t stashedHellos() const override { return stash_.kept(); }
-  /// A ShmTransport with these options on a duplicate of this listener (same address), with a control line and
-  /// waker of its own (made at its first connect, for that communicator's poller).
+  bool dialsAnyTime() const override { return true; }
+  void serve(const CommContext& ctx) override;
+  std::vector<std::unique_ptr<Connection>> dial(const CommContext& ctx, const std::vector<int>& peers) override;
+  void refuseDials() override;
+  uint64_t stashedHellos() const override;
+  /// A ShmTransport with these options on this listener (same address), answering only its own communicator, with
+  /// a control line and waker of its own (made at its first connection, for that communicator's poller).
   std::unique_ptr<Transport> shareListener() const override;
 
   /// The name (in the abstract unix namespace) of the socket `info`'s shm transport listens on; "" if none.
@@ -60,17 +69,39 @@ class ShmTransport : public Transport {
   uint32_t slotBytes() const { return slotBytes_; }
 
  private:
+  struct PairSetup;  ///< one side of one pair's handshake (shm_transport.cpp)
+
+  // The dial rule's messages (handshake::DialProtocol, dialer.hpp).
+  UniqueFd dialSocket(handshake::Handshake& hs, int peer, int channel) override;
+  void sendHello(handshake::Handshake& hs, handshake::Link& link) override;
+  void onAnswer(handshake::Handshake& hs, handshake::Link& link) override;
+  void answer(handshake::Handshake& hs, handshake::Link& link) override;
+  std::unique_ptr<Connection> finish(handshake::Handshake& hs, int peer, std::vector<handshake::Link>& links,
+                                     bool dialled) override;
+  void forget(int peer) override;
+  /// This rank's control line and waker, made on first need (either thread; under mu_).
+  void makeControl(const CommContext& ctx);
+  void makeRing(const CommContext& ctx, int peer, PairSetup& ps);
+  void sendOurHello(handshake::Handshake& hs, int peer, PairSetup& ps, int fd);
+  /// Maps what the peer's hello brought, probes its memory and answers with our Ack.
+  void absorbHello(handshake::Handshake& hs, int peer, PairSetup& ps, int fd, const Msg& m,
+                   std::vector<UniqueFd>& fds);
+  std::unique_ptr<Connection> makeConnection(int me, int peer, PairSetup& ps, UniqueFd socket);
+
   ShmOptions options_;
   uint32_t slots_;
   uint32_t slotBytes_;
   int singleCopy_;  ///< 0 off, 1 auto (threads; processes where process_vm_readv pays), 2 wherever allowed
   size_t singleCopyMin_;
   Backing backing_;
-  int listenFd_ = -1;
-  Segment control_;  ///< this rank's RankControl (moved into the waker at the first connect)
-  UniqueFd controlFd_;
+  std::shared_ptr<handshake::Listener> listener_;  ///< shared with the transports of shareListener()
+  std::mutex mu_;                                  ///< guards what both threads make: the control line, answering_
+  UniqueFd controlFd_;                             ///< this rank's RankControl (its segment is in the waker)
   std::shared_ptr<ShmWaker> waker_;
-  handshake::Stash stash_;  ///< early hellos, for a later connect()
+  std::map<int, std::unique_ptr<PairSetup>> dialing_;    ///< by peer: this rank's dials (the dialler's thread)
+  std::map<int, std::unique_ptr<PairSetup>> answering_;  ///< by peer: dials answered, not taken yet
+  std::unique_ptr<handshake::Wire> wire_;
+  std::unique_ptr<handshake::Dialer> dialer_;  ///< after what it uses: destroyed first
 };
 
 }  // namespace collie::transport::shm

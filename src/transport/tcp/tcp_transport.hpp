@@ -10,6 +10,8 @@
 #include <memory>
 #include <vector>
 
+#include "transport/accept_loop.hpp"
+#include "transport/dialer.hpp"
 #include "transport/handshake.hpp"
 #include "transport/transport.hpp"
 
@@ -24,7 +26,9 @@ struct TcpOptions {
   sockaddr_storage bindAddr{};      ///< AF_UNSPEC: base::defaultLocalAddress() (port is ignored; 0 is used)
 };
 
-/// TCP transport. listen() before bootstrap, then connect() once per set of peers.
+class TcpProtocol;
+
+/// TCP transport. listen() before bootstrap, then connect() or dial() once per set of peers.
 class TcpTransport : public Transport {
  public:
   explicit TcpTransport(const TcpOptions& options = {});
@@ -39,12 +43,16 @@ class TcpTransport : public Transport {
   void listen(PeerInfo& self) override;
   /// Always true: TCP is the fallback transport.
   bool canConnect(const PeerInfo& /*local*/, const PeerInfo& /*peer*/) const override { return true; }
-  /// The common handshake (transport/handshake.hpp) on each of socketsPerPeer() sockets per peer.
-  /// Connections that cannot show the secret are logged and dropped. Fails with Timeout naming the
-  /// missing ranks when a peer does not show up within ctx.timeout (COLLIE_TIMEOUT when zero).
+  /// The common handshake (transport/handshake.hpp) on each of socketsPerPeer() sockets per peer, dialled by the
+  /// higher rank of each pair. Connections that cannot show the secret are logged and dropped. Fails with Timeout
+  /// naming the missing ranks when a peer does not show up within ctx.timeout (COLLIE_TIMEOUT when zero).
   std::vector<std::unique_ptr<Connection>> connect(const CommContext& ctx, const std::vector<int>& peers) override;
-  uint64_t stashedHellos() const override { return stash_.kept(); }
-  /// A TcpTransport with these options on a duplicate of this listener (same address).
+  bool dialsAnyTime() const override { return true; }
+  void serve(const CommContext& ctx) override;
+  std::vector<std::unique_ptr<Connection>> dial(const CommContext& ctx, const std::vector<int>& peers) override;
+  void refuseDials() override;
+  uint64_t stashedHellos() const override;
+  /// A TcpTransport with these options on this listener (same address), answering only its own communicator.
   std::unique_ptr<Transport> shareListener() const override;
 
   /// Where `info` says its TCP transport listens (family AF_UNSPEC when it published no tcp address).
@@ -60,10 +68,12 @@ class TcpTransport : public Transport {
   TcpOptions options_;
   int nsock_;
   int64_t stripeMin_;
-  bool stripeSet_ = false;  ///< by the options or the environment
-  int listenFd_ = -1;
+  bool stripeSet_;  ///< the threshold was set (options or COLLIE_STRIPE_MIN_BYTES), not defaulted
   sockaddr_storage listenAddr_{};
-  handshake::Stash stash_;  ///< early hellos, for a later connect()
+  std::shared_ptr<handshake::Listener> listener_;  ///< shared with the transports of shareListener()
+  std::unique_ptr<handshake::Wire> wire_;
+  std::unique_ptr<TcpProtocol> protocol_;
+  std::unique_ptr<handshake::Dialer> dialer_;  ///< after what it uses: destroyed first
 };
 
 }  // namespace collie::transport::tcp

@@ -1,0 +1,239 @@
+// The process's accept loop and its listeners (see accept_loop.hpp).
+#include "transport/accept_loop.hpp"
+
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <mutex>
+#include <thread>
+
+#include "base/errors.hpp"
+#include "base/fd_limits.hpp"
+#include "base/log.hpp"
+
+namespace collie::transport::handshake {
+
+using Clock = std::chrono::steady_clock;
+
+/// One thread serving every Listener of this process. Made on first use and never destroyed (its thread is
+/// detached), so that a communicator destroyed at exit never waits for it; a forked child makes its own.
+class AcceptLoop {
+ public:
+  static std::shared_ptr<AcceptLoop> get() {
+    static std::mutex mu;
+    static std::shared_ptr<AcceptLoop> loop;
+    std::lock_guard<std::mutex> lock(mu);
+    if (!loop || loop->pid_ != ::getpid()) {
+      if (loop) new std::shared_ptr<AcceptLoop>(std::move(loop));  // the parent's, unusable here: left alone
+      loop.reset(new AcceptLoop());
+    }
+    return loop;
+  }
+
+  std::mutex mu;  ///< guards everything of every listener the loop reads; held while a Desk::take runs
+
+  /// With mu held: the listeners or their desks changed; the loop rebuilds its poll set and offers held hellos.
+  void changed() {
+    ++generation_;
+    const uint64_t one = 1;
+    [[maybe_unused]] ssize_t n = ::write(wake_.get(), &one, sizeof(one));
+  }
+  void add(Listener* l) {
+    listeners_.push_back(l);
+    changed();
+  }
+  void remove(Listener* l) {
+    listeners_.erase(std::remove(listeners_.begin(), listeners_.end(), l), listeners_.end());
+    changed();
+  }
+
+ private:
+  AcceptLoop() : pid_(::getpid()), wake_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
+    COLLIE_SYSCHECK(wake_.get(), "eventfd for the accept loop");
+    std::thread([this] { run(); }).detach();
+  }
+
+  void run() {
+    std::unique_lock<std::mutex> lock(mu);
+    std::vector<pollfd> pfds;
+    std::vector<std::pair<Listener*, Link*>> owners;  // by pfds index (from 1): the listener, or a waiting link
+    for (;;) {
+      const auto now = Clock::now();
+      for (Listener* l : listeners_) l->expire(now);
+      pfds.assign(1, pollfd{wake_.get(), POLLIN, 0});
+      owners.assign(1, {nullptr, nullptr});
+      auto wakeAt = now + std::chrono::seconds(1);
+      for (Listener* l : listeners_) {
+        if (now >= l->pauseUntil_) {
+          pfds.push_back(pollfd{l->fd_.get(), POLLIN, 0});
+          owners.emplace_back(l, nullptr);
+        } else {
+          wakeAt = std::min(wakeAt, l->pauseUntil_);
+        }
+        for (Link& w : l->waiting_) {
+          wakeAt = std::min(wakeAt, w.expires);
+          if (w.done) continue;  // held: complete, nothing more to read
+          pfds.push_back(pollfd{w.fd.get(), POLLIN, 0});
+          owners.emplace_back(l, &w);
+        }
+      }
+      const uint64_t generation = generation_;
+      lock.unlock();
+      int rc = ::poll(pfds.data(), pfds.size(), pollMs(wakeAt));
+      lock.lock();
+      uint64_t drained;
+      while (::read(wake_.get(), &drained, sizeof(drained)) > 0) {
+      }
+      if (generation_ != generation) {  // listeners or desks changed while polling: held hellos may have a desk now
+        for (Listener* l : listeners_)
+          for (auto it = l->waiting_.begin(); it != l->waiting_.end();)
+            it = it->done && l->offer(*it) ? l->waiting_.erase(it) : it + 1;
+        continue;
+      }
+      if (rc <= 0) continue;
+      std::vector<Listener*> accepting;
+      for (size_t k = 1; k < pfds.size(); ++k) {
+        if (!pfds[k].revents) continue;
+        auto [l, link] = owners[k];
+        if (!link) {
+          accepting.push_back(l);
+        } else if (l->read(*link) == 1) {
+          link->expires = Clock::time_point::min();  // consumed: removed below
+        }
+      }
+      for (Listener* l : listeners_)
+        l->waiting_.erase(std::remove_if(l->waiting_.begin(), l->waiting_.end(),
+                                         [](const Link& w) { return w.expires == Clock::time_point::min(); }),
+                          l->waiting_.end());
+      for (Listener* l : accepting) l->acceptAll();
+    }
+  }
+
+  pid_t pid_;
+  UniqueFd wake_;
+  std::vector<Listener*> listeners_;
+  uint64_t generation_ = 0;
+};
+
+Listener::Listener(UniqueFd fd, std::unique_ptr<Wire> wire, const char* transport, int rank)
+    : fd_(std::move(fd)), wire_(std::move(wire)), transport_(transport), rank_(rank), loop_(AcceptLoop::get()) {
+  std::lock_guard<std::mutex> lock(loop_->mu);
+  loop_->add(this);
+}
+
+Listener::~Listener() {
+  std::lock_guard<std::mutex> lock(loop_->mu);
+  loop_->remove(this);  // the loop polls no descriptor of this listener from its next round; it skips this one's
+  waiting_.clear();     // results (the generation changed), so the descriptors may close now
+  fd_.reset();
+}
+
+void Listener::add(Desk* desk) {
+  std::lock_guard<std::mutex> lock(loop_->mu);
+  desks_.push_back(desk);
+  loop_->changed();
+}
+
+void Listener::remove(Desk* desk) {
+  std::lock_guard<std::mutex> lock(loop_->mu);  // take() runs under it: not running now, and never again after
+  desks_.erase(std::remove(desks_.begin(), desks_.end(), desk), desks_.end());
+  loop_->changed();
+}
+
+int Listener::read(Link& link) {
+  const int state = wire_->read(link);
+  if (state == 0) return 0;
+  if (state < 0) {
+    COLLIE_WARN(base::kLogNet, "%s: rank %d refused a connection from %s: closed or malformed before its hello",
+                transport_.c_str(), rank_, link.from.c_str());
+    link.fd.reset();
+    return 1;
+  }
+  const Header& h = link.header();
+  if (h.magic != kMagic || h.version != kVersion) {
+    COLLIE_WARN(base::kLogNet, "%s: rank %d refused a connection from %s: wrong magic or secret", transport_.c_str(),
+                rank_, link.from.c_str());
+    link.fd.reset();
+    return 1;
+  }
+  if (offer(link)) return 1;
+  link.done = true;  // held until it expires or a desk takes it
+  return 0;
+}
+
+bool Listener::offer(Link& link) {
+  const Header& h = link.header();
+  for (Desk* desk : desks_) {
+    if (!headerAuthentic(h, desk->kind, desk->rank, desk->secret)) continue;
+    if (!dialerValid(h, desk->rank, desk->nranks, desk->channels)) {
+      COLLIE_WARN(base::kLogNet, "%s: rank %d refused a connection from %s: it says it is rank %d (channel %d)",
+                  transport_.c_str(), desk->rank, link.from.c_str(), h.fromRank, h.channel);
+      link.fd.reset();
+      return true;
+    }
+    link.peer = h.fromRank;
+    link.channel = h.channel;
+    desk->take(link);
+    link.fd.reset();  // what take() left
+    return true;
+  }
+  return false;
+}
+
+void Listener::expire(Clock::time_point now) {
+  while (!waiting_.empty() && waiting_.front().expires <= now) refuseOldest("");
+}
+
+void Listener::refuseOldest(const char* why) {
+  Link& oldest = waiting_.front();
+  if (!oldest.done && read(oldest) == 1) {  // a last look: this thread may have been held up, or the peer slow
+    waiting_.pop_front();
+    return;
+  }
+  if (oldest.done) {
+    COLLIE_WARN(base::kLogNet,
+                "%s: rank %d refused a connection from %s: wrong magic or secret (no communicator here shows its "
+                "secret)%s",
+                transport_.c_str(), rank_, oldest.from.c_str(), why);
+  } else {
+    COLLIE_WARN(base::kLogNet, "%s: rank %d refused a connection from %s: no hello within %lld ms%s",
+                transport_.c_str(), rank_, oldest.from.c_str(), static_cast<long long>(kHelloWait.count()), why);
+  }
+  waiting_.pop_front();
+}
+
+void Listener::acceptAll() {
+  for (;;) {
+    sockaddr_storage addr{};
+    socklen_t len = sizeof(addr);
+    const int fd = ::accept4(fd_.get(), reinterpret_cast<sockaddr*>(&addr), &len, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) {
+      const int err = errno;
+      if (err == EINTR || err == ECONNABORTED || err == EPROTO) continue;
+      if (err == EAGAIN || err == EWOULDBLOCK) return;
+      if (base::isFdShortage(err) && !waiting_.empty()) {
+        refuseOldest(" (closed to free a file descriptor)");
+        continue;
+      }
+      if (!fdShortage_)
+        COLLIE_WARN(base::kLogNet, "%s: rank %d cannot accept now (%s): pausing", transport_.c_str(), rank_,
+                    base::errnoString(err).c_str());
+      fdShortage_ = true;
+      pauseUntil_ = Clock::now() + base::FdShortageBackoff::kPause;
+      return;
+    }
+    fdShortage_ = false;
+    if (waiting_.size() >= kMaxUnverified) refuseOldest(" (closed to make room: too many waiting)");
+    Link l;
+    l.fd.reset(fd);
+    l.from = describePeer(fd, addr);
+    l.expires = Clock::now() + kHelloWait;
+    if (read(l) == 0) waiting_.push_back(std::move(l));  // its hello may be there already
+  }
+}
+
+}  // namespace collie::transport::handshake

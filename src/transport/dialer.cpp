@@ -1,0 +1,319 @@
+// The dial rule (see dialer.hpp).
+#include "transport/dialer.hpp"
+
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "base/errors.hpp"
+#include "base/log.hpp"
+
+namespace collie::transport::handshake {
+namespace {
+
+/// How long a dial closed before any answer waits before it is tried again.
+constexpr std::chrono::milliseconds kRedialPause{20};
+
+}  // namespace
+
+Dialer::Dialer(const char* transport, TransportKind kind, int channels, DialProtocol& protocol, Wire& wire)
+    : transport_(transport), kind_(kind), channels_(channels), protocol_(protocol), wire_(wire) {}
+
+Dialer::~Dialer() {
+  if (listener_) listener_->remove(&desk_);
+}
+
+void Dialer::serve(Listener& listener, const CommContext& ctx) {
+  if (listener_) return;
+  deskCtx_ = ctx;
+  deskCtx_.peers.clear();  // the answering side needs no table
+  deskCtx_.abort = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    pairs_.resize(static_cast<size_t>(std::max(ctx.nranks, 0)));
+  }
+  desk_.kind = kind_;
+  desk_.rank = ctx.rank;
+  desk_.nranks = ctx.nranks;
+  desk_.channels = channels_;
+  std::memcpy(desk_.secret, ctx.secret, sizeof(desk_.secret));
+  desk_.take = [this](Link& link) { take(link); };
+  listener_ = &listener;
+  listener.add(&desk_);
+}
+
+void Dialer::refuse(Link& link, uint32_t type) const {
+  std::vector<uint8_t> msg(wire_.messageBytes(), 0);
+  Header h{};
+  h.magic = kMagic;
+  h.version = kVersion;
+  h.kind = static_cast<uint16_t>(kind_);
+  h.type = type;
+  h.fromRank = desk_.rank;
+  h.toRank = link.peer;
+  h.channel = link.channel;
+  std::memcpy(h.secret, desk_.secret, sizeof(h.secret));
+  std::memcpy(msg.data(), &h, sizeof(h));
+  [[maybe_unused]] ssize_t n = ::send(link.fd.get(), msg.data(), msg.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
+// On the accept loop's thread (its lock held).
+void Dialer::take(Link& link) {
+  const int p = link.peer, me = desk_.rank;
+  const auto channel = static_cast<size_t>(link.channel);
+  uint32_t refusal = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    Pair& pair = pairs_[static_cast<size_t>(p)];
+    if (refusing_) {
+      refusal = kRefusedFailed;
+    } else if (pair.state == State::Idle || (pair.state == State::Dialing && me > p)) {
+      pair.state = State::Answering;  // hi gives its own dial up for lo's
+      pair.links.clear();
+      pair.links.resize(static_cast<size_t>(channels_));
+      pair.got = 0;
+    } else if (pair.state != State::Answering || pair.links[channel].fd.get() >= 0) {
+      refusal = kRefusedDuplicate;  // lo dialling hi, a pair already connected, or a channel twice
+    }
+  }
+  if (refusal != 0) {
+    COLLIE_TRACE(base::kLogNet, "%s: rank %d turns the dial of rank %d (channel %zu) away (%s)", transport_, me, p,
+                 channel, refusal == kRefusedFailed ? "failed here" : "duplicate");
+    refuse(link, refusal);
+    return;
+  }
+  std::string error;
+  ErrorCode code = ErrorCode::Success;
+  try {
+    Handshake hs(transport_, kind_, deskCtx_, {}, channels_, wire_);
+    protocol_.answer(hs, link);
+  } catch (const Error& e) {
+    error = e.what();
+    code = e.code();
+  } catch (const std::exception& e) {
+    error = e.what();
+    code = ErrorCode::InternalError;
+  }
+  if (!error.empty()) {
+    COLLIE_WARN(base::kLogNet, "%s: rank %d could not answer the dial of rank %d: %s", transport_, me, p, error.c_str());
+    refuse(link, kRefusedFailed);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  Pair& pair = pairs_[static_cast<size_t>(p)];
+  pair.links[channel] = std::move(link);
+  if (!error.empty() && pair.error.empty()) {
+    pair.error = error;
+    pair.code = code;
+  }
+  if (++pair.got == channels_ || !error.empty()) {
+    pair.state = State::Answered;
+    answeredEarly_ += pair.asked ? 0 : 1;
+    answered_.notify_all();
+  }
+}
+
+void Dialer::refuseAll() {
+  std::lock_guard<std::mutex> lock(mu_);
+  refusing_ = true;
+  for (Pair& pair : pairs_)
+    if (pair.state == State::Answering || pair.state == State::Answered) pair.links.clear();  // closes them
+}
+
+uint64_t Dialer::answeredEarly() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return answeredEarly_;
+}
+
+void Dialer::open(Handshake& hs, Dial& d) {
+  d.link.clearMessage();
+  d.link.done = false;
+  d.link.fd = protocol_.dialSocket(hs, d.link.peer, d.link.channel);
+  protocol_.sendHello(hs, d.link);
+}
+
+std::vector<int> Dialer::awaitAnswers(Handshake& hs, std::map<int, std::vector<Dial>>& dials) {
+  const int me = hs.rank();
+  std::vector<pollfd> pfds;
+  std::vector<Dial*> open;
+  for (;;) {
+    pfds.clear();
+    open.clear();
+    std::vector<int> missing;
+    Clock::time_point wakeAt = hs.deadline();
+    const auto now = Clock::now();
+    for (auto& [p, list] : dials) {
+      bool waiting = false;
+      for (Dial& d : list) {
+        if (d.link.done) continue;
+        waiting = true;
+        if (d.link.fd.get() < 0) {
+          if (d.retryAt <= now && now < hs.deadline()) {
+            this->open(hs, d);
+          } else {
+            wakeAt = std::min(wakeAt, d.retryAt);
+            continue;
+          }
+        }
+        pfds.push_back(pollfd{d.link.fd.get(), POLLIN, 0});
+        open.push_back(&d);
+      }
+      if (waiting) missing.push_back(p);
+    }
+    if (missing.empty()) break;
+    if (now >= hs.deadline()) hs.failTimeout(missing, "answer");
+    hs.checkWaiting(missing);
+    const int rc = ::poll(pfds.data(), pfds.size(), hs.waitMs(wakeAt));
+    if (rc < 0 && errno != EINTR) COLLIE_SYSCHECK(rc, "poll");
+    if (rc <= 0) continue;
+    for (size_t k = 0; k < pfds.size(); ++k) {
+      if (!pfds[k].revents) continue;
+      Dial& d = *open[k];
+      Link& l = d.link;
+      while (!l.done) {
+        const int state = wire_.read(l);
+        if (state == 0) break;
+        if (state < 0 && !d.answered) {  // closed unanswered: no desk took it there (yet); dial again soon
+          COLLIE_TRACE(base::kLogNet, "%s: rank %d dials rank %d again (closed before any answer)", transport_, me,
+                       l.peer);
+          l.fd.reset();
+          d.retryAt = Clock::now() + kRedialPause;
+          break;
+        }
+        COLLIE_ENFORCE(state > 0, ErrorCode::RemoteError,
+                       "%s connect of rank %d%s: rank %d at %s closed the connection during the handshake (it may "
+                       "have failed)",
+                       transport_, me, hs.where().c_str(), l.peer, l.from.c_str());
+        const Header& h = l.header();
+        COLLIE_ENFORCE(hs.authentic(h) && h.fromRank == l.peer && h.channel == l.channel, ErrorCode::InternalError,
+                       "%s connect of rank %d%s: %s (expected rank %d) answered the handshake with a wrong magic, "
+                       "secret or rank",
+                       transport_, me, hs.where().c_str(), l.from.c_str(), l.peer);
+        COLLIE_ENFORCE(h.type != kRefusedFailed, ErrorCode::RemoteError,
+                       "%s connect of rank %d%s: rank %d turned the connection down: its communicator has failed "
+                       "(or it could not answer: see its log)",
+                       transport_, me, hs.where().c_str(), l.peer);
+        d.answered = true;
+        if (h.type == kRefusedDuplicate) {
+          d.refused = true;
+          l.done = true;
+        } else {
+          protocol_.onAnswer(hs, l);
+        }
+        l.clearMessage();
+      }
+    }
+  }
+  std::vector<int> refused;
+  for (auto& [p, list] : dials) {
+    const auto n = std::count_if(list.begin(), list.end(), [](const Dial& d) { return d.refused; });
+    COLLIE_ENFORCE(n == 0 || n == static_cast<long>(list.size()), ErrorCode::InternalError,
+                   "%s connect of rank %d%s: rank %d turned %ld of the %zu links of one dial away", transport_, me,
+                   hs.where().c_str(), p, static_cast<long>(n), list.size());
+    if (n > 0) refused.push_back(p);
+  }
+  return refused;
+}
+
+void Dialer::awaitDials(Handshake& hs, const std::vector<int>& peers) {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    std::vector<int> missing;
+    for (int p : peers)
+      if (pairs_[static_cast<size_t>(p)].state != State::Answered) missing.push_back(p);
+    if (missing.empty()) return;
+    lock.unlock();
+    if (Clock::now() >= hs.deadline()) hs.failTimeout(missing, "connect");
+    hs.checkWaiting(missing);
+    lock.lock();
+    answered_.wait_until(lock, std::min(hs.deadline(), Clock::now() + kLivenessEvery));
+  }
+}
+
+std::vector<std::unique_ptr<Connection>> Dialer::connect(Listener& listener, const CommContext& ctx,
+                                                         const std::vector<int>& peers, bool dialAll) {
+  serve(listener, ctx);
+  Handshake hs(transport_, kind_, ctx, peers, channels_, wire_);
+  const int me = ctx.rank;
+  std::map<int, std::vector<Dial>> dials;
+  std::vector<int> waiting;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (int p : peers) {
+      if (p == me) continue;
+      Pair& pair = pairs_[static_cast<size_t>(p)];
+      pair.asked = true;
+      COLLIE_INTERNAL_CHECK(pair.state != State::Dialing && pair.state != State::Taken,
+                            "%s connect of rank %d%s: rank %d is connected or being connected already", transport_, me,
+                            hs.where().c_str(), p);
+      if (pair.state == State::Idle && (dialAll || p < me)) {
+        pair.state = State::Dialing;
+        dials[p].resize(static_cast<size_t>(channels_));
+      } else {
+        waiting.push_back(p);
+      }
+    }
+  }
+  // Whatever fails from here, dials not finished leave their pairs as they were.
+  struct Undo {
+    Dialer& self;
+    std::map<int, std::vector<Dial>>& dials;
+    ~Undo() {
+      std::lock_guard<std::mutex> lock(self.mu_);
+      for (auto& [p, list] : dials)
+        if (self.pairs_[static_cast<size_t>(p)].state == State::Dialing) self.pairs_[static_cast<size_t>(p)].state =
+              State::Idle;
+    }
+  } undo{*this, dials};
+  for (auto& [p, list] : dials) {
+    for (int c = 0; c < channels_; ++c) {
+      Dial& d = list[static_cast<size_t>(c)];
+      d.link.peer = p;
+      d.link.channel = c;
+      open(hs, d);
+    }
+  }
+  std::map<int, std::unique_ptr<Connection>> made;
+  const std::vector<int> refused = awaitAnswers(hs, dials);
+  for (auto& [p, list] : dials) {
+    if (std::find(refused.begin(), refused.end(), p) != refused.end()) {
+      waiting.push_back(p);  // the peer's own dial is on its way (dialer.hpp)
+      protocol_.forget(p);
+      continue;
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      COLLIE_INTERNAL_CHECK(pairs_[static_cast<size_t>(p)].state == State::Dialing,
+                            "%s connect of rank %d%s: rank %d answered a dial while this rank answered its own",
+                            transport_, me, hs.where().c_str(), p);
+      pairs_[static_cast<size_t>(p)].state = State::Taken;
+    }
+    std::vector<Link> links;
+    for (Dial& d : list) links.push_back(std::move(d.link));
+    made[p] = protocol_.finish(hs, p, links, true);
+  }
+  awaitDials(hs, waiting);
+  for (int p : waiting) {
+    std::vector<Link> links;
+    std::string error;
+    ErrorCode code;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      Pair& pair = pairs_[static_cast<size_t>(p)];
+      pair.state = State::Taken;
+      links = std::move(pair.links);
+      error = pair.error;
+      code = pair.code;
+    }
+    if (!error.empty()) throw Error(code, error);
+    made[p] = protocol_.finish(hs, p, links, false);
+  }
+  std::vector<std::unique_ptr<Connection>> out;
+  out.reserve(peers.size());
+  for (int p : peers) out.push_back(p == me ? makeSelfConnection(p) : std::move(made[p]));
+  return out;
+}
+
+}  // namespace collie::transport::handshake

@@ -1,0 +1,121 @@
+// Connecting a pair from either side, at any time (the dial rule), for the transports that connect on first use
+// (tcp, shm). A transport supplies its messages (DialProtocol); Dialer keeps, per peer, who is connecting the pair
+// and answers dials on the accept loop's thread (accept_loop.hpp), so a rank that needs a peer dials it and gets its
+// answer whatever the peer is doing.
+//
+// The rule, per pair (lo < hi), serialised per peer by one lock on each side:
+//   - a rank dials a peer only when it has no connection to it, is not dialling it and is not answering its dial;
+//   - a hello from a peer the rank is not dialling (and has no connection to) is answered: the pair is connected;
+//   - both dial at once: lo, dialling hi, turns hi's dial away ("duplicate"); hi, dialling lo, gives its own dial up
+//     and answers lo's. hi's dial then gets lo's "duplicate" and hi waits for the answered one, which is certain to
+//     come (lo's hello is on its way: lo was dialling when it turned hi away). lo's dial gets hi's answer.
+// So every pair ends with exactly one connection on both sides, and nothing is sent on a dial that is turned away
+// (only its hello). A dial closed before any answer (the peer had no desk for it yet: a communicator being made)
+// is tried again until the deadline; a peer that is gone fails at once (RemoteError from dialSocket), a peer that
+// never answers at the deadline (Timeout naming it), as every handshake wait (Handshake::checkWaiting: abort, a
+// same-host peer's process gone).
+//
+// Transport::connect keeps its collective rule on top of this (each rank dials the listed peers below it and waits
+// for the others to dial it): no dial is then turned away, which eager connection of every pair relies on.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "base/errors.hpp"
+#include "transport/accept_loop.hpp"
+#include "transport/handshake.hpp"
+
+namespace collie::transport::handshake {
+
+/// A transport's part of connecting a pair on first use.
+class DialProtocol {
+ public:
+  virtual ~DialProtocol() = default;
+  /// The dialler's thread: a handshake socket connected to `peer`'s listener for `channel`; throws RemoteError
+  /// when the peer is gone.
+  virtual UniqueFd dialSocket(Handshake& hs, int peer, int channel) = 0;
+  /// Sends this rank's hello on a dialled link (link.peer and link.channel set); may be called again for a
+  /// fresh socket when the first was closed before any answer.
+  virtual void sendHello(Handshake& hs, Link& link) = 0;
+  /// A message that answers this rank's dial (never a refusal): handles it; sets link.done when no more is due.
+  virtual void onAnswer(Handshake& hs, Link& link) = 0;
+  /// The accept loop's thread: answers the verified hello on `link` of a dial this rank takes (its socket is
+  /// then kept for finish()). Throws when it cannot; the dialler is then told so.
+  virtual void answer(Handshake& hs, Link& link) = 0;
+  /// The connection to `peer` made of `links` (one per channel), dialled by this rank (dialled) or answered. May
+  /// wait for a last message (hs.await).
+  virtual std::unique_ptr<Connection> finish(Handshake& hs, int peer, std::vector<Link>& links, bool dialled) = 0;
+  /// This rank's dial of `peer` was turned away (the peer's is taken instead): drops what sendHello kept.
+  virtual void forget(int peer) { (void)peer; }
+};
+
+/// One transport instance's pairs (see the top of this file).
+class Dialer {
+ public:
+  /// `channels`: sockets per pair; `wire` reads the transport's messages.
+  Dialer(const char* transport, TransportKind kind, int channels, DialProtocol& protocol, Wire& wire);
+  ~Dialer();
+  Dialer(const Dialer&) = delete;
+  Dialer& operator=(const Dialer&) = delete;
+
+  /// Answers the dials of ctx's communicator on `listener` from now on (the first call counts; ctx's rank, size,
+  /// secret, name, timeout and poller are kept). `listener` must outlive this Dialer.
+  void serve(Listener& listener, const CommContext& ctx);
+  /// Connections to `peers`, in their order (this rank: a self connection). dialAll: this rank dials every listed
+  /// peer that is not dialling it already (Transport::dial); otherwise only the listed peers below it, and waits
+  /// for the others to dial it (Transport::connect). Fails within ctx.timeout naming the missing ranks.
+  std::vector<std::unique_ptr<Connection>> connect(Listener& listener, const CommContext& ctx,
+                                                   const std::vector<int>& peers, bool dialAll);
+  /// The communicator failed: dials are answered with kRefusedFailed from now on, and connections answered but
+  /// not yet taken by a connect() are closed (their peers see them close).
+  void refuseAll();
+  /// How many dials were answered before a connect() of this rank listed their peer.
+  uint64_t answeredEarly() const;
+
+ private:
+  enum class State : uint8_t { Idle, Dialing, Answering, Answered, Taken };
+  struct Pair {
+    State state = State::Idle;
+    bool asked = false;       ///< a connect() listed this peer
+    std::vector<Link> links;  ///< answered: by channel
+    int got = 0;              ///< answered channels
+    std::string error;        ///< answering failed: what connect() throws
+    ErrorCode code = ErrorCode::Success;
+  };
+  struct Dial {
+    Link link;
+    bool answered = false;  ///< a message came back on it
+    bool refused = false;   ///< kRefusedDuplicate
+    Clock::time_point retryAt{};
+  };
+
+  void take(Link& link);  ///< Desk::take
+  void refuse(Link& link, uint32_t type) const;
+  void open(Handshake& hs, Dial& d);
+  /// Reads the answers on every dial until each is done or refused; returns the refused peers.
+  std::vector<int> awaitAnswers(Handshake& hs, std::map<int, std::vector<Dial>>& dials);
+  /// Waits until every one of `peers` has been answered (their dials to this rank).
+  void awaitDials(Handshake& hs, const std::vector<int>& peers);
+
+  const char* transport_;
+  TransportKind kind_;
+  int channels_;
+  DialProtocol& protocol_;
+  Wire& wire_;
+  Listener* listener_ = nullptr;
+  CommContext deskCtx_;  ///< the answering side's context (no table)
+  Desk desk_;
+  mutable std::mutex mu_;
+  std::condition_variable answered_;
+  std::vector<Pair> pairs_;  ///< by peer rank
+  bool refusing_ = false;
+  uint64_t answeredEarly_ = 0;
+};
+
+}  // namespace collie::transport::handshake

@@ -1,0 +1,204 @@
+// Send/Recv under connections on first use (COLLIE_CONNECT=lazy), with every rank a thread: the patterns whose two
+// ends are different calls, which only a rank that dials whatever its rank and a peer that answers whatever it is
+// doing can complete (src/transport/dialer.hpp):
+//   - a ring shift of send(r + 1) then recv(r - 1) outside a group, 2 to 8 ranks (2 ranks: both dial at once);
+//   - send then barrier against barrier then recv;
+//   - every rank sending to every other at once (every pair dialled from both ends at the same time);
+//   - seven ranks dialling one that is busy outside collie;
+//   - a send on one communicator against a barrier on another (the receiver is blocked in the other one).
+// Every element received is checked. Each runs over shm (threads of one process) and again in a child process of
+// this binary over tcp (COLLIE_SHM_DISABLE=1, read once per process). The same patterns with forked ranks are in
+// tests/multiproc/test_lazy_sendrecv_proc.cpp.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/bodies.hpp"
+#include "common/forced_algorithm.hpp"
+#include "common/launcher.hpp"
+
+namespace collie::test {
+namespace {
+
+using namespace std::chrono_literals;
+
+Options lazy(const char* name) {
+  Options o;
+  o.timeout = 30s;
+  o.name = name;
+  o.connect = ConnectMode::Lazy;
+  return o;
+}
+
+/// What rank `from` sends to rank `to`: 257 values that say who sent them to whom.
+std::vector<int32_t> payload(int from, int to) {
+  std::vector<int32_t> v(257);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = from * 100000 + to * 1000 + static_cast<int32_t>(i);
+  return v;
+}
+
+void expectFrom(const std::vector<int32_t>& got, int from, int to) {
+  const std::vector<int32_t> want = payload(from, to);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], want[i]) << "rank " << to << " from " << from << " [" << i << "]";
+}
+
+/// Runs `test` here over shm, and in a child of this binary over tcp.
+void overShmAndTcp(const std::function<void()>& test) {
+  if (std::getenv("COLLIE_SHM_DISABLE") != nullptr) {
+    test();  // the child: tcp
+    return;
+  }
+  test();
+  const int status = rerunCurrentTestWith({"COLLIE_SHM_DISABLE=1"});
+  ASSERT_TRUE(WIFEXITED(status)) << "the child run over tcp did not exit (status " << status << ")";
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "the child run over tcp failed (its output is above)";
+}
+
+TEST(LazySendRecv, RingShiftOfSendThenRecvOutsideAGroup) {
+  overShmAndTcp([] {
+    for (int n : {2, 3, 5, 8}) {
+      SCOPED_TRACE(std::to_string(n) + " ranks");
+      ThreadLauncher::run(
+          n,
+          [](Communicator& comm) {
+            const int r = comm.rank(), n = comm.size();
+            const int next = (r + 1) % n, prev = (r + n - 1) % n;
+            for (int round = 0; round < 2; ++round) {  // the second round runs on the connections of the first
+              std::vector<int32_t> out = payload(r, next), in(out.size(), -1);
+              comm.send(out.data(), out.size(), DataType::Int32, next);
+              comm.recv(in.data(), in.size(), DataType::Int32, prev);
+              expectFrom(in, prev, r);
+            }
+          },
+          lazy("ring-shift"));
+    }
+  });
+}
+
+// Ranks 2 and 0 are not ring neighbours, so the barrier (a ring AllReduce) never uses their link: a pair has one
+// ordered channel, and a barrier message behind the send on it would be a mismatch under eager connection too.
+TEST(LazySendRecv, SendThenBarrierAgainstBarrierThenRecv) {
+  overShmAndTcp([] {
+    ForcedAlgorithm ring("ring");
+    ThreadLauncher::run(
+        4,
+        [](Communicator& comm) {
+          const int r = comm.rank();
+          if (r == 2) {  // the higher rank sends: the lower one has not dialled it and is in the barrier
+            std::vector<int32_t> out = payload(2, 0);
+            comm.send(out.data(), out.size(), DataType::Int32, 0);
+            comm.barrier();
+          } else if (r == 0) {
+            comm.barrier();
+            std::vector<int32_t> in(257, -1);
+            comm.recv(in.data(), in.size(), DataType::Int32, 2);
+            expectFrom(in, 2, 0);
+          } else {
+            comm.barrier();
+          }
+        },
+        lazy("send-barrier"));
+  });
+}
+
+TEST(LazySendRecv, EveryPairDialledFromBothEndsAtOnce) {
+  overShmAndTcp([] {
+    for (int round = 0; round < 3; ++round) {  // fresh communicators: every round's dials race anew
+      ThreadLauncher::run(
+          4,
+          [](Communicator& comm) {
+            const int r = comm.rank(), n = comm.size();
+            for (int k = 1; k < n; ++k) {
+              const int to = (r + k) % n;
+              std::vector<int32_t> out = payload(r, to);
+              comm.send(out.data(), out.size(), DataType::Int32, to);
+            }
+            for (int k = 1; k < n; ++k) {
+              const int from = (r + n - k) % n;
+              std::vector<int32_t> in(257, -1);
+              comm.recv(in.data(), in.size(), DataType::Int32, from);
+              expectFrom(in, from, r);
+            }
+            EXPECT_EQ(comm.connectedPeers(), n - 1) << "rank " << r;
+          },
+          lazy("both-ends"));
+    }
+  });
+}
+
+TEST(LazySendRecv, ManyRanksDialOneThatIsBusyElsewhere) {
+  overShmAndTcp([] {
+    ThreadLauncher::run(
+        8,
+        [](Communicator& comm) {
+          const int r = comm.rank(), n = comm.size();
+          if (r == 0) {
+            std::this_thread::sleep_for(300ms);  // busy outside collie while the others dial and send
+            for (int from = n - 1; from >= 1; --from) {
+              std::vector<int32_t> in(257, -1);
+              comm.recv(in.data(), in.size(), DataType::Int32, from);
+              expectFrom(in, from, 0);
+            }
+            EXPECT_EQ(comm.connectedPeers(), n - 1);
+          } else {
+            std::vector<int32_t> out = payload(r, 0);
+            comm.send(out.data(), out.size(), DataType::Int32, 0);
+          }
+        },
+        lazy("many-to-one"));
+  });
+}
+
+TEST(LazySendRecv, SendAgainstABarrierOnAnotherCommunicator) {
+  overShmAndTcp([] {
+    ThreadLauncher::run(
+        3,
+        [](Communicator& comm) {
+          auto other = comm.split(0, comm.rank());
+          ASSERT_NE(other, nullptr);
+          const int r = comm.rank();
+          if (r == 2) {  // the receiver is blocked in the other communicator's barrier until this send returns
+            std::vector<int32_t> out = payload(2, 0);
+            comm.send(out.data(), out.size(), DataType::Int32, 0);
+            other->barrier();
+          } else if (r == 0) {
+            other->barrier();
+            std::vector<int32_t> in(257, -1);
+            comm.recv(in.data(), in.size(), DataType::Int32, 2);
+            expectFrom(in, 2, 0);
+          } else {
+            other->barrier();
+          }
+        },
+        lazy("two-comms"));
+  });
+}
+
+// The default is connection on first use (with the COLLIE_CONNECT of this environment unset): init with ring
+// collectives connects at most the two ring neighbours, and a ring shift of sends then receives outside a group completes.
+TEST(LazySendRecv, TheDefaultIsLazyAndARingShiftCompletes) {
+  if (std::getenv("COLLIE_CONNECT") != nullptr) GTEST_SKIP() << "COLLIE_CONNECT is set in this environment";
+  Options o = lazy("default");
+  o.connect = ConnectMode::Default;
+  ForcedAlgorithm ring("ring");  // init's calls then need the ring neighbours only
+  ThreadLauncher::run(
+      6,
+      [](Communicator& comm) {
+        EXPECT_LE(comm.connectedPeers(), 2) << "rank " << comm.rank() << " after init";
+        const int r = comm.rank(), n = comm.size();
+        std::vector<int32_t> out = payload(r, (r + 1) % n), in(out.size(), -1);
+        comm.send(out.data(), out.size(), DataType::Int32, (r + 1) % n);
+        comm.recv(in.data(), in.size(), DataType::Int32, (r + n - 1) % n);
+        expectFrom(in, (r + n - 1) % n, r);
+      },
+      o);
+}
+
+}  // namespace
+}  // namespace collie::test
