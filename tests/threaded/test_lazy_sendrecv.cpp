@@ -180,6 +180,38 @@ TEST(LazySendRecv, SendAgainstABarrierOnAnotherCommunicator) {
   });
 }
 
+// Communicators made by shrink keep their parent's listeners: the parent and two shrunk ones dial over the same
+// sockets at once (a ring shift on each, started in a different order on every rank), and each takes only the dials
+// of its own members (the accept loop routes a hello by its secret); every element is checked.
+TEST(LazySendRecv, ShrunkCommunicatorsOnOneListenerTakeOnlyTheirOwnDials) {
+  overShmAndTcp([] {
+    ThreadLauncher::run(
+        4,
+        [](Communicator& comm) {
+          std::vector<int> none;
+          auto first = comm.shrink(none);
+          auto second = comm.shrink(none);
+          ASSERT_NE(first, nullptr);
+          ASSERT_NE(second, nullptr);
+          Communicator* comms[] = {&comm, first.get(), second.get()};
+          const int r = comm.rank(), n = comm.size();
+          const int next = (r + 1) % n, prev = (r + n - 1) % n;
+          for (int k = 0; k < 3; ++k) {
+            Communicator& c = *comms[(r + k) % 3];
+            std::vector<int32_t> out = payload(r + 10 * ((r + k) % 3), next);
+            c.send(out.data(), out.size(), DataType::Int32, next);
+          }
+          for (int k = 0; k < 3; ++k) {
+            const int which = (prev + k) % 3;  // the order prev sent in
+            std::vector<int32_t> in(257, -1);
+            comms[which]->recv(in.data(), in.size(), DataType::Int32, prev);
+            expectFrom(in, prev + 10 * which, r);
+          }
+        },
+        lazy("shrunk"));
+  });
+}
+
 // The default is connection on first use (with the COLLIE_CONNECT of this environment unset): init with ring
 // collectives connects at most the two ring neighbours, and a ring shift of sends then receives outside a group completes.
 TEST(LazySendRecv, TheDefaultIsLazyAndARingShiftCompletes) {
