@@ -98,7 +98,8 @@ void Dialer::take(Link& link) {
     code = ErrorCode::InternalError;
   }
   if (!error.empty()) {
-    COLLIE_WARN(base::kLogNet, "%s: rank %d could not answer the dial of rank %d: %s", transport_, me, p, error.c_str());
+    COLLIE_WARN(base::kLogNet, "%s: rank %d could not answer the dial of rank %d: %s", transport_, me, p,
+                error.c_str());
     refuse(link, kRefusedFailed);
   }
   std::lock_guard<std::mutex> lock(mu_);
@@ -263,8 +264,8 @@ std::vector<std::unique_ptr<Connection>> Dialer::connect(Listener& listener, con
     ~Undo() {
       std::lock_guard<std::mutex> lock(self.mu_);
       for (auto& [p, list] : dials)
-        if (self.pairs_[static_cast<size_t>(p)].state == State::Dialing) self.pairs_[static_cast<size_t>(p)].state =
-              State::Idle;
+        if (self.pairs_[static_cast<size_t>(p)].state == State::Dialing)
+          self.pairs_[static_cast<size_t>(p)].state = State::Idle;
     }
   } undo{*this, dials};
   for (auto& [p, list] : dials) {

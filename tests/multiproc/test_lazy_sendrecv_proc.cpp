@@ -29,7 +29,8 @@ std::vector<int32_t> payload(int from, int to) {
 
 void expectFrom(const std::vector<int32_t>& got, int from, int to) {
   const std::vector<int32_t> want = payload(from, to);
-  for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], want[i]) << "rank " << to << " from " << from << " [" << i << "]";
+  for (size_t i = 0; i < got.size(); ++i)
+    ASSERT_EQ(got[i], want[i]) << "rank " << to << " from " << from << " [" << i << "]";
 }
 
 void body(Communicator& comm, Pattern pattern) {

@@ -45,7 +45,8 @@ std::vector<int32_t> payload(int from, int to) {
 void expectFrom(const std::vector<int32_t>& got, int from, int to) {
   const std::vector<int32_t> want = payload(from, to);
   ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], want[i]) << "rank " << to << " from " << from << " [" << i << "]";
+  for (size_t i = 0; i < got.size(); ++i)
+    ASSERT_EQ(got[i], want[i]) << "rank " << to << " from " << from << " [" << i << "]";
 }
 
 /// Runs `test` here over shm, and in a child of this binary over tcp.
@@ -213,7 +214,8 @@ TEST(LazySendRecv, ShrunkCommunicatorsOnOneListenerTakeOnlyTheirOwnDials) {
 }
 
 // The default is connection on first use (with the COLLIE_CONNECT of this environment unset): init with ring
-// collectives connects at most the two ring neighbours, and a ring shift of sends then receives outside a group completes.
+// collectives connects at most the two ring neighbours, and a ring shift of sends then receives outside a group
+// completes.
 TEST(LazySendRecv, TheDefaultIsLazyAndARingShiftCompletes) {
   if (std::getenv("COLLIE_CONNECT") != nullptr) GTEST_SKIP() << "COLLIE_CONNECT is set in this environment";
   Options o = lazy("default");

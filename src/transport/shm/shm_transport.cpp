@@ -268,8 +268,8 @@ void ShmTransport::listen(PeerInfo& self) {
   socklen_t len = abstractAddress(name.c_str(), &addr);
   COLLIE_SYSCHECK(::bind(fd, reinterpret_cast<sockaddr*>(&addr), len), "bind of the shm transport's unix socket");
   COLLIE_SYSCHECK(::listen(fd, 4096), "listen on the shm transport's unix socket");
-  listener_ = std::make_shared<handshake::Listener>(std::move(guard), std::make_unique<SeqpacketWire>(), "shm",
-                                                    self.rank);
+  listener_ =
+      std::make_shared<handshake::Listener>(std::move(guard), std::make_unique<SeqpacketWire>(), "shm", self.rank);
   self.netNs = networkNamespaceId();
   self.setAddress(TransportKind::Shm, name.data(), name.size());
   COLLIE_INFO(base::kLogNet, "shm: rank %d listening on @%s", self.rank, name.c_str());
@@ -390,9 +390,8 @@ void ShmTransport::absorbHello(handshake::Handshake& hs, int p, PairSetup& ps, i
   if (!readable && singleCopy_ != 0) {
     readable = canRead(ps.shm.peerPid, m.probeAddr, m.probeValue);
     if (!readable) {
-      COLLIE_INFO(base::kLogNet,
-                  "shm: rank %d cannot read the memory of rank %d (pid %d): %s; it sends through slots", me, p,
-                  static_cast<int>(ps.shm.peerPid),
+      COLLIE_INFO(base::kLogNet, "shm: rank %d cannot read the memory of rank %d (pid %d): %s; it sends through slots",
+                  me, p, static_cast<int>(ps.shm.peerPid),
                   ps.shm.peerPid > 0 ? "process_vm_readv refused" : "pid not visible");
     } else if (singleCopy_ == 1 && !crossMemoryPays()) {
       readable = false;  // allowed, but slower here than the two copies it would save

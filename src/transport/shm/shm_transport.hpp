@@ -84,8 +84,7 @@ class ShmTransport : public Transport, private handshake::DialProtocol {
   void makeRing(const CommContext& ctx, int peer, PairSetup& ps);
   void sendOurHello(handshake::Handshake& hs, int peer, PairSetup& ps, int fd);
   /// Maps what the peer's hello brought, probes its memory and answers with our Ack.
-  void absorbHello(handshake::Handshake& hs, int peer, PairSetup& ps, int fd, const Msg& m,
-                   std::vector<UniqueFd>& fds);
+  void absorbHello(handshake::Handshake& hs, int peer, PairSetup& ps, int fd, const Msg& m, std::vector<UniqueFd>& fds);
   std::unique_ptr<Connection> makeConnection(int me, int peer, PairSetup& ps, UniqueFd socket);
 
   ShmOptions options_;
