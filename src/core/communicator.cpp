@@ -136,6 +136,10 @@ void CommImpl::gatherTable() {
 // other connects the pair (transport/dialer.hpp). No coordinator is needed.
 void CommImpl::ensureConnected(const std::vector<Job>& jobs) {
   if (links_.connectedPeers.load(std::memory_order_relaxed) == nranks_ - 1) return;
+  // A repeated call of one schedule found connected before needs no walk (connections are never dropped but by a
+  // failure, which ends the communicator; the generation tells a schedule rebuilt at the same address).
+  const bool single = jobs.size() == 1;
+  if (single && jobs[0].schedule == connectedSchedule_ && jobs[0].scheduleGeneration == connectedGeneration_) return;
   wanted_.resize(static_cast<size_t>(nranks_), 0);
   std::vector<int> missing;
   auto want = [&](int p) {
@@ -150,11 +154,16 @@ void CommImpl::ensureConnected(const std::vector<Job>& jobs) {
     }
   }
   for (int p : missing) wanted_[static_cast<size_t>(p)] = 0;
-  if (missing.empty()) return;
-  try {
-    connectMissing(missing);
-  } catch (const Error& e) {
-    explainConnectFailure(jobs, missing, e);
+  if (!missing.empty()) {
+    try {
+      connectMissing(missing);
+    } catch (const Error& e) {
+      explainConnectFailure(jobs, missing, e);
+    }
+  }
+  if (single) {
+    connectedSchedule_ = jobs[0].schedule;
+    connectedGeneration_ = jobs[0].scheduleGeneration;
   }
 }
 
@@ -243,8 +252,13 @@ void CommImpl::fail(ErrorCode code, const std::string& message, const transport:
     COLLIE_WARN(base::kLogColl, "%s rank %d failed: %s", name_.c_str(), rank_, message.c_str());
   // Closing our connections makes peers that wait on us fail at once instead of at their timeout; a mismatch
   // goes with it, so that they report the mismatch rather than this rank's going away. Dials are turned down from
-  // now on (and connections answered but not taken yet closed), so that a peer connecting on first use fails too.
-  for (auto& t : links_.transports) t->refuseDials();
+  // now on, and connections answered but not taken yet are taken to be closed or poisoned with the others.
+  for (auto& t : links_.transports) {
+    for (auto& c : t->refuseDials(links_.ctx)) {
+      auto& slot = links_.conns[static_cast<size_t>(c->peer())];
+      if (!slot) slot = std::move(c);
+    }
+  }
   for (auto& c : links_.conns) {
     if (!c) continue;
     if (mismatch) {

@@ -114,7 +114,9 @@ class CommImpl {
   std::chrono::milliseconds timeout_;
   std::array<uint8_t, 16> secret_{};
   ConnectMode connectMode_ = ConnectMode::Default;
-  std::vector<uint8_t> wanted_;  // ensureConnected's marks, by rank
+  std::vector<uint8_t> wanted_;                              // ensureConnected's marks, by rank
+  const algorithms::Schedule* connectedSchedule_ = nullptr;  // the last single schedule ensureConnected found connected
+  uint64_t connectedGeneration_ = 0;
   int splitCount_ = 0;
   int shrinkCount_ = 0;
 

@@ -19,20 +19,34 @@ namespace collie::transport::handshake {
 
 using Clock = std::chrono::steady_clock;
 
-/// One thread serving every Listener of this process. Made on first use and never destroyed (its thread is
-/// detached), so that a communicator destroyed at exit never waits for it; a forked child makes its own.
+/// One thread serving every Listener of this process: started with the first listener, stopped (its thread joined,
+/// its eventfd closed) with the last. A forked child starts its own; the parent's it leaves alone.
 class AcceptLoop {
  public:
   static std::shared_ptr<AcceptLoop> get() {
     static std::mutex mu;
-    static std::shared_ptr<AcceptLoop> loop;
+    static std::weak_ptr<AcceptLoop> current;
     std::lock_guard<std::mutex> lock(mu);
+    std::shared_ptr<AcceptLoop> loop = current.lock();
     if (!loop || loop->pid_ != ::getpid()) {
-      if (loop) new std::shared_ptr<AcceptLoop>(std::move(loop));  // the parent's, unusable here: left alone
       loop.reset(new AcceptLoop());
+      current = loop;
     }
     return loop;
   }
+
+  ~AcceptLoop() {
+    if (pid_ != ::getpid()) return;  // a forked child: the thread is not there (its handle is left, unjoined)
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      stop_ = true;
+      changed();
+    }
+    thread_->join();
+    delete thread_;
+  }
+  AcceptLoop(const AcceptLoop&) = delete;
+  AcceptLoop& operator=(const AcceptLoop&) = delete;
 
   std::mutex mu;  ///< guards everything of every listener the loop reads; held while a Desk::take runs
 
@@ -42,6 +56,7 @@ class AcceptLoop {
     const uint64_t one = 1;
     [[maybe_unused]] ssize_t n = ::write(wake_.get(), &one, sizeof(one));
   }
+  pid_t pid() const { return pid_; }
   void add(Listener* l) {
     listeners_.push_back(l);
     changed();
@@ -54,7 +69,7 @@ class AcceptLoop {
  private:
   AcceptLoop() : pid_(::getpid()), wake_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
     COLLIE_SYSCHECK(wake_.get(), "eventfd for the accept loop");
-    std::thread([this] { run(); }).detach();
+    thread_ = new std::thread([this] { run(); });
   }
 
   void run() {
@@ -62,6 +77,7 @@ class AcceptLoop {
     std::vector<pollfd> pfds;
     std::vector<std::pair<Listener*, Link*>> owners;  // by pfds index (from 1): the listener, or a waiting link
     for (;;) {
+      if (stop_) return;
       const auto now = Clock::now();
       for (Listener* l : listeners_) l->expire(now);
       pfds.assign(1, pollfd{wake_.get(), POLLIN, 0});
@@ -115,8 +131,10 @@ class AcceptLoop {
 
   pid_t pid_;
   UniqueFd wake_;
+  std::thread* thread_ = nullptr;  ///< a pointer: a forked child must not destroy the parent's (joinable) handle
   std::vector<Listener*> listeners_;
   uint64_t generation_ = 0;
+  bool stop_ = false;
 };
 
 Listener::Listener(UniqueFd fd, std::unique_ptr<Wire> wire, const char* transport, int rank)
@@ -126,6 +144,7 @@ Listener::Listener(UniqueFd fd, std::unique_ptr<Wire> wire, const char* transpor
 }
 
 Listener::~Listener() {
+  if (loop_->pid() != ::getpid()) return;  // a forked child: the parent's loop (and its lock) are not its own
   std::lock_guard<std::mutex> lock(loop_->mu);
   loop_->remove(this);  // the loop polls no descriptor of this listener from its next round; it skips this one's
   waiting_.clear();     // results (the generation changed), so the descriptors may close now
@@ -144,8 +163,23 @@ void Listener::remove(Desk* desk) {
   loop_->changed();
 }
 
+Clock::duration Listener::acceptShortage(int* err) const {
+  const int64_t since = shortageSince_.load();
+  *err = shortageErr_.load();
+  if (since == 0) return Clock::duration::zero();
+  return Clock::now() - Clock::time_point(Clock::duration(since));
+}
+
 int Listener::read(Link& link) {
-  const int state = wire_->read(link);
+  int state;
+  try {
+    state = wire_->read(link);  // throws when the descriptors that came with a message cannot be received
+  } catch (const std::exception& e) {
+    COLLIE_WARN(base::kLogNet, "%s: rank %d refused a connection from %s: %s", transport_.c_str(), rank_,
+                link.from.c_str(), e.what());
+    link.fd.reset();
+    return 1;
+  }
   if (state == 0) return 0;
   if (state < 0) {
     COLLIE_WARN(base::kLogNet, "%s: rank %d refused a connection from %s: closed or malformed before its hello",
@@ -175,9 +209,15 @@ bool Listener::offer(Link& link) {
       link.fd.reset();
       return true;
     }
-    link.peer = h.fromRank;
+    const int from = h.fromRank;
+    link.peer = from;
     link.channel = h.channel;
-    desk->take(link);
+    try {
+      desk->take(link);  // answers, or turns the dial away; nothing of it may end this thread
+    } catch (const std::exception& e) {
+      COLLIE_WARN(base::kLogNet, "%s: rank %d dropped the dial of rank %d: %s", transport_.c_str(), desk->rank, from,
+                  e.what());
+    }
     link.fd.reset();  // what take() left
     return true;
   }
@@ -219,14 +259,20 @@ void Listener::acceptAll() {
         refuseOldest(" (closed to free a file descriptor)");
         continue;
       }
-      if (!fdShortage_)
+      if (!fdShortage_) {
         COLLIE_WARN(base::kLogNet, "%s: rank %d cannot accept now (%s): pausing", transport_.c_str(), rank_,
                     base::errnoString(err).c_str());
+        if (base::isFdShortage(err)) {
+          shortageErr_ = err;
+          shortageSince_ = Clock::now().time_since_epoch().count();
+        }
+      }
       fdShortage_ = true;
       pauseUntil_ = Clock::now() + base::FdShortageBackoff::kPause;
       return;
     }
     fdShortage_ = false;
+    shortageSince_ = 0;
     if (waiting_.size() >= kMaxUnverified) refuseOldest(" (closed to make room: too many waiting)");
     Link l;
     l.fd.reset(fd);

@@ -1,6 +1,6 @@
-// Taking dials at any time: one thread per process (the accept loop) serves the listening socket of every
-// transport that connects on first use (tcp, shm), so a rank answers a peer's dial whatever the rank is doing
-// (computing, blocked in another communicator, or in a call of this one).
+// Taking dials at any time: one thread per process (the accept loop, running while any listener exists) serves the
+// listening socket of every transport that connects on first use (tcp, shm), so a rank answers a peer's dial whatever
+// the rank is doing (computing, blocked in another communicator, or in a call of this one).
 //
 //   - A Listener is a listening socket the loop serves. Several communicators may take dials on one listener (a
 //     shrunk communicator keeps its parent's addresses): each adds a Desk, which says which hellos are its own
@@ -15,6 +15,8 @@
 // Desk::take runs with the loop's lock held: it must not wait on anything but its own socket (bounded).
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -54,6 +56,8 @@ class Listener {
   void add(Desk* desk);
   /// After it returns, desk->take is not running and will not run again.
   void remove(Desk* desk);
+  /// How long accept() has been failing for want of descriptors (zero when it is not), with its errno in *err.
+  std::chrono::steady_clock::duration acceptShortage(int* err) const;
 
  private:
   friend class AcceptLoop;
@@ -74,6 +78,8 @@ class Listener {
   std::vector<Desk*> desks_;
   std::deque<Link> waiting_;  ///< accepted, hello incomplete or held; oldest first
   bool fdShortage_ = false;
+  std::atomic<int64_t> shortageSince_{0};  ///< steady clock ns when accept() began to fail for want of fds; 0: no
+  std::atomic<int> shortageErr_{0};
   std::chrono::steady_clock::time_point pauseUntil_{};
   std::shared_ptr<AcceptLoop> loop_;
 };

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "base/errors.hpp"
+#include "base/fd_limits.hpp"
 #include "base/log.hpp"
 
 namespace collie::transport::handshake {
@@ -104,6 +105,7 @@ void Dialer::take(Link& link) {
   }
   std::lock_guard<std::mutex> lock(mu_);
   Pair& pair = pairs_[static_cast<size_t>(p)];
+  if (refusing_) return;  // the communicator failed meanwhile (refuseAll): the link closes
   pair.links[channel] = std::move(link);
   if (!error.empty() && pair.error.empty()) {
     pair.error = error;
@@ -116,11 +118,31 @@ void Dialer::take(Link& link) {
   }
 }
 
-void Dialer::refuseAll() {
-  std::lock_guard<std::mutex> lock(mu_);
-  refusing_ = true;
-  for (Pair& pair : pairs_)
-    if (pair.state == State::Answering || pair.state == State::Answered) pair.links.clear();  // closes them
+std::vector<std::unique_ptr<Connection>> Dialer::refuseAll(const CommContext& ctx) {
+  std::map<int, std::vector<Link>> answered;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    refusing_ = true;
+    for (size_t p = 0; p < pairs_.size(); ++p) {
+      Pair& pair = pairs_[p];
+      if (pair.state == State::Answered && pair.error.empty()) answered[static_cast<int>(p)] = std::move(pair.links);
+      if (pair.state == State::Answering || pair.state == State::Answered) {
+        pair.links.clear();  // closes them
+        pair.state = State::Taken;
+      }
+    }
+  }
+  std::vector<std::unique_ptr<Connection>> out;
+  for (auto& [p, links] : answered) {
+    try {
+      Handshake hs(transport_, kind_, ctx, {p}, channels_, wire_);
+      out.push_back(protocol_.finish(hs, p, links, false));
+    } catch (const std::exception& e) {
+      COLLIE_TRACE(base::kLogNet, "%s: rank %d closes the connection it answered to rank %d: %s", transport_, ctx.rank,
+                   p, e.what());
+    }
+  }
+  return out;
 }
 
 uint64_t Dialer::answeredEarly() const {
@@ -228,6 +250,9 @@ void Dialer::awaitDials(Handshake& hs, const std::vector<int>& peers) {
     lock.unlock();
     if (Clock::now() >= hs.deadline()) hs.failTimeout(missing, "connect");
     hs.checkWaiting(missing);
+    int err = 0;  // a peer's dial may wait in the listener's backlog because accept() finds no descriptor
+    if (listener_ && listener_->acceptShortage(&err) >= base::FdShortageBackoff::kGrace)
+      COLLIE_FAIL(ErrorCode::SystemError, "accept failed: %s", base::fdShortageMessage(err).c_str());
     lock.lock();
     answered_.wait_until(lock, std::min(hs.deadline(), Clock::now() + kLivenessEvery));
   }

@@ -72,9 +72,10 @@ class Dialer {
   /// for the others to dial it (Transport::connect). Fails within ctx.timeout naming the missing ranks.
   std::vector<std::unique_ptr<Connection>> connect(Listener& listener, const CommContext& ctx,
                                                    const std::vector<int>& peers, bool dialAll);
-  /// The communicator failed: dials are answered with kRefusedFailed from now on, and connections answered but
-  /// not yet taken by a connect() are closed (their peers see them close).
-  void refuseAll();
+  /// The communicator failed: dials are answered with kRefusedFailed from now on. Returns the connections
+  /// answered but not yet taken by a connect() (made with ctx; one that cannot be made is closed), for the caller
+  /// to close or poison.
+  std::vector<std::unique_ptr<Connection>> refuseAll(const CommContext& ctx);
   /// How many dials were answered before a connect() of this rank listed their peer.
   uint64_t answeredEarly() const;
 

@@ -5,8 +5,11 @@
 //     the rank it is for, a channel number (which of the pair's links; tcp: the socket index) and the
 //     communicator's secret, compared in constant time. The transport's own fields follow (fixed size per
 //     transport, Wire::messageBytes).
-//   - Of each pair, the higher rank dials the lower one (dials()) and speaks first.
-//   - Handshake::acceptHigher() accepts from the higher-ranked peers until each has all its channels: it reads
+//   - tcp and shm connect a pair from either side at any time: the rank that needs the peer dials it and speaks first,
+//     the process's accept loop answers (accept_loop.hpp: strangers refused as below), and the dial rule settles
+//     two dials at once (dialer.hpp). ucx keeps the collective form below: of each pair, the higher rank dials the
+//     lower one (dials()), which accepts while it is connecting itself.
+//   - Handshake::acceptHigher() (ucx) accepts from the higher-ranked peers until each has all its channels: it reads
 //     every pending connection at once (a silent stranger delays nobody); a connection that closes, sends
 //     garbage, cannot show the secret or sends no hello within kHelloWait is logged (WARN, NET) with where it
 //     came from and closed; at most kMaxUnverified wait for their hello at once (a new one closes the oldest,

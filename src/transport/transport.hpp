@@ -155,9 +155,13 @@ class Transport {
   virtual std::vector<std::unique_ptr<Connection>> dial(const CommContext& ctx, const std::vector<int>& peers) {
     return connect(ctx, peers);
   }
-  /// The communicator failed: dials are turned down from now on (the dialler fails at once) and connections
-  /// answered but not yet taken by a connect() or dial() are closed.
-  virtual void refuseDials() {}
+  /// The communicator failed: dials are turned down from now on (the dialler fails at once). Returns the
+  /// connections answered but not yet taken by a connect() or dial() (made with ctx), so that the caller closes or
+  /// poisons them like the others.
+  virtual std::vector<std::unique_ptr<Connection>> refuseDials(const CommContext& ctx) {
+    (void)ctx;
+    return {};
+  }
   /// How many verified hellos arrived (were answered, for the transports that dial any time) before a connect()
   /// listed their peer (observable so that tests can check that path ran).
   virtual uint64_t stashedHellos() const { return 0; }

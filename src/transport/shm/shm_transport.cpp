@@ -304,10 +304,8 @@ std::vector<std::unique_ptr<Connection>> ShmTransport::dial(const CommContext& c
   return dialer_->connect(*listener_, ctx, peers, true);
 }
 
-void ShmTransport::refuseDials() {
-  dialer_->refuseAll();
-  std::lock_guard<std::mutex> lock(mu_);
-  answering_.clear();
+std::vector<std::unique_ptr<Connection>> ShmTransport::refuseDials(const CommContext& ctx) {
+  return dialer_->refuseAll(ctx);
 }
 
 uint64_t ShmTransport::stashedHellos() const { return dialer_->answeredEarly(); }

@@ -181,7 +181,9 @@ std::vector<std::unique_ptr<Connection>> TcpTransport::dial(const CommContext& c
   return dialer_->connect(*listener_, ctx, peers, true);
 }
 
-void TcpTransport::refuseDials() { dialer_->refuseAll(); }
+std::vector<std::unique_ptr<Connection>> TcpTransport::refuseDials(const CommContext& ctx) {
+  return dialer_->refuseAll(ctx);
+}
 
 uint64_t TcpTransport::stashedHellos() const { return dialer_->answeredEarly(); }
 
