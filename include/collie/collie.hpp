@@ -107,7 +107,7 @@ struct COLLIE_EXPORT UniqueId {
 /// Per-communicator options (collieConfig_t in the C API).
 /// When a communicator connects to its peers (COLLIE_CONNECT).
 enum class ConnectMode {
-  Default,  ///< COLLIE_CONNECT (eager unless set to lazy)
+  Default,  ///< COLLIE_CONNECT (lazy unless set to eager; eager where UCX may be used)
   Lazy,     ///< a peer is connected when a call first needs it
   Eager,    ///< every pair is connected at init, so that init fails early when a peer cannot be reached
 };

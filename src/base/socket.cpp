@@ -290,9 +290,10 @@ int listenOn(sockaddr_storage& addr, int backlog) {
 }
 
 int connectWithRetry(const sockaddr_storage& addr, Deadline deadline, int retries, const std::string& what,
-                     const std::function<void()>& beforeRetry) {
+                     const std::function<void()>& beforeRetry, int refusedLimit) {
   auto backoff = milliseconds(10);
   int lastErr = 0;
+  int refused = 0;  // refusals in a row
   FdShortageBackoff shortage;
   for (int attempt = 1;; ++attempt) {
     FdGuard fd(::socket(addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
@@ -319,6 +320,13 @@ int connectWithRetry(const sockaddr_storage& addr, Deadline deadline, int retrie
       return fd.release();
     }
     lastErr = err;
+    refused = err == ECONNREFUSED ? refused + 1 : 0;
+    if (refusedLimit > 0 && refused >= refusedLimit) {
+      COLLIE_FAIL(ErrorCode::RemoteError,
+                  "cannot reach %s at %s: connection refused %d times in a row (nothing listens there any more: its "
+                  "communicator was destroyed or its process ended)",
+                  what.c_str(), addressToString(addr).c_str(), refused);
+    }
     if (!isRetryableConnectError(err)) {
       COLLIE_FAIL(ErrorCode::SystemError, "connect to %s at %s failed: %s", what.c_str(), addressToString(addr).c_str(),
                   errnoString(err).c_str());

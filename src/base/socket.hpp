@@ -46,8 +46,10 @@ int listenOn(sockaddr_storage& addr, int backlog = 1024);
 /// Connects to addr, retrying refused/unreachable attempts with exponential backoff until `deadline` or
 /// `retries` tries. Returns a blocking fd with TCP_NODELAY set. Throws SystemError/Timeout naming `what`.
 /// `beforeRetry`, when set, runs before each retry and may throw to end them (e.g. the peer's process is gone).
+/// `refusedLimit` > 0: that many refusals in a row throw RemoteError (nothing listens at an address the peer
+/// published: its communicator or process is gone), where a listener is known to have been there.
 int connectWithRetry(const sockaddr_storage& addr, Deadline deadline, int retries, const std::string& what,
-                     const std::function<void()>& beforeRetry = {});
+                     const std::function<void()>& beforeRetry = {}, int refusedLimit = 0);
 /// accept() with a deadline; returns -1 on timeout. Also fills *peer.
 int acceptUntil(int listenFd, Deadline deadline, sockaddr_storage* peer);
 

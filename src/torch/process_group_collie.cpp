@@ -38,7 +38,7 @@ ProcessGroupCollie::ProcessGroupCollie(const c10::intrusive_ptr<c10d::Store>& st
     collie::Options options;
     options.timeout = timeout;
     options.name = "torch";
-    options.connect = collie::ConnectMode::Eager;  // recvAnysource needs every peer connected
+    options.connect = collie::ConnectMode::Eager;  // as gloo: a peer that cannot be reached fails init_process_group
     comm_ = Communicator::create(size, id, rank, options);
   });
   reporter_ = std::make_shared<FailureReporter>(store, rank, size, std::min(timeout, std::chrono::milliseconds(5000)));

@@ -237,8 +237,9 @@ void Listener::refuseOldest(const char* why) {
   if (oldest.done) {
     COLLIE_WARN(base::kLogNet,
                 "%s: rank %d refused a connection from %s: wrong magic or secret (no communicator here shows its "
-                "secret)%s",
-                transport_.c_str(), rank_, oldest.from.c_str(), why);
+                "secret within %lld ms: a stranger, or a peer whose communicator is not made here yet, which dials "
+                "again)%s",
+                transport_.c_str(), rank_, oldest.from.c_str(), static_cast<long long>(kHelloWait.count()), why);
   } else {
     COLLIE_WARN(base::kLogNet, "%s: rank %d refused a connection from %s: no hello within %lld ms%s",
                 transport_.c_str(), rank_, oldest.from.c_str(), static_cast<long long>(kHelloWait.count()), why);

@@ -234,5 +234,29 @@ TEST(LazySendRecv, TheDefaultIsLazyAndARingShiftCompletes) {
       o);
 }
 
+TEST(LazySendRecv, DialingAPeerWhoseCommunicatorIsGoneFailsAtOnce) {
+  // Rank 3 of 9 is not among rank 0's init partners (halving-doubling: 1, 2, 4 and the folded 8); it is destroyed,
+  // and rank 0's first send to it dials an address where nothing listens any more: RemoteError naming rank 3 well
+  // within the 20 s timeout, over shm and over tcp (whose refused dials used to be retried until the timeout).
+  overShmAndTcp([] {
+    Options o = lazy("gone");
+    o.timeout = 20s;
+    auto comms = Communicator::createAll(9, o);
+    comms[3].reset();
+    std::vector<int32_t> out(10, 7);
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      comms[0]->send(out.data(), out.size(), DataType::Int32, 3);
+      ADD_FAILURE() << "a send to a destroyed rank returned";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::RemoteError) << e.what();
+      EXPECT_NE(std::string(e.what()).find("rank 3"), std::string::npos) << e.what();
+    }
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
+    for (auto& c : comms)
+      if (c) c->abort();
+  });
+}
+
 }  // namespace
 }  // namespace collie::test

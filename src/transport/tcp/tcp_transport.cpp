@@ -70,8 +70,13 @@ class TcpProtocol : public handshake::DialProtocol {
                      "tcp connect of rank %d: rank %d published no tcp address (family %d)", hs.rank(), peer,
                      target.ss_family);
     const std::string what = base::format("rank %d (tcp socket %d)", peer, channel);
-    return UniqueFd(base::connectWithRetry(target, hs.deadline(), static_cast<int>(base::params::connectRetries()),
-                                           what, [&hs, peer] { hs.checkWaiting({peer}); }));
+    // The peer's listener was up when it published this address (and stays up while its communicator lives), so
+    // refusals mean it is gone: a few in a row (a listener's backlog overflow drops a SYN, it does not refuse it)
+    // end the dial with RemoteError rather than the timeout.
+    constexpr int kRefusedIsGone = 3;
+    return UniqueFd(base::connectWithRetry(
+        target, hs.deadline(), static_cast<int>(base::params::connectRetries()), what,
+        [&hs, peer] { hs.checkWaiting({peer}); }, kRefusedIsGone));
   }
   void sendHello(handshake::Handshake& hs, Link& l) override {
     l.from = base::addressToString(TcpTransport::addressOf(hs.context().peers[static_cast<size_t>(l.peer)]));
