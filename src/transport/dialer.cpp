@@ -48,15 +48,7 @@ void Dialer::serve(Listener& listener, const CommContext& ctx) {
 
 void Dialer::refuse(Link& link, uint32_t type) const {
   std::vector<uint8_t> msg(wire_.messageBytes(), 0);
-  Header h{};
-  h.magic = kMagic;
-  h.version = kVersion;
-  h.kind = static_cast<uint16_t>(kind_);
-  h.type = type;
-  h.fromRank = desk_.rank;
-  h.toRank = link.peer;
-  h.channel = link.channel;
-  std::memcpy(h.secret, desk_.secret, sizeof(h.secret));
+  const Header h = makeHeader(kind_, type, desk_.rank, link.peer, link.channel, desk_.secret);
   std::memcpy(msg.data(), &h, sizeof(h));
   [[maybe_unused]] ssize_t n = ::send(link.fd.get(), msg.data(), msg.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
 }

@@ -86,17 +86,21 @@ Handshake::Handshake(const char* transport, TransportKind kind, const CommContex
 
 std::string Handshake::where() const { return ctx_.name.empty() ? std::string() : " in " + ctx_.name; }
 
-Header Handshake::header(uint32_t type, int to, int channel) const {
+Header makeHeader(TransportKind kind, uint32_t type, int fromRank, int toRank, int channel, const uint8_t* secret) {
   Header h{};
   h.magic = kMagic;
   h.version = kVersion;
-  h.kind = static_cast<uint16_t>(kind_);
+  h.kind = static_cast<uint16_t>(kind);
   h.type = type;
-  h.fromRank = ctx_.rank;
-  h.toRank = to;
+  h.fromRank = fromRank;
+  h.toRank = toRank;
   h.channel = channel;
-  std::memcpy(h.secret, ctx_.secret, sizeof(h.secret));
+  std::memcpy(h.secret, secret, sizeof(h.secret));
   return h;
+}
+
+Header Handshake::header(uint32_t type, int to, int channel) const {
+  return makeHeader(kind_, type, ctx_.rank, to, channel, ctx_.secret);
 }
 
 bool Handshake::authentic(const Header& h) const { return headerAuthentic(h, kind_, ctx_.rank, ctx_.secret); }

@@ -99,6 +99,8 @@ bool secretsEqual(const uint8_t* a, const uint8_t* b, size_t bytes);
 /// Whether a received Header is for this receiver: right magic, version and transport `kind`, the communicator's
 /// `secret` (16 bytes, compared in constant time), addressed to `rank`. Pure (the fuzzers call it on any bytes).
 bool headerAuthentic(const Header& h, TransportKind kind, int rank, const uint8_t* secret);
+/// The Header a rank of the communicator with `secret` (16 bytes) sends: this protocol's magic and version.
+Header makeHeader(TransportKind kind, uint32_t type, int fromRank, int toRank, int channel, const uint8_t* secret);
 /// Whether an accepted hello comes from a rank that may dial `rank`: a higher one below `nranks`, on a channel in
 /// [0, channels). Pure.
 bool helloSenderValid(const Header& h, int rank, int nranks, int channels);

@@ -197,24 +197,27 @@ TEST(HierarchicalTraffic, FlatRingUnchanged) {
 // 4 hosts x 2 ranks interleaved (the test bed's placement): every hop of the flat ring crosses hosts, two ring
 // streams share each host's port and each carries 2 x 7/8 of the buffer: 3.5 S per port. Hierarchical moves
 // 2 x 3/4 S through each port: 1.5 S, so it must be more than twice as fast (the intra-host phases are free).
+/// Seconds the simulator's time model gives `coll` with `algo` on 4 hosts x 2 ranks (round robin) for `count`
+/// int32 per rank: memory nearly free, 10 us and 1 ns/B between hosts.
+double timedAcrossHosts(Collective coll, Algorithm algo, size_t count) {
+  SimOptions o;
+  o.coll = coll;
+  o.algo = algo;
+  o.nranks = 8;
+  o.hosts = HostLayout::roundRobin(8, 4);
+  o.count = count;
+  o.type = DataType::Int32;
+  o.checkData = false;
+  o.sliceBytes = 256 * 1024;
+  o.cost = MemoryCost{1e-9, 1e-15, 0, 0};
+  o.interHost = MemoryCost{10e-6, 1e-9, 0, 0};
+  SimResult r = simulate(o);
+  EXPECT_TRUE(r.ok) << r.error;
+  return r.seconds;
+}
+
 TEST(HierarchicalTraffic, BeatsTheFlatRingAcrossHostsInTheTimeModel) {
-  const HostLayout hl = HostLayout::roundRobin(8, 4);
-  auto timed = [&](Algorithm a) {
-    SimOptions o;
-    o.coll = Collective::AllReduce;
-    o.algo = a;
-    o.nranks = 8;
-    o.hosts = hl;
-    o.count = 1 << 20;
-    o.type = DataType::Int32;
-    o.checkData = false;
-    o.sliceBytes = 256 * 1024;
-    o.cost = MemoryCost{1e-9, 1e-15, 0, 0};
-    o.interHost = MemoryCost{10e-6, 1e-9, 0, 0};
-    SimResult r = simulate(o);
-    EXPECT_TRUE(r.ok) << r.error;
-    return r.seconds;
-  };
+  auto timed = [](Algorithm a) { return timedAcrossHosts(Collective::AllReduce, a, 1 << 20); };
   const double bytes = 4.0 * (1 << 20);
   const double ring = timed(Algorithm::Ring), hier = timed(Algorithm::Hierarchical);
   EXPECT_GT(ring, 3.4 * bytes * 1e-9) << "the flat ring's ports carry 3.5 S each";
@@ -226,24 +229,8 @@ TEST(HierarchicalTraffic, BeatsTheFlatRingAcrossHostsInTheTimeModel) {
 // through every hop, and all of them cross hosts, two streams per host port: 14 B per port. Hierarchical sends
 // each host's L (H-1) = 6 blocks through its port, so it must be more than twice as fast.
 TEST(HierarchicalTraffic, GathersBeatTheFlatRingAcrossHostsInTheTimeModel) {
-  const HostLayout hl = HostLayout::roundRobin(8, 4);
   for (Collective c : {Collective::AllGather, Collective::ReduceScatter}) {
-    auto timed = [&](Algorithm a) {
-      SimOptions o;
-      o.coll = c;
-      o.algo = a;
-      o.nranks = 8;
-      o.hosts = hl;
-      o.count = 1 << 18;
-      o.type = DataType::Int32;
-      o.checkData = false;
-      o.sliceBytes = 256 * 1024;
-      o.cost = MemoryCost{1e-9, 1e-15, 0, 0};
-      o.interHost = MemoryCost{10e-6, 1e-9, 0, 0};
-      SimResult r = simulate(o);
-      EXPECT_TRUE(r.ok) << r.error;
-      return r.seconds;
-    };
+    auto timed = [c](Algorithm a) { return timedAcrossHosts(c, a, 1 << 18); };
     const double block = 4.0 * (1 << 18);
     const double ring = timed(Algorithm::Ring), hier = timed(Algorithm::Hierarchical);
     EXPECT_GT(ring, 13.5 * block * 1e-9) << collectiveName(c) << ": the flat ring's ports carry 14 blocks each";
