@@ -3,7 +3,6 @@
 // descriptors this process holds for them stay under a fixed bound per rank, which a full mesh (255 peers, several
 // descriptors each) would exceed many times over. Takes a few seconds on 2 cores (perf/init_scale measures the same to
 // 512 ranks).
-#include <dirent.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/fd_limits.hpp"
 #include "common/bodies.hpp"
 #include "common/launcher.hpp"
 #include "core/bootstrap_plan.hpp"
@@ -22,14 +22,7 @@ namespace {
 
 using namespace std::chrono_literals;
 
-int openDescriptors() {
-  int n = 0;
-  DIR* d = opendir("/proc/self/fd");
-  if (!d) return -1;
-  while (dirent* e = readdir(d)) n += e->d_name[0] != '.';
-  closedir(d);
-  return n - 1;  // the directory's own
-}
+int openDescriptors() { return static_cast<int>(base::fdUsage().open); }
 
 TEST(InitScale, TwoHundredFiftySixRanksAllReduceWithABoundedNumberOfDescriptorsEach) {
   constexpr int kRanks = 256;

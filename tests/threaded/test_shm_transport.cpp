@@ -4,7 +4,6 @@
 // shared memory. What every transport does (ordering, strangers, timeouts, failures, stashed hellos) is in
 // tests/conformance/test_transport_conformance.cpp; processes (crashes, /dev/shm) in
 // tests/multiproc/test_shm_proc.cpp.
-#include <dirent.h>
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -23,6 +22,7 @@
 #include <vector>
 
 #include "base/errors.hpp"
+#include "base/fd_limits.hpp"
 #include "base/poller.hpp"
 #include "common/transport_harness.hpp"
 #include "transport/shm/shm_connection.hpp"
@@ -76,14 +76,7 @@ ShmOptions opts(int slots, int64_t slotBytes, int singleCopy, int64_t minBytes, 
 
 class ShmExchange : public ::testing::TestWithParam<Shape> {};
 
-int openFds() {
-  int n = 0;
-  if (DIR* d = opendir("/proc/self/fd")) {
-    while (readdir(d)) ++n;
-    closedir(d);
-  }
-  return n;
-}
+long openFds() { return base::fdUsage().open; }
 
 TEST_P(ShmExchange, SizesThroughEveryPath) {
   const Shape& shape = GetParam();

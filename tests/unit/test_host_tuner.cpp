@@ -112,26 +112,30 @@ TEST(HostTuner, AcrossHostsHierFromAMebibyteUp) {
 
 // The simulator with hosts (each host one network port each way) agrees: at 16 MiB on the test bed's shapes the
 // hierarchical AllReduce is at least as fast as every flat algorithm, and 1.5x the flat ring or more.
+/// Seconds the simulator's time model gives `coll` run with `algo` on `layout`, with the links of model `m`, for
+/// `bytes` per rank (4-byte elements, 1 MiB slices, data not checked).
+double simulatedSeconds(Collective coll, Algorithm algo, const HostLayout& layout, const CostModel& m, size_t bytes) {
+  sim::SimOptions o;
+  o.coll = coll;
+  o.algo = algo;
+  o.nranks = static_cast<int>(layout.hostOf.size());
+  o.hosts = layout;
+  o.count = bytes / 4;
+  o.checkData = false;
+  o.sliceBytes = 1 << 20;
+  o.cost = {m.intra.alpha, m.intra.beta, m.gamma, 0};
+  o.interHost = {m.inter.alpha, m.inter.beta, 0, 0};
+  sim::SimResult r = sim::simulate(o);
+  EXPECT_TRUE(r.ok) << r.error;
+  return r.seconds;
+}
+
 TEST(HostTuner, SimulatorAgreesAcrossHosts) {
   for (auto [hosts, perHost] : {std::pair{4, 2}, std::pair{2, 4}}) {
     const int n = hosts * perHost;
     const HostLayout layout = HostLayout::roundRobin(n, hosts);
     const CostModel m = testbedModel(HostShape::of(layout));
-    auto timed = [&](Algorithm a) {
-      sim::SimOptions o;
-      o.coll = Collective::AllReduce;
-      o.algo = a;
-      o.nranks = n;
-      o.hosts = layout;
-      o.count = (size_t{16} << 20) / 4;
-      o.checkData = false;
-      o.sliceBytes = 1 << 20;
-      o.cost = {m.intra.alpha, m.intra.beta, m.gamma, 0};
-      o.interHost = {m.inter.alpha, m.inter.beta, 0, 0};
-      sim::SimResult r = sim::simulate(o);
-      EXPECT_TRUE(r.ok) << r.error;
-      return r.seconds;
-    };
+    auto timed = [&](Algorithm a) { return simulatedSeconds(Collective::AllReduce, a, layout, m, size_t{16} << 20); };
     const double hier = timed(Algorithm::Hierarchical);
     for (Algorithm a : {Algorithm::Ring, Algorithm::Tree, Algorithm::HalvingDoubling})
       EXPECT_LE(hier, timed(a) * 1.001) << algorithms::algorithmName(a) << " " << hosts << "x" << perHost;
@@ -169,21 +173,7 @@ TEST(HostTuner, GathersPickHierAcrossHostsFromAMebibyteUp) {
     const HostLayout layout = HostLayout::roundRobin(n, hosts);
     const CostModel m = testbedModel(HostShape::of(layout));
     for (Collective c : gathers) {
-      auto timed = [&](Algorithm a) {
-        sim::SimOptions o;
-        o.coll = c;
-        o.algo = a;
-        o.nranks = n;
-        o.hosts = layout;
-        o.count = (size_t{4} << 20) / 4;
-        o.checkData = false;
-        o.sliceBytes = 1 << 20;
-        o.cost = {m.intra.alpha, m.intra.beta, m.gamma, 0};
-        o.interHost = {m.inter.alpha, m.inter.beta, 0, 0};
-        sim::SimResult r = sim::simulate(o);
-        EXPECT_TRUE(r.ok) << r.error;
-        return r.seconds;
-      };
+      auto timed = [&](Algorithm a) { return simulatedSeconds(c, a, layout, m, size_t{4} << 20); };
       const double hier = timed(Algorithm::Hierarchical);
       EXPECT_GE(timed(Algorithm::Ring) / hier, 1.5) << collectiveName(c) << " " << hosts << "x" << perHost;
     }
