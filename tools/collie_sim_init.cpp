@@ -85,23 +85,27 @@ void project(int n, size_t allReduceBytes, int sockets) {
   core::Tuner tuner;
   const Algorithm bcast = tuner.choose(Collective::Broadcast, n, 200).algorithm;
   const Algorithm allReduce = tuner.choose(Collective::AllReduce, n, allReduceBytes).algorithm;
-  size_t maxPeers = 0;
+  //    Init then closes the links to gatherOnlyPeers (the all-gather's peers but ring neighbours), whatever
+  //    calibration did on them.
+  size_t maxPeers = 0, maxInitPeers = 0;
   for (int r : {0, std::min(1, n - 1), n / 2, n - 1}) {
     std::set<int> peers;
     for (int p : core::bootstrapPeers(r, n)) peers.insert(p);
     for (int p : schedulePeers(bcast, Collective::Broadcast, r, n, 200)) peers.insert(p);
     if (r == 0 && n > 1) peers.insert(1);  // calibration's ping-pong partner (rank 0's first peer per kind)
+    for (int p : core::gatherOnlyPeers(r, n)) peers.erase(p);
+    maxInitPeers = std::max(maxInitPeers, peers.size());
     for (int p : schedulePeers(allReduce, Collective::AllReduce, r, n, std::max<size_t>(allReduceBytes / 4, 1)))
       peers.insert(p);
     maxPeers = std::max(maxPeers, peers.size());
   }
   std::printf(
-      "%8d | %9s %9s %10s | %5zu %9s | %6d %5zu %9s %9s %9s | %-5s %-5s %5zu %6zu | %8d %8d\n", n,
+      "%8d | %9s %9s %10s | %5zu %9s | %6d %5zu %9s %9s %9s | %-5s %-5s %4zu %5zu %6zu | %8d %8d\n", n,
       human(rootIn).c_str(), human(rootOut).c_str(), human(rootOutBefore).c_str(), maxEntries,
       human(static_cast<double>(core::kBootstrapReplyHeaderBytes + maxEntries * sizeof(transport::PeerInfo))).c_str(),
       core::tableGatherRounds(n), maxMessages, human(static_cast<double>(maxSent)).c_str(),
       human(static_cast<double>(maxReceived)).c_str(), human(n * info).c_str(), algorithms::algorithmName(bcast),
-      algorithms::algorithmName(allReduce), maxPeers, maxPeers * static_cast<size_t>(sockets) + 3, n - 1,
+      algorithms::algorithmName(allReduce), maxInitPeers, maxPeers, maxPeers * static_cast<size_t>(sockets) + 3, n - 1,
       (n - 1) * sockets + 3);
 }
 
@@ -148,14 +152,14 @@ int runInitProjection(int argc, char** argv) {
       "#   reply: most entries (and bytes) a rank reads from the root\n"
       "#   all-gather of the table (%s): rounds (tableGatherRounds); per rank, worst of all ranks: messages sent "
       "(before slicing), bytes sent, bytes received, table held\n"
-      "#   connections per rank after init and a first AllReduce (the all-gather's peers, the tuner's algorithms for "
-      "calibration's broadcast and the AllReduce), descriptors (tcp sockets + listener, epoll, eventfd), worst of "
-      "ranks 0, 1, N/2, N-1;\n"
+      "#   connections per rank after init (the all-gather's peers and calibration's, the tuner's broadcast, less "
+      "the all-gather's links init closes: gatherOnlyPeers), after a first AllReduce too (peers), descriptors then "
+      "(tcp sockets + listener, epoll, eventfd), worst of ranks 0, 1, N/2, N-1;\n"
       "#   eager (before): N-1 peers and their descriptors\n",
       core::tableGatherSelection().c_str());
-  std::printf("%8s | %9s %9s %10s | %5s %9s | %6s %5s %9s %9s %9s | %-5s %-5s %5s %6s | %8s %8s\n", "ranks", "root_in",
-              "root_out", "before", "entry", "reply", "rounds", "msgs", "sent", "recvd", "held", "bcast", "AR", "peers",
-              "fds", "eager_pe", "eager_fd");
+  std::printf("%8s | %9s %9s %10s | %5s %9s | %6s %5s %9s %9s %9s | %-5s %-5s %4s %5s %6s | %8s %8s\n", "ranks",
+              "root_in", "root_out", "before", "entry", "reply", "rounds", "msgs", "sent", "recvd", "held", "bcast",
+              "AR", "init", "peers", "fds", "eager_pe", "eager_fd");
   for (int n : sizes) collie::sim::project(n, bytes, sockets);
   return 0;
 }

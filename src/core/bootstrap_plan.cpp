@@ -40,6 +40,15 @@ std::vector<int> bootstrapPeers(int rank, int nranks) {
   return out;
 }
 
+std::vector<int> gatherOnlyPeers(int rank, int nranks) {
+  std::vector<int> out;
+  if (!tableGatherNeeded(nranks)) return out;
+  const int next = (rank + 1) % nranks, prev = (rank + nranks - 1) % nranks;
+  for (int p : bootstrapPeers(rank, nranks))
+    if (p != next && p != prev) out.push_back(p);
+  return out;
+}
+
 int tableGatherRounds(int nranks) {
   if (!tableGatherNeeded(nranks)) return 0;
   const algorithms::patterns::HalvingDoubling hd(nranks);

@@ -11,11 +11,13 @@
 //      held to that algorithm meanwhile): tableGatherRounds(N) = log2 N rounds for a power of two, else
 //      floor(log2 N) + 2 = ceil(log2 N) + 1 (its longest chain of messages is ceil(log2 N) for some N, never
 //      less), O(N) bytes sent and received per rank. The peers it talks to are exactly bootstrapPeers, connected on
-//      first use like any call's, and stay connected (they are also the partners of a halving-doubling AllReduce).
-//      A rank then knows where every peer listens, and connects to the others only when a call needs them.
-//      With two ranks or fewer the root's answer is the whole table and nothing is gathered.
+//      first use like any call's. A rank then knows where every peer listens, and connects to the others only when
+//      a call needs them. With two ranks or fewer the root's answer is the whole table and nothing is gathered.
 //   3. Calibration (calibrate.cpp) broadcasts under the tuner's choice and rank 0 ping-pongs with its first peer
 //      per transport kind.
+//   4. Under lazy connection each rank closes its links to gatherOnlyPeers (bootstrapPeers other than its ring
+//      neighbours; release_gather_links.cpp: a goodbye each way, then both ends close), so that descriptors per
+//      rank after init do not grow with N; a later call that needs such a peer connects it again on first use.
 // Nothing else is exchanged at init.
 #pragma once
 
@@ -41,6 +43,11 @@ algorithms::Schedule tableGatherSchedule(int rank, int nranks);
 /// from (every other rank when !tableGatherNeeded), ascending, without `rank`. Symmetric: q is in bootstrapPeers(p)
 /// exactly when p is in bootstrapPeers(q), so both ends of every link the all-gather uses know each other.
 std::vector<int> bootstrapPeers(int rank, int nranks);
+
+/// The bootstrapPeers whose links a rank closes after init under lazy connection: all but its ring neighbours
+/// (rank +- 1 mod nranks, which ring schedules and the halving-doubling's first round use; O(1) links kept), none
+/// when !tableGatherNeeded. Symmetric like bootstrapPeers, so both ends of a link agree to close it.
+std::vector<int> gatherOnlyPeers(int rank, int nranks);
 
 /// Rounds of the table's all-gather (0 when !tableGatherNeeded): the doubling's log2 of the largest power of two
 /// <= nranks, plus two when ranks fold (their entries in, the whole table back out). No chain of messages in it is

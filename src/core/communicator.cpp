@@ -60,7 +60,8 @@ std::unique_ptr<CommImpl> CommImpl::create(int nranks, const UniqueIdData& id, i
   comm->planner_.tuner() = Tuner(comm->measured_.modelFor(kindsInUse(comm->links_.transports, comm->links_.ctx.peers)),
                                  std::move(selection));
   comm->calibrate(comm->links_.ctx.peers);
-  comm->startRecording();  // the user's calls only: call #0 is the first on every rank
+  comm->closeGatherOnlyLinks();  // lazy connection: O(1) links per rank from here on
+  comm->startRecording();        // the user's calls only: call #0 is the first on every rank
   COLLIE_INFO(base::kLogInit, "%s rank %d of %d ready", comm->name_.c_str(), rank, nranks);
   return comm;
 }
@@ -136,8 +137,8 @@ void CommImpl::gatherTable() {
 // other connects the pair (transport/dialer.hpp). No coordinator is needed.
 void CommImpl::ensureConnected(const std::vector<Job>& jobs) {
   if (links_.connectedPeers.load(std::memory_order_relaxed) == nranks_ - 1) return;
-  // A repeated call of one schedule found connected before needs no walk (connections are never dropped but by a
-  // failure, which ends the communicator; the generation tells a schedule rebuilt at the same address).
+  // A repeated call of one schedule found connected before needs no walk (connections are dropped only by a failure,
+  // which ends the communicator, and at init; the generation tells a schedule rebuilt at the same address).
   const bool single = jobs.size() == 1;
   if (single && jobs[0].schedule == connectedSchedule_ && jobs[0].scheduleGeneration == connectedGeneration_) return;
   wanted_.resize(static_cast<size_t>(nranks_), 0);

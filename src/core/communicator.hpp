@@ -79,6 +79,9 @@ class CommImpl {
   void startRecording();
   /// All-gathers the PeerInfo table from the entries the bootstrap root sent (bootstrap_plan.hpp).
   void gatherTable();
+  /// Closes, on both ends, the links to the all-gather's peers that are not ring neighbours (gatherOnlyPeers;
+  /// release_gather_links.cpp), under lazy connection, once init's own calls are over.
+  void closeGatherOnlyLinks();
   /// Connects the peers the jobs' schedules name that have no connection yet (lazy connection).
   void ensureConnected(const std::vector<Job>& jobs);
   /// Dials `peers` (none connected yet) and gives the executor their connections.

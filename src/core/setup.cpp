@@ -172,6 +172,21 @@ void connectAll(Links& links) {
   connectPeers(links, all, false);
 }
 
+void releasePeer(Links& links, int peer) {
+  const int t = links.transportOf[static_cast<size_t>(peer)];
+  COLLIE_INTERNAL_CHECK(t >= 0 && links.conns[static_cast<size_t>(peer)],
+                        "%s rank %d: release of rank %d, not connected", links.ctx.name.c_str(), links.ctx.rank, peer);
+  links.transports[static_cast<size_t>(t)]->releasePeer(peer);
+}
+
+void closePeer(Links& links, int peer) {
+  auto& conn = links.conns[static_cast<size_t>(peer)];
+  if (!conn) return;
+  conn->close();
+  conn.reset();
+  links.connectedPeers -= 1;
+}
+
 std::vector<std::string> transportNames(const Links& links) {
   std::vector<std::string> names;
   for (const auto& t : links.transports) names.emplace_back(t->name());

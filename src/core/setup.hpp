@@ -57,6 +57,11 @@ void completeLinks(Links& links, std::vector<transport::PeerInfo> peers);
 int connectPeers(Links& links, const std::vector<int>& peers, bool dial);
 /// connectPeers with every other rank, collectively (eager connection). Collective over all ranks.
 void connectAll(Links& links);
+/// The connection to `peer` is about to be closed on both sides (Transport::releasePeer): a later connectPeers of
+/// the pair, from either side, connects it afresh. The connection stays usable until closePeer.
+void releasePeer(Links& links, int peer);
+/// Closes the (released) connection to `peer` and forgets it.
+void closePeer(Links& links, int peer);
 /// The names of links.transports, in order of preference.
 std::vector<std::string> transportNames(const Links& links);
 /// The transport kinds rank 0 uses to reach the others (what calibration measures), in order of first use.

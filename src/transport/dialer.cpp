@@ -137,6 +137,16 @@ std::vector<std::unique_ptr<Connection>> Dialer::refuseAll(const CommContext& ct
   return out;
 }
 
+void Dialer::release(int peer) {
+  std::lock_guard<std::mutex> lock(mu_);
+  COLLIE_INTERNAL_CHECK(peer >= 0 && static_cast<size_t>(peer) < pairs_.size(), "%s: release of rank %d of %zu",
+                        transport_, peer, pairs_.size());
+  Pair& pair = pairs_[static_cast<size_t>(peer)];
+  COLLIE_INTERNAL_CHECK(pair.state == State::Taken, "%s: rank %d releases rank %d, which it is not connected to",
+                        transport_, desk_.rank, peer);
+  pair = Pair{};
+}
+
 uint64_t Dialer::answeredEarly() const {
   std::lock_guard<std::mutex> lock(mu_);
   return answeredEarly_;

@@ -76,6 +76,11 @@ class Dialer {
   /// answered but not yet taken by a connect() (made with ctx; one that cannot be made is closed), for the caller
   /// to close or poison.
   std::vector<std::unique_ptr<Connection>> refuseAll(const CommContext& ctx);
+  /// The connection made for `peer` (Taken) is about to be closed on both sides: from now on a dial from either
+  /// side connects the pair afresh. The connection stays usable until the caller closes it. Both ends must release
+  /// before either may dial again (core's release of init's all-gather links says how they agree: release, then a
+  /// goodbye each way, then close), or the new dial is turned away as a duplicate.
+  void release(int peer);
   /// How many dials were answered before a connect() of this rank listed their peer.
   uint64_t answeredEarly() const;
 

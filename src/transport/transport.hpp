@@ -162,6 +162,10 @@ class Transport {
     (void)ctx;
     return {};
   }
+  /// The connection to `peer` made by connect() or dial() is about to be closed on both sides (the caller closes it
+  /// once both ends released it): a later dial() of the pair, from either side, connects it afresh. Only where
+  /// dialsAnyTime().
+  virtual void releasePeer(int peer) { (void)peer; }
   /// How many verified hellos arrived (were answered, for the transports that dial any time) before a connect()
   /// listed their peer (observable so that tests can check that path ran).
   virtual uint64_t stashedHellos() const { return 0; }

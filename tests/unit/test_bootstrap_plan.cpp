@@ -7,11 +7,14 @@
 //     tableGatherRounds(N) = log2 N for a power of two, else floor(log2 N) + 2 = ceil(log2 N) + 1 (the folded ranks'
 //     entries in, the table back out); its longest chain of messages (the simulator's time with one unit of latency
 //     per message and nothing else) is at least ceil(log2 N), which no all-gather can beat, and at most its rounds;
-//   - the decision to gather at all is the same on every rank and agrees with what the root's answer holds.
+//   - the decision to gather at all is the same on every rank and agrees with what the root's answer holds;
+//   - the links init closes afterwards (gatherOnlyPeers) are the all-gather's peers but ring neighbours, symmetric
+//     (both ends close a link, or neither), so a rank keeps at most 2 of them whatever N.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <vector>
 
 #include "core/bootstrap_plan.hpp"
@@ -105,6 +108,32 @@ TEST(BootstrapPlan, EveryRankEndsWithTheRootsTableInLogNRounds) {
     // O(N) bytes per rank: what a rank holds at most doubles each round, so the doubling sends less than 2N entries,
     // and a folding rank sends the whole table back once.
     EXPECT_LE(res.maxBytesSent, 3 * static_cast<uint64_t>(n) * o.count) << n << " ranks";
+  }
+}
+
+TEST(BootstrapPlan, InitClosesTheAllGathersLinksButRingNeighboursOnBothEnds) {
+  for (int n : sampleCounts()) {
+    std::vector<std::vector<int>> closed(static_cast<size_t>(n));
+    for (int r = 0; r < n; ++r) closed[static_cast<size_t>(r)] = gatherOnlyPeers(r, n);
+    for (int r = 0; r < n; ++r) {
+      const std::vector<int>& mine = closed[static_cast<size_t>(r)];
+      if (!tableGatherNeeded(n)) {
+        EXPECT_TRUE(mine.empty()) << r << " of " << n;
+        continue;
+      }
+      const std::vector<int> gathered = bootstrapPeers(r, n);
+      std::vector<int> kept;
+      std::set_difference(gathered.begin(), gathered.end(), mine.begin(), mine.end(), std::back_inserter(kept));
+      EXPECT_EQ(kept.size() + mine.size(), gathered.size()) << r << " of " << n << ": closes a peer it did not gather";
+      EXPECT_LE(kept.size(), 2u) << r << " of " << n;
+      for (int p : kept) EXPECT_TRUE(p == (r + 1) % n || p == (r + n - 1) % n) << p << " kept by " << r << " of " << n;
+      for (int p : mine) {
+        EXPECT_FALSE(p == (r + 1) % n || p == (r + n - 1) % n) << p << " closed by " << r << " of " << n;
+        const std::vector<int>& theirs = closed[static_cast<size_t>(p)];
+        ASSERT_TRUE(std::find(theirs.begin(), theirs.end(), r) != theirs.end())
+            << r << " closes its link to " << p << " but not the other way, " << n << " ranks";
+      }
+    }
   }
 }
 

@@ -308,6 +308,8 @@ std::vector<std::unique_ptr<Connection>> ShmTransport::refuseDials(const CommCon
   return dialer_->refuseAll(ctx);
 }
 
+void ShmTransport::releasePeer(int peer) { dialer_->release(peer); }
+
 uint64_t ShmTransport::stashedHellos() const { return dialer_->answeredEarly(); }
 
 void ShmTransport::makeControl(const CommContext& ctx) {

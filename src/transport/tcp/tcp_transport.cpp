@@ -190,6 +190,8 @@ std::vector<std::unique_ptr<Connection>> TcpTransport::refuseDials(const CommCon
   return dialer_->refuseAll(ctx);
 }
 
+void TcpTransport::releasePeer(int peer) { dialer_->release(peer); }
+
 uint64_t TcpTransport::stashedHellos() const { return dialer_->answeredEarly(); }
 
 }  // namespace collie::transport::tcp

@@ -51,6 +51,7 @@ class TcpTransport : public Transport {
   void serve(const CommContext& ctx) override;
   std::vector<std::unique_ptr<Connection>> dial(const CommContext& ctx, const std::vector<int>& peers) override;
   std::vector<std::unique_ptr<Connection>> refuseDials(const CommContext& ctx) override;
+  void releasePeer(int peer) override;
   uint64_t stashedHellos() const override;
   /// A TcpTransport with these options on this listener (same address), answering only its own communicator.
   std::unique_ptr<Transport> shareListener() const override;
