@@ -1,5 +1,6 @@
 // A call's path through a communicator's parts (see communicator.hpp): validate, classify memory, stage device
-// buffers, run inline or queue, plan and execute; plus the failure state, barrier, split and abort.
+// buffers, run inline or queue, plan and execute; plus the failure state, barrier and abort
+// (split.cpp and shrink.cpp make new communicators from this one).
 #include "core/communicator.hpp"
 
 #include <algorithm>
@@ -509,7 +510,7 @@ void CommImpl::finishDevice(std::vector<OpDesc>& ops, ErrorCode& code, std::stri
   }
 }
 
-// ---- Barrier and split ---------------------------------------------------------------------------------------
+// ---- Barrier ----------------------------------------------------------------------------------------------------
 
 void CommImpl::barrier() {
   // An AllReduce makes every rank depend on every other one; a few bytes suffice.
@@ -522,66 +523,6 @@ void CommImpl::barrier() {
   op.op = ReduceOp::Max;
   if (inGroup()) COLLIE_FAIL(ErrorCode::InvalidUsage, "barrier called inside a group");
   run(op);
-}
-
-namespace {
-struct SplitEntry {
-  int32_t color;
-  int32_t key;
-  transport::PeerInfo info;
-};
-}  // namespace
-
-std::unique_ptr<CommImpl> CommImpl::split(int color, int key, const Options& options) {
-  COLLIE_ARG_CHECK(color >= 0 || color == COLLIE_SPLIT_NOCOLOR,
-                   "color=%d: expected a non-negative color or COLLIE_SPLIT_NOCOLOR", color);
-  COLLIE_USAGE_CHECK(!inGroup(), "split called inside a group");
-  const int epoch = splitCount_++;
-  // New listeners for the new communicator, published through an AllGather on this one.
-  auto transports = makeTransports();
-  SplitEntry mine{};
-  mine.color = color;
-  mine.key = key;
-  mine.info = localPeerInfo(-1);
-  if (color != COLLIE_SPLIT_NOCOLOR)
-    for (auto& t : transports) t->listen(mine.info);
-  std::vector<SplitEntry> all(static_cast<size_t>(nranks_));
-  OpDesc op;
-  op.coll = Collective::AllGather;
-  op.send = &mine;
-  op.recv = all.data();
-  op.count = sizeof(SplitEntry);
-  op.type = DataType::Uint8;
-  run(op);
-  if (color == COLLIE_SPLIT_NOCOLOR) return nullptr;
-
-  std::vector<int> members;  // old ranks, in new-rank order
-  for (int r = 0; r < nranks_; ++r)
-    if (all[static_cast<size_t>(r)].color == color) members.push_back(r);
-  std::stable_sort(members.begin(), members.end(),
-                   [&](int a, int b) { return all[static_cast<size_t>(a)].key < all[static_cast<size_t>(b)].key; });
-  const int newSize = static_cast<int>(members.size());
-  int newRank = -1;
-  std::vector<transport::PeerInfo> peers(members.size());
-  for (int i = 0; i < newSize; ++i) {
-    peers[static_cast<size_t>(i)] = all[static_cast<size_t>(members[static_cast<size_t>(i)])].info;
-    peers[static_cast<size_t>(i)].rank = i;
-    if (members[static_cast<size_t>(i)] == rank_) newRank = i;
-  }
-  Options opts = options;
-  if (opts.timeout.count() == 0) opts.timeout = timeout_;
-  if (opts.connect == ConnectMode::Default) opts.connect = connectMode_;
-  if (opts.name.empty()) opts.name = base::format("%s.split%d.color%d", name_.c_str(), epoch, color);
-  std::unique_ptr<CommImpl> comm(new CommImpl(newRank, newSize, opts));
-  comm->secret_ = splitSecret(secret_, epoch, color);  // a secret of its own
-  comm->links_.transports = std::move(transports);
-  comm->measured_ = measured_;  // the parent's measurements, for the kinds the new communicator uses
-  const std::vector<std::string> kinds = kindsInUse(comm->links_.transports, peers);
-  comm->planner_.tuner() = Tuner(measured_.modelFor(kinds), planner_.tuner().selection());
-  comm->connect(peers);
-  comm->planner_.tuner().setModel(comm->costModel(kinds));  // now that cpuShare is known
-  comm->startRecording();
-  return comm;
 }
 
 }  // namespace collie::core

@@ -203,6 +203,45 @@ std::vector<std::string> kindsInUse(const std::vector<std::unique_ptr<transport:
   return kinds;
 }
 
+ChildTransports childTransports(const std::vector<std::unique_ptr<transport::Transport>>& parent,
+                                transport::PeerInfo* fresh) {
+  ChildTransports out;
+  std::vector<std::unique_ptr<transport::Transport>> made;  // makeTransports(), only when a transport cannot share
+  for (const auto& t : parent) {
+    if (auto shared = t->shareListener()) {
+      out.shared.push_back(shared->kind());
+      out.list.push_back(std::move(shared));
+      continue;
+    }
+    if (!fresh) continue;
+    if (made.empty()) made = makeTransports();
+    auto same = std::find_if(made.begin(), made.end(), [&](const auto& m) { return m && m->kind() == t->kind(); });
+    COLLIE_ENFORCE(same != made.end(), ErrorCode::InvalidUsage,
+                   "a new communicator cannot use its parent's %s transport: the environment no longer selects it "
+                   "(COLLIE_NET, COLLIE_SHM_DISABLE)",
+                   t->name());
+    (*same)->listen(*fresh);
+    out.list.push_back(std::move(*same));
+  }
+  return out;
+}
+
+transport::PeerInfo childPeerInfo(const transport::PeerInfo& parentEntry, int rank,
+                                  const std::vector<transport::TransportKind>& shared,
+                                  const transport::TransportAddress* fresh) {
+  transport::PeerInfo info = parentEntry;
+  info.rank = rank;
+  for (transport::TransportAddress& a : info.addresses)
+    if (a.kind != 0 && std::find(shared.begin(), shared.end(), static_cast<transport::TransportKind>(a.kind)) ==
+                           shared.end())
+      a = transport::TransportAddress{};
+  for (int i = 0; fresh && i < transport::PeerInfo::kMaxAddresses; ++i)
+    if (fresh[i].kind != 0)
+      info.setAddress(static_cast<transport::TransportKind>(fresh[i].kind), fresh[i].bytes,
+                      std::min<size_t>(fresh[i].length, transport::TransportAddress::kBytes));
+  return info;
+}
+
 std::array<uint8_t, 16> splitSecret(const std::array<uint8_t, 16>& parent, int epoch, int color) {
   std::array<uint8_t, 16> secret = parent;
   uint64_t salt = (static_cast<uint64_t>(epoch) << 32) ^ static_cast<uint32_t>(color) ^ 0x9e3779b97f4a7c15ull;

@@ -67,6 +67,23 @@ std::vector<std::string> transportNames(const Links& links);
 /// The transport kinds rank 0 uses to reach the others (what calibration measures), in order of first use.
 std::vector<std::string> kindsInUse(const std::vector<std::unique_ptr<transport::Transport>>& transports,
                                     const std::vector<transport::PeerInfo>& peers);
+/// The transports of a communicator made from another without a bootstrap (split, shrink), in the parent's order of
+/// preference, and the kinds among them that share the parent's listeners.
+struct ChildTransports {
+  std::vector<std::unique_ptr<transport::Transport>> list;
+  std::vector<transport::TransportKind> shared;
+};
+/// For each of `parent`, one that takes dials on its listener (Transport::shareListener: the address the parent
+/// published reaches it, so the parent's PeerInfo table serves the new communicator too). A transport that cannot
+/// share (ucx): with `fresh`, a new one of its kind listening, its address published in *fresh (for the ranks to
+/// exchange); without, none (its addresses are then dropped from the table: childPeerInfo).
+ChildTransports childTransports(const std::vector<std::unique_ptr<transport::Transport>>& parent,
+                                transport::PeerInfo* fresh);
+/// A parent's PeerInfo table entry as rank `rank` of a communicator whose shared transports are `shared`: other
+/// kinds' addresses are dropped, then `fresh`'s (kMaxAddresses: the peer's new listeners, when given) put in.
+transport::PeerInfo childPeerInfo(const transport::PeerInfo& parentEntry, int rank,
+                                  const std::vector<transport::TransportKind>& shared,
+                                  const transport::TransportAddress* fresh);
 /// The secret of a communicator split from one with `parent`: mixed with the split epoch and the color.
 std::array<uint8_t, 16> splitSecret(const std::array<uint8_t, 16>& parent, int epoch, int color);
 

@@ -79,25 +79,14 @@ std::unique_ptr<CommImpl> CommImpl::shrink(const std::vector<int>& exclude, cons
   const int epoch = shrinkCount_++;
 
   // Transports on this communicator's listeners; the addresses of those that cannot share theirs are dropped.
-  std::vector<std::unique_ptr<transport::Transport>> transports;
-  std::vector<uint16_t> kinds;
-  for (const auto& t : links_.transports) {
-    if (auto shared = t->shareListener()) {
-      kinds.push_back(static_cast<uint16_t>(shared->kind()));
-      transports.push_back(std::move(shared));
-    }
-  }
+  ChildTransports transports = childTransports(links_.transports, nullptr);
   std::vector<transport::PeerInfo> peers;
   int newRank = -1;
   for (int r = 0; r < nranks_; ++r) {
     if (std::binary_search(sorted.begin(), sorted.end(), r)) continue;
     if (r == rank_) newRank = static_cast<int>(peers.size());
-    transport::PeerInfo info = links_.ctx.peers[static_cast<size_t>(r)];
-    info.rank = static_cast<int>(peers.size());
-    for (transport::TransportAddress& a : info.addresses)
-      if (a.kind != 0 && std::find(kinds.begin(), kinds.end(), a.kind) == kinds.end())
-        a = transport::TransportAddress{};
-    peers.push_back(info);
+    peers.push_back(childPeerInfo(links_.ctx.peers[static_cast<size_t>(r)], static_cast<int>(peers.size()),
+                                  transports.shared, nullptr));
   }
   const int newSize = static_cast<int>(peers.size());
 
@@ -110,7 +99,7 @@ std::unique_ptr<CommImpl> CommImpl::shrink(const std::vector<int>& exclude, cons
               epoch, excluded.c_str(), newRank, newSize, opts.name.c_str());
   std::unique_ptr<CommImpl> comm(new CommImpl(newRank, newSize, opts));
   comm->secret_ = shrinkSecret(secret_, epoch, sorted);
-  comm->links_.transports = std::move(transports);
+  comm->links_.transports = std::move(transports.list);
   comm->measured_ = measured_;  // the parent's measurements, for the kinds the new communicator uses
   const std::vector<std::string> used = kindsInUse(comm->links_.transports, peers);
   comm->planner_.tuner() = Tuner(measured_.modelFor(used), planner_.tuner().selection());

@@ -1,0 +1,163 @@
+// split_scale: what Communicator::split costs, with every rank a thread of this process (Communicator::createAll).
+// For each rank count it makes the parent, runs one AllReduce on it (so that its lazy connections exist, as in a
+// job that splits after some work), then splits it in two by parity (keys reversed) and reports: the wall time of
+// the split (all ranks), the descriptors per rank the child added at the split and after one AllReduce on it
+// (verified element by element), and what is left after the child is destroyed (should be 0). The transport is
+// whatever the environment selects (COLLIE_SHM_DISABLE=1 for tcp). Only the public API is used, so the same file
+// builds against an older collie for a before/after table (perf/RESULTS.md).
+//
+//   split_scale --ranks 8,64 [--count 1024] [--repeat 3]
+// prints one line per rank count: ranks, split ms (median of --repeat), child fds/rank after split, after an
+// AllReduce, and left after destroying the child.
+#include <dirent.h>
+
+#include <algorithm>
+#include <chrono>
+#include <collie/collie.hpp>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+int openDescriptors() {
+  int n = 0;
+  DIR* d = opendir("/proc/self/fd");
+  if (!d) return -1;
+  while (dirent* e = readdir(d)) n += e->d_name[0] != '.';
+  closedir(d);
+  return n - 1;  // the directory's own descriptor
+}
+
+std::vector<int> parseList(const char* s) {
+  std::vector<int> out;
+  for (const char* p = s; *p;) {
+    out.push_back(atoi(p));
+    while (*p && *p != ',') ++p;
+    if (*p == ',') ++p;
+  }
+  return out;
+}
+
+double seconds(std::chrono::steady_clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+/// Runs fn(r) on one thread per rank; false (and prints) when any threw.
+bool onEveryRank(int n, const std::function<void(int)>& fn) {
+  std::vector<std::thread> threads;
+  std::vector<std::string> errors(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        fn(r);
+      } catch (const std::exception& e) {
+        errors[static_cast<size_t>(r)] = e.what();
+      }
+    });
+  for (auto& t : threads) t.join();
+  bool ok = true;
+  for (int r = 0; r < n; ++r)
+    if (!errors[static_cast<size_t>(r)].empty()) {
+      fprintf(stderr, "rank %d: %s\n", r, errors[static_cast<size_t>(r)].c_str());
+      ok = false;
+    }
+  return ok;
+}
+
+/// One AllReduce of `count` int32 on every communicator of `comms` (of one group: members[i] is comms[i]'s old
+/// rank); checks every element.
+bool allReduceChecked(std::vector<std::unique_ptr<collie::Communicator>>& comms, const std::vector<int>& old,
+                      size_t count) {
+  const int n = static_cast<int>(comms.size());
+  int64_t oldSum = 0;
+  for (int r : old) oldSum += r;
+  return onEveryRank(n, [&](int r) {
+    std::vector<int32_t> buf(count);
+    for (size_t i = 0; i < count; ++i) buf[i] = old[static_cast<size_t>(r)] + static_cast<int32_t>(i);
+    comms[static_cast<size_t>(r)]->allReduce(buf.data(), buf.data(), count, collie::DataType::Int32,
+                                             collie::ReduceOp::Sum);
+    for (size_t i = 0; i < count; ++i)
+      if (buf[i] != static_cast<int32_t>(oldSum + static_cast<int64_t>(n) * static_cast<int64_t>(i)))
+        throw std::runtime_error("wrong AllReduce result at element " + std::to_string(i));
+  });
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<int> sizes = {8, 64};
+  size_t count = 1024;
+  int repeat = 3;
+  for (int i = 1; i < argc; ++i) {
+    if (strcmp(argv[i], "--ranks") == 0 && i + 1 < argc) {
+      sizes = parseList(argv[++i]);
+    } else if (strcmp(argv[i], "--count") == 0 && i + 1 < argc) {
+      count = static_cast<size_t>(atol(argv[++i]));
+    } else if (strcmp(argv[i], "--repeat") == 0 && i + 1 < argc) {
+      repeat = std::max(1, atoi(argv[++i]));
+    } else {
+      fprintf(stderr, "usage: %s [--ranks 8,64] [--count 1024] [--repeat 3]\n", argv[0]);
+      return 2;
+    }
+  }
+  const char* shm = getenv("COLLIE_SHM_DISABLE");
+  printf("# transport: %s; COLLIE_CONNECT=%s; split by parity; AllReduce of %zu int32; median of %d\n",
+         shm && strcmp(shm, "1") == 0 ? "tcp (COLLIE_SHM_DISABLE=1)" : "shm",
+         getenv("COLLIE_CONNECT") ? getenv("COLLIE_CONNECT") : "(default)", count, repeat);
+  printf("%6s %10s %16s %16s %14s\n", "ranks", "split_ms", "child_fds/rank", "child_fds/r_AR", "left_fds/rank");
+  int failures = 0;
+  for (int n : sizes) {
+    collie::Options options;
+    options.timeout = std::chrono::seconds(300);
+    options.name = "split_scale";
+    std::vector<std::unique_ptr<collie::Communicator>> parents;
+    try {
+      parents = collie::Communicator::createAll(n, options);
+    } catch (const std::exception& e) {
+      printf("%6d  init failed: %s\n", n, e.what());
+      ++failures;
+      continue;
+    }
+    std::vector<int> all(static_cast<size_t>(n));
+    for (int r = 0; r < n; ++r) all[static_cast<size_t>(r)] = r;
+    bool ok = allReduceChecked(parents, all, count);
+    std::vector<double> ms;
+    double fdsSplit = 0, fdsAr = 0, fdsLeft = 0;
+    for (int it = 0; it < repeat && ok; ++it) {
+      const int fds0 = openDescriptors();
+      std::vector<std::unique_ptr<collie::Communicator>> children(static_cast<size_t>(n));
+      const auto t0 = std::chrono::steady_clock::now();
+      ok = onEveryRank(n, [&](int r) {
+        children[static_cast<size_t>(r)] = parents[static_cast<size_t>(r)]->split(r % 2, n - r);
+      });
+      ms.push_back(seconds(std::chrono::steady_clock::now() - t0) * 1e3);
+      fdsSplit = static_cast<double>(openDescriptors() - fds0) / n;
+      for (int color = 0; color < 2 && ok; ++color) {
+        std::vector<std::unique_ptr<collie::Communicator>> group;
+        std::vector<int> old;
+        for (int r = n - 1; r >= 0; --r)
+          if (r % 2 == color) {
+            group.push_back(std::move(children[static_cast<size_t>(r)]));
+            old.push_back(r);
+          }
+        ok = allReduceChecked(group, old, count);
+        for (size_t i = 0; i < group.size(); ++i) children[static_cast<size_t>(old[i])] = std::move(group[i]);
+      }
+      fdsAr = static_cast<double>(openDescriptors() - fds0) / n;
+      children.clear();
+      fdsLeft = static_cast<double>(openDescriptors() - fds0) / n;
+    }
+    std::sort(ms.begin(), ms.end());
+    if (!ok) {
+      printf("%6d  FAILED\n", n);
+      ++failures;
+    } else {
+      printf("%6d %10.2f %16.1f %16.1f %14.1f\n", n, ms[ms.size() / 2], fdsSplit, fdsAr, fdsLeft);
+    }
+    fflush(stdout);
+  }
+  return failures == 0 ? 0 : 1;
+}

@@ -1,0 +1,121 @@
+// Split (collieCommSplit): the communicators of the ranks that pass the same color, ordered by key (then by old
+// rank), made from this one without a bootstrap and with O(N) bytes per rank:
+//   1. every rank makes the new communicator's transports on this one's listeners (setup.hpp childTransports:
+//      Transport::shareListener, a duplicate of the listening socket's handle with no other state), so the new
+//      communicator opens no listening socket and the addresses in this communicator's PeerInfo table (which every
+//      rank keeps: links_.ctx.peers) reach it. The listener lives while any communicator on it does, so the parent
+//      may be destroyed first. A hello reaches the communicator whose secret it shows (accept_loop.hpp): the new
+//      one's is this one's mixed with the split epoch and the color (splitSecret), so siblings never take each
+//      other's dials;
+//   2. the ranks all-gather (color, key) over this communicator's connections: 16 bytes per rank. A transport that
+//      cannot share its listener (ucx) gets a new one; only then (any rank says so in its entry) a second
+//      all-gather carries the new listeners' addresses (kMaxAddresses x 64 bytes per rank);
+//   3. every rank computes the members of its color from the same table, and their PeerInfo from this
+//      communicator's (childPeerInfo), and the new communicator connects on first use like any other, with the
+//      parent's measured costs.
+// The connections themselves are not shared with the parent: ARCHITECTURE.md (Split) says why and what it would
+// take. A rank with COLLIE_SPLIT_NOCOLOR takes part in the all-gathers and gets no communicator.
+#include <algorithm>
+#include <array>
+#include <cstring>
+
+#include "base/errors.hpp"
+#include "base/log.hpp"
+#include "core/communicator.hpp"
+#include "core/group.hpp"
+
+namespace collie::core {
+namespace {
+
+/// One rank's part of split's all-gather (int32 x 4). The magic tells a split's entry from another AllGather of
+/// the same shape that a rank called instead (its fingerprint would match).
+struct SplitEntry {
+  static constexpr int32_t kMagic = 0x53504c54;  // "SPLT"
+  int32_t magic;
+  int32_t color;
+  int32_t key;
+  int32_t freshAddresses;  ///< 1: this rank made new listeners (a transport that cannot share): exchange addresses
+};
+static_assert(sizeof(SplitEntry) == 4 * sizeof(int32_t));
+
+using AddressSet = std::array<transport::TransportAddress, transport::PeerInfo::kMaxAddresses>;
+
+}  // namespace
+
+std::unique_ptr<CommImpl> CommImpl::split(int color, int key, const Options& options) {
+  COLLIE_ARG_CHECK(color >= 0 || color == COLLIE_SPLIT_NOCOLOR,
+                   "color=%d: expected a non-negative color or COLLIE_SPLIT_NOCOLOR", color);
+  COLLIE_USAGE_CHECK(!inGroup(), "split called inside a group");
+  COLLIE_INTERNAL_CHECK(static_cast<int>(links_.ctx.peers.size()) == nranks_,
+                        "%s rank %d: no PeerInfo table to split from", name_.c_str(), rank_);
+  const int epoch = splitCount_++;
+  ChildTransports transports;
+  transport::PeerInfo fresh;  // the addresses of new listeners, for transports that cannot share theirs
+  if (color != COLLIE_SPLIT_NOCOLOR) transports = childTransports(links_.transports, &fresh);
+  const bool mineFresh = std::any_of(std::begin(fresh.addresses), std::end(fresh.addresses),
+                                     [](const transport::TransportAddress& a) { return a.kind != 0; });
+
+  const SplitEntry mine{SplitEntry::kMagic, color, key, mineFresh ? 1 : 0};
+  std::vector<SplitEntry> all(static_cast<size_t>(nranks_));
+  OpDesc op;
+  op.coll = algorithms::Collective::AllGather;
+  op.send = &mine;
+  op.recv = all.data();
+  op.count = 4;
+  op.type = DataType::Int32;
+  run(op);
+  bool exchange = false;
+  for (int r = 0; r < nranks_; ++r) {
+    const SplitEntry& e = all[static_cast<size_t>(r)];
+    COLLIE_ENFORCE(e.magic == SplitEntry::kMagic, ErrorCode::InvalidUsage,
+                   "%s rank %d: split's all-gather got no split entry from rank %d (it called another "
+                   "AllGather(int32, 4) instead of split: every rank must call split)",
+                   name_.c_str(), rank_, r);
+    exchange |= e.freshAddresses != 0;
+  }
+  std::vector<AddressSet> addresses;
+  if (exchange) {  // only where a transport cannot share its listener (ucx): O(N) bytes per rank still
+    AddressSet myAddresses;
+    std::copy(std::begin(fresh.addresses), std::end(fresh.addresses), myAddresses.begin());
+    addresses.resize(static_cast<size_t>(nranks_));
+    op.send = &myAddresses;
+    op.recv = addresses.data();
+    op.count = sizeof(AddressSet);
+    op.type = DataType::Uint8;
+    run(op);
+  }
+  if (color == COLLIE_SPLIT_NOCOLOR) return nullptr;
+
+  std::vector<int> members;  // old ranks, in new-rank order
+  for (int r = 0; r < nranks_; ++r)
+    if (all[static_cast<size_t>(r)].color == color) members.push_back(r);
+  std::stable_sort(members.begin(), members.end(),
+                   [&](int a, int b) { return all[static_cast<size_t>(a)].key < all[static_cast<size_t>(b)].key; });
+  const int newSize = static_cast<int>(members.size());
+  int newRank = -1;
+  std::vector<transport::PeerInfo> peers;
+  for (int i = 0; i < newSize; ++i) {
+    const size_t old = static_cast<size_t>(members[static_cast<size_t>(i)]);
+    peers.push_back(childPeerInfo(links_.ctx.peers[old], i, transports.shared,
+                                  exchange ? addresses[old].data() : nullptr));
+    if (members[static_cast<size_t>(i)] == rank_) newRank = i;
+  }
+  Options opts = options;
+  if (opts.timeout.count() == 0) opts.timeout = timeout_;
+  if (opts.connect == ConnectMode::Default) opts.connect = connectMode_;
+  if (opts.name.empty()) opts.name = base::format("%s.split%d.color%d", name_.c_str(), epoch, color);
+  COLLIE_INFO(base::kLogInit, "%s rank %d: split %d color %d: rank %d of %d in %s (%zu listener(s) shared)",
+              name_.c_str(), rank_, epoch, color, newRank, newSize, opts.name.c_str(), transports.shared.size());
+  std::unique_ptr<CommImpl> comm(new CommImpl(newRank, newSize, opts));
+  comm->secret_ = splitSecret(secret_, epoch, color);  // a secret of its own
+  comm->links_.transports = std::move(transports.list);
+  comm->measured_ = measured_;  // the parent's measurements, for the kinds the new communicator uses
+  const std::vector<std::string> kinds = kindsInUse(comm->links_.transports, peers);
+  comm->planner_.tuner() = Tuner(measured_.modelFor(kinds), planner_.tuner().selection());
+  comm->connect(peers);
+  comm->planner_.tuner().setModel(comm->costModel(kinds));  // now that cpuShare is known
+  comm->startRecording();
+  return comm;
+}
+
+}  // namespace collie::core
