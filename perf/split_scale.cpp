@@ -130,9 +130,8 @@ int main(int argc, char** argv) {
       const int fds0 = openDescriptors();
       std::vector<std::unique_ptr<collie::Communicator>> children(static_cast<size_t>(n));
       const auto t0 = std::chrono::steady_clock::now();
-      ok = onEveryRank(n, [&](int r) {
-        children[static_cast<size_t>(r)] = parents[static_cast<size_t>(r)]->split(r % 2, n - r);
-      });
+      ok = onEveryRank(
+          n, [&](int r) { children[static_cast<size_t>(r)] = parents[static_cast<size_t>(r)]->split(r % 2, n - r); });
       ms.push_back(seconds(std::chrono::steady_clock::now() - t0) * 1e3);
       fdsSplit = static_cast<double>(openDescriptors() - fds0) / n;
       for (int color = 0; color < 2 && ok; ++color) {

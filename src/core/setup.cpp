@@ -232,8 +232,8 @@ transport::PeerInfo childPeerInfo(const transport::PeerInfo& parentEntry, int ra
   transport::PeerInfo info = parentEntry;
   info.rank = rank;
   for (transport::TransportAddress& a : info.addresses)
-    if (a.kind != 0 && std::find(shared.begin(), shared.end(), static_cast<transport::TransportKind>(a.kind)) ==
-                           shared.end())
+    if (a.kind != 0 &&
+        std::find(shared.begin(), shared.end(), static_cast<transport::TransportKind>(a.kind)) == shared.end())
       a = transport::TransportAddress{};
   for (int i = 0; fresh && i < transport::PeerInfo::kMaxAddresses; ++i)
     if (fresh[i].kind != 0)

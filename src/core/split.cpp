@@ -96,8 +96,8 @@ std::unique_ptr<CommImpl> CommImpl::split(int color, int key, const Options& opt
   std::vector<transport::PeerInfo> peers;
   for (int i = 0; i < newSize; ++i) {
     const size_t old = static_cast<size_t>(members[static_cast<size_t>(i)]);
-    peers.push_back(childPeerInfo(links_.ctx.peers[old], i, transports.shared,
-                                  exchange ? addresses[old].data() : nullptr));
+    peers.push_back(
+        childPeerInfo(links_.ctx.peers[old], i, transports.shared, exchange ? addresses[old].data() : nullptr));
     if (members[static_cast<size_t>(i)] == rank_) newRank = i;
   }
   Options opts = options;

@@ -25,7 +25,8 @@ void expectMembers(Communicator& comm, const std::vector<int>& members, int me) 
   int32_t mine = me;
   std::vector<int32_t> got(members.size(), -1);
   comm.allGather(&mine, got.data(), 1, DataType::Int32);
-  for (size_t i = 0; i < members.size(); ++i) EXPECT_EQ(got[i], members[i]) << "new rank " << i << " (old rank " << me << ")";
+  for (size_t i = 0; i < members.size(); ++i)
+    EXPECT_EQ(got[i], members[i]) << "new rank " << i << " (old rank " << me << ")";
 }
 
 void everyCollectiveChecked(Communicator& comm) {

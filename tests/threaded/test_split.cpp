@@ -65,7 +65,10 @@ TEST(Split, ColorsAndKeysRunEveryCollectiveElementByElement) {
           const int color = r % 3, key = n - r;  // sizes 3, 2, 2; new ranks count the old ones down
           auto sub = comm.split(color, key);
           ASSERT_NE(sub, nullptr);
-          expectMembers(*sub, membersOf(n, r, [](int q) { return q % 3; }, [n](int q) { return n - q; }), r);
+          expectMembers(*sub,
+                        membersOf(
+                            n, r, [](int q) { return q % 3; }, [n](int q) { return n - q; }),
+                        r);
           everyCollectiveChecked(*sub);
           EXPECT_EQ(sub->lastCall().transport, expectedTransport());
           checkCase(comm, Coll::AllReduce, DataType::Int32, ReduceOp::Sum, 1001, false, 0);  // the parent still works
@@ -90,9 +93,11 @@ TEST(Split, NestedSplitsAndNoColorRanks) {
           ASSERT_NE(again, nullptr);
           EXPECT_EQ(again->rank(), quarter->rank());
           // Old ranks seen through three levels (an AllGather of them), and a large AllReduce.
-          const std::vector<int> halfMembers = membersOf(8, r, [](int q) { return q % 2; }, [](int q) { return q; });
+          const std::vector<int> halfMembers = membersOf(
+              8, r, [](int q) { return q % 2; }, [](int q) { return q; });
           std::vector<int> pair;  // old ranks of the quarter: the half's ranks by pairs, reversed
-          for (int h : membersOf(4, half->rank(), [](int q) { return q / 2; }, [](int q) { return -q; }))
+          for (int h : membersOf(
+                   4, half->rank(), [](int q) { return q / 2; }, [](int q) { return -q; }))
             pair.push_back(halfMembers[static_cast<size_t>(h)]);
           expectMembers(*again, pair, r);
           checkCase(*again, Coll::AllReduce, DataType::Float32, ReduceOp::Sum, 100003, false, 0);
@@ -228,7 +233,8 @@ TEST(Split, ARankCallingSomethingElseFailsEveryRankInsteadOfHanging) {
           EXPECT_NE(errors[static_cast<size_t>(r)].find("no split entry from rank 3"), std::string::npos)
               << errors[static_cast<size_t>(r)];
         else
-          EXPECT_NE(errors[static_cast<size_t>(r)].find("AllReduce(uint8, max"), std::string::npos) << errors[static_cast<size_t>(r)];
+          EXPECT_NE(errors[static_cast<size_t>(r)].find("AllReduce(uint8, max"), std::string::npos)
+              << errors[static_cast<size_t>(r)];
       }
     }
   });
