@@ -129,9 +129,11 @@ TEST_P(SplitProc, TheChildOpensNoListenerAndLeaksNoDescriptor) {
         first.reset();
         comm.barrier();  // and the barrier's
         const long before = base::fdUsage().open;
+        const int listening = listeningSockets();
         auto child = comm.split(comm.rank() % 2, 0);
         ASSERT_NE(child, nullptr);
         const long opened = base::fdUsage().open - before;
+        EXPECT_EQ(listeningSockets(), listening) << "the split opened a listening socket";
         comm.barrier();  // every rank has counted before a peer's first call on its child dials this rank
         EXPECT_LE(opened, 2) << "the child's poller (epoll, eventfd) and no listener";
         checkCase(*child, Coll::AllReduce, DataType::Int32, ReduceOp::Sum, 4099, false, 0);

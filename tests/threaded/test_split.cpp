@@ -184,8 +184,10 @@ TEST(Split, TheChildOpensNoListenerAndLeaksNoDescriptor) {
     children.clear();
     children.resize(n);
     const long before = base::fdUsage().open;
+    const int listening = listeningSockets();
     splitAll(children);
     const long afterSplit = base::fdUsage().open;
+    EXPECT_EQ(listeningSockets(), listening) << "a split opened a listening socket";
     for (auto& c : children) ASSERT_NE(c, nullptr);
     EXPECT_LE(afterSplit - before, 2 * n) << "descriptors the split took, all ranks (at most the pollers' 2 each)";
     ThreadLauncher::runOn(children, [](Communicator& child) {

@@ -11,8 +11,10 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
+#include <deque>
 #include <string>
 #include <thread>
 #include <vector>
@@ -283,6 +285,69 @@ std::vector<Case> allCases() {
 }
 
 INSTANTIATE_TEST_SUITE_P(Doors, StrangerFlood, ::testing::ValuesIn(allCases()), caseName);
+
+// ---- a stream of wrong-secret hellos while real peers connect -----------------------------------------------------
+
+// A well-formed hello with a wrong secret is held kHelloWait (a peer's communicator may not be made yet) before it is
+// refused. A stranger that keeps sending them, impersonating rank 2 to rank 0, fills rank 0's queue of waiting
+// connections (kMaxUnverified) for as long as it goes on: each new one evicts the oldest, after a last look for its
+// hello. A real peer's hello is on its socket right after its connect, so the last look finds it even when its
+// connection was accepted first; nothing of a held stranger blocks the others. The real peers must connect within
+// their timeout while the stream runs, and every stranger be refused.
+class StrangerStream : public ::testing::TestWithParam<Door> {};
+
+TEST_P(StrangerStream, RealPeersConnectWhileWrongSecretHellosKeepComing) {
+  const Door door = GetParam();
+  testing::Cluster cluster(
+      3, [door] { return makeTransport(door); }, 10s);
+  const PeerInfo& target = cluster.ranks[0]->ctx.peers[0];
+  const std::vector<uint8_t> hello = strangerBytes(door, Kind::WrongSecret, 0);
+  std::atomic<bool> stop{false};
+  std::atomic<int> opened{0};
+  Strangers last;  // the most recent ones, still open when the stream stops
+  ::testing::internal::CaptureStderr();
+  std::thread stream([&] {
+    std::deque<int> open;
+    while (!stop.load()) {
+      int fd = door == Door::Tcp ? dialTcp(transport::TcpTransport::addressOf(target))
+                                 : dialShm(transport::ShmTransport::addressOf(target));
+      if (fd < 0) break;
+      EXPECT_EQ(::send(fd, hello.data(), hello.size(), MSG_NOSIGNAL), static_cast<ssize_t>(hello.size()));
+      open.push_back(fd);
+      opened++;
+      if (open.size() > 2 * transport::handshake::kMaxUnverified) {  // rank 0 closed these long ago
+        ::close(open.front());
+        open.pop_front();
+      }
+      std::this_thread::sleep_for(1ms);  // about 1000 a second: the queue stays full
+    }
+    last.fds.assign(open.begin(), open.end());
+  });
+  while (opened.load() < static_cast<int>(transport::handshake::kMaxUnverified) + 20) std::this_thread::sleep_for(1ms);
+  const auto t0 = Clock::now();
+  try {
+    cluster.connectAll();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "the real peers did not connect: " << e.what();
+  }
+  const double seconds = secondsSince(t0);
+  stop = true;
+  stream.join();
+  const int closed = last.closedWithin(transport::handshake::kHelloWait + 3s);
+  std::string log = ::testing::internal::GetCapturedStderr();
+  std::printf("%s listener: 3 ranks connected in %.3f s while %d wrong-secret strangers came\n",
+              door == Door::Tcp ? "tcp" : "shm", seconds, opened.load());
+  EXPECT_LT(seconds, 10.0) << "the connect's timeout";
+  EXPECT_EQ(closed, static_cast<int>(last.fds.size())) << "strangers left open";
+  EXPECT_NE(log.find("wrong magic or secret"), std::string::npos) << log.substr(0, 2000);
+  EXPECT_NE(log.find("to make room"), std::string::npos) << "the cap on waiting connections did not act";
+  testing::exchange(cluster, {1, 4097});
+}
+
+INSTANTIATE_TEST_SUITE_P(Listeners, StrangerStream, ::testing::Values(Door::Tcp, Door::Shm),
+                         [](const ::testing::TestParamInfo<Door>& info) {
+                           return std::string(info.param == Door::Tcp ? "Tcp" : "Shm");
+                         });
 
 // ---- a connection that never speaks is closed after kHelloWait, while init goes on -------------------------------
 
