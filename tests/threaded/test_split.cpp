@@ -5,6 +5,7 @@
 //   - a split of a split of a split, and COLLIE_SPLIT_NOCOLOR ranks getting none;
 //   - the parent destroyed right after split, before the child's first call (the child's connections are made
 //     after, through the listeners it shares with the parent), and a split of that child;
+//   - a parent that fails after the split: the child works, a split of the failed parent reports its failure;
 //   - parent and child used at once from two threads of every rank;
 //   - descriptors: a split opens no listening socket (the child shares the parent's listeners), only its poller's
 //     two, and destroying the child gives back every descriptor it took;
@@ -143,6 +144,34 @@ TEST(Split, ParentDestroyedBeforeTheChildsFirstCall) {
       EXPECT_EQ(grandchild->rank(), child.size() - 1 - child.rank());
       checkCase(*grandchild, Coll::AllToAll, DataType::Int32, ReduceOp::Sum, 257, false, 0);
     });
+  });
+}
+
+// A parent that fails after the split (here a mismatched call, which closes or poisons its connections and makes it
+// refuse dials from then on) takes nothing of the child with it: the child's first calls connect through the
+// listeners they share, to the child's own desks. A split of the failed parent reports the parent's failure at once.
+TEST(Split, AFailedParentLeavesTheChildWorkingAndRefusesToSplitAgain) {
+  overShmAndTcp([] {
+    ThreadLauncher::run(
+        6,
+        [](Communicator& comm) {
+          const int r = comm.rank();
+          auto child = comm.split(r % 2, r);
+          ASSERT_NE(child, nullptr);
+          std::vector<int32_t> v(r == 0 ? 5 : 6, 1);  // rank 0 passes another count: a mismatch
+          EXPECT_THROW(comm.allReduce(v.data(), v.data(), v.size(), DataType::Int32, ReduceOp::Sum), Error);
+          EXPECT_NE(comm.asyncError(), ErrorCode::Success) << "rank " << r << ": the parent did not fail";
+          try {
+            comm.split(0, r);
+            ADD_FAILURE() << "rank " << r << ": a failed parent split";
+          } catch (const Error& e) {
+            EXPECT_NE(std::string(e.what()).find("mismatched calls"), std::string::npos) << e.what();
+          }
+          EXPECT_EQ(child->connectedPeers(), 0);
+          everyCollectiveChecked(*child);
+          EXPECT_EQ(child->lastCall().transport, expectedTransport());
+        },
+        splitOptions(10s));
   });
 }
 
