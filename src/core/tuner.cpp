@@ -240,23 +240,37 @@ double estimate(const CostModel& model, const CostTerms& t) {
 }
 
 namespace {
-// Halving-doubling AllReduce across hosts, round by round (HostShape::rhdCrossings): a round whose pairs stay
-// inside their hosts costs intra's alpha and beta; one that leaves a host costs inter's alpha, and its bytes
-// inter's beta times the participants of one host that cross at once. `flat` prices the folding of extra ranks.
-double rhdAcrossHosts(const CostModel& m, const CostModel& flat, int nranks, size_t bytes) {
+// Halving-doubling across hosts, round by round (HostShape::rhdCrossings): a round whose pairs stay inside their
+// hosts costs intra's alpha and beta; one that leaves a host costs inter's alpha, and its bytes inter's beta times
+// the participants of one host that cross at once. The round at distance d moves d/p of the whole buffer each way
+// (AllReduce: `bytes`; AllGather, ReduceScatter: the n blocks of `bytes`); AllReduce runs every round twice
+// (reduce-scatter, then all-gather). `flat` prices the folding of extra ranks.
+// A round that leaves the hosts moves its pieces at once: up to about 10 ms of a host port's rate passes as a burst
+// (tbf's burst on the test bed, a switch's buffers on a network); beyond that, measured on the test bed, the
+// round's streams reach 0.8-0.85 of the rate that the hierarchical algorithm's pipelined ring sustains on the same
+// ports (AllReduce 4 hosts x 2 ranks, 4-64 MiB: hier 1.18-1.25x faster than halving-doubling, 2 MiB and below
+// alike; RESULTS.md). The simulator's ports have no such limit.
+constexpr double kPortBurstSeconds = 10e-3;
+constexpr double kCrossingRoundRate = 0.85;
+double rhdAcrossHosts(const CostModel& m, const CostModel& flat, Collective coll, int nranks, size_t bytes) {
   const algorithms::patterns::HalvingDoubling hd(nranks);
-  const double S = static_cast<double>(bytes), p = hd.pof2;
-  double t = (p - 1) / p * S * m.gamma;
+  const bool allReduce = coll == Collective::AllReduce;
+  const double S = static_cast<double>(bytes) * (allReduce ? 1 : nranks), p = hd.pof2, times = allReduce ? 2 : 1;
+  const double cpu = allReduce ? 1 : 0;  // the CPU term is AllReduce's (costTerms)
+  double t = coll == Collective::AllGather ? 0 : (p - 1) / p * S * m.gamma;
   int round = 0;
   for (int d = hd.pof2 / 2; d >= 1; d /= 2, ++round) {
     const size_t k = static_cast<size_t>(round);
     const int crossing = k < m.shape.rhdCrossings.size() ? m.shape.rhdCrossings[k] : m.shape.maxLocal;
-    const double piece = S * d / p;  // each way, in the reduce-scatter round and again in the all-gather round
+    const double piece = S * d / p;
     const LinkCost& link = crossing > 0 ? m.inter : m.intra;
-    t += 2 * (link.alpha + piece * link.beta * std::max(1, crossing) + m.queuedCpu(1, link.gap));
+    const double port = piece * link.beta * std::max(1, crossing);  // the host port's time for the round
+    const double slower = crossing > 0 ? std::max(0.0, port - kPortBurstSeconds) * (1 / kCrossingRoundRate - 1) : 0;
+    t += times * (link.alpha + port + slower + cpu * m.queuedCpu(1, link.gap));
   }
-  if (hd.extra > 0)  // fold in, result back
-    t += 2 * flat.link.alpha + 2 * S * flat.link.beta + S * m.gamma + m.queuedCpu(2, flat.link.gap);
+  if (hd.extra > 0)  // fold in (AllGather: a block), result back (ReduceScatter: a block)
+    t += 2 * flat.link.alpha + (allReduce ? 2 * S : S + S / nranks) * flat.link.beta +
+         (coll == Collective::AllGather ? 0 : S) * m.gamma + cpu * m.queuedCpu(2, flat.link.gap);
   return t;
 }
 }  // namespace
@@ -454,13 +468,14 @@ double Tuner::cost(Collective coll, Algorithm algo, int nranks, size_t bytes) co
   if (model_.shape.hosts <= 1) return estimate(model_, terms);
   // A flat algorithm across hosts: its hops pay the network's latency, and the streams that leave a host at once
   // share that host's link.
+  // A byte costs the host link's share or the CPU's copy (intra's beta, scaled by the ranks per CPU), whichever is
+  // dearer; not the network's beta scaled by ranks per CPU (shareCpus: a rank's CPU outpaces the network).
   const double share = algo == Algorithm::Ring ? std::max(1, model_.shape.ringCrossings) : model_.shape.maxLocal;
   CostModel flat = model_;
   flat.link.alpha = std::max(model_.link.alpha, model_.inter.alpha);
-  flat.link.beta = std::max(model_.link.beta, model_.inter.beta * share);
+  flat.link.beta = std::max(model_.intra.beta, model_.inter.beta * share);
   flat.link.gap = std::max(model_.link.gap, model_.inter.gap);
-  if (algo == Algorithm::HalvingDoubling && coll == Collective::AllReduce)
-    return rhdAcrossHosts(model_, flat, nranks, bytes);
+  if (algo == Algorithm::HalvingDoubling) return rhdAcrossHosts(model_, flat, coll, nranks, bytes);
   return estimate(flat, terms);
 }
 

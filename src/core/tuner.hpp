@@ -20,8 +20,10 @@
 // `inter` between hosts, each measured at init by one pair of ranks (calibrate.cpp). The ranks of a host share its
 // network link: a flat algorithm's bytes cost inter's beta times the streams that leave one host at once (the flat
 // ring's crossings of the host boundary, and each halving-doubling round's, measured on the layout; every rank of the
-// host for the others); a halving-doubling round whose pairs all stay inside their hosts costs intra's alpha and beta;
-// the hierarchical algorithm's phases cost intra inside a host and inter (times the ranks of a host, each carrying its
+// host for the others; the CPU's copy, intra's beta, where that is dearer); a halving-doubling round (AllReduce,
+// AllGather, ReduceScatter) whose pairs all stay inside their hosts costs intra's alpha and beta, one that leaves them
+// moves its pieces at once and, beyond a port's burst, gets less of its rate than a pipelined ring (measured); the
+// hierarchical algorithm's phases cost intra inside a host and inter (times the ranks of a host, each carrying its
 // shards) between hosts (hierarchicalSeconds).
 //
 // Every choice depends only on what all ranks agree on (collective, nranks, bytes, the cost model that rank 0
