@@ -4,8 +4,8 @@
 //   device_stager.hpp   device buffers staged through pinned host memory
 //   progress_queue.hpp  call order, the progress thread and WorkState
 //   planner.hpp         tuner + schedule cache -> executor jobs, and the CallInfo record
-// This file keeps what ties them together: a call's path through them, the failure state, barrier, split and
-// abort; shrink.cpp makes the communicator of the survivors after a failure.
+// This file keeps what ties them together: a call's path through them, the failure state, barrier and abort;
+// split.cpp and shrink.cpp make new communicators from this one's listeners and PeerInfo table.
 #pragma once
 
 #include <array>
