@@ -8,7 +8,8 @@
 //
 //   split_scale --ranks 8,64 [--count 1024] [--repeat 3]
 // prints one line per rank count: ranks, split ms (median of --repeat), child fds/rank after split, after an
-// AllReduce, and left after destroying the child.
+// AllReduce, and left after destroying the child; the children's first AllReduce (which connects them) and second
+// (ms, both colors one after the other).
 #include <dirent.h>
 
 #include <algorithm>
@@ -107,7 +108,8 @@ int main(int argc, char** argv) {
   printf("# transport: %s; COLLIE_CONNECT=%s; split by parity; AllReduce of %zu int32; median of %d\n",
          shm && strcmp(shm, "1") == 0 ? "tcp (COLLIE_SHM_DISABLE=1)" : "shm",
          getenv("COLLIE_CONNECT") ? getenv("COLLIE_CONNECT") : "(default)", count, repeat);
-  printf("%6s %10s %16s %16s %14s\n", "ranks", "split_ms", "child_fds/rank", "child_fds/r_AR", "left_fds/rank");
+  printf("%6s %10s %16s %16s %14s %13s %13s\n", "ranks", "split_ms", "child_fds/rank", "child_fds/r_AR",
+         "left_fds/rank", "first_AR_ms", "second_AR_ms");
   int failures = 0;
   for (int n : sizes) {
     collie::Options options;
@@ -124,7 +126,7 @@ int main(int argc, char** argv) {
     std::vector<int> all(static_cast<size_t>(n));
     for (int r = 0; r < n; ++r) all[static_cast<size_t>(r)] = r;
     bool ok = allReduceChecked(parents, all, count);
-    std::vector<double> ms;
+    std::vector<double> ms, firstMs, secondMs;  // split; the children's first and second AllReduce (both colors)
     double fdsSplit = 0, fdsAr = 0, fdsLeft = 0;
     for (int it = 0; it < repeat && ok; ++it) {
       const int fds0 = openDescriptors();
@@ -134,27 +136,37 @@ int main(int argc, char** argv) {
           n, [&](int r) { children[static_cast<size_t>(r)] = parents[static_cast<size_t>(r)]->split(r % 2, n - r); });
       ms.push_back(seconds(std::chrono::steady_clock::now() - t0) * 1e3);
       fdsSplit = static_cast<double>(openDescriptors() - fds0) / n;
-      for (int color = 0; color < 2 && ok; ++color) {
-        std::vector<std::unique_ptr<collie::Communicator>> group;
-        std::vector<int> old;
-        for (int r = n - 1; r >= 0; --r)
-          if (r % 2 == color) {
-            group.push_back(std::move(children[static_cast<size_t>(r)]));
-            old.push_back(r);
-          }
-        ok = allReduceChecked(group, old, count);
-        for (size_t i = 0; i < group.size(); ++i) children[static_cast<size_t>(old[i])] = std::move(group[i]);
+      // The children's first AllReduce connects their peers; the second runs on those connections: the
+      // difference is what making a child's connections costs (what sharing the parent's would save).
+      for (int pass = 0; pass < 2 && ok; ++pass) {
+        const auto a0 = std::chrono::steady_clock::now();
+        for (int color = 0; color < 2 && ok; ++color) {
+          std::vector<std::unique_ptr<collie::Communicator>> group;
+          std::vector<int> old;
+          for (int r = n - 1; r >= 0; --r)
+            if (r % 2 == color) {
+              group.push_back(std::move(children[static_cast<size_t>(r)]));
+              old.push_back(r);
+            }
+          ok = allReduceChecked(group, old, count);
+          for (size_t i = 0; i < group.size(); ++i) children[static_cast<size_t>(old[i])] = std::move(group[i]);
+        }
+        (pass == 0 ? firstMs : secondMs).push_back(seconds(std::chrono::steady_clock::now() - a0) * 1e3);
       }
       fdsAr = static_cast<double>(openDescriptors() - fds0) / n;
       children.clear();
       fdsLeft = static_cast<double>(openDescriptors() - fds0) / n;
     }
-    std::sort(ms.begin(), ms.end());
+    auto median = [](std::vector<double>& v) {
+      std::sort(v.begin(), v.end());
+      return v.empty() ? 0.0 : v[v.size() / 2];
+    };
     if (!ok) {
       printf("%6d  FAILED\n", n);
       ++failures;
     } else {
-      printf("%6d %10.2f %16.1f %16.1f %14.1f\n", n, ms[ms.size() / 2], fdsSplit, fdsAr, fdsLeft);
+      printf("%6d %10.2f %16.1f %16.1f %14.1f %13.2f %13.2f\n", n, median(ms), fdsSplit, fdsAr, fdsLeft,
+             median(firstMs), median(secondMs));
     }
     fflush(stdout);
   }
