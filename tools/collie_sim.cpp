@@ -268,7 +268,7 @@ int main(int argc, char** argv) {
   }
 
   if (trace) {
-    Schedule s = build(algos[0], ScheduleKey{coll, traceRank, nranks, count, root}, layout);
+    Schedule s = build(algos[0], ScheduleKey{coll, traceRank, nranks, count, root, elem}, layout);
     std::printf("%s %s, %d ranks, %zu elements of %s: plan of rank %d (%zu steps", collectiveName(coll),
                 algorithmName(algos[0]), nranks, count, base::dataTypeName(type), traceRank, s.steps.size());
     if (s.scratchCount) std::printf(", scratch of %zu elements", s.scratchCount);

@@ -95,6 +95,7 @@ size_t ScheduleIdHash::operator()(const ScheduleId& id) const {
   h = h * 31 + static_cast<size_t>(s.rank);
   h = h * 31 + static_cast<size_t>(s.nranks);
   h = h * 31 + static_cast<size_t>(s.root);
+  h = h * 31 + s.elemBytes;
   return h;
 }
 

@@ -100,7 +100,8 @@ struct ScheduleKey {
   int rank = 0;
   int nranks = 1;
   size_t count = 0;
-  int root = 0;  ///< root of Broadcast/Reduce, peer of Send/Recv
+  int root = 0;          ///< root of Broadcast/Reduce, peer of Send/Recv
+  size_t elemBytes = 4;  ///< bytes per element (halving-doubling's AllReduce takes another form for small messages)
   bool operator==(const ScheduleKey&) const = default;
 };
 

@@ -68,8 +68,9 @@ const std::vector<Job>& Planner::plan(const std::vector<OpDesc>& ops) {
   jobs_.clear();
   bool prevP2P = false;
   for (const OpDesc& op : ops) {
-    const algorithms::ScheduleKey key{op.coll, rank_, nranks_, op.count, op.root};
-    const size_t bytes = op.count * base::dataTypeSize(op.type);
+    const size_t elemBytes = base::dataTypeSize(op.type);
+    const algorithms::ScheduleKey key{op.coll, rank_, nranks_, op.count, op.root, elemBytes};
+    const size_t bytes = op.count * elemBytes;
     // The tuner decides from (collective, ranks, bytes) and the schedule from the key: a repeated call with the
     // same key and element size reuses the last choice.
     if (!memo_.valid || !(memo_.key == key) || memo_.bytes != bytes) {

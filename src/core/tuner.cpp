@@ -464,8 +464,23 @@ double Tuner::cost(Collective coll, Algorithm algo, int nranks, size_t bytes) co
   int inflight = 0;
   chooseSlicing(coll, algo, model_.transport, nranks, bytes, &slice, &inflight);
   if (algo == Algorithm::Hierarchical) return hierarchicalSeconds(model_, coll, nranks, bytes, slice);
-  const CostTerms terms = costTerms(coll, algo, nranks, bytes, slice);
-  if (model_.shape.hosts <= 1) return estimate(model_, terms);
+  CostTerms terms = costTerms(coll, algo, nranks, bytes, slice);
+  if (model_.shape.hosts <= 1) {
+    // Halving-doubling's small AllReduce runs as recursive doubling (rhd.cpp): log2 p rounds of one whole message.
+    // On one host over tcp it is priced so, which makes it auto's choice where ranks share the CPUs (4 ranks on 2
+    // CPUs, 8 B-2 KiB: 22-30 us against direct's 37-54, perf/RESULTS.md). Elsewhere it keeps the price of the
+    // halving form, which overestimates it: over shm direct stays ahead (4 ranks, 8 B: 3.3 us against 4.5), and
+    // across hosts rhdAcrossHosts prices the rounds.
+    // With 2 or 3 ranks (2 participants) it is direct's one exchange, which stays the choice.
+    if (algo == Algorithm::HalvingDoubling && coll == Collective::AllReduce && model_.transport == "tcp" &&
+        nranks >= 4 && algorithms::patterns::allReduceByRecursiveDoubling(bytes)) {
+      const algorithms::patterns::HalvingDoubling hd(nranks);
+      const double rounds = algorithms::patterns::treeDepth(hd.pof2), fold = hd.extra > 0 ? 1 : 0;
+      const double S = static_cast<double>(bytes);
+      terms = {rounds + 2 * fold, (rounds + fold) * S, (rounds + fold + 1) * S, rounds + fold};  // + the first copy
+    }
+    return estimate(model_, terms);
+  }
   // A flat algorithm across hosts: its hops pay the network's latency, and the streams that leave a host at once
   // share that host's link.
   // A byte costs the host link's share or the CPU's copy (intra's beta, scaled by the ranks per CPU), whichever is

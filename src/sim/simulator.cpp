@@ -253,7 +253,7 @@ SimResult simulate(const SimOptions& o) {
   std::vector<algorithms::Schedule> schedules(static_cast<size_t>(n));
   for (int r = 0; r < n; ++r) {
     schedules[static_cast<size_t>(r)] =
-        algorithms::build(o.algo, algorithms::ScheduleKey{o.coll, r, n, o.count, o.root}, o.hosts);
+        algorithms::build(o.algo, algorithms::ScheduleKey{o.coll, r, n, o.count, o.root, elemSize}, o.hosts);
     if (o.mutate) o.mutate(r, schedules[static_cast<size_t>(r)]);
   }
   std::vector<RankBuffers> bufs(static_cast<size_t>(n));

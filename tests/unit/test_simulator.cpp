@@ -244,13 +244,24 @@ SimResult timed(Collective coll, Algorithm algo, int n, size_t count, sim::Memor
 TEST(SimulatorTime, LatencyOnlyCountsHops) {
   sim::MemoryCost alphaOnly{1e-6, 0, 0, 0};
   const double us = 1e-6;
-  // Ring: 2(n-1) hops; tree: up and down its depth (log2 8 = 3) in parallel on both trees; rhd: 2 log2 n rounds.
+  // Ring: 2(n-1) hops; tree: up and down its depth (log2 8 = 3) in parallel on both trees; rhd: 2 log2 n rounds
+  // (above 2 KiB: 1024 floats a rank).
   EXPECT_NEAR(timed(Collective::AllReduce, Algorithm::Ring, 8, 8 * 16, alphaOnly, 1 << 20).seconds, 14 * us, 1e-9);
   EXPECT_NEAR(timed(Collective::AllReduce, Algorithm::Tree, 8, 8 * 16, alphaOnly, 1 << 20).seconds, 6 * us, 1e-9);
-  EXPECT_NEAR(timed(Collective::AllReduce, Algorithm::HalvingDoubling, 8, 8 * 16, alphaOnly, 1 << 20).seconds, 6 * us,
+  EXPECT_NEAR(timed(Collective::AllReduce, Algorithm::HalvingDoubling, 8, 8 * 1024, alphaOnly, 1 << 20).seconds, 6 * us,
               1e-9);
   // Folding adds one hop in and one out.
-  EXPECT_NEAR(timed(Collective::AllReduce, Algorithm::HalvingDoubling, 6, 64, alphaOnly, 1 << 20).seconds, 6 * us,
+  EXPECT_NEAR(timed(Collective::AllReduce, Algorithm::HalvingDoubling, 6, 1024, alphaOnly, 1 << 20).seconds, 6 * us,
+              1e-9);
+  // Up to 2 KiB rhd is recursive doubling: log2 n rounds. With 6 ranks the participants that absorb no extra rank
+  // start a hop early, so the result reaches the extra ranks after 3 hops, not 4.
+  EXPECT_NEAR(timed(Collective::AllReduce, Algorithm::HalvingDoubling, 8, 8 * 16, alphaOnly, 1 << 20).seconds, 3 * us,
+              1e-9);
+  EXPECT_NEAR(timed(Collective::AllReduce, Algorithm::HalvingDoubling, 8, 512, alphaOnly, 1 << 20).seconds, 3 * us,
+              1e-9);
+  EXPECT_NEAR(timed(Collective::AllReduce, Algorithm::HalvingDoubling, 8, 513, alphaOnly, 1 << 20).seconds, 6 * us,
+              1e-9);
+  EXPECT_NEAR(timed(Collective::AllReduce, Algorithm::HalvingDoubling, 6, 64, alphaOnly, 1 << 20).seconds, 3 * us,
               1e-9);
   // A chain broadcast of one slice: n-1 hops.
   EXPECT_NEAR(timed(Collective::Broadcast, Algorithm::Ring, 10, 64, alphaOnly, 1 << 20).seconds, 9 * us, 1e-9);

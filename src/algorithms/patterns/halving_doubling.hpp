@@ -9,9 +9,19 @@
 // d = p/2, p/4, ..., 1: the participants of [lo, hi) split it in halves, the one whose bit d is clear keeps
 // the lower half, so after the last round v holds piece v. Recursive doubling (all-gather) goes d = 1, 2, ...,
 // p/2 and unites the halves again.
+//
+// A small AllReduce (allReduceByRecursiveDoubling) skips the halving: in each round d = 1, 2, ..., p/2 participant v
+// sends its whole partial sum to v ^ d and adds the partner's, so log2 p rounds of one message each instead of
+// 2 log2 p (MPICH's rule for messages of up to 2 KiB).
 #pragma once
 
+#include <cstddef>
+
 namespace collie::algorithms::patterns {
+
+/// Largest AllReduce (bytes) that halving-doubling runs as recursive doubling (rhd.cpp; the tuner prices it so).
+inline constexpr size_t kRecursiveDoublingMaxBytes = 2048;
+inline bool allReduceByRecursiveDoubling(size_t bytes) { return bytes <= kRecursiveDoublingMaxBytes; }
 
 inline int largestPowerOfTwoAtMost(int n) {
   int p = 1;
