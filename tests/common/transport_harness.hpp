@@ -41,13 +41,34 @@ inline void runRanks(int n, const std::function<void(int)>& fn) {
   if (first) std::rethrow_exception(first);
 }
 
-/// One rank of a Cluster.
+/// One rank of a Cluster (or of a test that makes its ranks in separate processes).
 struct TransportRank {
   base::Poller poller;  // first: outlives the transport and the connections
   std::unique_ptr<transport::Transport> transport;
   transport::CommContext ctx;
   std::vector<std::unique_ptr<transport::Connection>> conns;  ///< indexed by peer rank (null for self)
   int longSleeps = 0;                                         ///< waits that ran into their (long) timeout
+
+  /// Makes the transport and listens as rank r (all ranks on one host); returns what it published.
+  template <typename Factory>
+  transport::PeerInfo listenAs(int r, const Factory& make) {
+    transport::PeerInfo info;
+    info.rank = r;
+    info.hostHash = 42;
+    transport = make();
+    transport->listen(info);
+    return info;
+  }
+  /// The context of rank r among `infos`, with the test secret.
+  void setContext(int r, const std::vector<transport::PeerInfo>& infos, std::chrono::milliseconds timeout) {
+    ctx.rank = r;
+    ctx.nranks = static_cast<int>(infos.size());
+    ctx.peers = infos;
+    for (int i = 0; i < 16; ++i) ctx.secret[i] = static_cast<uint8_t>(0xA0 + i);
+    ctx.name = "test";
+    ctx.timeout = timeout;
+    ctx.poller = &poller;
+  }
 };
 
 /// n ranks (threads of this process) of one transport kind, listening, with a shared secret and PeerInfo table
@@ -59,23 +80,10 @@ struct Cluster {
   explicit Cluster(int n, const Factory& make, std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
     std::vector<transport::PeerInfo> infos(static_cast<size_t>(n));
     for (int r = 0; r < n; ++r) {
-      auto rank = std::make_unique<TransportRank>();
-      rank->transport = make();
-      infos[r].rank = r;
-      infos[r].hostHash = 42;
-      rank->transport->listen(infos[r]);
-      ranks.push_back(std::move(rank));
+      ranks.push_back(std::make_unique<TransportRank>());
+      infos[r] = ranks.back()->listenAs(r, make);
     }
-    for (int r = 0; r < n; ++r) {
-      transport::CommContext& ctx = ranks[r]->ctx;
-      ctx.rank = r;
-      ctx.nranks = n;
-      ctx.peers = infos;
-      for (int i = 0; i < 16; ++i) ctx.secret[i] = static_cast<uint8_t>(0xA0 + i);
-      ctx.name = "test";
-      ctx.timeout = timeout;
-      ctx.poller = &ranks[r]->poller;
-    }
+    for (int r = 0; r < n; ++r) ranks[r]->setContext(r, infos, timeout);
   }
 
   /// Every rank connects to every other rank (and itself, which gives a self connection that is dropped).
