@@ -42,6 +42,27 @@ void Poller::removeSleepHook(SleepHook* hook) {
   hooks_.erase(std::remove(hooks_.begin(), hooks_.end(), hook), hooks_.end());
 }
 
+namespace {
+// Reads the eventfd (wakeFd) if it is among the events epoll_wait returned.
+void drainWake(int eventFd, const epoll_event* events, int n) {
+  for (int i = 0; i < n; ++i) {
+    if (events[i].data.fd == eventFd) {
+      uint64_t drained;
+      while (read(eventFd, &drained, sizeof(drained)) > 0) {
+      }
+    }
+  }
+}
+}  // namespace
+
+bool Poller::readyNow() {
+  epoll_event events[32];
+  const int n = epoll_wait(epollFd_, events, 32, 0);
+  if (n < 0 && errno != EINTR) COLLIE_SYSCHECK(n, "epoll_wait");
+  drainWake(eventFd_, events, n);
+  return n != 0;
+}
+
 void Poller::wait(std::chrono::microseconds timeout) {
   // Every hook announces the sleep and re-checks; one that finds work cancels the sleep (the hooks already
   // prepared are finished all the same).
@@ -60,13 +81,7 @@ void Poller::wait(std::chrono::microseconds timeout) {
   int ms = static_cast<int>((timeout.count() + 999) / 1000);
   int n = epoll_wait(epollFd_, events, 32, ms < 0 ? 0 : ms);
   if (n < 0 && errno != EINTR) COLLIE_SYSCHECK(n, "epoll_wait");
-  for (int i = 0; i < n; ++i) {
-    if (events[i].data.fd == eventFd_) {
-      uint64_t drained;
-      while (read(eventFd_, &drained, sizeof(drained)) > 0) {
-      }
-    }
-  }
+  drainWake(eventFd_, events, n);
 }
 
 void Poller::wake() {

@@ -42,6 +42,9 @@ class Poller {
   /// Sleeps until a registered fd becomes ready, wake() is called, the wake fd is written, or the timeout
   /// passes. Returns at once when a SleepHook finds work.
   void wait(std::chrono::microseconds timeout);
+  /// Whether a registered fd became ready, or wake() was called, since the last wait() or readyNow(), without
+  /// sleeping (epoll_wait with no timeout; the readiness is taken, as wait() takes it). Runs no SleepHook.
+  bool readyNow();
   /// Ends a current or the next wait() at once.
   void wake();
   /// The eventfd that ends a wait() when 8 bytes (any non-zero count) are written to it, from any process

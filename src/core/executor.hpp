@@ -73,7 +73,10 @@ class Executor {
   ~Executor();
 
   /// Gives the executor the connection to `peer` made after it was constructed (lazy connection); between runs.
-  void setConnection(int peer, transport::Connection* conn) { conns_[static_cast<size_t>(peer)] = conn; }
+  void setConnection(int peer, transport::Connection* conn) {
+    conns_[static_cast<size_t>(peer)] = conn;
+    waitOnPoller_ = false;  // until the next run's peers are looked at again
+  }
 
   /// Runs the jobs to completion. Throws collie::Error on failure (the connections are then unusable).
   void run(std::span<const Job> jobs, const ExecConfig& config);
@@ -134,6 +137,7 @@ class Executor {
   Job prepared_;                                       // the last run's single job (schedule null: none)
   bool small_ = false;                                 // the current run takes stepSmall (smallEligible)
   std::vector<int> activePeers_;
+  bool waitOnPoller_ = false;  // every active peer's connection is announcedByPoller (run(): how idle passes wait)
   std::vector<uint8_t> peerMark_;
   std::vector<char*> freeSlots_;
   std::vector<char*> allSlots_;

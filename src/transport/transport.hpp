@@ -105,6 +105,10 @@ class Connection {
   virtual bool progress() = 0;
   /// True while any posted transfer is incomplete.
   virtual bool busy() const = 0;
+  /// True when everything that lets progress() move on is announced by an edge of the poller it was given (tcp:
+  /// its sockets, registered edge-triggered): a waiting executor may then ask the poller instead of calling
+  /// progress() again (base::Poller::readyNow).
+  virtual bool announcedByPoller() const { return false; }
   /// Closes the connection; the peer sees the connection go away. Idempotent.
   virtual void close() = 0;
   /// Called by the executor while it waits on this connection with nothing moving (about once a second, never on

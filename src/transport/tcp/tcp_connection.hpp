@@ -34,6 +34,7 @@ class TcpConnection final : public Connection {
   /// Tries every socket with pending parts until the kernel would block; true if anything moved.
   bool progress() override;
   bool busy() const override { return pending_ > 0; }
+  bool announcedByPoller() const override { return poller_ != nullptr; }
   void close() override;
   void checkAlive() override;
   /// Peeks (MSG_PEEK) at the header of the next message on the socket that carries it (all or part of it).
