@@ -53,6 +53,10 @@ class AcceptLoop {
   /// With mu held: the listeners or their desks changed; the loop rebuilds its poll set and offers held hellos.
   void changed() {
     ++generation_;
+    wake();
+  }
+  /// Any thread, no lock: the loop starts a new round (Listener::add's desks are adopted at its start).
+  void wake() {
     const uint64_t one = 1;
     [[maybe_unused]] ssize_t n = ::write(wake_.get(), &one, sizeof(one));
   }
@@ -79,7 +83,10 @@ class AcceptLoop {
     for (;;) {
       if (stop_) return;
       const auto now = Clock::now();
-      for (Listener* l : listeners_) l->expire(now);
+      for (Listener* l : listeners_) {
+        if (l->adoptDesks()) l->offerHeld();  // before anything expires: a desk added meanwhile may take it
+        l->expire(now);
+      }
       pfds.assign(1, pollfd{wake_.get(), POLLIN, 0});
       owners.assign(1, {nullptr, nullptr});
       auto wakeAt = now + std::chrono::seconds(1);
@@ -105,9 +112,7 @@ class AcceptLoop {
       while (::read(wake_.get(), &drained, sizeof(drained)) > 0) {
       }
       if (generation_ != generation) {  // listeners or desks changed while polling: held hellos may have a desk now
-        for (Listener* l : listeners_)
-          for (auto it = l->waiting_.begin(); it != l->waiting_.end();)
-            it = it->done && l->offer(*it) ? l->waiting_.erase(it) : it + 1;
+        for (Listener* l : listeners_) l->offerHeld();
         continue;
       }
       if (rc <= 0) continue;
@@ -151,16 +156,37 @@ Listener::~Listener() {
   fd_.reset();
 }
 
+// Not under the loop's lock, which a loop busy answering dials holds for long stretches (it lets go only to poll, and
+// takes it back at once): a rank waiting for it under load was seen to wait seconds, while its peers' hellos, held
+// for its desk, expired and were refused (hundreds of refusals and redials per 256-rank init on a loaded machine).
 void Listener::add(Desk* desk) {
-  std::lock_guard<std::mutex> lock(loop_->mu);
-  desks_.push_back(desk);
-  loop_->changed();
+  {
+    std::lock_guard<std::mutex> lock(pendingMu_);
+    pendingDesks_.push_back(desk);
+  }
+  loop_->wake();
 }
 
 void Listener::remove(Desk* desk) {
   std::lock_guard<std::mutex> lock(loop_->mu);  // take() runs under it: not running now, and never again after
+  {
+    std::lock_guard<std::mutex> pending(pendingMu_);
+    pendingDesks_.erase(std::remove(pendingDesks_.begin(), pendingDesks_.end(), desk), pendingDesks_.end());
+  }
   desks_.erase(std::remove(desks_.begin(), desks_.end(), desk), desks_.end());
   loop_->changed();
+}
+
+bool Listener::adoptDesks() {
+  std::lock_guard<std::mutex> lock(pendingMu_);
+  if (pendingDesks_.empty()) return false;
+  desks_.insert(desks_.end(), pendingDesks_.begin(), pendingDesks_.end());
+  pendingDesks_.clear();
+  return true;
+}
+
+void Listener::offerHeld() {
+  for (auto it = waiting_.begin(); it != waiting_.end();) it = it->done && offer(*it) ? waiting_.erase(it) : it + 1;
 }
 
 Clock::duration Listener::acceptShortage(int* err) const {

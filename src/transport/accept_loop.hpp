@@ -12,7 +12,8 @@
 //   - A well-formed hello that no desk takes (a wrong secret, or a communicator not made here yet: a peer may
 //     reach the communicator before it registered its desk) is held until kHelloWait after it was accepted, and
 //     offered again to every desk added meanwhile; then it is refused as a wrong secret and closed.
-// Desk::take runs with the loop's lock held: it must not wait on anything but its own socket (bounded).
+// Desk::take runs with the loop's lock held: it must not wait on anything but its own socket (bounded). Adding a desk
+// does not wait for that lock: the loop adopts it at the start of its next round, before it refuses any held hello.
 #pragma once
 
 #include <atomic>
@@ -21,6 +22,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -52,7 +54,8 @@ class Listener {
   Listener(const Listener&) = delete;
   Listener& operator=(const Listener&) = delete;
 
-  /// Starts giving `desk` its hellos (held ones too). The desk must stay alive until remove().
+  /// Starts giving `desk` its hellos (held ones too) from the loop's next round, which starts at once and adopts it
+  /// before any held hello expires; does not wait for the loop. The desk must stay alive until remove().
   void add(Desk* desk);
   /// After it returns, desk->take is not running and will not run again.
   void remove(Desk* desk);
@@ -68,6 +71,10 @@ class Listener {
   void acceptAll();
   /// Refuses (logs and closes) the waiting connections whose time is up.
   void expire(std::chrono::steady_clock::time_point now);
+  /// The loop's thread: moves the desks add() left for it into desks_; true if there were any.
+  bool adoptDesks();
+  /// Offers every held hello to the desks again (some may be new), dropping those taken.
+  void offerHeld();
   /// Refuses the oldest waiting connection after a last look for its hello; `why` ends the log line.
   void refuseOldest(const char* why);
 
@@ -76,7 +83,9 @@ class Listener {
   std::string transport_;
   int rank_;
   std::vector<Desk*> desks_;
-  std::deque<Link> waiting_;  ///< accepted, hello incomplete or held; oldest first
+  std::mutex pendingMu_;             ///< guards pendingDesks_ (add() does not take the loop's lock)
+  std::vector<Desk*> pendingDesks_;  ///< added, not adopted by the loop yet
+  std::deque<Link> waiting_;         ///< accepted, hello incomplete or held; oldest first
   bool fdShortage_ = false;
   std::atomic<int64_t> shortageSince_{0};  ///< steady clock ns when accept() began to fail for want of fds; 0: no
   std::atomic<int> shortageErr_{0};
