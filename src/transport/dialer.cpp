@@ -234,9 +234,12 @@ std::vector<int> Dialer::awaitAnswers(Handshake& hs, std::map<int, std::vector<D
   std::vector<int> refused;
   for (auto& [p, list] : dials) {
     const auto n = std::count_if(list.begin(), list.end(), [](const Dial& d) { return d.refused; });
-    COLLIE_ENFORCE(n == 0 || n == static_cast<long>(list.size()), ErrorCode::InternalError,
-                   "%s connect of rank %d%s: rank %d turned %ld of the %zu links of one dial away", transport_, me,
-                   hs.where().c_str(), p, static_cast<long>(n), list.size());
+    // Some links turned away as duplicates and others answered: the peer (the lower rank) gave up its own dial of
+    // this rank meanwhile, which it does only when its connect failed (its communicator then fails).
+    COLLIE_ENFORCE(n == 0 || n == static_cast<long>(list.size()), ErrorCode::RemoteError,
+                   "%s connect of rank %d%s: rank %d turned %ld of the %zu links of one dial away and answered the "
+                   "others: it gave up its dial of this rank (its connect failed: it may have failed)",
+                   transport_, me, hs.where().c_str(), p, static_cast<long>(n), list.size());
     if (n > 0) refused.push_back(p);
   }
   return refused;
@@ -313,10 +316,18 @@ std::vector<std::unique_ptr<Connection>> Dialer::connect(Listener& listener, con
     }
     {
       std::lock_guard<std::mutex> lock(mu_);
-      COLLIE_INTERNAL_CHECK(pairs_[static_cast<size_t>(p)].state == State::Dialing,
-                            "%s connect of rank %d%s: rank %d answered a dial while this rank answered its own",
-                            transport_, me, hs.where().c_str(), p);
-      pairs_[static_cast<size_t>(p)].state = State::Taken;
+      Pair& pair = pairs_[static_cast<size_t>(p)];
+      if (pair.state != State::Dialing) {
+        // This rank (the higher) gave its dial up for the peer's, and the peer then answered this one: it abandoned
+        // its own dial, which it does only when its connect failed (then its communicator fails, and answering its
+        // dial usually failed too: that error says why).
+        if (!pair.error.empty()) throw Error(pair.code, pair.error);
+        COLLIE_FAIL(ErrorCode::RemoteError,
+                    "%s connect of rank %d%s: rank %d gave up its dial of this rank (its connect failed: it may have "
+                    "failed)",
+                    transport_, me, hs.where().c_str(), p);
+      }
+      pair.state = State::Taken;
     }
     std::vector<Link> links;
     for (Dial& d : list) links.push_back(std::move(d.link));

@@ -10,10 +10,12 @@
 //     and answers lo's. hi's dial then gets lo's "duplicate" and hi waits for the answered one, which is certain to
 //     come (lo's hello is on its way: lo was dialling when it turned hi away). lo's dial gets hi's answer.
 // So every pair ends with exactly one connection on both sides, and nothing is sent on a dial that is turned away
-// (only its hello). A dial closed before any answer (the peer had no desk for it yet: a communicator being made)
-// is tried again until the deadline; a peer that is gone fails at once (RemoteError from dialSocket), a peer that
-// never answers at the deadline (Timeout naming it), as every handshake wait (Handshake::checkWaiting: abort, a
-// same-host peer's process gone).
+// (only its hello). A rank whose connect fails gives its dials up (Idle again) before its communicator refuses dials:
+// a higher peer that gave its own dial up for such a dial may then see its dial answered, or its links part turned
+// away and part answered; it fails with RemoteError (the lower rank is failing), not an internal error. A dial closed
+// before any answer (the peer had no desk for it yet: a communicator being made) is tried again until the deadline; a
+// peer that is gone fails at once (RemoteError from dialSocket), a peer that never answers at the deadline (Timeout
+// naming it), as every handshake wait (Handshake::checkWaiting: abort, a same-host peer's process gone).
 //
 // Transport::connect keeps its collective rule on top of this (each rank dials the listed peers below it and waits
 // for the others to dial it): no dial is then turned away, which eager connection of every pair relies on.
