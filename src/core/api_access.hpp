@@ -31,10 +31,12 @@ struct InternalAccess {
   /// (NULL: the legacy default stream) and returns at once (device_stager.hpp).
   static void runOnStream(Communicator& c, algorithms::Collective coll, const void* send, void* recv, size_t count,
                           DataType type, ReduceOp op, int root, void* stream) {
+    core::CommImpl& comm = coreComm(c);
+    if (stream == nullptr && comm.runPrepared(core::CallKey{send, recv, count, coll, type, op, root})) return;
     core::OpDesc d = core::makeOp(coll, send, recv, count, type, op, root);
     d.stream = stream;
     d.streamOrdered = true;
-    coreComm(c).run(std::move(d));
+    comm.runGeneral(std::move(d));
   }
   /// Binds `c` to a GPU (collieCommInitAll's devlist): device buffers on another GPU are refused.
   static void bindDevice(Communicator& c, int device) { coreComm(c).bindDevice(device); }

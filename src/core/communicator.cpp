@@ -322,11 +322,13 @@ OpDesc CommImpl::matchAnySource(const OpDesc& op, const ExecConfig& config) {
   return named;
 }
 
-void CommImpl::execute(const std::vector<OpDesc>& ops, const ExecConfig& config) {
+void CommImpl::execute(const std::vector<OpDesc>& ops, const ExecConfig& config, const std::vector<Job>* repeated) {
   if (failCode_.load() != ErrorCode::Success) throw Error(failCode_.load(), failureMessage());
   try {
     const bool anySource = ops.size() == 1 && ops[0].root == kAnySource && ops[0].coll == Collective::Recv;
-    const std::vector<Job>& jobs = anySource ? planner_.plan({matchAnySource(ops[0], config)}) : planner_.plan(ops);
+    const std::vector<Job>& jobs = repeated    ? *repeated
+                                   : anySource ? planner_.plan({matchAnySource(ops[0], config)})
+                                               : planner_.plan(ops);
     ensureConnected(jobs);
     executor_->run(jobs, config);
     recorder_.finish(true);
@@ -348,41 +350,9 @@ void CommImpl::execute(const std::vector<OpDesc>& ops, const ExecConfig& config)
   }
 }
 
-namespace {
-// The host buffers of this thread's last blocking call, classified while no CUDA driver was loaded: a repeated
-// small call on the same buffers skips classifyMemory, whose driverLoaded() walks the loader's list under its
-// lock. Re-checked every kHostMemoUses calls; a buffer that was pageable host memory cannot become device memory
-// without being freed first, and no driver can be loaded, initialised and allocate there within a few hundred
-// calls of a few kilobytes.
-constexpr uint32_t kHostMemoUses = 256;
-constexpr size_t kHostMemoMaxBytes = 64 * 1024;
-struct HostMemo {
-  const CommImpl* comm = nullptr;
-  const void* send = nullptr;
-  const void* recv = nullptr;
-  uint32_t left = 0;
-};
-thread_local HostMemo hostMemo;
-}  // namespace
-
-void CommImpl::classify(OpDesc& op) const {
-  HostMemo& m = hostMemo;
-  if (m.left > 0 && m.comm == this && op.send == m.send && op.recv == m.recv && op.stream == nullptr &&
-      op.count * base::dataTypeSize(op.type) <= kHostMemoMaxBytes) {
-    --m.left;
-    op.device = false;
-    op.deviceOrdinal = -1;
-    return;
-  }
-  m.left = 0;
-  classifyMemory(op, rank_, boundDevice_);
-  if (op.stream == nullptr && !op.device && op.count > 0 && !cuda::driverLoaded())
-    m = {this, op.send, op.recv, kHostMemoUses};
-}
-
-void CommImpl::run(OpDesc op) {
+void CommImpl::runGeneral(OpDesc op) {
   validate(op);
-  classify(op);
+  classifyMemory(op, rank_, boundDevice_);
   if (op.device) return runDevice(std::move(op));
   if (inGroup()) {
     groupAdd(this, std::move(op));
@@ -396,10 +366,8 @@ void CommImpl::run(OpDesc op) {
     if (work->code != ErrorCode::Success) throw Error(work->code, work->message);
     return;
   }
-  struct InlineGuard {
-    ProgressQueue& q;
-    ~InlineGuard() { q.endInline(); }
-  } guard{queue_};
+  ProgressQueue::InlineClaim claim{queue_};
+  armPrepared(op);
   inlineOps_.clear();  // one vector for every inline call: no allocation per call
   inlineOps_.push_back(std::move(op));
   execute(inlineOps_, execConfig_);

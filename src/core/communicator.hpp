@@ -4,6 +4,7 @@
 //   device_stager.hpp   device buffers staged through pinned host memory
 //   progress_queue.hpp  call order, the progress thread and WorkState
 //   planner.hpp         tuner + schedule cache -> executor jobs, and the CallInfo record
+//   prepared_call.hpp   the fast path of a repeated blocking call (prepared_call.cpp)
 // This file keeps what ties them together: a call's path through them, the failure state, barrier and abort;
 // split.cpp and shrink.cpp make new communicators from this one's listeners and PeerInfo table.
 #pragma once
@@ -23,6 +24,7 @@
 #include "core/flight_recorder.hpp"
 #include "core/op_desc.hpp"
 #include "core/planner.hpp"
+#include "core/prepared_call.hpp"
 #include "core/progress_queue.hpp"
 #include "core/setup.hpp"
 #include "core/tuner.hpp"
@@ -45,7 +47,15 @@ class CommImpl {
   void bindDevice(int device) { boundDevice_ = device; }
   /// Validates, then runs the call (or defers it when this thread is inside a group). With op.streamOrdered
   /// (a C API call) a call on device buffers is enqueued on op.stream and returns at once.
-  void run(OpDesc op);
+  void run(OpDesc op) {
+    if (op.stream == nullptr && runPrepared(keyOf(op))) return;
+    runGeneral(std::move(op));
+  }
+  /// Runs a blocking call with the arguments of the prepared call (prepared_call.hpp) on the calling thread; false
+  /// (nothing done): the call needs the general path, runGeneral().
+  bool runPrepared(const CallKey& key);
+  /// run() without trying the prepared path first.
+  void runGeneral(OpDesc op);
   /// Validates, then queues the call; the returned state completes when it is done.
   std::shared_ptr<WorkState> runAsync(OpDesc op);
   /// Queues a batch (a group's calls on this communicator) and returns its completion state.
@@ -90,8 +100,8 @@ class CommImpl {
                                           const Error& e);
   /// Throws the communicator's earlier failure, then validateOp's errors.
   void validate(const OpDesc& op) const;
-  /// classifyMemory, skipped for a repeated small blocking call on the same host buffers (communicator.cpp).
-  void classify(OpDesc& op) const;
+  /// Keeps `op` (validated, classified, about to run inline) as the prepared call when it may be one.
+  void armPrepared(const OpDesc& op);
   // Tuning (calibrate.cpp): the costs measured at init (or read from COLLIE_TUNE_FILE) by rank 0 and broadcast, so
   // that every rank's tuner decides alike.
   CostModel costModel(const std::vector<std::string>& kinds) const;  ///< beta and gamma scaled by cpuShare
@@ -99,7 +109,9 @@ class CommImpl {
   void pingPong(int peer, double* alpha, double* beta);
   void fanOut(const std::vector<int>& fan, double* gap);
   double bounce(int peer, bool initiator, std::vector<char>& buf, size_t bytes, int iters);
-  void execute(const std::vector<OpDesc>& ops, const ExecConfig& config);
+  /// Plans `ops` (or takes `repeated`, the planner's jobs of a prepared call) and runs them; a failure is recorded,
+  /// fails the communicator when fatal, and is thrown.
+  void execute(const std::vector<OpDesc>& ops, const ExecConfig& config, const std::vector<Job>* repeated = nullptr);
   void setSpinPolicy();  ///< execConfig_'s and progressConfig_'s yieldWhileSpinning, from the links
   /// `op` (a Recv from any source) with the peer whose message it takes (any_source.hpp), written to op.source.
   OpDesc matchAnySource(const OpDesc& op, const ExecConfig& config);
@@ -130,6 +142,7 @@ class CommImpl {
   ExecConfig execConfig_;          // made once the links are known
   ExecConfig progressConfig_;      // the same for calls run on the progress thread (setSpinPolicy)
   std::vector<OpDesc> inlineOps_;  // the call run on the calling thread (only one at a time: ProgressQueue)
+  PreparedCall prepared_;          // read and written only under the inline claim
   Planner planner_;
   std::unique_ptr<CallTrace> trace_;  // before recorder_: the recorder's dumps flush it while the recorder lives
   FlightRecorder recorder_;           // this communicator's last calls (flight_recorder.hpp)

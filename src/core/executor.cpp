@@ -20,41 +20,8 @@ using algorithms::StepKind;
 using transport::Transfer;
 using Clock = std::chrono::steady_clock;
 
-struct Executor::SliceState {
-  Transfer recv;
-  Transfer send;
-  char* slot = nullptr;
-};
-
-constexpr size_t kNoStep = ~size_t{0};
 /// How often a waiting executor asks its connections whether a silent peer is dead (Connection::checkAlive).
 constexpr std::chrono::milliseconds kAliveCheckEvery{1000};
-
-struct Executor::StepState {
-  const Step* step = nullptr;
-  size_t job = 0;
-  bool started = false;
-  bool viaSlot = false;  // receive into a transient slot, not into dst
-  char* src = nullptr;   // resolved step.src (null when unused)
-  char* dst = nullptr;   // resolved step.dst (null for Transient)
-  size_t elemSize = 0;
-  size_t sliceElems = 0;
-  size_t nslices = 0;
-  size_t posted = 0;                  // receives posted
-  size_t finished = 0;                // slices received and processed (ready to send)
-  size_t sendsPosted = 0;             // sends posted
-  size_t sendsDone = 0;               // sends completed, in order
-  size_t nextSameRecvPeer = kNoStep;  // the next step that receives from the same peer
-  size_t nextSameSendPeer = kNoStep;  // the next step that sends to the same peer
-  size_t after = kNoStep;             // step.sliceAfter as a flat index: its slice j must be finished first
-  uint64_t startTicks = 0;            // when it started (only while tracing)
-  std::vector<SliceState> slices;
-
-  bool receives() const { return step->recvPeer >= 0; }
-  bool sends() const { return step->sendPeer >= 0; }
-  size_t sliceOffset(size_t i) const { return i * sliceElems; }
-  size_t sliceCount(size_t i) const { return std::min(sliceElems, step->count - i * sliceElems); }
-};
 
 namespace {
 
@@ -298,8 +265,10 @@ void Executor::begin(std::span<const Job> jobs) {
       st.posted = st.finished = st.sendsPosted = st.sendsDone = 0;
       if (!sameBuffers) planStep(st);
     }
-    recvTurn_ = firstRecvTurn_;
-    sendTurn_ = firstSendTurn_;
+    if (!small_) {  // the small run posts in schedule order without turns
+      recvTurn_ = firstRecvTurn_;
+      sendTurn_ = firstSendTurn_;
+    }
     frontier_ = firstLive_ = 0;
     return;  // small_ stays as the prepared run decided
   }
@@ -388,96 +357,8 @@ void Executor::begin(std::span<const Job> jobs) {
   firstRecvTurn_ = recvTurn_;
   firstSendTurn_ = sendTurn_;
   if (jobs.size() == 1) prepared_ = jobs[0];
-  small_ = smallEligible();
+  small_ = prepareSmall();
   frontier_ = firstLive_ = 0;
-}
-
-// The small run. A job whose every step moves at most one slice, with no sliceAfter and no forwarding kind (the
-// direct AllReduce and AllToAll of small messages, small Broadcast/Reduce trees' leaves, Send and Recv) needs none
-// of the slice machinery: each step posts its one transfer when it starts, in schedule order, so per peer the
-// transfers are posted in the order step() would post them (its turn chains reduce to that order), and the same
-// messages, with the same fingerprints, cross the same connections. A pass starts what may start, progresses the
-// peers, then processes completed receives (reduce or copy, in step order) and sends, and retires finished steps.
-bool Executor::smallEligible() const {
-  if (jobs_.size() != 1) return false;
-  for (const StepState& st : steps_) {
-    const StepKind k = st.step->kind;
-    if (st.nslices > 1 || st.after != kNoStep || k == StepKind::RecvReduceSend || k == StepKind::RecvCopySend)
-      return false;
-  }
-  return true;
-}
-
-void Executor::startSmall(StepState& st) {
-  const Step& s = *st.step;
-  st.started = true;
-  if (trace_) [[unlikely]]
-    st.startTicks = TickClock::ticks();
-  if (s.kind == StepKind::Copy) {
-    const size_t bytes = s.count * st.elemSize;
-    if (bytes && st.src != st.dst) memmove(st.dst, st.src, bytes);
-    return;
-  }
-  if (st.nslices == 0) return;  // nothing moves (count 0)
-  if (st.slices.size() != 1) st.slices.resize(1);
-  SliceState& sl = st.slices[0];
-  const Job& job = jobs_[st.job];
-  const size_t bytes = s.count * st.elemSize;
-  if (st.receives()) {
-    char* target = st.dst;
-    if (st.viaSlot) target = sl.slot = acquireSlot();
-    sl.recv = transfer(target, bytes, job.recvFp);
-    conns_[static_cast<size_t>(s.recvPeer)]->postRecv(&sl.recv);
-    st.posted = 1;
-  } else {
-    sl.send = transfer(st.src, bytes, job.sendFp);
-    conns_[static_cast<size_t>(s.sendPeer)]->postSend(&sl.send);
-    st.finished = st.sendsPosted = 1;  // nothing to receive: ready, and posted
-  }
-}
-
-bool Executor::finishSmall(size_t flat) {
-  StepState& st = steps_[flat];
-  if (st.posted == 1 && st.finished == 0) {
-    SliceState& sl = st.slices[0];
-    if (!sl.recv.complete) return false;
-    const Step& s = *st.step;
-    if (s.kind == StepKind::RecvReduce) {
-      const JobBuffers& b = jobs_[st.job].buffers;
-      char* out = st.dst ? st.dst : sl.slot;
-      base::reduce(out, st.src, st.viaSlot ? sl.slot : out, s.count, b.type, b.op);
-    }
-    releaseSlot(sl.slot);
-    lastSeen_[static_cast<size_t>(s.recvPeer)] = jobs_[st.job].recvFp;  // its fingerprint matched
-    st.finished = 1;
-    if (trace_) [[unlikely]]
-      traceWait(flat, true);
-    return true;
-  }
-  if (st.sendsPosted == 1 && st.sendsDone == 0 && st.slices[0].send.complete) {
-    st.sendsDone = 1;
-    if (trace_) [[unlikely]]
-      traceWait(flat, false);
-    return true;
-  }
-  return false;
-}
-
-bool Executor::stepSmall() {
-  const size_t total = steps_.size();
-  bool moved = false;
-  while (frontier_ < total && canStart(frontier_)) {
-    startSmall(steps_[frontier_++]);
-    moved = true;
-  }
-  for (int p : activePeers_) moved |= conns_[static_cast<size_t>(p)]->progress();
-  for (size_t i = firstLive_; i < frontier_; ++i) moved |= finishSmall(i);
-  while (firstLive_ < frontier_ && stepDone(steps_[firstLive_])) {
-    ++firstLive_;
-    moved = true;
-  }
-  if (firstLive_ == total) finishJobIfDone(0);
-  return moved;
 }
 
 bool Executor::step() {

@@ -22,6 +22,7 @@
 // (call_fingerprint.hpp). With a trace set (COLLIE_TRACE, call_trace.hpp), each step's wait on its peers is traced.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <span>
@@ -94,15 +95,47 @@ class Executor {
   const transport::Fingerprint& lastSeen(int peer) const { return lastSeen_[static_cast<size_t>(peer)]; }
 
  private:
-  struct SliceState;
-  struct StepState;
+  static constexpr size_t kNoStep = ~size_t{0};
+  struct SliceState {
+    transport::Transfer recv;
+    transport::Transfer send;
+    char* slot = nullptr;
+  };
+  /// A step of the current run: its resolved buffers, its slicing and how far it got.
+  struct StepState {
+    const algorithms::Step* step = nullptr;
+    size_t job = 0;
+    bool started = false;
+    bool viaSlot = false;  // receive into a transient slot, not into dst
+    bool gated = false;    // the small run: may start only once the previous step's receives are done
+    char* src = nullptr;   // resolved step.src (null when unused)
+    char* dst = nullptr;   // resolved step.dst (null for Transient)
+    size_t elemSize = 0;
+    size_t sliceElems = 0;
+    size_t nslices = 0;
+    size_t posted = 0;                  // receives posted
+    size_t finished = 0;                // slices received and processed (ready to send)
+    size_t sendsPosted = 0;             // sends posted
+    size_t sendsDone = 0;               // sends completed, in order
+    size_t nextSameRecvPeer = kNoStep;  // the next step that receives from the same peer
+    size_t nextSameSendPeer = kNoStep;  // the next step that sends to the same peer
+    size_t after = kNoStep;             // step.sliceAfter as a flat index: its slice j must be finished first
+    uint64_t startTicks = 0;            // when it started (only while tracing)
+    std::vector<SliceState> slices;
+
+    bool receives() const { return step->recvPeer >= 0; }
+    bool sends() const { return step->sendPeer >= 0; }
+    size_t sliceOffset(size_t i) const { return i * sliceElems; }
+    size_t sliceCount(size_t i) const { return std::min(sliceElems, step->count - i * sliceElems); }
+  };
 
   /// Whether `jobs` is one job of the same schedule and slicing as the previous run, whose flattened steps, peers
   /// and turn chains are then reused as they are (the prepared plan of a repeated call).
   bool samePlanAsLast(std::span<const Job> jobs) const;
   bool canStart(size_t flat) const;
-  // The small run (one slice per step): see the block above Executor::stepSmall.
-  bool smallEligible() const;
+  // The small run (one slice per step): executor_small.cpp.
+  /// Whether the current run may take stepSmall; then marks the steps that wait behind a receive (gated).
+  bool prepareSmall();
   bool stepSmall();
   void startSmall(StepState& st);
   bool finishSmall(size_t flat);
@@ -135,7 +168,7 @@ class Executor {
   std::vector<size_t> sendTurn_;                       // by peer: the step allowed to post sends to it now
   std::vector<size_t> firstRecvTurn_, firstSendTurn_;  // their values at the start of a run
   Job prepared_;                                       // the last run's single job (schedule null: none)
-  bool small_ = false;                                 // the current run takes stepSmall (smallEligible)
+  bool small_ = false;                                 // the current run takes stepSmall (prepareSmall)
   std::vector<int> activePeers_;
   bool waitOnPoller_ = false;  // every active peer's connection is announcedByPoller (run(): how idle passes wait)
   std::vector<uint8_t> peerMark_;

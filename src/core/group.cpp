@@ -4,6 +4,7 @@
 // when all are done. Inside a batch, consecutive Send/Recv calls run concurrently.
 #include "core/group.hpp"
 
+#include <atomic>
 #include <map>
 #include <vector>
 
@@ -18,6 +19,8 @@ struct GroupState {
   std::vector<std::pair<CommImpl*, OpDesc>> ops;
 };
 
+std::atomic<int> openGroups{0};  // threads between their outermost groupStart and groupEnd
+
 GroupState& group() {
   thread_local GroupState state;
   return state;
@@ -27,7 +30,11 @@ GroupState& group() {
 
 bool inGroup() { return group().depth > 0; }
 
-void groupStart() { ++group().depth; }
+bool anyGroupOpen() { return openGroups.load(std::memory_order_relaxed) != 0; }
+
+void groupStart() {
+  if (group().depth++ == 0) openGroups.fetch_add(1, std::memory_order_relaxed);
+}
 
 void groupAdd(CommImpl* comm, OpDesc op) { group().ops.emplace_back(comm, std::move(op)); }
 
@@ -35,6 +42,7 @@ void groupEnd() {
   GroupState& g = group();
   COLLIE_USAGE_CHECK(g.depth > 0, "groupEnd without a matching groupStart");
   if (--g.depth > 0) return;
+  openGroups.fetch_sub(1, std::memory_order_relaxed);
   std::vector<std::pair<CommImpl*, OpDesc>> ops;
   ops.swap(g.ops);
   // Batches in order of first appearance of each communicator.

@@ -10,6 +10,9 @@ class CommImpl;
 
 /// True while this thread is between groupStart and its matching groupEnd.
 bool inGroup();
+/// False when no thread of the process is inside a group: one relaxed load, where inGroup() reads thread-local
+/// state (the prepared path of a repeated call, prepared_call.hpp, asks this first).
+bool anyGroupOpen();
 void groupStart();
 /// Issues the calls recorded since the outermost groupStart, one batch per communicator, and waits for them all.
 void groupEnd();

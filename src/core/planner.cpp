@@ -66,6 +66,7 @@ void Planner::setRecorder(FlightRecorder* recorder) {
 
 const std::vector<Job>& Planner::plan(const std::vector<OpDesc>& ops) {
   jobs_.clear();
+  repeat_.valid = false;
   bool prevP2P = false;
   for (const OpDesc& op : ops) {
     const size_t elemBytes = base::dataTypeSize(op.type);
@@ -91,14 +92,18 @@ const std::vector<Job>& Planner::plan(const std::vector<OpDesc>& ops) {
     job.slicesInFlight = plan.slicesInFlight;
     bool p2p = op.coll == Collective::Send || op.coll == Collective::Recv;
     job.concurrentWithPrevious = p2p && prevP2P && ops.size() > 1;
+    uint32_t* counter = &collectiveCalls_;
     if (p2p) {
       const auto peer = static_cast<size_t>(op.root);
-      uint32_t& n = op.coll == Collective::Send ? sends_[peer] : recvs_[peer];
-      job.sendFp = job.recvFp = fingerprintOf(op, n++, rank_);
+      counter = op.coll == Collective::Send ? &sends_[peer] : &recvs_[peer];
+      job.sendFp = job.recvFp = fingerprintOf(op, (*counter)++, rank_);
     } else {
       job.sendFp = job.recvFp = fingerprintOf(op, collectiveCalls_++, rank_);
       history_.add(job.sendFp);
     }
+    if (ops.size() == 1)
+      repeat_ =
+          Repeat{true, keyOf(op), makeOp(op.coll, op.send, op.recv, op.count, op.type, op.op, op.root), counter, !p2p};
     prevP2P = p2p;
     jobs_.push_back(job);
 
@@ -109,6 +114,15 @@ const std::vector<Job>& Planner::plan(const std::vector<OpDesc>& ops) {
     last_ = record;
   }
   return jobs_;
+}
+
+const std::vector<Job>* Planner::repeat(const CallKey& key) {
+  if (!repeat_.valid || !memo_.valid || !(repeat_.key == key)) return nullptr;
+  Job& job = jobs_[0];
+  job.sendFp.call = job.recvFp.call = (*repeat_.counter)++;  // the rest of a fingerprint is the call's arguments
+  if (repeat_.collective) history_.add(job.sendFp);
+  if (recorder_) recorder_->begin(repeat_.op, memo_.plan.algorithm, memo_.transports, memo_.bytes);
+  return &jobs_;
 }
 
 transport::Fingerprint Planner::recvFingerprint(const OpDesc& op, int peer) const {

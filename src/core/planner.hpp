@@ -17,6 +17,7 @@
 #include "core/executor.hpp"
 #include "core/flight_recorder.hpp"
 #include "core/op_desc.hpp"
+#include "core/prepared_call.hpp"
 #include "core/tuner.hpp"
 
 namespace collie::core {
@@ -50,6 +51,10 @@ class Planner {
 
   /// The jobs for `ops` (valid until the next call), recording the last one as lastCall().
   const std::vector<Job>& plan(const std::vector<OpDesc>& ops);
+  /// The job of the last plan() again, numbered, fingerprinted and recorded as a new call, for a call whose
+  /// arguments are `key`'s (the prepared path, prepared_call.hpp); null unless the last plan() was that one call
+  /// and its choice still stands.
+  const std::vector<Job>* repeat(const CallKey& key);
   /// The fingerprint a Recv `op` from `peer` would expect if planned now (a receive from any source, any_source.hpp).
   transport::Fingerprint recvFingerprint(const OpDesc& op, int peer) const;
   /// What the most recent planned call runs. Any thread.
@@ -74,6 +79,14 @@ class Planner {
     const algorithms::Schedule* schedule = nullptr;
     uint32_t transports = 0;
   };
+  /// What repeat() needs of the last plan() of a single call.
+  struct Repeat {
+    bool valid = false;
+    CallKey key;
+    OpDesc op;                    // without work or staging: what the recorder is given
+    uint32_t* counter = nullptr;  // the call numbers it takes: collectiveCalls_, or sends_/recvs_ of its peer
+    bool collective = false;
+  };
   /// What plan() records per call: no strings, so the hot path allocates nothing; lastCall() names them.
   struct Record {
     bool valid = false;
@@ -95,6 +108,7 @@ class Planner {
   std::unordered_map<algorithms::ScheduleId, algorithms::Schedule, algorithms::ScheduleIdHash> cache_;
   std::unordered_map<const algorithms::Schedule*, uint32_t> transportCache_;  // follows cache_
   Memo memo_;
+  Repeat repeat_;
   uint64_t scheduleGeneration_ = 1;  // changes when the schedule cache is cleared (Job::scheduleGeneration)
   std::vector<Job> jobs_;
   uint32_t collectiveCalls_ = 0;         // collective calls planned so far

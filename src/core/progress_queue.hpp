@@ -57,6 +57,11 @@ class ProgressQueue {
   /// on its own thread and calls endInline(). False: the caller must enqueue to keep the order.
   bool beginInline();
   void endInline();
+  /// Ends a call that beginInline() let run inline when it goes out of scope.
+  struct InlineClaim {
+    ProgressQueue& queue;
+    ~InlineClaim() { queue.endInline(); }
+  };
   /// Queues a batch; the progress thread runs it after everything queued before, then completes every op's work
   /// and `work` with the outcome.
   void enqueue(std::vector<OpDesc> ops, std::shared_ptr<WorkState> work);

@@ -98,7 +98,8 @@ class Connection {
  public:
   virtual ~Connection() = default;
   virtual int peer() const = 0;
-  /// Queues t (bytes may be 0). The buffer must stay valid until t->complete.
+  /// Queues t (bytes may be 0), or sends it at once (t->complete already set on return). The buffer must stay
+  /// valid until t->complete.
   virtual void postSend(Transfer* t) = 0;
   virtual void postRecv(Transfer* t) = 0;
   /// Moves what it can without blocking; returns true if any byte moved or any transfer completed.

@@ -194,7 +194,7 @@ TEST_P(Conformance, SizeMismatchIsReported) {
     Transfer send{a.data(), a.size()}, recv{b.data(), b.size()};
     EXPECT_FALSE(cluster.ranks[0]->conns[1]->busy());
     cluster.ranks[0]->conns[1]->postSend(&send);
-    EXPECT_TRUE(cluster.ranks[0]->conns[1]->busy());
+    EXPECT_EQ(cluster.ranks[0]->conns[1]->busy(), !send.complete);  // shm may send a small message at once
     cluster.ranks[1]->conns[0]->postRecv(&recv);
     drive(*cluster.ranks[0], {&send});
     EXPECT_FALSE(cluster.ranks[0]->conns[1]->busy());

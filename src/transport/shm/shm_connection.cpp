@@ -52,7 +52,7 @@
 namespace collie::transport::shm {
 
 namespace {
-constexpr size_t kPrefetchBytes = 256;  // payloads a waiting receiver fetches ahead (pumpRecv)
+constexpr size_t kSmallBytes = 256;  // sent at once when posted (postSend); a waiting receiver fetches ahead (pumpRecv)
 }  // namespace
 
 // ---- ShmWaker --------------------------------------------------------------------------------------------------
@@ -154,8 +154,42 @@ void ShmConnection::postSend(Transfer* t) {
   COLLIE_INTERNAL_CHECK(t->bytes == 0 || t->buf != nullptr, "shm connection to peer %d: send of %zu bytes from null",
                         peer_, t->bytes);
   t->complete = false;
-  sends_.push_back(SendOp{t, 0, t->bytes >= directMin_ && t->bytes > kInlineBytes});
+  const bool direct = t->bytes >= directMin_ && t->bytes > kInlineBytes;
+  // A small message (one slot) with nothing queued before it goes into its slot at once: the peer may be waiting
+  // for it. Waking a sleeping peer waits for progress(), which the poster calls next (a peer asleep has been
+  // waiting for a while).
+  const bool oneSlot = t->bytes <= kInlineBytes || (t->bytes <= kSmallBytes && t->bytes <= out_.slotBytes && !direct);
+  if (oneSlot && sends_.empty() && roomToSend()) {
+    sendSmall(t);
+    wakeOwed_ = true;
+    return;
+  }
+  sends_.push_back(SendOp{t, 0, direct});
   ++pending_;
+}
+
+bool ShmConnection::roomToSend() {
+  if (tail_ - headSeen_ <= out_.mask) return true;
+  headSeen_ = out_.consumer->head.load(std::memory_order_acquire);
+  return tail_ - headSeen_ <= out_.mask;
+}
+
+void ShmConnection::sendSmall(Transfer* t) {
+  SlotHeader* s = out_.slot(tail_);
+  s->msgSeq = sendSeq_;
+  s->fp = t->fp;
+  if (t->bytes <= kInlineBytes) {  // the whole message in the header's line
+    s->bytes = kInlineSlot | static_cast<uint32_t>(t->bytes);
+    if (t->bytes) std::memcpy(s->inl, t->buf, t->bytes);
+  } else {  // in the lines after it
+    s->big.msgBytes = t->bytes;
+    s->bytes = static_cast<uint32_t>(t->bytes);
+    std::memcpy(RingView::payload(s), t->buf, t->bytes);
+  }
+  s->seq.store(tail_ + 1, std::memory_order_release);
+  ++tail_;
+  ++sendSeq_;
+  t->complete = true;
 }
 
 void ShmConnection::postRecv(Transfer* t) {
@@ -173,9 +207,14 @@ void ShmConnection::postRecv(Transfer* t) {
 
 bool ShmConnection::progress() {
   if (error_) std::rethrow_exception(error_);
-  if (pending_ == 0 || closed_) return false;
+  const bool owed = wakeOwed_ && !closed_;  // postSend sent a message without waking the peer
+  wakeOwed_ = false;
+  if (pending_ == 0 || closed_) {
+    if (owed) wakePeer();
+    return owed;
+  }
   try {
-    bool moved = false;
+    bool moved = owed;
     if (!recvs_.empty()) moved |= pumpRecv();
     if (!sends_.empty() || !directs_.empty()) moved |= pumpSend();
     if (moved) {
@@ -199,7 +238,7 @@ bool ShmConnection::pumpRecv() {
       // header is seen: fetch those lines while waiting, so that they cross with the header instead of after it
       // (the header's seq, written last, still decides; a line fetched too early is fetched again).
       const size_t want = recvs_.front().t->bytes - recvs_.front().off;
-      if (want > kInlineBytes && want <= kPrefetchBytes)
+      if (want > kInlineBytes && want <= kSmallBytes)
         for (size_t at = 0; at < want; at += 64) __builtin_prefetch(RingView::payload(s) + at);
       break;
     }
@@ -239,7 +278,6 @@ bool ShmConnection::pumpRecv() {
 
 bool ShmConnection::pumpSend() {
   bool moved = false;
-  const uint64_t nslots = out_.mask + 1;
   if (!directs_.empty()) {
     headSeen_ = out_.consumer->head.load(std::memory_order_acquire);
     while (!directs_.empty() && headSeen_ > directs_.front().ticket) {
@@ -250,27 +288,19 @@ bool ShmConnection::pumpSend() {
     }
   }
   while (!sends_.empty()) {
-    if (tail_ - headSeen_ >= nslots) {
-      headSeen_ = out_.consumer->head.load(std::memory_order_acquire);
-      if (tail_ - headSeen_ >= nslots) break;  // full
-    }
+    if (!roomToSend()) break;  // full
     SendOp& op = sends_.front();
     Transfer* t = op.t;
-    SlotHeader* s = out_.slot(tail_);
-    s->msgSeq = sendSeq_;
-    s->fp = t->fp;
-    if (t->bytes <= kInlineBytes) {  // the whole message in the header's line
-      s->bytes = kInlineSlot | static_cast<uint32_t>(t->bytes);
-      if (t->bytes) std::memcpy(s->inl, t->buf, t->bytes);
-      s->seq.store(tail_ + 1, std::memory_order_release);
-      ++tail_;
+    if (t->bytes <= kInlineBytes) {
+      sendSmall(t);
       moved = true;
-      t->complete = true;
       sends_.pop_front();
-      ++sendSeq_;
       --pending_;
       continue;
     }
+    SlotHeader* s = out_.slot(tail_);
+    s->msgSeq = sendSeq_;
+    s->fp = t->fp;
     s->big.msgBytes = t->bytes;
     if (op.direct) {
       s->bytes = kDirectSlot;

@@ -101,6 +101,10 @@ class ShmConnection final : public Connection {
 
   bool pumpRecv();
   bool pumpSend();
+  /// Whether out_ has a free slot (reads the peer's head only when the last one read says full).
+  bool roomToSend();
+  /// Writes `t` (one slot's worth at most; inline up to kInlineBytes) whole into the next slot and completes it.
+  void sendSmall(Transfer* t);
   void readPeer(void* dst, uint64_t addr, size_t bytes);
   void wakePeer();
   /// Idle and busy: fails if the peer closed or died (after taking what it sent before).
@@ -127,6 +131,7 @@ class ShmConnection final : public Connection {
   std::deque<RecvOp> recvs_;
   std::deque<DirectOp> directs_;
   bool closed_ = false;
+  bool wakeOwed_ = false;  ///< postSend sent a message; progress() wakes the peer
   std::exception_ptr error_;
   std::chrono::steady_clock::time_point lastLivenessCheck_{};
   uint32_t idleChecks_ = 0;
