@@ -75,12 +75,6 @@ void Executor::releaseSlot(char*& slot) {
   slot = nullptr;
 }
 
-bool Executor::stepRecvsDone(const StepState& st) const { return st.started && st.finished == st.nslices; }
-
-bool Executor::stepDone(const StepState& st) const {
-  return stepRecvsDone(st) && (!st.sends() || st.sendsDone == st.nslices);
-}
-
 bool Executor::canStart(size_t flat) const {
   if (flat == 0) return true;
   const StepState& prev = steps_[flat - 1];

@@ -142,8 +142,8 @@ class Executor {
   void planStep(StepState& st);
   void startStep(size_t flat);
   bool advanceStep(size_t flat);
-  bool stepRecvsDone(const StepState& st) const;
-  bool stepDone(const StepState& st) const;
+  static bool stepRecvsDone(const StepState& st) { return st.started && st.finished == st.nslices; }
+  static bool stepDone(const StepState& st) { return stepRecvsDone(st) && (!st.sends() || st.sendsDone == st.nslices); }
   void finishJobIfDone(size_t job);
   char* acquireSlot();
   void releaseSlot(char*& slot);

@@ -9,9 +9,8 @@
 // Which step may start is decided once per prepared run (prepareSmall): a step waits only behind a receiving step
 // that does not overlap the next (StepState::gated), so a pass needs no per-step rule; a step whose transfers are
 // all done costs one comparison per pass.
-#include <cstring>
-
 #include "base/datatypes.hpp"
+#include "base/small_copy.hpp"
 #include "core/call_trace.hpp"
 #include "core/executor.hpp"
 #include "core/flight_recorder.hpp"
@@ -44,7 +43,7 @@ void Executor::startSmall(StepState& st) {
     st.startTicks = TickClock::ticks();
   if (s.kind == StepKind::Copy) {
     const size_t bytes = s.count * st.elemSize;
-    if (bytes && st.src != st.dst) memmove(st.dst, st.src, bytes);
+    if (st.src != st.dst) base::moveBytes(st.dst, st.src, bytes);
     return;
   }
   if (st.nslices == 0) return;  // nothing moves (count 0)

@@ -48,6 +48,7 @@
 
 #include "base/errors.hpp"
 #include "base/log.hpp"
+#include "base/small_copy.hpp"
 
 namespace collie::transport::shm {
 
@@ -180,7 +181,7 @@ void ShmConnection::sendSmall(Transfer* t) {
   s->fp = t->fp;
   if (t->bytes <= kInlineBytes) {  // the whole message in the header's line
     s->bytes = kInlineSlot | static_cast<uint32_t>(t->bytes);
-    if (t->bytes) std::memcpy(s->inl, t->buf, t->bytes);
+    base::moveBytes(s->inl, t->buf, t->bytes);
   } else {  // in the lines after it
     s->big.msgBytes = t->bytes;
     s->bytes = static_cast<uint32_t>(t->bytes);
@@ -252,7 +253,7 @@ bool ShmConnection::pumpRecv() {
     }
     if (s->isInline()) {
       check(r.off == 0, "corrupt slot (an inline part after data)");
-      if (t->bytes) std::memcpy(t->buf, s->inl, t->bytes);
+      base::moveBytes(t->buf, s->inl, t->bytes);
       r.off = t->bytes;
     } else if (s->bytes != kDirectSlot) {
       check(s->bytes <= in_.slotBytes && s->bytes <= t->bytes - r.off, "corrupt slot (payload larger than expected)");
