@@ -22,6 +22,7 @@
 #include "base/datatypes.hpp"
 
 #include <atomic>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <type_traits>
@@ -154,12 +155,24 @@ struct ProdOp {
     return static_cast<T>(static_cast<Arith<T>>(static_cast<Arith<T>>(a) * static_cast<Arith<T>>(b)));
   }
 };
-// Max and Min propagate NaN from either side (std::max would drop a NaN in its first argument).
+// Max and Min propagate NaN from either side (std::max would drop a NaN in its first argument), and give the same
+// bits for (a, b) as for (b, a): algorithms where two ranks each fold the other's value into their own (direct,
+// recursive doubling) rely on it to end with identical bits. Values that compare equal but differ in bits (+0 and
+// -0) and pairs of NaNs are settled by the bit patterns (Max gives +0, Min gives -0; of two NaNs the smaller
+// pattern). Written without branches (bitwise & and | on the comparisons) so that the loops still vectorise.
+template <typename T>
+using SameWidthBits = std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>;
+template <typename T>
+COLLIE_ALWAYS_INLINE bool firstIsNanWinner(T a, T b) {  // a is a NaN, and b is not or has a larger pattern
+  const auto ua = std::bit_cast<SameWidthBits<T>>(a), ub = std::bit_cast<SameWidthBits<T>>(b);
+  return (a != a) & ((b == b) | (ua <= ub));
+}
 struct MaxOp {
   template <typename T>
   static T apply(T a, T b) {
     if constexpr (std::is_floating_point_v<T>) {
-      return (a > b || a != a) ? a : b;
+      const auto ua = std::bit_cast<SameWidthBits<T>>(a), ub = std::bit_cast<SameWidthBits<T>>(b);
+      return ((a > b) | ((a == b) & (ua <= ub)) | firstIsNanWinner(a, b)) ? a : b;
     } else {
       return a > b ? a : b;
     }
@@ -169,7 +182,8 @@ struct MinOp {
   template <typename T>
   static T apply(T a, T b) {
     if constexpr (std::is_floating_point_v<T>) {
-      return (a < b || a != a) ? a : b;
+      const auto ua = std::bit_cast<SameWidthBits<T>>(a), ub = std::bit_cast<SameWidthBits<T>>(b);
+      return ((a < b) | ((a == b) & (ua >= ub)) | firstIsNanWinner(a, b)) ? a : b;
     } else {
       return a < b ? a : b;
     }

@@ -94,6 +94,47 @@ INSTANTIATE_TEST_SUITE_P(Forced, AlgorithmMatrix,
                          ::testing::Combine(::testing::ValuesIn(cases()), ::testing::Values(2, 3, 4, 5, 6, 7, 8)),
                          matrixName);
 
+// Every rank must end an AllReduce with the same bits, also where compare-equal values differ in bits (+0 and -0)
+// and for NaNs with different payloads: direct and recursive doubling have two ranks each fold the other's value
+// into their own, so Max and Min must not depend on the operands' order. Counts: 64 floats (recursive doubling's
+// range) and 1000 (the halving form).
+class SameBitsOnEveryRank : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
+
+TEST_P(SameBitsOnEveryRank, MaxMinOfSignedZerosAndNans) {
+  const auto [algo, nranks] = GetParam();
+  ForcedAlgorithm forced("allreduce:" + algo);
+  const uint32_t specials[] = {0x00000000u, 0x80000000u, 0x7FC00000u, 0xFFC00000u, 0x7FC00001u, 0x3F800000u};
+  constexpr size_t kSpecials = sizeof(specials) / sizeof(specials[0]);
+  for (size_t count : {size_t{64}, size_t{1000}}) {
+    for (ReduceOp op : {ReduceOp::Max, ReduceOp::Min}) {
+      std::vector<std::vector<uint32_t>> results(static_cast<size_t>(nranks));
+      ThreadLauncher::run(
+          nranks,
+          [&](Communicator& comm) {
+            std::vector<uint32_t> in(count), out(count);
+            const size_t r = static_cast<size_t>(comm.rank());
+            for (size_t i = 0; i < count; ++i) in[i] = specials[(i / kSpecials + i * r) % kSpecials];
+            comm.allReduce(in.data(), out.data(), count, DataType::Float32, op);
+            EXPECT_EQ(comm.lastCall().algorithm, algo);
+            results[r] = out;
+          },
+          testOptions());
+      for (int r = 1; r < nranks; ++r)
+        for (size_t i = 0; i < count; ++i)
+          ASSERT_EQ(results[0][i], results[static_cast<size_t>(r)][i])
+              << "op " << static_cast<int>(op) << " count " << count << ": rank " << r
+              << " differs from rank 0 at element " << i;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Forced, SameBitsOnEveryRank,
+                         ::testing::Combine(::testing::Values("direct", "rhd", "ring", "tree"),
+                                            ::testing::Values(2, 3, 4, 5, 8)),
+                         [](const ::testing::TestParamInfo<std::tuple<std::string, int>>& info) {
+                           return std::get<0>(info.param) + "_" + std::to_string(std::get<1>(info.param)) + "ranks";
+                         });
+
 class AlgorithmBodies : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
 
 TEST_P(AlgorithmBodies, AsyncCalls) {

@@ -661,6 +661,56 @@ TEST(DataTypes, FloatMaxMinPropagateNan) {
   EXPECT_EQ(reduceOne(-INFINITY, 2.0f, DataType::Float32, ReduceOp::Min), -INFINITY);
 }
 
+// Direct and recursive-doubling AllReduce have two ranks each compute op(own, other's) and rely on getting the
+// same bits: Max and Min must not depend on the operands' order, +0/-0 ties and NaN payloads included.
+TEST(DataTypes, MaxMinGiveTheSameBitsEitherWayRound) {
+  auto bitsOf = [](auto v) {
+    std::vector<uint8_t> b(sizeof(v));
+    std::memcpy(b.data(), &v, sizeof(v));
+    return b;
+  };
+  std::vector<std::pair<DataType, std::vector<std::vector<uint8_t>>>> specials;
+  {
+    std::vector<std::vector<uint8_t>> f;
+    for (uint32_t u : {0x00000000u, 0x80000000u, 0x3F800000u, 0xBF800000u, 0x7F800000u, 0xFF800000u, 0x7FC00000u,
+                       0xFFC00000u, 0x7FC00001u, 0x7FA00000u, 0x40200000u})
+      f.push_back(bitsOf(u));
+    specials.push_back({DataType::Float32, f});
+    std::vector<std::vector<uint8_t>> d;
+    for (uint64_t u : {0x0ull, 0x8000000000000000ull, 0x3FF0000000000000ull, 0x7FF0000000000000ull,
+                       0x7FF8000000000000ull, 0xFFF8000000000000ull, 0x7FF8000000000001ull, 0xC004000000000000ull})
+      d.push_back(bitsOf(u));
+    specials.push_back({DataType::Float64, d});
+    std::vector<std::vector<uint8_t>> h, bf;
+    for (uint16_t u : {0x0000, 0x8000, 0x3C00, 0xBC00, 0x7C00, 0xFC00, 0x7E00, 0xFE00, 0x7E01}) h.push_back(bitsOf(u));
+    for (uint16_t u : {0x0000, 0x8000, 0x3F80, 0xBF80, 0x7F80, 0xFF80, 0x7FC0, 0xFFC0, 0x7FC1}) bf.push_back(bitsOf(u));
+    specials.push_back({DataType::Float16, h});
+    specials.push_back({DataType::Bfloat16, bf});
+  }
+  for (base::KernelIsa isa : supportedIsas()) {
+    IsaScope scope(isa);
+    for (const auto& [type, values] : specials) {
+      const size_t width = dataTypeSize(type), n = values.size() * values.size();
+      std::vector<uint8_t> a, b;  // every ordered pair, long enough for the vector loops
+      for (const auto& x : values)
+        for (const auto& y : values) {
+          a.insert(a.end(), x.begin(), x.end());
+          b.insert(b.end(), y.begin(), y.end());
+        }
+      for (ReduceOp op : {ReduceOp::Max, ReduceOp::Min}) {
+        std::vector<uint8_t> ab(a.size()), ba(a.size());
+        reduce(ab.data(), a.data(), b.data(), n, type, op);
+        reduce(ba.data(), b.data(), a.data(), n, type, op);
+        for (size_t i = 0; i < n; ++i)
+          EXPECT_EQ(0, std::memcmp(&ab[i * width], &ba[i * width], width))
+              << base::kernelIsaName(isa) << " " << dataTypeName(type) << " " << reduceOpName(op) << " pair " << i;
+      }
+    }
+  }
+  EXPECT_FALSE(std::signbit(reduceOne(-0.0f, 0.0f, DataType::Float32, ReduceOp::Max)));
+  EXPECT_TRUE(std::signbit(reduceOne(0.0f, -0.0f, DataType::Float32, ReduceOp::Min)));
+}
+
 TEST(DataTypes, HalfArithmeticRounds) {
   // 2048 + 1 is a tie between 2048 and 2050 in fp16: to even, 2048. 2048 + 3 -> 2052 (tie, to even).
   EXPECT_EQ(reduceOne<uint16_t>(base::floatToHalf(2048), base::floatToHalf(1), DataType::Float16, ReduceOp::Sum),
