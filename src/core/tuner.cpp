@@ -248,7 +248,7 @@ namespace {
 // A round that leaves the hosts moves its pieces at once: up to about 10 ms of a host port's rate passes as a burst
 // (tbf's burst on the test bed, a switch's buffers on a network); beyond that, measured on the test bed, the
 // round's streams reach 0.8-0.85 of the rate that the hierarchical algorithm's pipelined ring sustains on the same
-// ports (AllReduce 4 hosts x 2 ranks, 4-64 MiB: hier 1.18-1.25x faster than halving-doubling, 2 MiB and below
+// ports (AllReduce 4 hosts x 2 ranks, 4-64 MiB: hier 1.06-1.25x faster than halving-doubling, 2 MiB and below
 // alike; RESULTS.md). The simulator's ports have no such limit.
 constexpr double kPortBurstSeconds = 10e-3;
 constexpr double kCrossingRoundRate = 0.85;

@@ -230,7 +230,7 @@ TEST(HostTuner, TestBedSmallAndMidSizesPickHalvingDoubling) {
   }
 }
 
-// From 4 MiB up hier (measured 2026-11-24 07:36-07:59, RESULTS.md: on 4x2 hier 1.18-1.25x faster than rhd at 4-64 MiB,
+// From 4 MiB up hier (measured 2026-11-24 07:36-07:59, RESULTS.md: on 4x2 hier 1.06-1.25x faster than rhd at 4-64 MiB,
 // alike at 2 MiB; on 2x4 the two within 10%): halving-doubling's rounds that leave the hosts move their pieces at
 // once, and beyond a port's burst they get less of its rate than hier's pipelined ring. AllGather and ReduceScatter
 // are priced round by round too (sizes per rank, 8 blocks make the buffer): rhd where it moves what hier moves across
