@@ -7,10 +7,11 @@
 // rank sends its whole input to every rank, itself included, and folds what it receives strictly in rank order:
 //   out = x0;  out = out op x1;  ...;  out = out op x(n-1)
 // so every rank performs the same operations on the same operands and ends with the same bits (for floats too).
-// Ranks 0 and 1 start from their own input instead of receiving it from themselves: x0 op x1 == x1 op x0 bit for
-// bit (every op is commutative), so the result is unchanged. The input is first copied to Scratch and sent from
-// there, so that an in-place call may overwrite Output (= Input) while its sends are still in flight. It moves
-// (n-1) x count elements per rank, so the tuner picks it only for small messages.
+// Ranks 0 and 1 start from their own input instead of receiving it from themselves; rank 1 folds x0 in as the first
+// operand (Step::receivedFirst), so it too computes x0 op x1 (y op x may differ from x op y in a NaN's bits). The
+// input is first copied to Scratch and sent from there, so that an in-place call may overwrite Output (= Input)
+// while its sends are still in flight. It moves (n-1) x count elements per rank, so the tuner picks it only for
+// small messages.
 #include "algorithms/algorithms.hpp"
 #include "algorithms/patterns/ring.hpp"
 #include "algorithms/steps.hpp"
@@ -42,7 +43,9 @@ void directAllReduce(const ScheduleKey& k, Schedule& sch) {
   for (int i = 1; i < n; ++i) sendTo(patterns::ringAdd(r, i, n));  // r+1, r+2, ...: no peer is everyone's first
   if (ownFirst) {
     sch.steps.push_back(copy(in(0), out(0), count));
-    sch.steps.push_back(recvReduce(r == 0 ? 1 : 0, -1, out(0), out(0), count));
+    Step first = recvReduce(r == 0 ? 1 : 0, -1, out(0), out(0), count);
+    first.receivedFirst = r == 1;  // x0 op x1 on both
+    sch.steps.push_back(first);
     for (int j = 2; j < n; ++j) sch.steps.push_back(recvReduce(j, -1, out(0), out(0), count));
   } else {
     sendTo(r);  // to itself, over the self connection, to fold its input in at its place

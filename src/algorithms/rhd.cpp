@@ -16,8 +16,9 @@
 //   rounds i = 0, 1, ..., k-1 (d = 2^i) sends block i whole to its partner v ^ d and reduces the partner's into
 //   block i+1, the last round into Output. k rounds of one message each way, against 2k (with the halves of one
 //   or two elements that a few bytes leave, some of them empty) for the form above: 4 ranks over loopback TCP,
-//   8 B-2 KiB, 22-30 us against 26-58 (perf/RESULTS.md). v and its partner reduce the same two operands (every op
-//   commutes), so every rank ends with the same bits. No block is written while it may still be sent: block i+1
+//   8 B-2 KiB, 22-30 us against 26-58 (perf/RESULTS.md). v and its partner reduce the same two operands in the same
+//   order (the lower participant's first: Step::receivedFirst on the higher one, since x op y and y op x may differ
+//   in a NaN's bits), so every rank ends with the same bits. No block is written while it may still be sent: block i+1
 //   and Output are written only after block i was posted, and never sent from again before that.
 // Non-powers of two (n = p + e): each extra rank (even, below 2e) first sends its whole input to its odd
 // neighbour, which reduces it into its own (RecvReduce into the output) and then takes part; at the end the
@@ -64,8 +65,9 @@ Schedule recursiveDoublingAllReduce(const ScheduleKey& k, const HalvingDoubling&
   for (int i = 0; i < rounds; ++i) {
     const int partner = hd.rankOf(v ^ (1 << i));
     sch.steps.push_back(overlapped(steps::send(partner, block(i), k.count)));
-    sch.steps.push_back(
-        steps::recvReduce(partner, -1, block(i), i + 1 == rounds ? steps::out(0) : block(i + 1), k.count));
+    Step fold = steps::recvReduce(partner, -1, block(i), i + 1 == rounds ? steps::out(0) : block(i + 1), k.count);
+    fold.receivedFirst = (v & (1 << i)) != 0;  // both compute lower's op higher's: the same bits (see the top)
+    sch.steps.push_back(fold);
   }
   if (hd.absorbs(r)) sch.steps.push_back(steps::send(r - 1, steps::out(0), k.count));
   return sch;

@@ -220,6 +220,7 @@ std::string describe(const Schedule& schedule) {
     field(" count=%zu", s.count);
     if (s.sliceAfter >= 0) field(" after=%d", s.sliceAfter);
     if (s.overlapNext) line += " overlap";
+    if (s.receivedFirst) line += " received-first";
     out += line + "\n";
   }
   return out;

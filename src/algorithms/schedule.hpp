@@ -58,7 +58,10 @@ struct Step {
   Range dst;
   size_t count = 0;
   bool overlapNext = false;  ///< let the next step start before this step's receives complete
-  int sliceAfter = -1;       ///< index of an earlier step whose slice j must be finished before this one's
+  /// RecvReduce(Send): dst = received op src instead of src op received, so that two ranks folding each other's
+  /// value compute the same operation (x op y and y op x may differ in a NaN's bits)
+  bool receivedFirst = false;
+  int sliceAfter = -1;  ///< index of an earlier step whose slice j must be finished before this one's
 };
 
 enum class Collective : uint8_t { AllReduce, Broadcast, Reduce, AllGather, ReduceScatter, AllToAll, Send, Recv };

@@ -157,7 +157,7 @@ bool Executor::advanceStep(size_t flat) {
       const size_t count = st.sliceCount(st.finished);
       char* out = st.dst ? st.dst + off : sl.slot;  // where this slice's result lives
       if (s.kind == StepKind::RecvReduce || s.kind == StepKind::RecvReduceSend) {
-        base::reduce(out, st.src + off, st.viaSlot ? sl.slot : out, count, b.type, b.op);
+        b.reduceReceived(s, out, st.src + off, st.viaSlot ? sl.slot : out, count);
         if (st.dst) releaseSlot(sl.slot);  // the result is in dst now
       }
       lastSeen_[peer] = jobs_[st.job].recvFp;  // its fingerprint matched: the peer was in this call

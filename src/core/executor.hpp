@@ -44,6 +44,15 @@ struct JobBuffers {
   void* output = nullptr;
   DataType type = DataType::Float32;
   ReduceOp op = ReduceOp::Sum;
+
+  /// A reducing step's arithmetic on `count` elements: out = src op received, or received op src where the step
+  /// says so (Step::receivedFirst: both ends of a pair then compute the same operation, bit for bit).
+  void reduceReceived(const algorithms::Step& s, char* out, const char* src, const char* received, size_t count) const {
+    if (s.receivedFirst)
+      base::reduce(out, received, src, count, type, op);
+    else
+      base::reduce(out, src, received, count, type, op);
+  }
 };
 
 struct Job {

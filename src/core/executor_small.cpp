@@ -75,7 +75,7 @@ bool Executor::finishSmall(size_t flat) {
     if (s.kind == StepKind::RecvReduce) {
       const JobBuffers& b = jobs_[st.job].buffers;
       char* out = st.dst ? st.dst : sl.slot;
-      base::reduce(out, st.src, st.viaSlot ? sl.slot : out, s.count, b.type, b.op);
+      b.reduceReceived(s, out, st.src, st.viaSlot ? sl.slot : out, s.count);
     }
     releaseSlot(sl.slot);
     lastSeen_[static_cast<size_t>(s.recvPeer)] = jobs_[st.job].recvFp;  // its fingerprint matched
