@@ -70,11 +70,6 @@ char* Executor::acquireSlot() {
   return s;
 }
 
-void Executor::releaseSlot(char*& slot) {
-  if (slot) freeSlots_.push_back(slot);
-  slot = nullptr;
-}
-
 bool Executor::canStart(size_t flat) const {
   if (flat == 0) return true;
   const StepState& prev = steps_[flat - 1];

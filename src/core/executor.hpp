@@ -155,7 +155,10 @@ class Executor {
   static bool stepDone(const StepState& st) { return stepRecvsDone(st) && (!st.sends() || st.sendsDone == st.nslices); }
   void finishJobIfDone(size_t job);
   char* acquireSlot();
-  void releaseSlot(char*& slot);
+  void releaseSlot(char*& slot) {
+    if (slot) freeSlots_.push_back(slot);
+    slot = nullptr;
+  }
   [[noreturn]] void failTimeout();
   void traceWait(size_t flat, bool recv);
 
