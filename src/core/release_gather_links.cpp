@@ -2,8 +2,11 @@
 // under lazy connection a rank holds O(1) links after init instead of log2 N: the links to gatherOnlyPeers, closed by
 // both ends once init's own calls (the all-gather, calibration) are over.
 //
-// Who: gatherOnlyPeers is symmetric, so both ends of a link decide alike to close it, and nothing else is closed.
-// How, on each rank, for its gatherOnlyPeers at once (after calibration, before the user's first call):
+// Who: the gatherOnlyPeers whose transport dials at any time (Transport::dialsAnyTime: tcp, shm). A pair over a
+// transport that connects only collectively (ucx) stays open: reopening it would need both ends in one connect, which
+// a Send/Recv pair split across calls never gives (it would wait until the timeout). gatherOnlyPeers is symmetric and
+// both ends choose a pair's transport from the same table, so both ends decide alike; nothing else is closed.
+// How, on each rank, for those peers at once (after calibration, before the user's first call):
 //   1. release the pair in its transport (Transport::releasePeer: the dial rule takes a dial of the pair afresh
 //      from now on, although the link is still open here);
 //   2. send each peer a one-byte goodbye and receive its goodbye (one group of Send/Recv, through the executor like
@@ -14,9 +17,13 @@
 //     calls of both ends match, and a link is FIFO), and it sends nothing after its goodbye: so once this rank has
 //     read the goodbye, nothing unread is left on the link when it closes (over tcp no reset, which could drop the
 //     peer's unread data), and this rank's own goodbye was fully handed over before the peer could read it.
-//   - A peer closes only after reading this rank's goodbye, so when its close arrives this rank has no transfer
-//     pending on the link; tcp and shm report a closed peer only to pending transfers, so the orderly close is not
-//     taken for a failure (a peer that dies before its goodbye still is: init then fails on this rank).
+//   - Each end closes after reading the other's goodbye, not after the other read its own: so a peer may close while
+//     this rank's receive of that peer's goodbye is still pending (the goodbye sits in the socket or the ring, not
+//     read yet). That receive still completes, because a connection delivers everything the peer sent before its
+//     close and only then reports the close (tcp: the data comes before the FIN; shm: checkPeer drains the ring,
+//     pumpRecv, before failGone). This drain-before-fail is a contract of every Connection, tested by the
+//     conformance case PeerCloseGivesRemoteErrorAfterItsLastData. A peer that dies before its goodbye still fails
+//     init on this rank.
 //   - A peer dials the pair again (a later call needs it) only after its step 3, i.e. after it read this rank's
 //     goodbye, which this rank sent after its step 1: the dial is answered, even if this rank still waits for other
 //     goodbyes or has not closed its end yet, and its next connect takes that answered connection.
@@ -39,7 +46,11 @@ using algorithms::Collective;
 
 void CommImpl::closeGatherOnlyLinks() {
   if (connectEagerly(connectMode_, links_.transports)) return;
-  const std::vector<int> peers = gatherOnlyPeers(rank_, nranks_);
+  std::vector<int> peers;
+  for (int p : gatherOnlyPeers(rank_, nranks_)) {
+    const int t = links_.transportOf[static_cast<size_t>(p)];
+    if (t >= 0 && links_.transports[static_cast<size_t>(t)]->dialsAnyTime()) peers.push_back(p);
+  }
   if (peers.empty()) return;
   std::vector<uint8_t> goodbyes(peers.size(), 1), received(peers.size(), 0);
   std::vector<OpDesc> ops;

@@ -240,6 +240,8 @@ TEST_P(Conformance, FingerprintMismatchIsReported) {
 
 // ---- failure -----------------------------------------------------------------------------------------------
 
+// A contract the goodbyes after init rely on (core/release_gather_links.cpp): a connection delivers what the peer sent
+// before its close, and only then reports the close.
 TEST_P(Conformance, PeerCloseGivesRemoteErrorAfterItsLastData) {
   Cluster cluster = make(2);
   cluster.connectAll();

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <string>
@@ -18,6 +19,7 @@
 #include "common/bodies.hpp"
 #include "common/forced_algorithm.hpp"
 #include "common/launcher.hpp"
+#include "core/bootstrap_plan.hpp"
 
 namespace collie::test {
 namespace {
@@ -74,6 +76,44 @@ TEST(Ucx, EveryPeerPairIsAUcxConnection) {
         EXPECT_EQ(comm.lastCall().transport, "ucx") << "UCX_TLS=" << tls();
       },
       ucxOptions());
+}
+
+// An explicit ConnectMode::Lazy over ucx keeps the links of init's table all-gather (release_gather_links.cpp): ucx
+// connects a pair only when both ends connect it in one call, so a closed one would leave a Send/Recv pair whose ends
+// are reached at different moments waiting until the timeout. Here rank 2 posts its receive from rank 0 only after
+// rank 0's send to it has returned (a chain through rank 1); 0 and 2 are a gather-only pair at 8 ranks.
+TEST(Ucx, LazyKeepsTheLinksItCouldNotReopen) {
+  constexpr int n = 8;
+  Options o = ucxOptions(10s);
+  o.connect = ConnectMode::Lazy;
+  ThreadLauncher::run(
+      n,
+      [](Communicator& comm) {
+        const int r = comm.rank();
+        std::vector<int> kept = core::gatherOnlyPeers(r, n);
+        ASSERT_FALSE(kept.empty());
+        for (int p : {(r + 1) % n, (r + n - 1) % n})
+          if (std::find(kept.begin(), kept.end(), p) == kept.end()) kept.push_back(p);
+        EXPECT_GE(comm.connectedPeers(), static_cast<int>(kept.size())) << "rank " << r;
+        int v = -1;
+        if (r == 0) {
+          v = 100;
+          comm.send(&v, 1, DataType::Int32, 2);
+          v = 101;
+          comm.send(&v, 1, DataType::Int32, 1);
+        } else if (r == 1) {
+          comm.recv(&v, 1, DataType::Int32, 0);
+          EXPECT_EQ(v, 101);
+          comm.send(&v, 1, DataType::Int32, 2);
+        } else if (r == 2) {
+          comm.recv(&v, 1, DataType::Int32, 1);
+          EXPECT_EQ(v, 101);
+          comm.recv(&v, 1, DataType::Int32, 0);
+          EXPECT_EQ(v, 100);
+        }
+        EXPECT_GE(comm.connectedPeers(), static_cast<int>(kept.size())) << "rank " << r;
+      },
+      o);
 }
 
 // ---- every collective, every dtype class and op ------------------------------------------------------------
