@@ -60,7 +60,7 @@ bool Poller::readyNow() {
   const int n = epoll_wait(epollFd_, events, 32, 0);
   if (n < 0 && errno != EINTR) COLLIE_SYSCHECK(n, "epoll_wait");
   drainWake(eventFd_, events, n);
-  return n != 0;
+  return n > 0;
 }
 
 void Poller::wait(std::chrono::microseconds timeout) {

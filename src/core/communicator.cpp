@@ -323,7 +323,10 @@ OpDesc CommImpl::matchAnySource(const OpDesc& op, const ExecConfig& config) {
 }
 
 void CommImpl::execute(const std::vector<OpDesc>& ops, const ExecConfig& config, const std::vector<Job>* repeated) {
-  if (failCode_.load() != ErrorCode::Success) throw Error(failCode_.load(), failureMessage());
+  if (failCode_.load() != ErrorCode::Success) {
+    if (repeated) recorder_.finish(false);  // Planner::repeat began its entry: it ends, failed, having sent nothing
+    throw Error(failCode_.load(), failureMessage());
+  }
   try {
     const bool anySource = ops.size() == 1 && ops[0].root == kAnySource && ops[0].coll == Collective::Recv;
     const std::vector<Job>& jobs = repeated    ? *repeated

@@ -85,7 +85,8 @@ class Executor {
   /// Gives the executor the connection to `peer` made after it was constructed (lazy connection); between runs.
   void setConnection(int peer, transport::Connection* conn) {
     conns_[static_cast<size_t>(peer)] = conn;
-    waitOnPoller_ = false;  // until the next run's peers are looked at again
+    waitOnPoller_ = false;  // until the next run's peers are looked at again:
+    prepared_ = Job{};      // a repeated plan too (begin() decides the wait only for a new one)
   }
 
   /// Runs the jobs to completion. Throws collie::Error on failure (the connections are then unusable).
