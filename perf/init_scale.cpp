@@ -9,7 +9,6 @@
 //   COLLIE_CONNECT=lazy init_scale --ranks 8,32,128,512 [--count 1024]
 // prints one line per rank count: ranks, init s, fds/rank after init, fds/rank after the AllReduce, RSS MiB/rank,
 // first AllReduce ms, second AllReduce ms (nothing left to connect), or the error that stopped it.
-#include <dirent.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -21,39 +20,14 @@
 #include <thread>
 #include <vector>
 
+#include "scale_common.hpp"
+
 namespace {
 
-int openDescriptors() {
-  int n = 0;
-  DIR* d = opendir("/proc/self/fd");
-  if (!d) return -1;
-  while (dirent* e = readdir(d)) n += e->d_name[0] != '.';
-  closedir(d);
-  return n - 1;  // the directory's own descriptor
-}
-
-double residentMiB() {
-  FILE* f = fopen("/proc/self/status", "r");
-  if (!f) return -1;
-  char line[256];
-  double kib = -1;
-  while (fgets(line, sizeof(line), f))
-    if (strncmp(line, "VmRSS:", 6) == 0) kib = atof(line + 6);
-  fclose(f);
-  return kib / 1024.0;
-}
-
-std::vector<int> parseList(const char* s) {
-  std::vector<int> out;
-  for (const char* p = s; *p;) {
-    out.push_back(atoi(p));
-    while (*p && *p != ',') ++p;
-    if (*p == ',') ++p;
-  }
-  return out;
-}
-
-double seconds(std::chrono::steady_clock::duration d) { return std::chrono::duration<double>(d).count(); }
+using collie_perf::openDescriptors;
+using collie_perf::parseList;
+using collie_perf::residentMiB;
+using collie_perf::seconds;
 
 // One AllReduce of `count` int32 on every rank (a thread each); returns false and prints when a result is wrong.
 bool allReduceChecked(std::vector<std::unique_ptr<collie::Communicator>>& comms, size_t count) {

@@ -23,28 +23,13 @@
 #include <thread>
 #include <vector>
 
+#include "scale_common.hpp"
+
 namespace {
 
-int openDescriptors() {
-  int n = 0;
-  DIR* d = opendir("/proc/self/fd");
-  if (!d) return -1;
-  while (dirent* e = readdir(d)) n += e->d_name[0] != '.';
-  closedir(d);
-  return n - 1;  // the directory's own descriptor
-}
-
-std::vector<int> parseList(const char* s) {
-  std::vector<int> out;
-  for (const char* p = s; *p;) {
-    out.push_back(atoi(p));
-    while (*p && *p != ',') ++p;
-    if (*p == ',') ++p;
-  }
-  return out;
-}
-
-double seconds(std::chrono::steady_clock::duration d) { return std::chrono::duration<double>(d).count(); }
+using collie_perf::openDescriptors;
+using collie_perf::parseList;
+using collie_perf::seconds;
 
 /// Runs fn(r) on one thread per rank; false (and prints) when any threw.
 bool onEveryRank(int n, const std::function<void(int)>& fn) {
