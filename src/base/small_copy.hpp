@@ -5,10 +5,19 @@
 #pragma once
 
 #include <cstddef>
-#include <cstdint>
 #include <cstring>
 
 namespace collie::base {
+
+/// Moves n bytes, k <= n <= 2k, as two k-byte moves that may overlap: both loaded before either is stored.
+template <size_t K>
+inline void moveTwoOverlapping(unsigned char* d, const unsigned char* s, size_t n) {
+  unsigned char a[K], b[K];
+  std::memcpy(a, s, K);
+  std::memcpy(b, s + n - K, K);
+  std::memcpy(d, a, K);
+  std::memcpy(d + n - K, b, K);
+}
 
 /// memmove(dst, src, n).
 inline void moveBytes(void* dst, const void* src, size_t n) {
@@ -17,23 +26,11 @@ inline void moveBytes(void* dst, const void* src, size_t n) {
   if (n > 32) {
     std::memmove(d, s, n);
   } else if (n >= 16) {
-    unsigned char a[16], b[16];
-    std::memcpy(a, s, 16);
-    std::memcpy(b, s + n - 16, 16);
-    std::memcpy(d, a, 16);
-    std::memcpy(d + n - 16, b, 16);
+    moveTwoOverlapping<16>(d, s, n);
   } else if (n >= 8) {
-    uint64_t a, b;
-    std::memcpy(&a, s, 8);
-    std::memcpy(&b, s + n - 8, 8);
-    std::memcpy(d, &a, 8);
-    std::memcpy(d + n - 8, &b, 8);
+    moveTwoOverlapping<8>(d, s, n);
   } else if (n >= 4) {
-    uint32_t a, b;
-    std::memcpy(&a, s, 4);
-    std::memcpy(&b, s + n - 4, 4);
-    std::memcpy(d, &a, 4);
-    std::memcpy(d + n - 4, &b, 4);
+    moveTwoOverlapping<4>(d, s, n);
   } else if (n > 0) {  // 0, n/2 and n-1 cover 1-3 bytes
     const unsigned char a = s[0], b = s[n / 2], c = s[n - 1];
     d[0] = a;

@@ -57,13 +57,7 @@ std::unique_ptr<CommImpl> CommImpl::split(int color, int key, const Options& opt
 
   const SplitEntry mine{SplitEntry::kMagic, color, key, mineFresh ? 1 : 0};
   std::vector<SplitEntry> all(static_cast<size_t>(nranks_));
-  OpDesc op;
-  op.coll = algorithms::Collective::AllGather;
-  op.send = &mine;
-  op.recv = all.data();
-  op.count = 4;
-  op.type = DataType::Int32;
-  run(op);
+  run(makeOp(algorithms::Collective::AllGather, &mine, all.data(), 4, DataType::Int32, ReduceOp::Sum, 0));
   bool exchange = false;
   for (int r = 0; r < nranks_; ++r) {
     const SplitEntry& e = all[static_cast<size_t>(r)];
@@ -78,11 +72,8 @@ std::unique_ptr<CommImpl> CommImpl::split(int color, int key, const Options& opt
     AddressSet myAddresses;
     std::copy(std::begin(fresh.addresses), std::end(fresh.addresses), myAddresses.begin());
     addresses.resize(static_cast<size_t>(nranks_));
-    op.send = &myAddresses;
-    op.recv = addresses.data();
-    op.count = sizeof(AddressSet);
-    op.type = DataType::Uint8;
-    run(op);
+    run(makeOp(algorithms::Collective::AllGather, &myAddresses, addresses.data(), sizeof(AddressSet), DataType::Uint8,
+               ReduceOp::Sum, 0));
   }
   if (color == COLLIE_SPLIT_NOCOLOR) return nullptr;
 

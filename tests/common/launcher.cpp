@@ -26,6 +26,19 @@ int64_t monotonicNs() {
 
 // ---- ThreadLauncher ---------------------------------------------------------------------------------------------
 
+void onCApiThreads(int n, const std::function<void(int, collieComm_t)>& fn) {
+  std::vector<collieComm_t> comms(static_cast<size_t>(n), nullptr);
+  ASSERT_EQ(collieCommInitAll(comms.data(), n, nullptr), collieSuccess) << collieGetLastError(nullptr);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r)
+    threads.emplace_back([&, r] {
+      ::testing::ScopedTrace trace(__FILE__, __LINE__, "rank " + std::to_string(r));
+      fn(r, comms[static_cast<size_t>(r)]);
+    });
+  for (auto& t : threads) t.join();
+  for (collieComm_t c : comms) EXPECT_EQ(collieCommDestroy(c), collieSuccess);
+}
+
 void ThreadLauncher::run(int nranks, const TestBody& body, const Options& options) {
   auto comms = Communicator::createAll(nranks, options);
   runOn(comms, body);

@@ -11,6 +11,7 @@
 //                    can hang on it for ever.
 #pragma once
 
+#include <collie/collie.h>
 #include <gtest/gtest.h>
 #include <sys/types.h>
 
@@ -27,6 +28,10 @@ namespace collie::test {
 
 /// What every launcher runs on every rank.
 using TestBody = std::function<void(Communicator&)>;
+
+/// Makes n communicators with collieCommInitAll (the C API), runs fn(rank, comm) on one thread per rank, destroys
+/// them.
+void onCApiThreads(int n, const std::function<void(int, collieComm_t)>& fn);
 
 /// Runs a body on one thread per rank.
 class ThreadLauncher {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/bodies.hpp"
+#include "common/launcher.hpp"
 
 namespace collie::test {
 namespace {
@@ -30,78 +31,62 @@ TEST(AnySourceCApi, RecvAnyReportsEachSenderAndItsData) {
   }
   constexpr int n = 3;
   constexpr size_t count = 1000;
-  std::vector<collieComm_t> comms(n, nullptr);
-  ASSERT_EQ(collieCommInitAll(comms.data(), n, nullptr), collieSuccess) << collieGetLastError(nullptr);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      collieComm_t comm = comms[static_cast<size_t>(r)];
-      std::vector<int32_t> buf(count);
-      if (r != 0) {
-        for (size_t j = 0; j < count; ++j) buf[j] = r * 1000000 + static_cast<int32_t>(j);
-        EXPECT_OK(collieSend(buf.data(), count, collieInt32, 0, comm, nullptr));
-        EXPECT_OK(collieSend(buf.data(), count, collieInt32, 0, comm, nullptr));
-        return;
+  onCApiThreads(n, [&](int r, collieComm_t comm) {
+    std::vector<int32_t> buf(count);
+    if (r != 0) {
+      for (size_t j = 0; j < count; ++j) buf[j] = r * 1000000 + static_cast<int32_t>(j);
+      EXPECT_OK(collieSend(buf.data(), count, collieInt32, 0, comm, nullptr));
+      EXPECT_OK(collieSend(buf.data(), count, collieInt32, 0, comm, nullptr));
+      return;
+    }
+    std::vector<int> seen(n, 0);
+    for (int k = 0; k < 2 * (n - 1); ++k) {
+      std::fill(buf.begin(), buf.end(), -1);
+      int source = -7;
+      if (k % 2 == 0) {
+        EXPECT_OK(collieRecvAny(buf.data(), count, collieInt32, &source, comm));
+      } else {  // the plain receive takes COLLIE_ANY_SOURCE too; the data tell the sender
+        EXPECT_OK(collieRecv(buf.data(), count, collieInt32, COLLIE_ANY_SOURCE, comm, nullptr));
+        source = buf[0] / 1000000;
       }
-      std::vector<int> seen(n, 0);
-      for (int k = 0; k < 2 * (n - 1); ++k) {
-        std::fill(buf.begin(), buf.end(), -1);
-        int source = -7;
-        if (k % 2 == 0) {
-          EXPECT_OK(collieRecvAny(buf.data(), count, collieInt32, &source, comm));
-        } else {  // the plain receive takes COLLIE_ANY_SOURCE too; the data tell the sender
-          EXPECT_OK(collieRecv(buf.data(), count, collieInt32, COLLIE_ANY_SOURCE, comm, nullptr));
-          source = buf[0] / 1000000;
-        }
-        ASSERT_TRUE(source >= 1 && source < n) << source;
-        ++seen[static_cast<size_t>(source)];
-        for (size_t j = 0; j < count; ++j)
-          ASSERT_EQ(buf[j], source * 1000000 + static_cast<int32_t>(j)) << "element " << j << " from " << source;
-      }
-      for (int p = 1; p < n; ++p) EXPECT_EQ(seen[static_cast<size_t>(p)], 2) << "from rank " << p;
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (collieComm_t c : comms) EXPECT_EQ(collieCommDestroy(c), collieSuccess);
+      ASSERT_TRUE(source >= 1 && source < n) << source;
+      ++seen[static_cast<size_t>(source)];
+      for (size_t j = 0; j < count; ++j)
+        ASSERT_EQ(buf[j], source * 1000000 + static_cast<int32_t>(j)) << "element " << j << " from " << source;
+    }
+    for (int p = 1; p < n; ++p) EXPECT_EQ(seen[static_cast<size_t>(p)], 2) << "from rank " << p;
+  });
 }
 
 TEST(AnySourceCApi, BadArgumentsAndUsesAreRefused) {
   constexpr int n = 2;
-  std::vector<collieComm_t> comms(n, nullptr);
-  ASSERT_EQ(collieCommInitAll(comms.data(), n, nullptr), collieSuccess) << collieGetLastError(nullptr);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      collieComm_t comm = comms[static_cast<size_t>(r)];
-      float buf[4] = {1, 2, 3, 4};
-      if (r == 1) {
-        EXPECT_OK(collieSend(buf, 4, collieFloat32, 0, comm, nullptr));
-        return;
-      }
-      int source = 5;
-      EXPECT_EQ(collieRecvAny(buf, 4, collieFloat32, nullptr, comm), collieInvalidArgument);
-      EXPECT_NE(std::string(collieGetLastError(comm)).find("source is NULL"), std::string::npos)
-          << collieGetLastError(comm);
-      EXPECT_EQ(collieRecvAny(buf, 4, collieFloat32, &source, nullptr), collieInvalidArgument);
-      EXPECT_EQ(source, -1);
-      EXPECT_EQ(collieRecvAny(nullptr, 4, collieFloat32, &source, comm), collieInvalidArgument);
-      EXPECT_NE(std::string(collieGetLastError(comm)).find("recvbuff is NULL"), std::string::npos)
-          << collieGetLastError(comm);
-      EXPECT_EQ(collieRecvAny(buf, 4, static_cast<collieDataType_t>(42), &source, comm), collieInvalidArgument);
-      EXPECT_EQ(collieRecv(buf, 4, collieFloat32, -2, comm, nullptr), collieInvalidArgument);
-      EXPECT_OK(collieGroupStart());
-      EXPECT_EQ(collieRecvAny(buf, 4, collieFloat32, &source, comm), collieInvalidUsage);
-      EXPECT_NE(std::string(collieGetLastError(comm)).find("cannot be part of a group"), std::string::npos)
-          << collieGetLastError(comm);
-      EXPECT_OK(collieGroupEnd());
-      float got[4] = {0, 0, 0, 0};  // still usable
-      EXPECT_OK(collieRecvAny(got, 4, collieFloat32, &source, comm));
-      EXPECT_EQ(source, 1);
-      for (int j = 0; j < 4; ++j) EXPECT_EQ(got[j], j + 1.0f);
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (collieComm_t c : comms) EXPECT_EQ(collieCommDestroy(c), collieSuccess);
+  onCApiThreads(n, [&](int r, collieComm_t comm) {
+    float buf[4] = {1, 2, 3, 4};
+    if (r == 1) {
+      EXPECT_OK(collieSend(buf, 4, collieFloat32, 0, comm, nullptr));
+      return;
+    }
+    int source = 5;
+    EXPECT_EQ(collieRecvAny(buf, 4, collieFloat32, nullptr, comm), collieInvalidArgument);
+    EXPECT_NE(std::string(collieGetLastError(comm)).find("source is NULL"), std::string::npos)
+        << collieGetLastError(comm);
+    EXPECT_EQ(collieRecvAny(buf, 4, collieFloat32, &source, nullptr), collieInvalidArgument);
+    EXPECT_EQ(source, -1);
+    EXPECT_EQ(collieRecvAny(nullptr, 4, collieFloat32, &source, comm), collieInvalidArgument);
+    EXPECT_NE(std::string(collieGetLastError(comm)).find("recvbuff is NULL"), std::string::npos)
+        << collieGetLastError(comm);
+    EXPECT_EQ(collieRecvAny(buf, 4, static_cast<collieDataType_t>(42), &source, comm), collieInvalidArgument);
+    EXPECT_EQ(collieRecv(buf, 4, collieFloat32, -2, comm, nullptr), collieInvalidArgument);
+    EXPECT_OK(collieGroupStart());
+    EXPECT_EQ(collieRecvAny(buf, 4, collieFloat32, &source, comm), collieInvalidUsage);
+    EXPECT_NE(std::string(collieGetLastError(comm)).find("cannot be part of a group"), std::string::npos)
+        << collieGetLastError(comm);
+    EXPECT_OK(collieGroupEnd());
+    float got[4] = {0, 0, 0, 0};  // still usable
+    EXPECT_OK(collieRecvAny(got, 4, collieFloat32, &source, comm));
+    EXPECT_EQ(source, 1);
+    for (int j = 0; j < 4; ++j) EXPECT_EQ(got[j], j + 1.0f);
+  });
 }
 
 TEST(AnySourceCApi, AOneRankCommunicatorRefusesIt) {

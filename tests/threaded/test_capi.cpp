@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/data.hpp"
+#include "common/launcher.hpp"
 
 namespace collie::test {
 namespace {
@@ -19,20 +20,6 @@ collieDataType_t cType(DataType t) { return static_cast<collieDataType_t>(t); }
 collieRedOp_t cOp(ReduceOp o) { return static_cast<collieRedOp_t>(o); }
 
 #define EXPECT_OK(call) EXPECT_EQ((call), collieSuccess) << #call << ": " << collieGetLastError(nullptr)
-
-// Makes n communicators with collieCommInitAll, runs fn(rank, comm) on one thread per rank, destroys them.
-void onThreads(int n, const std::function<void(int, collieComm_t)>& fn) {
-  std::vector<collieComm_t> comms(static_cast<size_t>(n), nullptr);
-  ASSERT_EQ(collieCommInitAll(comms.data(), n, nullptr), collieSuccess) << collieGetLastError(nullptr);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r)
-    threads.emplace_back([&, r] {
-      ::testing::ScopedTrace trace(__FILE__, __LINE__, "rank " + std::to_string(r));
-      fn(r, comms[static_cast<size_t>(r)]);
-    });
-  for (auto& t : threads) t.join();
-  for (collieComm_t c : comms) EXPECT_EQ(collieCommDestroy(c), collieSuccess);
-}
 
 TEST(CApi, VersionAndUniqueIdStrings) {
   int v = 0;
@@ -88,7 +75,7 @@ class CApiCollectives : public ::testing::TestWithParam<int> {};
 
 TEST_P(CApiCollectives, EveryCollectiveChecked) {
   const int n = GetParam();
-  onThreads(n, [n](int rank, collieComm_t comm) {
+  onCApiThreads(n, [n](int rank, collieComm_t comm) {
     const size_t nr = static_cast<size_t>(n), me = static_cast<size_t>(rank);
     for (DataType t : {DataType::Int8, DataType::Float16, DataType::Float32, DataType::Uint64}) {
       for (size_t c : {size_t{0}, size_t{7}, size_t{100003}}) {
@@ -143,7 +130,7 @@ TEST_P(CApiCollectives, EveryCollectiveChecked) {
 
 TEST_P(CApiCollectives, AsyncRequests) {
   const int n = GetParam();
-  onThreads(n, [n](int rank, collieComm_t comm) {
+  onCApiThreads(n, [n](int rank, collieComm_t comm) {
     const size_t c = 50001, nr = static_cast<size_t>(n), me = static_cast<size_t>(rank);
     const DataType t = DataType::Float32;
     Buffer a(t, c), b(t, c), bc(t, c), red(t, c), agIn(t, c), ag(t, nr * c), rsIn(t, nr * c), rs(t, c), aaIn(t, nr * c),
@@ -192,7 +179,7 @@ TEST_P(CApiCollectives, AsyncRequests) {
 
 TEST_P(CApiCollectives, SplitByParity) {
   const int n = GetParam();
-  onThreads(n, [n](int rank, collieComm_t comm) {
+  onCApiThreads(n, [n](int rank, collieComm_t comm) {
     collieComm_t sub = nullptr;
     collieConfig_t config = COLLIE_CONFIG_INITIALIZER;
     config.commName = "parity";

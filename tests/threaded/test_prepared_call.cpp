@@ -74,24 +74,17 @@ TEST(PreparedCall, RepeatedAllReducesAreRightEveryTimeAndCounted) {
 
 TEST(PreparedCall, RepeatedCApiCallsAreRight) {
   constexpr int n = 2;
-  std::vector<collieComm_t> comms(n, nullptr);
-  ASSERT_EQ(collieCommInitAll(comms.data(), n, nullptr), collieSuccess) << collieGetLastError(nullptr);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      std::vector<int32_t> send(8), recv(8);
-      for (int call = 0; call < kCalls; ++call) {
-        for (size_t i = 0; i < send.size(); ++i) send[i] = r * 1000 + call + static_cast<int32_t>(i);
-        ASSERT_EQ(collieAllReduce(send.data(), recv.data(), send.size(), collieInt32, collieMax, comms[r], nullptr),
-                  collieSuccess)
-            << collieGetLastError(comms[r]);
-        for (size_t i = 0; i < recv.size(); ++i)
-          ASSERT_EQ(recv[i], (n - 1) * 1000 + call + static_cast<int32_t>(i)) << "call " << call << " element " << i;
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (collieComm_t c : comms) EXPECT_EQ(collieCommDestroy(c), collieSuccess);
+  onCApiThreads(n, [](int r, collieComm_t comm) {
+    std::vector<int32_t> send(8), recv(8);
+    for (int call = 0; call < kCalls; ++call) {
+      for (size_t i = 0; i < send.size(); ++i) send[i] = r * 1000 + call + static_cast<int32_t>(i);
+      ASSERT_EQ(collieAllReduce(send.data(), recv.data(), send.size(), collieInt32, collieMax, comm, nullptr),
+                collieSuccess)
+          << collieGetLastError(comm);
+      for (size_t i = 0; i < recv.size(); ++i)
+        ASSERT_EQ(recv[i], (n - 1) * 1000 + call + static_cast<int32_t>(i)) << "call " << call << " element " << i;
+    }
+  });
 }
 
 // Each bad call differs from the prepared one in one argument, so it takes the general path's checks: the same
