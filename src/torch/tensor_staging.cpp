@@ -3,6 +3,7 @@
 #include "tensor_staging.hpp"
 
 #include <c10/util/Exception.h>
+#include <torch/version.h>
 
 #include <cstring>
 
@@ -128,7 +129,11 @@ at::Tensor preMultiplied(const at::Tensor& t, const c10d::ReduceOp& op) {
               "collie: PREMUL_SUM needs a floating-point tensor, got ", c10::toString(t.scalar_type()));
   auto* supplement = dynamic_cast<c10d::NCCLPreMulSumSupplement*>(op.supplement_.get());
   TORCH_CHECK(supplement != nullptr, "collie: PREMUL_SUM without its factor");
+#if TORCH_VERSION_MAJOR >= 2  // one tensor factor; torch 1.x kept a list of them
+  if (supplement->tensor_factor.defined()) return t * supplement->tensor_factor.to(t.device());
+#else
   if (!supplement->tensor_factors.empty()) return t * supplement->tensor_factors.front().to(t.device());
+#endif
   return t * supplement->double_factor;
 }
 

@@ -32,6 +32,7 @@ import torch
 import torch.distributed as dist
 
 import collie.torch  # noqa: F401  registers "collie"
+import torch_without_libuv
 
 
 def check_equal(got, want, what):
@@ -235,6 +236,8 @@ def case_ddp(rank, ws):
 
 # ---- torchrun --------------------------------------------------------------------------------------------------------
 def torchrun_worker():
+    if torch_without_libuv.lacks_libuv():
+        torch_without_libuv.patch()  # the env:// store under torchrun, as in run_torchrun
     dist.init_process_group("collie")  # env:// from torchrun's variables
     rank, ws = dist.get_rank(), dist.get_world_size()
     assert int(os.environ["RANK"]) == rank and int(os.environ["WORLD_SIZE"]) == ws
@@ -259,9 +262,15 @@ def free_port():
 def run_torchrun(nproc):
     # --redirects 1 --tee 1: torchrun's defaults ("0") parse to None under Python 3.11 with Debian's torch 1.13
     # (Std.from_str iterates a Flag enum, which skips 0 in 3.11) and it crashes; 1 (stdout) parses.
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--master_addr",
-           "127.0.0.1", "--master_port", str(free_port()), "--redirects", "1", "--tee", "1", "--log_dir",
-           tempfile.mkdtemp(prefix="collie_torchrun_"), os.path.abspath(__file__), "torchrun_worker"]
+    # On a torch without libuv (Debian's 2.x) torchrun and its workers' env:// store need torch_without_libuv.
+    launcher = ["-m", "torch.distributed.run"]
+    if torch_without_libuv.lacks_libuv():
+        launcher = [os.path.join(os.path.dirname(os.path.abspath(__file__)), "torch_without_libuv.py")]
+        print("torchrun: this torch has no libuv; TCPStore is asked for none (torch_without_libuv.py)")
+    cmd = [sys.executable] + launcher + [
+        "--nproc_per_node", str(nproc), "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
+        "--redirects", "1", "--tee", "1", "--log_dir", tempfile.mkdtemp(prefix="collie_torchrun_"),
+        os.path.abspath(__file__), "torchrun_worker"]
     proc = subprocess.run(cmd, timeout=240, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     sys.stdout.write(proc.stdout[-4000:])
     oks = proc.stdout.count("torchrun worker ")
