@@ -26,7 +26,7 @@ if [ ! -e "$marker" ]; then
     echo "check_torch2: $root exists and was not made by this script; give another ROOT" >&2
     exit 2
   fi
-  command -v debootstrap >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y debootstrap >/dev/null
+  command -v debootstrap >/dev/null || COLLIE_EXTRA_PACKAGES=debootstrap "$repo/scripts/install-deps.sh" >/dev/null
   echo "== debootstrap trixie into $root"
   mkdir -p "$root"
   debootstrap --variant=minbase trixie "$root" "$mirror" >"$root.debootstrap.log" 2>&1 ||
