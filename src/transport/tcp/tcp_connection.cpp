@@ -13,7 +13,8 @@
 // writing, writes a poison header naming the mismatch, and closes; the peer meets that header where it expects
 // its next one, or, when the socket fails under it first, looks for it in what is left of the stream. I/O uses
 // sendmsg/recvmsg with an iovec list covering the header and payload of up to kMaxBatch queued parts, so a
-// small message is one syscall each way and a burst of small messages shares syscalls.
+// small message is one syscall each way and a burst of small messages shares syscalls. One sendmsg writes at most
+// sendBurst_ payload bytes (TcpTransport::sendBurstFor); then progress() reads the receives before the next one.
 //
 // probe() (a receive from any source) peeks at the header of message number recvSeq_ on the sockets an unstriped
 // message of that number may take (socketOf, small or large): whether or not it is striped, one of them carries a
@@ -97,8 +98,13 @@ bool readAll(int fd, char* to, size_t n, PoisonClock::time_point until) {
 }  // namespace
 
 TcpConnection::TcpConnection(int rank, int peer, std::vector<int> fds, int64_t stripeMinBytes, base::Poller* poller,
-                             int64_t deadMs)
-    : rank_(rank), peer_(peer), stripeMin_(stripeMinBytes), poller_(poller), deadMs_(deadMs) {
+                             int64_t deadMs, size_t sendBurstBytes)
+    : rank_(rank),
+      peer_(peer),
+      stripeMin_(stripeMinBytes),
+      sendBurst_(sendBurstBytes),
+      poller_(poller),
+      deadMs_(deadMs) {
   socks_.reserve(fds.size());
   for (int fd : fds) socks_.push_back(Socket{fd, {}, {}});
 }
@@ -244,26 +250,36 @@ bool TcpConnection::probe(Arrival* next) {
   return false;
 }
 
-int TcpConnection::buildIov(const std::deque<Part>& q, iovec* iov, size_t* want) {
+int TcpConnection::buildIov(const std::deque<Part>& q, iovec* iov, size_t* want, size_t maxPayload, bool* capped) {
   int n = 0;
   size_t total = 0;
+  size_t payloadLeft = maxPayload;
   int parts = 0;
+  *capped = false;
   for (const Part& p : q) {
     if (parts++ == kMaxBatch) break;
+    if (payloadLeft == 0 && p.bytes > 0) {
+      *capped = true;
+      break;
+    }
+    size_t off = 0;
     if (p.done < kHeaderBytes) {
       iov[n].iov_base = reinterpret_cast<char*>(const_cast<MsgHeader*>(&p.hdr)) + p.done;
       iov[n].iov_len = kHeaderBytes - p.done;
       total += iov[n++].iov_len;
-      if (p.bytes > 0) {
-        iov[n].iov_base = p.data;
-        iov[n].iov_len = p.bytes;
-        total += iov[n++].iov_len;
-      }
     } else {
-      size_t off = p.done - kHeaderBytes;
+      off = p.done - kHeaderBytes;
+    }
+    if (p.bytes > off) {
+      size_t len = std::min(p.bytes - off, payloadLeft);
       iov[n].iov_base = p.data + off;
-      iov[n].iov_len = p.bytes - off;
+      iov[n].iov_len = len;
       total += iov[n++].iov_len;
+      payloadLeft -= len;
+      if (len < p.bytes - off) {
+        *capped = true;
+        break;
+      }
     }
   }
   *want = total;
@@ -418,7 +434,8 @@ bool TcpConnection::sendOn(Socket& s) {
     size_t want = 0;
     msghdr msg{};
     msg.msg_iov = iov;
-    msg.msg_iovlen = static_cast<size_t>(buildIov(s.sends, iov, &want));
+    bool capped = false;
+    msg.msg_iovlen = static_cast<size_t>(buildIov(s.sends, iov, &want, sendBurst_, &capped));
     ssize_t n = ::sendmsg(s.fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n < 0) {
       int err = errno;
@@ -429,6 +446,7 @@ bool TcpConnection::sendOn(Socket& s) {
     if (n > 0) moved = true;
     consume(s.sends, static_cast<size_t>(n), /*recv=*/false);
     if (static_cast<size_t>(n) < want) break;  // the socket buffer is full
+    if (capped) break;                         // the receives' turn (sendBurst_)
   }
   return moved;
 }
@@ -440,7 +458,8 @@ bool TcpConnection::recvOn(Socket& s) {
     size_t want = 0;
     msghdr msg{};
     msg.msg_iov = iov;
-    msg.msg_iovlen = static_cast<size_t>(buildIov(s.recvs, iov, &want));
+    bool capped = false;
+    msg.msg_iovlen = static_cast<size_t>(buildIov(s.recvs, iov, &want, SIZE_MAX, &capped));
     ssize_t n = ::recvmsg(s.fd, &msg, MSG_DONTWAIT);
     if (n < 0) {
       int err = errno;

@@ -22,8 +22,9 @@ namespace collie::transport::tcp {
 class TcpConnection final : public Connection {
  public:
   /// deadMs > 0: checkAlive() fails once the peer's host has left data or window probes unanswered that long.
+  /// sendBurstBytes: payload per sendmsg before the receives get a turn (TcpTransport::sendBurstFor).
   TcpConnection(int rank, int peer, std::vector<int> fds, int64_t stripeMinBytes, base::Poller* poller,
-                int64_t deadMs = 0);
+                int64_t deadMs = 0, size_t sendBurstBytes = SIZE_MAX);
   ~TcpConnection() override;
   TcpConnection(const TcpConnection&) = delete;
   TcpConnection& operator=(const TcpConnection&) = delete;
@@ -65,8 +66,9 @@ class TcpConnection final : public Connection {
   void post(Transfer* t, bool send);
   bool sendOn(Socket& s);
   bool recvOn(Socket& s);
-  /// Fills iov from the front parts of q; returns the iovec count and sets *want to the bytes asked for.
-  int buildIov(const std::deque<Part>& q, iovec* iov, size_t* want);
+  /// Fills iov from the front parts of q with at most maxPayload payload bytes (headers not counted); returns the
+  /// iovec count, sets *want to the bytes asked for and *capped to whether maxPayload cut the list short.
+  int buildIov(const std::deque<Part>& q, iovec* iov, size_t* want, size_t maxPayload, bool* capped);
   /// Advances the front parts of q by n bytes; validates headers (receive side) and completes parts.
   void consume(std::deque<Part>& q, size_t n, bool recv);
   void checkHeader(const Part& p);
@@ -95,6 +97,7 @@ class TcpConnection final : public Connection {
   int rank_;
   int peer_;
   int64_t stripeMin_;
+  size_t sendBurst_;  ///< payload bytes one sendmsg writes at most
   base::Poller* poller_;
   int64_t deadMs_;
   std::vector<Socket> socks_;

@@ -104,7 +104,8 @@ class TcpProtocol : public handshake::DialProtocol {
       base::setDeadPeerTimeout(fd, deadMs_);  // dead (no answer) is told apart from late (alive, not calling)
       if (ctx.poller) ctx.poller->add(fd);    // a failure later closes fd, which also takes it out of the epoll set
     }
-    auto conn = std::make_unique<TcpConnection>(ctx.rank, peer, fds, stripeFor(hs), ctx.poller, deadMs_);
+    auto conn = std::make_unique<TcpConnection>(ctx.rank, peer, fds, stripeFor(hs), ctx.poller, deadMs_,
+                                                TcpTransport::sendBurstFor(ctx.nranks));
     for (Link& l : links) l.fd.release();  // owned by the connection now
     return conn;
   }
@@ -167,6 +168,13 @@ int64_t TcpTransport::stripeMinFor(int nranks) const {
   if (stripeSet_ || nranks != 2) return stripeMin_;
   return std::max<int64_t>(stripeMin_, int64_t{1} << 20);
 }
+
+// On loopback a sendmsg also delivers into the peer's socket, holding our end's lock, while the peer's data and
+// acknowledgements wait in socket backlogs. With 2 ranks, each with a CPU, writing at most 256 KiB per sendmsg and
+// reading what arrived in between made 1-32 MiB AllReduces 1.1-1.8x faster (a 2 MiB ring's four 256 KiB slices
+// had gone out in one 1 MiB sendmsg; perf/RESULTS.md, issue 14 item 3). With 4 ranks on 2 CPUs it cost 1-2 MiB
+// 15-40% (two ranks share each CPU), so more ranks write all they can at once.
+size_t TcpTransport::sendBurstFor(int nranks) { return nranks == 2 ? size_t{256} << 10 : SIZE_MAX; }
 
 void TcpTransport::serve(const CommContext& ctx) {
   COLLIE_USAGE_CHECK(listener_ != nullptr, "tcp transport: serve() before listen()");

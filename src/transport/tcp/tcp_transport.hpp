@@ -64,6 +64,9 @@ class TcpTransport : public Transport {
   /// The striping threshold of a communicator of `nranks`: the one set (options, COLLIE_STRIPE_MIN_BYTES), else
   /// 1 MiB with 2 ranks and the parameter's default with more (tcp_transport.cpp says why).
   int64_t stripeMinFor(int nranks) const;
+  /// Payload bytes one sendmsg writes before a connection reads its receives: 256 KiB with 2 ranks, else no limit
+  /// (tcp_transport.cpp says why).
+  static size_t sendBurstFor(int nranks);
 
  private:
   TcpOptions options_;
