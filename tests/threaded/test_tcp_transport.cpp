@@ -57,8 +57,11 @@ TEST_P(TcpExchange, SizesAcrossTheStripeThreshold) {
   Cluster cluster(n, options);
   cluster.connectAll();
   // 1 MiB - 1 and 1 MiB: either side of the 2-rank default (unstriped on a direction's socket, then striped); 256 KiB
-  // - 1 and 256 KiB: either side of the parameter's default (more ranks).
-  collie::testing::exchange(cluster, {0, 1, 4097, 3u << 20, 0, 100, 262144, 262143, 5, (1u << 20) - 1, 1u << 20});
+  // - 1 and 256 KiB: either side of the parameter's default (more ranks). With 2 ranks a sendmsg writes at most 256 KiB
+  // (TcpTransport::sendBurstFor): 262145 is cut one byte past it, two 128 KiB fill one burst exactly and the
+  // empty message behind them waits for the next.
+  collie::testing::exchange(cluster, {0, 1, 4097, 3u << 20, 0, 100, 262144, 262143, 5, (1u << 20) - 1, 1u << 20, 262145,
+                                      131072, 131072, 0, 7});
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, TcpExchange,
@@ -66,6 +69,12 @@ INSTANTIATE_TEST_SUITE_P(Shapes, TcpExchange,
                                            std::make_tuple(4, 0, -1), std::make_tuple(2, 1, 0),
                                            std::make_tuple(2, 2, 262144), std::make_tuple(3, 3, 1000),
                                            std::make_tuple(4, 4, 4097), std::make_tuple(4, 2, 1)));
+
+TEST(TcpTransport, SendBurstOnlyWithTwoRanks) {
+  EXPECT_EQ(TcpTransport::sendBurstFor(2), size_t{256} << 10);
+  EXPECT_EQ(TcpTransport::sendBurstFor(3), SIZE_MAX);
+  EXPECT_EQ(TcpTransport::sendBurstFor(4), SIZE_MAX);
+}
 
 TEST(TcpTransport, IPv6Loopback) {
   std::unique_ptr<Cluster> cluster;
