@@ -240,6 +240,22 @@ TEST(Tuner, SlicingDependsOnAlgorithmAndSize) {
   EXPECT_GE(small, size_t{4096});
 }
 
+// Two ranks over tcp cut their ring's halves of up to 2 MiB into 128 KiB slices (the 256 KiB send burst); other
+// shapes and larger messages keep the general rule.
+TEST(Tuner, TwoRankTcpRingSlicesAre128KiBUpTo4MiB) {
+  auto slice = [](const char* transport, int n, size_t bytes) {
+    size_t s = 0;
+    int inflight = 0;
+    chooseSlicing(Collective::AllReduce, Algorithm::Ring, transport, n, bytes, &s, &inflight);
+    return s;
+  };
+  EXPECT_EQ(slice("tcp", 2, size_t{2} << 20), size_t{128} << 10);
+  EXPECT_EQ(slice("tcp", 2, size_t{4} << 20), size_t{128} << 10);
+  EXPECT_EQ(slice("tcp", 2, size_t{8} << 20), size_t{1} << 20);  // the general rule's cap
+  EXPECT_EQ(slice("shm", 2, size_t{4} << 20), size_t{512} << 10);
+  EXPECT_EQ(slice("tcp", 4, size_t{4} << 20), size_t{256} << 10);
+}
+
 // The tuner's pick, simulated, is close to the best simulated algorithm (the simulator runs the real schedules
 // with the same alpha-beta-gamma costs, pipelining and port contention included).
 TEST(Tuner, ChoiceIsNearTheSimulatedBest) {
