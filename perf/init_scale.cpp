@@ -26,6 +26,7 @@ namespace {
 
 using collie_perf::openDescriptors;
 using collie_perf::parseList;
+using collie_perf::printEnvironment;
 using collie_perf::residentMiB;
 using collie_perf::seconds;
 
@@ -79,10 +80,8 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  const char* shm = getenv("COLLIE_SHM_DISABLE");
-  printf("# transport: %s; COLLIE_CONNECT=%s; AllReduce of %zu int32\n",
-         shm && strcmp(shm, "1") == 0 ? "tcp (COLLIE_SHM_DISABLE=1)" : "shm",
-         getenv("COLLIE_CONNECT") ? getenv("COLLIE_CONNECT") : "(default)", count);
+  printEnvironment();
+  printf("; AllReduce of %zu int32\n", count);
   printf("%6s %9s %12s %14s %12s %14s %14s\n", "ranks", "init_s", "fds/rank", "fds/rank_AR", "RSS_MiB/rank",
          "first_AR_ms", "second_AR_ms");
   int failures = 0;

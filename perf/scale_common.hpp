@@ -1,5 +1,6 @@
 // Helpers shared by the scale benchmarks (init_scale, split_scale): descriptors and memory of this process, the
-// --ranks list, seconds. They read /proc, as a user would, rather than collie's internals.
+// --ranks list, the environment's header line, seconds. They read /proc, as a user would, rather than collie's
+// internals.
 #pragma once
 
 #include <dirent.h>
@@ -43,6 +44,14 @@ inline std::vector<int> parseList(const char* s) {
     if (*p == ',') ++p;
   }
   return out;
+}
+
+/// What the run's environment chose, for the header line: the transport (COLLIE_SHM_DISABLE) and COLLIE_CONNECT.
+inline void printEnvironment() {
+  const char* shm = getenv("COLLIE_SHM_DISABLE");
+  const char* connect = getenv("COLLIE_CONNECT");
+  printf("# transport: %s; COLLIE_CONNECT=%s", shm && strcmp(shm, "1") == 0 ? "tcp (COLLIE_SHM_DISABLE=1)" : "shm",
+         connect ? connect : "(default)");
 }
 
 inline double seconds(std::chrono::steady_clock::duration d) { return std::chrono::duration<double>(d).count(); }

@@ -29,6 +29,7 @@ namespace {
 
 using collie_perf::openDescriptors;
 using collie_perf::parseList;
+using collie_perf::printEnvironment;
 using collie_perf::seconds;
 
 /// Runs fn(r) on one thread per rank; false (and prints) when any threw.
@@ -89,10 +90,8 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  const char* shm = getenv("COLLIE_SHM_DISABLE");
-  printf("# transport: %s; COLLIE_CONNECT=%s; split by parity; AllReduce of %zu int32; median of %d\n",
-         shm && strcmp(shm, "1") == 0 ? "tcp (COLLIE_SHM_DISABLE=1)" : "shm",
-         getenv("COLLIE_CONNECT") ? getenv("COLLIE_CONNECT") : "(default)", count, repeat);
+  printEnvironment();
+  printf("; split by parity; AllReduce of %zu int32; median of %d\n", count, repeat);
   printf("%6s %10s %16s %16s %14s %13s %13s\n", "ranks", "split_ms", "child_fds/rank", "child_fds/r_AR",
          "left_fds/rank", "first_AR_ms", "second_AR_ms");
   int failures = 0;

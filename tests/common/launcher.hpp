@@ -22,12 +22,22 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace collie::test {
 
 /// What every launcher runs on every rank.
 using TestBody = std::function<void(Communicator&)>;
+
+/// Options for connections on first use (ConnectMode::Lazy), with a name and a timeout (0: collie's default).
+inline Options lazyOptions(std::string name = {}, std::chrono::milliseconds timeout = {}) {
+  Options o;
+  o.timeout = timeout;
+  o.name = std::move(name);
+  o.connect = ConnectMode::Lazy;
+  return o;
+}
 
 /// Makes n communicators with collieCommInitAll (the C API), runs fn(rank, comm) on one thread per rank, destroys
 /// them.

@@ -26,12 +26,6 @@ Options eagerOptions() {
   return o;
 }
 
-Options lazyOptions() {
-  Options o;
-  o.connect = ConnectMode::Lazy;
-  return o;
-}
-
 using namespace std::chrono_literals;
 
 struct Net {

@@ -31,11 +31,7 @@ enum PerRank { kCodePlusOne = 0, kAfterNs = 1 };
 
 void killBeforeFirstUse(int victim, bool tcp, Coll coll) {
   ScopedEnv shm(tcp ? "COLLIE_SHM_DISABLE" : nullptr, "1");
-  Options options;
-  options.timeout = kTimeout;
-  options.name = "lazy-killed";
-  options.connect = ConnectMode::Lazy;
-  ProcessLauncher launcher(kRanks, options);
+  ProcessLauncher launcher(kRanks, lazyOptions("lazy-killed", kTimeout));
   SharedArea& sh = launcher.shared();
   launcher.start([&sh, victim, coll](Communicator& comm) {
     sh.counters[kReady].fetch_add(1);

@@ -84,10 +84,8 @@ class LazySendRecvProc : public ::testing::TestWithParam<Case> {};
 TEST_P(LazySendRecvProc, CompletesWithEveryElement) {
   const Case c = GetParam();
   ScopedEnv shm(c.tcp ? "COLLIE_SHM_DISABLE" : nullptr, "1");
-  Options options;
-  options.timeout = 120s;  // longer than the deadline below: a rank waiting for its timeout fails the test
-  options.name = "lazy-p2p";
-  options.connect = ConnectMode::Lazy;
+  // The timeout is longer than the deadline below: a rank waiting for its timeout fails the test.
+  const Options options = lazyOptions("lazy-p2p", 120s);
   const Pattern pattern = c.pattern;
   ForcedAlgorithm ring("ring");  // inherited by the forked ranks
   auto exits = ProcessLauncher::run(

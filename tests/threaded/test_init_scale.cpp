@@ -51,13 +51,7 @@ void allReduceOnEveryRank(std::vector<std::unique_ptr<Communicator>>& comms, siz
   for (int r = 0; r < n; ++r) EXPECT_EQ(wrong[static_cast<size_t>(r)], 0) << "rank " << r << " of " << n;
 }
 
-Options scaleOptions(const char* name) {
-  Options options;
-  options.timeout = 120s;
-  options.name = name;
-  options.connect = ConnectMode::Lazy;
-  return options;
-}
+Options scaleOptions(const char* name) { return lazyOptions(name, 120s); }
 
 TEST(InitScale, TwoHundredFiftySixRanksAllReduceWithABoundedNumberOfDescriptorsEach) {
   constexpr int kRanks = 256;

@@ -27,13 +27,7 @@ namespace {
 
 using namespace std::chrono_literals;
 
-Options lazy(const char* name) {
-  Options o;
-  o.timeout = 30s;
-  o.name = name;
-  o.connect = ConnectMode::Lazy;
-  return o;
-}
+Options lazy(const char* name) { return lazyOptions(name, 30s); }
 
 /// What rank `from` sends to rank `to`: 257 values that say who sent them to whom.
 std::vector<int32_t> payload(int from, int to) {
