@@ -189,8 +189,7 @@ std::vector<int> Dialer::awaitAnswers(Handshake& hs, std::map<int, std::vector<D
     }
     if (missing.empty()) break;
     if (now >= hs.deadline()) hs.failTimeout(missing, "answer");
-    hs.checkWaiting(missing);
-    const int rc = ::poll(pfds.data(), pfds.size(), hs.waitMs(wakeAt));
+    const int rc = hs.pollWaiting(pfds, missing, wakeAt);
     if (rc < 0 && errno != EINTR) COLLIE_SYSCHECK(rc, "poll");
     if (rc <= 0) continue;
     for (size_t k = 0; k < pfds.size(); ++k) {
@@ -248,14 +247,17 @@ std::vector<int> Dialer::awaitAnswers(Handshake& hs, std::map<int, std::vector<D
 void Dialer::awaitDials(Handshake& hs, const std::vector<int>& peers) {
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
-    std::vector<int> missing;
-    for (int p : peers)
-      if (pairs_[static_cast<size_t>(p)].state != State::Answered) missing.push_back(p);
+    std::vector<int> missing, unheard;  // unheard: no dial of theirs is being answered here yet
+    for (int p : peers) {
+      const State state = pairs_[static_cast<size_t>(p)].state;
+      if (state != State::Answered) missing.push_back(p);
+      if (state != State::Answered && state != State::Answering) unheard.push_back(p);
+    }
     if (missing.empty()) return;
     lock.unlock();
     if (Clock::now() >= hs.deadline()) hs.failTimeout(missing, "connect");
-    hs.checkWaiting(missing);
-    int err = 0;  // a peer's dial may wait in the listener's backlog because accept() finds no descriptor
+    hs.checkWaiting(unheard);  // a peer being answered may have connected, used the pair and exited meanwhile
+    int err = 0;               // a peer's dial may wait in the listener's backlog because accept() finds no descriptor
     if (listener_ && listener_->acceptShortage(&err) >= base::FdShortageBackoff::kGrace)
       COLLIE_FAIL(ErrorCode::SystemError, "accept failed: %s", base::fdShortageMessage(err).c_str());
     lock.lock();

@@ -113,22 +113,38 @@ void Handshake::failTimeout(const std::vector<int>& missing, const char* toDoWha
 
 int Handshake::waitMs(base::Deadline until) const { return pollMs(std::min(until, Clock::now() + kLivenessEvery)); }
 
-void Handshake::checkWaiting(const std::vector<int>& missing) {
+int Handshake::goneAmong(const std::vector<int>& missing) {
   if (ctx_.abort && ctx_.abort->load(std::memory_order_relaxed))
     COLLIE_FAIL(ErrorCode::InvalidUsage, "%s connect of rank %d%s: the communicator was aborted", transport_, ctx_.rank,
                 where().c_str());
   const auto now = Clock::now();
-  if (now < nextLivenessCheck_) return;
+  if (now < nextLivenessCheck_) return -1;
   nextLivenessCheck_ = now + kLivenessEvery;
   const PeerInfo& self = ctx_.peers[static_cast<size_t>(ctx_.rank)];
   for (int p : missing) {
     const PeerInfo& peer = ctx_.peers[static_cast<size_t>(p)];
     if (peer.hostHash != self.hostHash || peer.pid <= 0 || peer.pid == self.pid) continue;
-    if (::kill(peer.pid, 0) != 0 && errno == ESRCH)
-      COLLIE_FAIL(ErrorCode::RemoteError,
-                  "%s connect of rank %d%s: rank %d (pid %d on this host) has exited before connecting to this rank",
-                  transport_, ctx_.rank, where().c_str(), p, static_cast<int>(peer.pid));
+    if (::kill(peer.pid, 0) != 0 && errno == ESRCH) return p;
   }
+  return -1;
+}
+
+void Handshake::failGone(int peer) const {
+  COLLIE_FAIL(ErrorCode::RemoteError,
+              "%s connect of rank %d%s: rank %d (pid %d on this host) has exited before connecting to this rank",
+              transport_, ctx_.rank, where().c_str(), peer,
+              static_cast<int>(ctx_.peers[static_cast<size_t>(peer)].pid));
+}
+
+void Handshake::checkWaiting(const std::vector<int>& missing) {
+  if (const int gone = goneAmong(missing); gone >= 0) failGone(gone);
+}
+
+int Handshake::pollWaiting(std::vector<pollfd>& pfds, const std::vector<int>& missing, base::Deadline until) {
+  const int gone = goneAmong(missing);
+  const int rc = ::poll(pfds.data(), pfds.size(), gone >= 0 ? 0 : waitMs(until));
+  if (rc == 0 && gone >= 0) failGone(gone);
+  return rc;
 }
 
 int Handshake::takeIncoming(Link& link, Stash& stash, const std::function<void(Link&)>& adopt) {
@@ -212,11 +228,10 @@ void Handshake::acceptHigher(int listenFd, Stash& stash, const std::function<voi
       pending.pop_front();
     }
     if (missing().empty()) break;
-    checkWaiting(missing());
     std::vector<pollfd> pfds;
     pfds.push_back(pollfd{listenFd, POLLIN, 0});
     for (Link& l : pending) pfds.push_back(pollfd{l.fd.get(), POLLIN, 0});
-    int rc = ::poll(pfds.data(), pfds.size(), waitMs(pending.empty() ? deadline_ : pending.front().expires));
+    int rc = pollWaiting(pfds, missing(), pending.empty() ? deadline_ : pending.front().expires);
     if (rc < 0 && errno != EINTR) COLLIE_SYSCHECK(rc, "poll");
     if (rc <= 0) continue;
     for (size_t k = 1; k < pfds.size(); ++k)
@@ -289,8 +304,7 @@ void Handshake::await(const std::vector<Link*>& links, const std::function<void(
     }
     std::vector<int> waitingOn;
     for (Link* l : open) waitingOn.push_back(l->peer);
-    checkWaiting(waitingOn);
-    int rc = ::poll(pfds.data(), pfds.size(), waitMs(deadline_));
+    int rc = pollWaiting(pfds, waitingOn, deadline_);
     if (rc < 0 && errno != EINTR) COLLIE_SYSCHECK(rc, "poll");
     if (rc <= 0) continue;
     for (size_t k = 0; k < pfds.size(); ++k) {

@@ -24,6 +24,7 @@
 // and what it does with it (tcp: sockets per peer and striping; shm: segments and fds over its unix socket).
 #pragma once
 
+#include <poll.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -195,8 +196,11 @@ class Handshake {
   /// before it connected fails the wait at once rather than at the timeout (a connection made on first use may be
   /// the first a rank tries with a peer that died long ago).
   void checkWaiting(const std::vector<int>& missing);
-  /// A poll timeout for a wait until `until`, short enough for checkWaiting to run often.
-  int waitMs(base::Deadline until) const;
+  /// One poll() of a wait for `missing` peers on `pfds`, until `until` at most: checkWaiting's checks, except that a
+  /// peer found gone fails the wait only when nothing has arrived on `pfds`: a same-host peer may send its last
+  /// handshake message and exit before this rank reads it (it is looked for gone first, so anything it sent is
+  /// queued by then). Returns poll()'s result.
+  int pollWaiting(std::vector<pollfd>& pfds, const std::vector<int>& missing, base::Deadline until);
 
   /// Accepts from the higher-ranked peers on `listenFd` (non-blocking) until each has all its channels. Each
   /// verified hello of this call goes to adopt(link) with link.peer and link.channel set from it; adopt takes
@@ -215,6 +219,12 @@ class Handshake {
   int acceptPending(int listenFd, std::deque<Link>& pending, Stash& stash, const std::function<void(Link&)>& adopt);
   /// Makes room: closes the oldest unverified connection (after a last look for its hello), saying why.
   void dropOldest(std::deque<Link>& pending, Stash& stash, const std::function<void(Link&)>& adopt, const char* why);
+  /// checkWaiting's checks without failing for a gone peer: throws when aborted; returns the first of `missing`
+  /// whose process has exited (-1: none, or not looked at yet this kLivenessEvery).
+  int goneAmong(const std::vector<int>& missing);
+  [[noreturn]] void failGone(int peer) const;
+  /// A poll timeout for a wait until `until`, short enough for the liveness checks to run often.
+  int waitMs(base::Deadline until) const;
 
   const char* transport_;
   TransportKind kind_;

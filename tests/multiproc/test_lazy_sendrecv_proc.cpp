@@ -1,12 +1,15 @@
 // Send/Recv under connections on first use with every rank a forked process, over tcp (COLLIE_SHM_DISABLE=1) and
 // shm: a ring shift of send(r + 1) then recv(r - 1) outside a group (2, 4 and 8 ranks), send then barrier against
-// barrier then recv, and every pair dialled from both ends at once. Every element received is checked; a rank
-// that waited for its timeout would fail the test (the timeout is longer than the test's deadline). The same
-// patterns with thread ranks, and why they need the dial rule, are in tests/threaded/test_lazy_sendrecv.cpp.
+// barrier then recv, every pair dialled from both ends at once, and a sender that connects, sends and exits before
+// its receiver has taken the connection (the handshake's last message and the data wait for it; seen in CI as
+// "rank 3 has exited before connecting"). Every element received is checked; a rank that waited for its timeout
+// would fail the test (the timeout is longer than the test's deadline). The same patterns with thread ranks, and
+// why they need the dial rule, are in tests/threaded/test_lazy_sendrecv.cpp.
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/bodies.hpp"
@@ -19,7 +22,7 @@ namespace {
 
 using namespace std::chrono_literals;
 
-enum class Pattern { RingShift, SendBarrier, BothEnds };
+enum class Pattern { RingShift, SendBarrier, BothEnds, SendThenExit };
 
 std::vector<int32_t> payload(int from, int to) {
   std::vector<int32_t> v(301);
@@ -70,6 +73,16 @@ void body(Communicator& comm, Pattern pattern) {
       }
       EXPECT_EQ(comm.connectedPeers(), n - 1);
       break;
+    case Pattern::SendThenExit:  // the last rank dials, is answered by rank 0's accept loop, sends and exits
+      if (r == n - 1) {
+        std::vector<int32_t> out = payload(r, 0);
+        comm.send(out.data(), out.size(), DataType::Int32, 0);
+      } else if (r == 0) {
+        std::this_thread::sleep_for(500ms);  // the sender is gone by now (several liveness checks' worth)
+        comm.recv(in.data(), in.size(), DataType::Int32, n - 1);
+        expectFrom(in, n - 1, 0);
+      }
+      break;
   }
 }
 
@@ -102,12 +115,13 @@ std::vector<Case> cases() {
     for (int n : {2, 4, 8}) out.push_back(Case{Pattern::RingShift, n, tcp});
     out.push_back(Case{Pattern::SendBarrier, 4, tcp});
     out.push_back(Case{Pattern::BothEnds, 4, tcp});
+    out.push_back(Case{Pattern::SendThenExit, 4, tcp});
   }
   return out;
 }
 
 std::string caseName(const ::testing::TestParamInfo<Case>& info) {
-  const char* names[] = {"RingShift", "SendBarrier", "BothEnds"};
+  const char* names[] = {"RingShift", "SendBarrier", "BothEnds", "SendThenExit"};
   return std::string(names[static_cast<int>(info.param.pattern)]) + "_" + std::to_string(info.param.ranks) +
          (info.param.tcp ? "_tcp" : "_shm");
 }
