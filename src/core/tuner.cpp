@@ -213,9 +213,12 @@ double hierarchicalSeconds(const CostModel& m, Collective coll, int nranks, size
     // S is one rank's block. One ring per rank of a host between the hosts (H-1 hops; the host's link carries
     // L (H-1) blocks) and one exchange inside the host, in which each rank passes the H blocks of its shard to the
     // L-1 others; ReduceScatter folds those H (L-1) blocks inside the host, then H-1 more along its ring.
+    // Each message costs its CPU work where ranks share CPUs, as for AllReduce: the L-1 of the exchange, the H-1
+    // of the ring.
     double t = L > 1 ? (1 + (L - 2) / 4) * intra.alpha + (L - 1) * H * S * intra.beta : 0;
     if (H > 1) t += (H - 1) * inter.alpha + L * (H - 1) * S * inter.beta;
     if (coll == Collective::ReduceScatter) t += ((L - 1) * H + (H - 1)) * S * m.gamma;
+    t += m.queuedCpu(L - 1, intra.gap) + (H > 1 ? m.queuedCpu(H - 1, inter.gap) : 0);
     return t;
   }
   // One exchange inside a host (reduce-scatter, scatter or all-gather): the L-1 messages go out at once (alpha
@@ -244,7 +247,8 @@ namespace {
 // hosts costs intra's alpha and beta; one that leaves a host costs inter's alpha, and its bytes inter's beta times
 // the participants of one host that cross at once. The round at distance d moves d/p of the whole buffer each way
 // (AllReduce: `bytes`; AllGather, ReduceScatter: the n blocks of `bytes`); AllReduce runs every round twice
-// (reduce-scatter, then all-gather). `flat` prices the folding of extra ranks.
+// (reduce-scatter, then all-gather). Each round's message costs its CPU work where ranks share CPUs (queuedCpu),
+// for every collective, as hier's messages do. `flat` prices the folding of extra ranks.
 // A round that leaves the hosts moves its pieces at once: up to about 10 ms of a host port's rate passes as a burst
 // (tbf's burst on the test bed, a switch's buffers on a network); beyond that, measured on the test bed, the
 // round's streams reach 0.8-0.85 of the rate that the hierarchical algorithm's pipelined ring sustains on the same
@@ -256,7 +260,6 @@ double rhdAcrossHosts(const CostModel& m, const CostModel& flat, Collective coll
   const algorithms::patterns::HalvingDoubling hd(nranks);
   const bool allReduce = coll == Collective::AllReduce;
   const double S = static_cast<double>(bytes) * (allReduce ? 1 : nranks), p = hd.pof2, times = allReduce ? 2 : 1;
-  const double cpu = allReduce ? 1 : 0;  // the CPU term is AllReduce's (costTerms)
   double t = coll == Collective::AllGather ? 0 : (p - 1) / p * S * m.gamma;
   int round = 0;
   for (int d = hd.pof2 / 2; d >= 1; d /= 2, ++round) {
@@ -266,11 +269,11 @@ double rhdAcrossHosts(const CostModel& m, const CostModel& flat, Collective coll
     const LinkCost& link = crossing > 0 ? m.inter : m.intra;
     const double port = piece * link.beta * std::max(1, crossing);  // the host port's time for the round
     const double slower = crossing > 0 ? std::max(0.0, port - kPortBurstSeconds) * (1 / kCrossingRoundRate - 1) : 0;
-    t += times * (link.alpha + port + slower + cpu * m.queuedCpu(1, link.gap));
+    t += times * (link.alpha + port + slower + m.queuedCpu(1, link.gap));  // one message per round
   }
   if (hd.extra > 0)  // fold in (AllGather: a block), result back (ReduceScatter: a block)
     t += 2 * flat.link.alpha + (allReduce ? 2 * S : S + S / nranks) * flat.link.beta +
-         (coll == Collective::AllGather ? 0 : S) * m.gamma + cpu * m.queuedCpu(2, flat.link.gap);
+         (coll == Collective::AllGather ? 0 : S) * m.gamma + m.queuedCpu(2, flat.link.gap);
   return t;
 }
 }  // namespace
