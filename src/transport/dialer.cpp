@@ -5,7 +5,6 @@
 #include <sys/socket.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
 
 #include "base/errors.hpp"
@@ -189,9 +188,7 @@ std::vector<int> Dialer::awaitAnswers(Handshake& hs, std::map<int, std::vector<D
     }
     if (missing.empty()) break;
     if (now >= hs.deadline()) hs.failTimeout(missing, "answer");
-    const int rc = hs.pollWaiting(pfds, missing, wakeAt);
-    if (rc < 0 && errno != EINTR) COLLIE_SYSCHECK(rc, "poll");
-    if (rc <= 0) continue;
+    if (hs.pollWaiting(pfds, missing, wakeAt) == 0) continue;
     for (size_t k = 0; k < pfds.size(); ++k) {
       if (!pfds[k].revents) continue;
       Dial& d = *open[k];

@@ -143,6 +143,10 @@ void Handshake::checkWaiting(const std::vector<int>& missing) {
 int Handshake::pollWaiting(std::vector<pollfd>& pfds, const std::vector<int>& missing, base::Deadline until) {
   const int gone = goneAmong(missing);
   const int rc = ::poll(pfds.data(), pfds.size(), gone >= 0 ? 0 : waitMs(until));
+  if (rc < 0) {
+    if (errno != EINTR) COLLIE_SYSCHECK(rc, "poll");
+    return 0;
+  }
   if (rc == 0 && gone >= 0) failGone(gone);
   return rc;
 }
@@ -231,9 +235,7 @@ void Handshake::acceptHigher(int listenFd, Stash& stash, const std::function<voi
     std::vector<pollfd> pfds;
     pfds.push_back(pollfd{listenFd, POLLIN, 0});
     for (Link& l : pending) pfds.push_back(pollfd{l.fd.get(), POLLIN, 0});
-    int rc = pollWaiting(pfds, missing(), pending.empty() ? deadline_ : pending.front().expires);
-    if (rc < 0 && errno != EINTR) COLLIE_SYSCHECK(rc, "poll");
-    if (rc <= 0) continue;
+    if (pollWaiting(pfds, missing(), pending.empty() ? deadline_ : pending.front().expires) == 0) continue;
     for (size_t k = 1; k < pfds.size(); ++k)
       if (pfds[k].revents) takeIncoming(pending[k - 1], stash, adopt);
     pending.erase(std::remove_if(pending.begin(), pending.end(), [](const Link& l) { return l.fd.get() < 0; }),
@@ -304,9 +306,7 @@ void Handshake::await(const std::vector<Link*>& links, const std::function<void(
     }
     std::vector<int> waitingOn;
     for (Link* l : open) waitingOn.push_back(l->peer);
-    int rc = pollWaiting(pfds, waitingOn, deadline_);
-    if (rc < 0 && errno != EINTR) COLLIE_SYSCHECK(rc, "poll");
-    if (rc <= 0) continue;
+    if (pollWaiting(pfds, waitingOn, deadline_) == 0) continue;
     for (size_t k = 0; k < pfds.size(); ++k) {
       if (!pfds[k].revents) continue;
       Link& l = *open[k];

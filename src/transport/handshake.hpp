@@ -199,7 +199,7 @@ class Handshake {
   /// One poll() of a wait for `missing` peers on `pfds`, until `until` at most: checkWaiting's checks, except that a
   /// peer found gone fails the wait only when nothing has arrived on `pfds`: a same-host peer may send its last
   /// handshake message and exit before this rank reads it (it is looked for gone first, so anything it sent is
-  /// queued by then). Returns poll()'s result.
+  /// queued by then). Returns how many of `pfds` are ready (0: none, the wait ended or a signal came).
   int pollWaiting(std::vector<pollfd>& pfds, const std::vector<int>& missing, base::Deadline until);
 
   /// Accepts from the higher-ranked peers on `listenFd` (non-blocking) until each has all its channels. Each
