@@ -48,10 +48,13 @@ constexpr auto kFlushWait = 50ms;
 constexpr auto kGoodbyeGrace = 2s;
 constexpr auto kReleaseWait = 1s;
 
+// UCS_ERR_SHMEM_SEGMENT: over UCX's shared-memory transports a send attaches the peer's segment (shmat), which fails
+// once the peer has died and its segment is gone (seen when a rank is killed mid-call: "shmat failed: Invalid
+// argument", then this status on the survivors' sends).
 bool peerFailure(ucs_status_t s) {
   return s == UCS_ERR_CONNECTION_RESET || s == UCS_ERR_ENDPOINT_TIMEOUT || s == UCS_ERR_UNREACHABLE ||
          s == UCS_ERR_REJECTED || s == UCS_ERR_NOT_CONNECTED || s == UCS_ERR_CANCELED || s == UCS_ERR_TIMED_OUT ||
-         s == UCS_ERR_IO_ERROR;
+         s == UCS_ERR_IO_ERROR || s == UCS_ERR_SHMEM_SEGMENT;
 }
 
 }  // namespace
