@@ -289,7 +289,7 @@ case_ratelimit() {
   local slow fast i names=(ratelimit_1gbit ratelimit_10gbit) rcs=() args=(-b 64M -e 64M -c 0 -w 1 -n 2)
   # Hosts 2 and 3 have 1gbit links, hosts 0 and 1 10gbit (testbed.sh's default rates). A 2-rank AllReduce moves the
   # whole buffer each way, so algbw cannot exceed the link rate: 0.125 GB/s at 1gbit, 1.25 GB/s at 10gbit. Only
-  # these ceilings (plus a margin for tbf's 10 ms burst) are asserted, and that the 10gbit pair beats the 1gbit one.
+  # these ceilings (plus a margin for tbf's burst) are asserted, and that the 10gbit pair beats the 1gbit one.
   TESTBED_RANK_HOSTS="2 3" job ratelimit_1gbit 2 2 "$perf_dir/all_reduce_perf" "${args[@]}"
   rcs+=("$job_rc")
   TESTBED_RANK_HOSTS="0 1" job ratelimit_10gbit 2 0 "$perf_dir/all_reduce_perf" "${args[@]}"

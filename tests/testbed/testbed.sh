@@ -18,8 +18,10 @@
 # are new, so the subnet cannot collide with the machine's own). Its peer P-pI is a port of the bridge br0 in the
 # switch namespace P-sw. Both ends of each link carry a tbf qdisc, so the link is rate-limited in both directions:
 # hosts 0 and 1 at 10gbit, the others at 1gbit, or as TESTBED_RATES says ("10gbit 10gbit 1gbit 1gbit": one rate
-# per host, the last one repeated). tbf's burst is 10 ms at the rate (at least rate/HZ for any HZ >= 100, and far
-# above the 64 KiB of a GSO packet); its queue holds 20 ms more. Nothing is made in the caller's own namespace:
+# per host, the last one repeated). tbf's burst is TESTBED_BURST_MS (default 1) ms at the rate, at least 64 KiB (a
+# GSO packet); its queue holds 20 ms more. A real port never sends faster than its rate, and a burst lets a bucket's
+# worth pass at loopback speed: a long one (10 ms, the default before 2026-11-24) makes a size near it measure the
+# bucket's state more than the algorithm, so it is kept short (1 ms still spares tbf from a late timer's loss). Nothing is made in the caller's own namespace:
 # the veth pairs are created inside P-sw with their host ends moved straight into P-hI.
 #
 # rank-exec runs prog in P-h$((COLLIE_RANK % n)) with the environment kept (ip netns exec keeps it), so
@@ -83,9 +85,10 @@ rate_bits() {
 
 # Adds a tbf qdisc at rate $3 on device $2 in namespace $1.
 add_tbf() {
-  local ns=$1 dev=$2 rate=$3 bits burst limit
+  local ns=$1 dev=$2 rate=$3 bits burst limit ms=${TESTBED_BURST_MS:-1}
+  [[ $ms =~ ^[1-9][0-9]*$ ]] || die "TESTBED_BURST_MS='$ms': expected a whole number of milliseconds, at least 1"
   bits=$(rate_bits "$rate")
-  burst=$((bits / 800))  # 10 ms at the rate, in bytes
+  burst=$((bits / 8000 * ms))  # ms at the rate, in bytes
   ((burst >= 65536)) || burst=65536
   limit=$((burst + bits / 400))  # the burst plus 20 ms of queue
   tc -n "$ns" qdisc replace dev "$dev" root tbf rate "$rate" burst "$burst" limit "$limit"

@@ -210,11 +210,12 @@ const char* name(Algorithm a) { return algorithms::algorithmName(a); }
 // each rank sends cost CPU that the 8 ranks wait for on 2 CPUs. Before the CPU term the tuner picked direct up to
 // 256 B-8 KiB (0.06-0.7 of the best) and hier above. Halving-doubling's rounds that stay inside a host (distance 4
 // on 4x2; 4 and 2 on 2x4) go over shm, so it moves no more across hosts than hier, in fewer rounds. Measured again
-// on a quiet bed (2026-11-24 07:36, RESULTS.md): rhd the best or within 10% of it up to 2 MiB in both shapes.
+// on a quiet bed (2026-11-24 07:36, RESULTS.md): rhd the best or within 10% of it up to 2 MiB in both shapes; on the
+// bed with a 1 ms burst (14:22) up to 256 KiB, where the tuner now leaves it (TestBedLargeSizesPickHier).
 TEST(HostTuner, TestBedSmallAndMidSizesPickHalvingDoubling) {
   for (auto [hosts, perHost] : {std::pair{4, 2}, std::pair{2, 4}}) {
     const Tuner t(calibratedTestbed(HostShape::uniform(hosts, perHost, true)), AlgoSelection{});
-    for (size_t bytes = 8; bytes <= (size_t{2} << 20); bytes *= 2) {
+    for (size_t bytes = 8; bytes <= (size_t{256} << 10); bytes *= 2) {
       const Algorithm a = t.choose(Collective::AllReduce, 8, bytes).algorithm;
       EXPECT_EQ(a, Algorithm::HalvingDoubling)
           << hosts << "x" << perHost << ", " << bytes << " B: " << name(a) << "; direct "
@@ -230,18 +231,19 @@ TEST(HostTuner, TestBedSmallAndMidSizesPickHalvingDoubling) {
   }
 }
 
-// From 4 MiB up hier (measured 2026-11-24 07:36-07:59, RESULTS.md: on 4x2 hier 1.06-1.25x faster than rhd at 4-64 MiB,
-// alike at 2 MiB; on 2x4 the two within 10%): halving-doubling's rounds that leave the hosts move their pieces at
-// once, and beyond a port's burst they get less of its rate than hier's pipelined ring. AllGather and ReduceScatter
-// are priced round by round too (sizes per rank, 8 blocks make the buffer), and their messages' CPU work counts as
-// AllReduce's does: rhd up to 2 MiB gathered and hier from 4 MiB, in both shapes. Before that CPU term, 2x4 took
-// hier throughout (its intra-host exchange in fewer hops), and measured on a quiet bed (2026-11-24 12:13-12:33,
-// RESULTS.md) hier was 0.81-0.87 of rhd at 16-64 KiB gathered and ReduceScatter's 0.87 at 1 MiB: its L-1 messages
-// at once cost the CPUs that 8 ranks share.
+// From 512 KiB up hier (measured on the bed with its 1 ms tbf burst, 2026-11-24 14:22-14:56, RESULTS.md: on 4x2 hier
+// 1.2-1.3x faster than rhd at 2-8 MiB AllReduce, 1.2-1.65x AllGather/ReduceScatter, within 7% below 512 KiB; on 2x4
+// hier within 4% of rhd or faster from 512 KiB): halving-doubling's rounds that leave the hosts move their pieces at
+// once, and beyond a port's 1 ms burst they get less of its rate than hier's pipelined ring (with the bed's earlier
+// 10 ms burst: from 4 MiB). AllGather and ReduceScatter are priced round by round too (sizes per rank, 8 blocks make
+// the buffer), and their messages' CPU work counts as AllReduce's does: rhd up to 256 KiB gathered and hier from
+// 512 KiB, in both shapes. Before that CPU term, 2x4 took hier throughout (its intra-host exchange in fewer hops),
+// and measured on the old bed (2026-11-24 12:13-12:33, RESULTS.md) hier was 0.81-0.87 of rhd at 16-64 KiB gathered
+// and ReduceScatter's 0.87 at 1 MiB: its L-1 messages at once cost the CPUs that 8 ranks share.
 TEST(HostTuner, TestBedLargeSizesPickHier) {
   for (auto [hosts, perHost] : {std::pair{4, 2}, std::pair{2, 4}}) {
     const Tuner t(calibratedTestbed(HostShape::uniform(hosts, perHost, true)), AlgoSelection{});
-    for (size_t bytes = size_t{4} << 20; bytes <= (size_t{256} << 20); bytes *= 2) {
+    for (size_t bytes = size_t{512} << 10; bytes <= (size_t{256} << 20); bytes *= 2) {
       const Algorithm a = t.choose(Collective::AllReduce, 8, bytes).algorithm;
       EXPECT_EQ(a, Algorithm::Hierarchical) << hosts << "x" << perHost << ", " << bytes << " B: " << name(a);
       // Both move the same bytes across host links: the estimates stay within the measured 1.25x of each other.
@@ -250,7 +252,7 @@ TEST(HostTuner, TestBedLargeSizesPickHier) {
           << hosts << "x" << perHost << ", " << bytes << " B";
     }
     for (size_t gathered = size_t{8} << 10; gathered <= (size_t{64} << 20); gathered *= 2) {
-      const Algorithm want = gathered <= (size_t{2} << 20) ? Algorithm::HalvingDoubling : Algorithm::Hierarchical;
+      const Algorithm want = gathered <= (size_t{256} << 10) ? Algorithm::HalvingDoubling : Algorithm::Hierarchical;
       for (Collective c : {Collective::AllGather, Collective::ReduceScatter}) {
         const Algorithm a = t.choose(c, 8, gathered / 8).algorithm;
         EXPECT_EQ(a, want) << collectiveName(c) << " " << hosts << "x" << perHost << ", " << gathered
