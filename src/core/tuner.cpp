@@ -249,10 +249,10 @@ namespace {
 // (AllReduce: `bytes`; AllGather, ReduceScatter: the n blocks of `bytes`); AllReduce runs every round twice
 // (reduce-scatter, then all-gather). Each round's message costs its CPU work where ranks share CPUs (queuedCpu),
 // for every collective, as hier's messages do. `flat` prices the folding of extra ranks.
-// A round that leaves the hosts moves its pieces at once: about 1 ms of a host port's rate passes as a burst (the
-// port's queue; tbf's burst on the test bed); beyond that, measured on the test bed, the round's streams reach
-// 0.8-0.85 of the rate that the hierarchical algorithm's pipelined ring sustains on the same ports (AllReduce 4 hosts
-// x 2 ranks from 1 MiB; RESULTS.md). The simulator's ports have no such limit.
+// A round that leaves the hosts moves its pieces at once: about 1 ms of a host port's rate passes as a burst (tbf's
+// burst on the test bed); beyond that, measured on the test bed, the round's streams reach 0.8-0.85 of the rate that
+// the hierarchical algorithm's pipelined ring sustains on the same ports (AllReduce 4 hosts x 2 ranks from 1 MiB;
+// RESULTS.md). The simulator's ports have no such limit.
 constexpr double kPortBurstSeconds = 1e-3;
 constexpr double kCrossingRoundRate = 0.85;
 double rhdAcrossHosts(const CostModel& m, const CostModel& flat, Collective coll, int nranks, size_t bytes) {

@@ -21,8 +21,9 @@
 # per host, the last one repeated). tbf's burst is TESTBED_BURST_MS (default 1) ms at the rate, at least 64 KiB (a
 # GSO packet); its queue holds 20 ms more. A real port never sends faster than its rate, and a burst lets a bucket's
 # worth pass at loopback speed: a long one (10 ms, the default before 2026-11-24) makes a size near it measure the
-# bucket's state more than the algorithm, so it is kept short (1 ms still spares tbf from a late timer's loss). Nothing is made in the caller's own namespace:
-# the veth pairs are created inside P-sw with their host ends moved straight into P-hI.
+# bucket's state more than the algorithm, so it is kept short (1 ms still spares tbf from a late timer's loss).
+# Nothing is made in the caller's own namespace: the veth pairs are created inside P-sw with their host ends moved
+# straight into P-hI.
 #
 # rank-exec runs prog in P-h$((COLLIE_RANK % n)) with the environment kept (ip netns exec keeps it), so
 #     COLLIE_ROOT_ADDR=10.213.0.1:29500 collierun -n 8 -- testbed.sh rank-exec P -- all_reduce_perf -b 8 -e 1M
