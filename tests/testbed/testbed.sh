@@ -22,6 +22,7 @@
 # GSO packet); its queue holds 20 ms more. A real port never sends faster than its rate, and a burst lets a bucket's
 # worth pass at loopback speed: a long one (10 ms, the default before 2026-11-24) makes a size near it measure the
 # bucket's state more than the algorithm, so it is kept short (1 ms still spares tbf from a late timer's loss).
+# The tuner's kPortBurstSeconds (src/core/tuner.cpp) is fitted to this default.
 # Nothing is made in the caller's own namespace: the veth pairs are created inside P-sw with their host ends moved
 # straight into P-hI.
 #
