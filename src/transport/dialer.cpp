@@ -70,6 +70,7 @@ void Dialer::take(Link& link) {
     } else if (pair.state != State::Answering || pair.links[channel].fd.get() >= 0) {
       refusal = kRefusedDuplicate;  // lo dialling hi, a pair already connected, or a channel twice
     }
+    if (refusal == 0) ++answering_;
   }
   if (refusal != 0) {
     COLLIE_TRACE(base::kLogNet, "%s: rank %d turns the dial of rank %d (channel %zu) away (%s)", transport_, me, p,
@@ -96,7 +97,9 @@ void Dialer::take(Link& link) {
   }
   std::lock_guard<std::mutex> lock(mu_);
   Pair& pair = pairs_[static_cast<size_t>(p)];
-  if (refusing_) return;  // the communicator failed meanwhile (refuseAll): the link closes
+  // A refuseAll() that began meanwhile waits for this answer: the dialler counts itself connected, so the link
+  // must reach the failing communicator to be poisoned or closed like its others, not just dropped.
+  if (--answering_ == 0) answered_.notify_all();
   pair.links[channel] = std::move(link);
   if (!error.empty() && pair.error.empty()) {
     pair.error = error;
@@ -112,8 +115,9 @@ void Dialer::take(Link& link) {
 std::vector<std::unique_ptr<Connection>> Dialer::refuseAll(const CommContext& ctx) {
   std::map<int, std::vector<Link>> answered;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_lock<std::mutex> lock(mu_);
     refusing_ = true;
+    answered_.wait(lock, [this] { return answering_ == 0; });  // answer() does not wait on the dialler
     for (size_t p = 0; p < pairs_.size(); ++p) {
       Pair& pair = pairs_[p];
       if (pair.state == State::Answered && pair.error.empty()) answered[static_cast<int>(p)] = std::move(pair.links);

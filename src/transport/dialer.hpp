@@ -74,9 +74,9 @@ class Dialer {
   /// for the others to dial it (Transport::connect). Fails within ctx.timeout naming the missing ranks.
   std::vector<std::unique_ptr<Connection>> connect(Listener& listener, const CommContext& ctx,
                                                    const std::vector<int>& peers, bool dialAll);
-  /// The communicator failed: dials are answered with kRefusedFailed from now on. Returns the connections
-  /// answered but not yet taken by a connect() (made with ctx; one that cannot be made is closed), for the caller
-  /// to close or poison.
+  /// The communicator failed: dials are answered with kRefusedFailed from now on. Waits for the answers under way
+  /// (the dialler of one already counts itself connected) and returns every connection answered but not yet taken
+  /// by a connect() (made with ctx; one that cannot be made is closed), for the caller to close or poison.
   std::vector<std::unique_ptr<Connection>> refuseAll(const CommContext& ctx);
   /// The connection made for `peer` (Taken) is about to be closed on both sides: from now on a dial from either
   /// side connects the pair afresh. The connection stays usable until the caller closes it. Both ends must release
@@ -123,6 +123,7 @@ class Dialer {
   std::condition_variable answered_;
   std::vector<Pair> pairs_;  ///< by peer rank
   bool refusing_ = false;
+  int answering_ = 0;  ///< take() calls inside protocol_.answer() (refuseAll waits for them)
   uint64_t answeredEarly_ = 0;
 };
 
