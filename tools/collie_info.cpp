@@ -150,6 +150,7 @@ std::string timeName(double s) {
 }
 
 void printTuner() {
+  constexpr size_t kFloat32Bytes = 4;  // the elements of the sizes printed
   using collie::algorithms::Algorithm;
   using collie::algorithms::Collective;
   namespace core = collie::core;
@@ -187,19 +188,21 @@ void printTuner() {
     auto b = static_cast<size_t>(bytes);
     std::printf("  %-9s", sizeName(bytes).c_str());
     for (Collective c : colls) {
-      core::TunedPlan plan = tuner.choose(c, gTunerRanks, b);
+      core::TunedPlan plan = tuner.choose(c, gTunerRanks, b, kFloat32Bytes);
       std::string cell = std::string(collie::algorithms::algorithmName(plan.algorithm)) + " " +
                          sizeName(static_cast<double>(plan.sliceBytes)) + "/" + std::to_string(plan.slicesInFlight);
       std::printf("  %-17s", cell.c_str());
     }
-    std::printf("  %s / %s / %s / %s / %s\n",
-                timeName(tuner.cost(Collective::AllReduce, Algorithm::Ring, gTunerRanks, b)).c_str(),
-                timeName(tuner.cost(Collective::AllReduce, Algorithm::Tree, gTunerRanks, b)).c_str(),
-                timeName(tuner.cost(Collective::AllReduce, Algorithm::HalvingDoubling, gTunerRanks, b)).c_str(),
-                timeName(tuner.cost(Collective::AllReduce, Algorithm::Direct, gTunerRanks, b)).c_str(),
-                timeName(tuner.cost(Collective::AllReduce, Algorithm::Hierarchical, gTunerRanks, b)).c_str());
+    auto estimate = [&](Algorithm a) {
+      return timeName(tuner.cost(Collective::AllReduce, a, gTunerRanks, b, kFloat32Bytes));
+    };
+    std::printf("  %s / %s / %s / %s / %s\n", estimate(Algorithm::Ring).c_str(), estimate(Algorithm::Tree).c_str(),
+                estimate(Algorithm::HalvingDoubling).c_str(), estimate(Algorithm::Direct).c_str(),
+                estimate(Algorithm::Hierarchical).c_str());
   }
-  std::printf("  (cells: algorithm, slice size / slices in flight; sizes per rank for AllGather and ReduceScatter)\n");
+  std::printf(
+      "  (cells: algorithm, slice size / slices in flight; float32 elements; sizes per rank for AllGather and "
+      "ReduceScatter)\n");
 }
 
 // --ucx: whether the UCX transport is built, UCX's version, the transports UCX would use on this host (after

@@ -256,7 +256,7 @@ int main(int argc, char** argv) {
     for (Algorithm a : kAllAlgorithms)
       if (supports(a, coll)) algos.push_back(a);
   } else if (algoArg == "auto") {
-    algos.push_back(tuner.choose(coll, nranks, count * elem).algorithm);
+    algos.push_back(tuner.choose(coll, nranks, count * elem, elem).algorithm);
   } else {
     Algorithm a;
     if (!parseAlgorithm(algoArg, &a)) bad("--algo", algoArg.c_str());
@@ -344,7 +344,7 @@ int main(int argc, char** argv) {
                 human(avg).c_str());
     std::printf("  estimated time    %s   algbw %.2f GB/s   busbw %.2f GB/s\n", humanTime(s.seconds).c_str(), algbw,
                 algbw * busFactor(coll, nranks));
-    std::printf("  tuner's estimate  %s\n", humanTime(tuner.cost(coll, r.algo, nranks, count * elem)).c_str());
+    std::printf("  tuner's estimate  %s\n", humanTime(tuner.cost(coll, r.algo, nranks, count * elem, elem)).c_str());
     if (check) std::printf("  check             every rank's result is exact\n");
   }
   return 0;

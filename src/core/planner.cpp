@@ -72,11 +72,11 @@ const std::vector<Job>& Planner::plan(const std::vector<OpDesc>& ops) {
     const size_t elemBytes = base::dataTypeSize(op.type);
     const algorithms::ScheduleKey key{op.coll, rank_, nranks_, op.count, op.root, elemBytes};
     const size_t bytes = op.count * elemBytes;
-    // The tuner decides from (collective, ranks, bytes) and the schedule from the key: a repeated call with the
-    // same key and element size reuses the last choice.
+    // The tuner decides from (collective, ranks, bytes, element size) and the schedule from the key: a repeated
+    // call with the same key reuses the last choice.
     if (!memo_.valid || !(memo_.key == key) || memo_.bytes != bytes) {
       memo_.valid = false;  // schedule() below may clear the cache, and with it the memo
-      TunedPlan plan = tuner_.choose(op.coll, nranks_, bytes);
+      TunedPlan plan = tuner_.choose(op.coll, nranks_, bytes, elemBytes);
       COLLIE_TRACE(base::kLogTune, "%s rank %d: %s of %zu x %s: %s, %zu-byte slices, %d in flight", name_.c_str(),
                    rank_, algorithms::collectiveName(op.coll), op.count, base::dataTypeName(op.type),
                    algorithms::algorithmName(plan.algorithm), plan.sliceBytes, plan.slicesInFlight);

@@ -118,8 +118,9 @@ CostTerms costTerms(algorithms::Collective coll, algorithms::Algorithm algo, int
                     size_t sliceBytes);
 double estimate(const CostModel& model, const CostTerms& terms);
 /// The model's time of the hierarchical algorithm (its phases inside and between hosts, one after the other).
+/// `elemBytes`: one element's size (shards hold whole elements, so a small AllReduce may leave some empty).
 double hierarchicalSeconds(const CostModel& model, algorithms::Collective coll, int nranks, size_t bytes,
-                           size_t sliceBytes);
+                           size_t sliceBytes, size_t elemBytes = 1);
 
 /// COLLIE_ALGO in NCCL's grammar: "ring", "tree,ring", "^tree" (all but), "allreduce:rhd;broadcast:tree"
 /// (per collective; collectives not named are free). Names: ring, tree, rhd, direct, hier; collectives: allreduce,
@@ -164,10 +165,11 @@ class Tuner {
   Tuner() : Tuner(CostModel::defaults("tcp"), AlgoSelection{}) {}
   Tuner(CostModel model, AlgoSelection selection) : model_(std::move(model)), selection_(std::move(selection)) {}
 
-  /// The plan for one call: the cheapest allowed algorithm, and its slicing.
-  TunedPlan choose(algorithms::Collective coll, int nranks, size_t bytes) const;
+  /// The plan for one call of `bytes` in elements of `elemBytes`: the cheapest allowed algorithm, and its slicing.
+  TunedPlan choose(algorithms::Collective coll, int nranks, size_t bytes, size_t elemBytes = 1) const;
   /// The model's time for one algorithm (which must implement coll), with the slicing it would get.
-  double cost(algorithms::Collective coll, algorithms::Algorithm algo, int nranks, size_t bytes) const;
+  double cost(algorithms::Collective coll, algorithms::Algorithm algo, int nranks, size_t bytes,
+              size_t elemBytes = 1) const;
 
   const CostModel& model() const { return model_; }
   void setModel(CostModel model) { model_ = std::move(model); }

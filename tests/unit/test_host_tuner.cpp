@@ -235,6 +235,23 @@ TEST(HostTuner, TestBedSmallAndMidSizesPickHalvingDoubling) {
   }
 }
 
+// Shards hold whole elements: 8 B of float32 (2 elements) fill 2 of hier's 4 shards per host on 2x4, and the other
+// 2 ranks of each host send nothing, which on CPUs shared by 8 ranks halves the messages' CPU work. Measured on the
+// bed (2026-11-24, RESULTS.md): hier 41-43 us against rhd's 51-60 at 8 B, and 57 against 59 at 16 B (4 elements,
+// every shard busy). On 4x2 (2 shards) 2 elements fill every shard: nothing changes.
+TEST(HostTuner, TestBedTinyAllReduceWithEmptyShardsPicksHier) {
+  const Tuner t(calibratedTestbed(HostShape::uniform(2, 4, true)), AlgoSelection{});
+  EXPECT_EQ(t.choose(Collective::AllReduce, 8, 8, 4).algorithm, Algorithm::Hierarchical);
+  EXPECT_EQ(t.choose(Collective::AllReduce, 8, 8, 1).algorithm, Algorithm::HalvingDoubling);  // 8 elements
+  EXPECT_EQ(t.choose(Collective::AllReduce, 8, 16, 4).algorithm, Algorithm::HalvingDoubling);
+  EXPECT_LT(t.cost(Collective::AllReduce, Algorithm::Hierarchical, 8, 8, 4),
+            t.cost(Collective::AllReduce, Algorithm::Hierarchical, 8, 16, 4));
+  const Tuner even(calibratedTestbed(HostShape::uniform(4, 2, true)), AlgoSelection{});
+  EXPECT_EQ(even.cost(Collective::AllReduce, Algorithm::Hierarchical, 8, 8, 4),
+            even.cost(Collective::AllReduce, Algorithm::Hierarchical, 8, 8, 1));
+  EXPECT_NE(even.choose(Collective::AllReduce, 8, 8, 4).algorithm, Algorithm::Hierarchical);
+}
+
 // From 512 KiB up hier (measured on the bed with its 1 ms tbf burst, 2026-11-24 14:22-14:56, RESULTS.md: on 4x2 hier
 // 1.2-1.3x faster than rhd at 2-8 MiB AllReduce, 1.2-1.65x AllGather/ReduceScatter, within 7% below 512 KiB; on 2x4
 // hier within 4% of rhd or faster from 512 KiB): halving-doubling's rounds that leave the hosts move their pieces at
