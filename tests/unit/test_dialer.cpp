@@ -1,0 +1,227 @@
+// The dial rule's Dialer (transport/dialer.hpp) against a communicator that fails while it answers a dial.
+//
+// Two Dialers in this process are ranks 0 and 1 of one 2-rank communicator (same secret), each serving its own
+// loopback TCP Listener on the process's real accept loop, with the real Handshake. The transport part is this
+// file's own: a handshake message is a bare Header (a hello, and its answer), and a connection is the dialled or
+// answered socket itself (TestConnection: blocking sends and receives on it).
+//
+// Regression (commit e810e59): Dialer::take answers a dial outside its lock, on the accept loop's thread. A
+// refuseAll() (the communicator failing) that ran meanwhile used to make take() drop the link once answered: the
+// dialler, which counts itself connected as soon as the answer arrives, then found the socket closed ("peer exited
+// or died") instead of the poison its failing peer sends on every link it holds. refuseAll must wait for the
+// answers under way and return their connections. Rank 1's answer() here blocks on a gate the test holds, so the
+// race is made to happen every time, not by chance.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "base/errors.hpp"
+#include "base/socket.hpp"
+#include "transport/accept_loop.hpp"
+#include "transport/dialer.hpp"
+
+namespace collie::transport::handshake {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr uint32_t kHelloType = 1;
+constexpr uint32_t kAnswerType = 2;
+/// Every wait of the test ends within this (a hang fails the test instead).
+constexpr auto kBound = 5s;
+
+/// Handshake messages: one Header each, read as it arrives (like tcp's StreamWire).
+class HeaderWire : public Wire {
+ public:
+  size_t messageBytes() const override { return sizeof(Header); }
+  int read(Link& link) override {
+    link.buf.resize(sizeof(Header));
+    while (link.got < sizeof(Header)) {
+      const ssize_t n = ::recv(link.fd.get(), link.buf.data() + link.got, sizeof(Header) - link.got, MSG_DONTWAIT);
+      if (n > 0) {
+        link.got += static_cast<size_t>(n);
+      } else if (n < 0 && errno == EINTR) {
+        continue;
+      } else {
+        return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) ? 0 : -1;
+      }
+    }
+    return 1;
+  }
+};
+
+/// A pair's connection: the handshake socket, with blocking exact-size transfers.
+class TestConnection : public Connection {
+ public:
+  TestConnection(int peer, UniqueFd fd) : peer_(peer), fd_(std::move(fd)) { base::setNonBlocking(fd_.get(), false); }
+  int peer() const override { return peer_; }
+  void postSend(Transfer* t) override {
+    base::sendAll(fd_.get(), t->buf, t->bytes, std::chrono::steady_clock::now() + kBound, "test peer");
+    t->complete = true;
+  }
+  void postRecv(Transfer* t) override {
+    base::recvAll(fd_.get(), t->buf, t->bytes, std::chrono::steady_clock::now() + kBound, "test peer");
+    t->complete = true;
+  }
+  bool progress() override { return false; }
+  bool busy() const override { return false; }
+  void close() override { fd_.reset(); }
+
+ private:
+  int peer_;
+  UniqueFd fd_;
+};
+
+/// Holds answer() until released (bounded), and tells when it got there.
+class AnswerGate {
+ public:
+  void enterAndWait() {
+    std::unique_lock<std::mutex> lock(mu_);
+    entered_ = true;
+    cv_.notify_all();
+    cv_.wait_for(lock, 2 * kBound, [this] { return released_; });
+  }
+  bool awaitEntered() {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, kBound, [this] { return entered_; });
+  }
+  void release() {
+    std::lock_guard<std::mutex> lock(mu_);
+    released_ = true;
+    cv_.notify_all();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool entered_ = false, released_ = false;
+};
+
+/// The test transport's messages: a hello, answered by an answer; the socket is the connection.
+class TestProtocol : public DialProtocol {
+ public:
+  TestProtocol(const std::vector<sockaddr_storage>& addresses, AnswerGate* gate) : addresses_(addresses), gate_(gate) {}
+
+  UniqueFd dialSocket(Handshake& hs, int peer, int /*channel*/) override {
+    return UniqueFd(
+        base::connectWithRetry(addresses_[static_cast<size_t>(peer)], hs.deadline(), 10, "test peer", {}, 3));
+  }
+  void sendHello(Handshake& hs, Link& link) override {
+    link.from = base::addressToString(addresses_[static_cast<size_t>(link.peer)]);
+    send(hs, link, kHelloType);
+    base::setNonBlocking(link.fd.get(), true);
+  }
+  void onAnswer(Handshake& /*hs*/, Link& link) override {
+    EXPECT_EQ(link.header().type, kAnswerType);
+    link.done = true;
+  }
+  void answer(Handshake& hs, Link& link) override {
+    EXPECT_EQ(link.header().type, kHelloType);
+    if (gate_) gate_->enterAndWait();
+    send(hs, link, kAnswerType);
+  }
+  std::unique_ptr<Connection> finish(Handshake& /*hs*/, int peer, std::vector<Link>& links, bool /*dialled*/) override {
+    return std::make_unique<TestConnection>(peer, std::move(links.at(0).fd));
+  }
+
+ private:
+  static void send(Handshake& hs, Link& link, uint32_t type) {
+    const Header h = hs.header(type, link.peer, link.channel);
+    base::sendAll(link.fd.get(), &h, sizeof(h), hs.deadline(), "test peer");
+  }
+
+  const std::vector<sockaddr_storage>& addresses_;
+  AnswerGate* gate_;
+};
+
+/// Ranks 0 and 1 of one communicator: a listener, a context and a Dialer each (rank 1's answers held by `gate`).
+struct TwoRanks {
+  std::vector<sockaddr_storage> addresses = std::vector<sockaddr_storage>(2);
+  std::vector<std::unique_ptr<Listener>> listeners;
+  std::vector<CommContext> ctx = std::vector<CommContext>(2);
+  HeaderWire wire;
+  AnswerGate gate;
+  std::vector<std::unique_ptr<TestProtocol>> protocols;
+  std::vector<std::unique_ptr<Dialer>> dialers;  // after the listeners: destroyed before them
+
+  TwoRanks() {
+    for (int r = 0; r < 2; ++r) {
+      addresses[r] = base::parseAddress("127.0.0.1:0");
+      UniqueFd fd(base::listenOn(addresses[r]));
+      base::setNonBlocking(fd.get(), true);
+      listeners.push_back(std::make_unique<Listener>(std::move(fd), std::make_unique<HeaderWire>(), "test", r));
+      ctx[r].rank = r;
+      ctx[r].nranks = 2;
+      ctx[r].peers.resize(2);
+      for (size_t i = 0; i < sizeof(ctx[r].secret); ++i) ctx[r].secret[i] = static_cast<uint8_t>(0xa5 ^ i);
+      ctx[r].name = "dialer test";
+      ctx[r].timeout = std::chrono::duration_cast<std::chrono::milliseconds>(kBound) - 1s;
+      protocols.push_back(std::make_unique<TestProtocol>(addresses, r == 1 ? &gate : nullptr));
+      dialers.push_back(std::make_unique<Dialer>("test", TransportKind::Tcp, 1, *protocols[r], wire));
+      dialers[r]->serve(*listeners[r], ctx[r]);
+    }
+  }
+  ~TwoRanks() { gate.release(); }  // never leaves the accept loop held, whatever failed
+};
+
+/// Sends 8 bytes from `from` to `to` and checks they arrive: the two are the ends of one live socket.
+void expectLinked(Connection& from, Connection& to, uint64_t value) {
+  uint64_t got = 0;
+  Transfer send{&value, sizeof(value)}, recv{&got, sizeof(got)};
+  from.postSend(&send);
+  to.postRecv(&recv);
+  EXPECT_TRUE(send.complete && recv.complete);
+  EXPECT_EQ(got, value);
+}
+
+TEST(Dialer, AnswerInFlightWhenTheCommunicatorFailsIsReturnedByRefuseAll) {
+  TwoRanks ranks;
+  std::future<std::vector<std::unique_ptr<Connection>>> dialled, refused;
+  struct ReleaseFirst {  // on every way out: the gate opens before the futures wait for their threads
+    AnswerGate& gate;
+    ~ReleaseFirst() { gate.release(); }
+  } releaseFirst{ranks.gate};
+  dialled = std::async(std::launch::async,
+                       [&] { return ranks.dialers[0]->connect(*ranks.listeners[0], ranks.ctx[0], {1}, true); });
+  ASSERT_TRUE(ranks.gate.awaitEntered()) << "rank 1 never began to answer rank 0's dial";
+
+  // Rank 1's communicator fails while it answers: refuseAll must wait for that answer.
+  refused = std::async(std::launch::async, [&] { return ranks.dialers[1]->refuseAll(ranks.ctx[1]); });
+  EXPECT_EQ(refused.wait_for(200ms), std::future_status::timeout) << "refuseAll did not wait for the answer under way";
+  ranks.gate.release();
+  ASSERT_EQ(refused.wait_for(kBound), std::future_status::ready) << "refuseAll still waits after the answer was sent";
+  const std::vector<std::unique_ptr<Connection>> answered = refused.get();
+  ASSERT_EQ(dialled.wait_for(kBound), std::future_status::ready) << "rank 0's dial never ended";
+  const std::vector<std::unique_ptr<Connection>> mine = dialled.get();  // throws if the dial failed
+
+  // The dialler counts itself connected; rank 1 holds the other end of that very socket, to poison or close.
+  ASSERT_EQ(mine.size(), 1u);
+  EXPECT_EQ(mine[0]->peer(), 1);
+  ASSERT_EQ(answered.size(), 1u) << "the link answered while the communicator failed was dropped, not returned";
+  EXPECT_EQ(answered[0]->peer(), 0);
+  expectLinked(*mine[0], *answered[0], 0x0123456789abcdefULL);
+  expectLinked(*answered[0], *mine[0], 0xfedcba9876543210ULL);
+}
+
+TEST(Dialer, DialAfterRefuseAllIsTurnedDown) {
+  TwoRanks ranks;
+  ranks.gate.release();
+  EXPECT_TRUE(ranks.dialers[1]->refuseAll(ranks.ctx[1]).empty());
+  try {
+    ranks.dialers[0]->connect(*ranks.listeners[0], ranks.ctx[0], {1}, true);
+    ADD_FAILURE() << "rank 0 connected to rank 1, whose communicator had failed";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::RemoteError) << e.what();  // at once, not the timeout
+    EXPECT_NE(std::string(e.what()).find("turned the connection down"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace collie::transport::handshake
