@@ -72,9 +72,9 @@ const std::vector<Job>& Planner::plan(const std::vector<OpDesc>& ops) {
     const size_t elemBytes = base::dataTypeSize(op.type);
     const algorithms::ScheduleKey key{op.coll, rank_, nranks_, op.count, op.root, elemBytes};
     const size_t bytes = op.count * elemBytes;
-    // The tuner decides from (collective, ranks, bytes, element size) and the schedule from the key: a repeated
-    // call with the same key reuses the last choice.
-    if (!memo_.valid || !(memo_.key == key) || memo_.bytes != bytes) {
+    // The tuner decides from (collective, ranks, bytes, element size) and the schedule from the key, which holds
+    // them all: a repeated call with the same key reuses the last choice.
+    if (!memo_.valid || !(memo_.key == key)) {
       memo_.valid = false;  // schedule() below may clear the cache, and with it the memo
       TunedPlan plan = tuner_.choose(op.coll, nranks_, bytes, elemBytes);
       COLLIE_TRACE(base::kLogTune, "%s rank %d: %s of %zu x %s: %s, %zu-byte slices, %d in flight", name_.c_str(),

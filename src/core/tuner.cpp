@@ -232,7 +232,7 @@ double hierarchicalSeconds(const CostModel& m, Collective coll, int nranks, size
     if (H > 1) t += 2 * (H - 1) * inter.alpha + 2 * (H - 1) / H * S * inter.beta + (H - 1) / H * shard * m.gamma;
     // Fewer elements than shards leave shards empty, and no message carries one: the host's ranks send `busy` of
     // the messages (the owners' rounds take as long). On the test bed, 2 hosts x 4 ranks on 2 CPUs, 2 float32
-    // elements took 41 us against 57 us for 4 (RESULTS.md).
+    // elements took 37-43 us against 63-66 us for 4 (medians of 5, RESULTS.md).
     const double elements = static_cast<double>(bytes / std::max<size_t>(elemBytes, 1));
     const double busy = std::max(1.0, std::min(L, elements)) / L;
     t += m.queuedCpu(2 * (L - 1) * busy, intra.gap) + (H > 1 ? m.queuedCpu(2 * (H - 1) * busy, inter.gap) : 0);

@@ -237,8 +237,9 @@ TEST(HostTuner, TestBedSmallAndMidSizesPickHalvingDoubling) {
 
 // Shards hold whole elements: 8 B of float32 (2 elements) fill 2 of hier's 4 shards per host on 2x4, and the other
 // 2 ranks of each host send nothing, which on CPUs shared by 8 ranks halves the messages' CPU work. Measured on the
-// bed (2026-11-24, RESULTS.md): hier 41-43 us against rhd's 51-60 at 8 B, and 57 against 59 at 16 B (4 elements,
-// every shard busy). On 4x2 (2 shards) 2 elements fill every shard: nothing changes.
+// bed (2026-11-24 14:22 and 17:20, medians of 5, RESULTS.md): hier 37-43 us against rhd's 51-60 at 8 B, and 63-66
+// against 53-59 at 16 B (4 elements, every shard busy). On 4x2 (2 shards) 2 elements fill every shard: nothing
+// changes.
 TEST(HostTuner, TestBedTinyAllReduceWithEmptyShardsPicksHier) {
   const Tuner t(calibratedTestbed(HostShape::uniform(2, 4, true)), AlgoSelection{});
   EXPECT_EQ(t.choose(Collective::AllReduce, 8, 8, 4).algorithm, Algorithm::Hierarchical);
