@@ -26,6 +26,8 @@ import sys
 import tempfile
 import time
 
+from free_port import free_port  # this directory: sys.path[0]
+
 SKIP = 77
 RANKS = 4
 DEADLINE_S = 50  # the whole test; CTest's own timeout is above it
@@ -39,12 +41,6 @@ def skip(why):
 
 def find(prog):
     return shutil.which(prog) or shutil.which(prog, path="/usr/sbin:/sbin")
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def descendants():
@@ -251,7 +247,7 @@ def main():
             print("srun --mpi=pmi2: not run, this Slurm has no pmi2 plugin")
         # collie binds MASTER_PORT+1 (torchrun's store holds MASTER_PORT): that one is the port found free.
         ok = run_job(cluster, prog, "MASTER_ADDR/MASTER_PORT exported",
-                     {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port() - 1)}) and ok
+                     {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port(pair=True))}) and ok
     except (RuntimeError, subprocess.TimeoutExpired) as e:
         print(f"FAILED: {e}")
     finally:

@@ -21,7 +21,6 @@ import multiprocessing
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -33,6 +32,9 @@ import torch.distributed as dist
 
 import collie.torch  # noqa: F401  registers "collie"
 import torch_without_libuv
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "launchers"))
+from free_port import free_port  # noqa: E402  torchrun's store takes --master_port, collie's root the next one
 
 
 def check_equal(got, want, what):
@@ -253,12 +255,6 @@ def torchrun_worker():
     print(f"torchrun worker {rank}/{ws} ok", flush=True)
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def run_torchrun(nproc):
     # --redirects 1 --tee 1: torchrun's defaults ("0") parse to None under Python 3.11 with Debian's torch 1.13
     # (Std.from_str iterates a Flag enum, which skips 0 in 3.11) and it crashes; 1 (stdout) parses.
@@ -268,7 +264,7 @@ def run_torchrun(nproc):
         launcher = [os.path.join(os.path.dirname(os.path.abspath(__file__)), "torch_without_libuv.py")]
         print("torchrun: this torch has no libuv; TCPStore is asked for none (torch_without_libuv.py)")
     cmd = [sys.executable] + launcher + [
-        "--nproc_per_node", str(nproc), "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
+        "--nproc_per_node", str(nproc), "--master_addr", "127.0.0.1", "--master_port", str(free_port(pair=True)),
         "--redirects", "1", "--tee", "1", "--log_dir", tempfile.mkdtemp(prefix="collie_torchrun_"),
         os.path.abspath(__file__), "torchrun_worker"]
     proc = subprocess.run(cmd, timeout=240, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
