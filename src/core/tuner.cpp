@@ -52,6 +52,8 @@ void CostModel::shareCpus(double share) {
   gamma *= cpuShare;
 }
 
+double CostModel::queuedWake(double rounds) const { return (cpuShare - 1) * rounds * kWakeSeconds; }
+
 const LinkCost* MeasuredCosts::find(const std::string& kind) const {
   for (const auto& [name, cost] : links)
     if (name == kind) return &cost;
@@ -220,6 +222,7 @@ double hierarchicalSeconds(const CostModel& m, Collective coll, int nranks, size
     if (H > 1) t += (H - 1) * inter.alpha + L * (H - 1) * S * inter.beta;
     if (coll == Collective::ReduceScatter) t += ((L - 1) * H + (H - 1)) * S * m.gamma;
     t += m.queuedCpu(L - 1, intra.gap) + (H > 1 ? m.queuedCpu(H - 1, inter.gap) : 0);
+    t += m.queuedWake((L > 1 ? 1 : 0) + (H - 1));
     return t;
   }
   // One exchange inside a host (reduce-scatter, scatter or all-gather): the L-1 messages go out at once (alpha
@@ -230,12 +233,15 @@ double hierarchicalSeconds(const CostModel& m, Collective coll, int nranks, size
   if (coll == Collective::AllReduce) {
     t += (L - 1) / L * S * m.gamma;
     if (H > 1) t += 2 * (H - 1) * inter.alpha + 2 * (H - 1) / H * S * inter.beta + (H - 1) / H * shard * m.gamma;
-    // Fewer elements than shards leave shards empty, and no message carries one: the host's ranks send `busy` of
-    // the messages (the owners' rounds take as long). On the test bed, 2 hosts x 4 ranks on 2 CPUs, 2 float32
-    // elements took 37-43 us against 63-66 us for 4 (medians of 5, RESULTS.md).
+    // Fewer elements than shards leave shards empty, and no message carries one: the ranks that own an empty shard
+    // sit out most of the call, so the owners share each CPU with fewer others (their own rounds take as long). On
+    // the test bed, 2 hosts x 4 ranks on 2 CPUs, 2 float32 elements took 37-54 us against 63-81 us for 4 (medians
+    // of 5 and 15, RESULTS.md).
     const double elements = static_cast<double>(bytes / std::max<size_t>(elemBytes, 1));
-    const double busy = std::max(1.0, std::min(L, elements)) / L;
-    t += m.queuedCpu(2 * (L - 1) * busy, intra.gap) + (H > 1 ? m.queuedCpu(2 * (H - 1) * busy, inter.gap) : 0);
+    CostModel busy = m;
+    busy.cpuShare = std::max(1.0, m.cpuShare * std::max(1.0, std::min(L, elements)) / L);
+    t += busy.queuedCpu(2 * (L - 1), intra.gap) + (H > 1 ? busy.queuedCpu(2 * (H - 1), inter.gap) : 0);
+    t += busy.queuedWake((L > 1 ? 2 : 0) + 2 * (H - 1));
   } else if ((coll == Collective::Broadcast || coll == Collective::Reduce) && H > 1) {
     t += (H - 1) * inter.alpha + (S + (H - 2) * std::min(slice, shard) * L) * inter.beta;  // pipelined chains
   }
@@ -264,17 +270,21 @@ constexpr double kCrossingRoundRate = 0.85;
 double rhdAcrossHosts(const CostModel& m, const CostModel& flat, Collective coll, int nranks, size_t bytes) {
   const algorithms::patterns::HalvingDoubling hd(nranks);
   const bool allReduce = coll == Collective::AllReduce;
-  const double S = static_cast<double>(bytes) * (allReduce ? 1 : nranks), p = hd.pof2, times = allReduce ? 2 : 1;
+  // A small AllReduce runs as recursive doubling: each round (the same distances) moves and folds the whole buffer.
+  const bool doubling = allReduce && algorithms::patterns::allReduceByRecursiveDoubling(bytes);
+  const double S = static_cast<double>(bytes) * (allReduce ? 1 : nranks), p = hd.pof2;
+  const double times = allReduce && !doubling ? 2 : 1;
   double t = coll == Collective::AllGather ? 0 : (p - 1) / p * S * m.gamma;
+  if (doubling) t = algorithms::patterns::treeDepth(hd.pof2) * S * m.gamma;
   int round = 0;
   for (int d = hd.pof2 / 2; d >= 1; d /= 2, ++round) {
     const size_t k = static_cast<size_t>(round);
     const int crossing = k < m.shape.rhdCrossings.size() ? m.shape.rhdCrossings[k] : m.shape.maxLocal;
-    const double piece = S * d / p;
+    const double piece = doubling ? S : S * d / p;
     const LinkCost& link = crossing > 0 ? m.inter : m.intra;
     const double port = piece * link.beta * std::max(1, crossing);  // the host port's time for the round
     const double slower = crossing > 0 ? std::max(0.0, port - kPortBurstSeconds) * (1 / kCrossingRoundRate - 1) : 0;
-    t += times * (link.alpha + port + slower + m.queuedCpu(1, link.gap));  // one message per round
+    t += times * (link.alpha + port + slower + m.queuedCpu(1, link.gap) + m.queuedWake(1));  // one message per round
   }
   if (hd.extra > 0)  // fold in (AllGather: a block), result back (ReduceScatter: a block)
     t += 2 * flat.link.alpha + (allReduce ? 2 * S : S + S / nranks) * flat.link.beta +
@@ -502,7 +512,7 @@ double Tuner::cost(Collective coll, Algorithm algo, int nranks, size_t bytes, si
   flat.link.beta = std::max(model_.intra.beta, model_.inter.beta * share);
   flat.link.gap = std::max(model_.link.gap, model_.inter.gap);
   if (algo == Algorithm::HalvingDoubling) return rhdAcrossHosts(model_, flat, coll, nranks, bytes);
-  return estimate(flat, terms);
+  return estimate(flat, terms) + model_.queuedWake(terms.steps);
 }
 
 TunedPlan Tuner::choose(Collective coll, int nranks, size_t bytes, size_t elemBytes) const {

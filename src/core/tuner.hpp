@@ -26,6 +26,11 @@
 // hierarchical algorithm's phases cost intra inside a host and inter (times the ranks of a host, each carrying its
 // shards) between hosts (hierarchicalSeconds).
 //
+// Across hosts, where ranks share CPUs, each round that waits for a message also waits for the woken rank's turn:
+// (cpuShare - 1) x kWakeSeconds per round (queuedWake). On the test bed this is what tells halving-doubling's
+// sequential rounds from hier's exchange of L-1 messages at once, and recursive doubling (log2 p rounds) from hier's
+// four phases. It is not priced on one host, whose crossovers were measured with the model as it stands (perf/).
+//
 // Every choice depends only on what all ranks agree on (collective, nranks, bytes, the cost model that rank 0
 // measured and broadcast, COLLIE_ALGO), so both ends of every link decide alike.
 #pragma once
@@ -40,6 +45,10 @@
 #include "algorithms/algorithms.hpp"
 
 namespace collie::core {
+
+/// A rank woken by a message on a CPU that other ranks share waits for each of them to be switched in and out:
+/// a pipe round trip between two processes on one CPU of the test bed's machine took 5.4 us (two switches).
+inline constexpr double kWakeSeconds = 5e-6;
 
 /// Costs of one transport kind.
 struct LinkCost {
@@ -73,6 +82,9 @@ struct CostModel {
   double cpuShare = 1;  ///< ranks per CPU on this host (>= 1): a message's CPU work waits for cpuShare - 1 others'
   /// The CPU work of `messages` sent per rank over a link of `gap` that waits for the other ranks of the CPU.
   double queuedCpu(double messages, double gap) const { return (cpuShare - 1) * 2 * messages * gap; }
+  /// What `rounds` rounds that each wait for a message add where ranks share CPUs: the woken rank waits for each
+  /// other rank of its CPU to be switched in and out (kWakeSeconds). Priced across hosts only (Tuner::cost).
+  double queuedWake(double rounds) const;
   /// Built-in costs of a transport kind ("tcp", "shm", anything else gets tcp's): used until measured.
   static CostModel defaults(const std::string& transport);
   /// `share` ranks per CPU (>= 1) on this host: sets cpuShare and scales what the CPUs do per byte (beta of the
