@@ -47,7 +47,8 @@
 namespace collie::core {
 
 /// A rank woken by a message on a CPU that other ranks share waits for each of them to be switched in and out:
-/// a pipe round trip between two processes on one CPU of the test bed's machine took 5.4 us (two switches).
+/// a pipe round trip between two processes on one CPU of the test bed's machine took 5.0-5.4 us (two switches;
+/// perf/cpu_turn.cpp).
 inline constexpr double kWakeSeconds = 5e-6;
 
 /// Costs of one transport kind.
