@@ -218,7 +218,7 @@ const char* name(Algorithm a) { return algorithms::algorithmName(a); }
 constexpr size_t kTestBedLastRhd = size_t{256} << 10;
 
 // On 2 hosts x 4 ranks each round that waits for a message also waits for a CPU turn (4 ranks per CPU; queuedWake),
-// and the rounds decide (2026-11-24 20:0x, RESULTS.md): AllReduce stays rhd while it runs as recursive doubling
+// and the rounds decide (2026-11-24 20:04, RESULTS.md): AllReduce stays rhd while it runs as recursive doubling
 // (3 rounds against hier's 4 phases) and takes hier from 4 KiB (halving-doubling's 6 rounds); AllGather and
 // ReduceScatter take hier at every size (its ring step and one exchange against rhd's 3 rounds). Before, the model
 // had the two within 2% with rhd ahead, and measured 15 times hier was 7-16% faster at 8 and 128 KiB gathered.
@@ -246,6 +246,21 @@ TEST(HostTuner, TestBedSmallAndMidSizesPickHalvingDoublingOrHier) {
     EXPECT_GT(direct, t.cost(Collective::AllReduce, Algorithm::HalvingDoubling, 8, 8) * 1.2) << hosts << "x" << perHost;
     EXPECT_GT(t.cost(Collective::AllReduce, Algorithm::Ring, 8, 8), 2 * direct) << hosts << "x" << perHost;
   }
+}
+
+// A halving-doubling AllReduce of up to 2 KiB runs as recursive doubling: 3 rounds of the whole buffer on 8 ranks,
+// not the halving form's 6. Measured on 2x4 (2026-11-24 20:04, medians of 15): 2 KiB 90 us, 4 KiB 133 us (0.68).
+// Each of those rounds waits for a CPU turn where ranks share CPUs, none where they do not.
+TEST(HostTuner, SmallRhdAllReduceAcrossHostsIsPricedAsRecursiveDoubling) {
+  const Tuner t(calibratedTestbed(HostShape::uniform(2, 4, true)), AlgoSelection{});
+  const double doubling = t.cost(Collective::AllReduce, Algorithm::HalvingDoubling, 8, 2048);
+  const double halving = t.cost(Collective::AllReduce, Algorithm::HalvingDoubling, 8, 4096);
+  EXPECT_LT(doubling, 0.75 * halving);
+  EXPECT_GT(doubling, 0.5 * halving);
+  CostModel m = calibratedTestbed(HostShape::uniform(2, 4, true));
+  EXPECT_DOUBLE_EQ(m.queuedWake(3), 3 * 3 * kWakeSeconds);  // 4 ranks per CPU: 3 others per round
+  m.cpuShare = 1;
+  EXPECT_EQ(m.queuedWake(3), 0);
 }
 
 // Shards hold whole elements: 8 B of float32 (2 elements) fill 2 of hier's 4 shards per host on 2x4, and the other
