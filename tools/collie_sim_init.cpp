@@ -83,8 +83,8 @@ void project(int n, size_t allReduceBytes, int sockets) {
   //    the built-in tcp costs; the peers of a sample of ranks (rank 0, 1, the middle one, the last one: the first
   //    two are a folded pair of the all-gather when N is not a power of two).
   core::Tuner tuner;
-  const Algorithm bcast = tuner.choose(Collective::Broadcast, n, 200).algorithm;
-  const Algorithm allReduce = tuner.choose(Collective::AllReduce, n, allReduceBytes).algorithm;
+  const Algorithm bcast = tuner.choose(Collective::Broadcast, n, 200, 1).algorithm;                 // bytes
+  const Algorithm allReduce = tuner.choose(Collective::AllReduce, n, allReduceBytes, 4).algorithm;  // float32
   //    Init then closes the links to gatherOnlyPeers (the all-gather's peers but ring neighbours), whatever
   //    calibration did on them.
   size_t maxPeers = 0, maxInitPeers = 0;

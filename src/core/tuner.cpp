@@ -274,8 +274,8 @@ double rhdAcrossHosts(const CostModel& m, const CostModel& flat, Collective coll
   const bool doubling = allReduce && algorithms::patterns::allReduceByRecursiveDoubling(bytes);
   const double S = static_cast<double>(bytes) * (allReduce ? 1 : nranks), p = hd.pof2;
   const double times = allReduce && !doubling ? 2 : 1;
-  double t = coll == Collective::AllGather ? 0 : (p - 1) / p * S * m.gamma;
-  if (doubling) t = algorithms::patterns::treeDepth(hd.pof2) * S * m.gamma;
+  const double folds = doubling ? algorithms::patterns::treeDepth(hd.pof2) : (p - 1) / p;  // buffers reduced
+  double t = coll == Collective::AllGather ? 0 : folds * S * m.gamma;
   int round = 0;
   for (int d = hd.pof2 / 2; d >= 1; d /= 2, ++round) {
     const size_t k = static_cast<size_t>(round);
