@@ -6,6 +6,7 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <thread>
 
@@ -13,7 +14,25 @@
 
 namespace collie::base {
 
+namespace {
+
+std::atomic<int64_t> gLastShortageNs{0};  ///< steady clock ns; 0: never
+std::atomic<int> gLastShortageErr{0};
+
+}  // namespace
+
 bool isFdShortage(int err) { return err == EMFILE || err == ENFILE; }
+
+void noteFdShortage(int err) {
+  gLastShortageErr.store(err, std::memory_order_relaxed);
+  gLastShortageNs.store(std::chrono::steady_clock::now().time_since_epoch().count(), std::memory_order_release);
+}
+
+std::chrono::steady_clock::time_point lastFdShortage(int* err) {
+  const int64_t ns = gLastShortageNs.load(std::memory_order_acquire);
+  *err = gLastShortageErr.load(std::memory_order_relaxed);
+  return std::chrono::steady_clock::time_point(std::chrono::steady_clock::duration(ns));
+}
 
 FdUsage fdUsage() {
   FdUsage usage;
@@ -54,6 +73,7 @@ std::string fdShortageMessage(int err) {
 }
 
 void FdShortageBackoff::wait(int err, const char* what, std::chrono::steady_clock::time_point deadline) {
+  noteFdShortage(err);
   auto now = std::chrono::steady_clock::now();
   if (!started_) {
     started_ = true;

@@ -25,6 +25,12 @@ bool isFdShortage(int err);
 /// system-wide form.
 std::string fdShortageMessage(int err);
 
+/// This process met a shortage (`err`: EMFILE or ENFILE) now. A connect that then fails because a peer went away or
+/// stayed silent names it (transport/dialer.hpp): a dial this process dropped or could not take is often the cause.
+void noteFdShortage(int err);
+/// When this process last met a shortage (the epoch of steady_clock when it never did), its errno in *err.
+std::chrono::steady_clock::time_point lastFdShortage(int* err);
+
 /// Retries through a shortage of descriptors (see the file comment).
 class FdShortageBackoff {
  public:

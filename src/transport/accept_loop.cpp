@@ -201,10 +201,18 @@ int Listener::read(Link& link) {
   try {
     state = wire_->read(link);  // throws when the descriptors that came with a message cannot be received
   } catch (const std::exception& e) {
-    COLLIE_WARN(base::kLogNet, "%s: rank %d refused a connection from %s: %s", transport_.c_str(), rank_,
-                link.from.c_str(), e.what());
-    link.fd.reset();
-    return 1;
+    const auto* error = dynamic_cast<const Error*>(&e);
+    if (error == nullptr || link.got != wire_->messageBytes()) {
+      COLLIE_WARN(base::kLogNet, "%s: rank %d refused a connection from %s: %s", transport_.c_str(), rank_,
+                  link.from.c_str(), e.what());
+      link.fd.reset();
+      return 1;
+    }
+    // The hello came whole without its descriptors: its desk turns the dial down and its communicator fails
+    // naming why (a shortage here), rather than only waiting for the dial until its timeout.
+    link.failure = e.what();
+    link.failureCode = error->code();
+    state = 1;
   }
   if (state == 0) return 0;
   if (state < 0) {
@@ -282,6 +290,13 @@ void Listener::acceptAll() {
       const int err = errno;
       if (err == EINTR || err == ECONNABORTED || err == EPROTO) continue;
       if (err == EAGAIN || err == EWOULDBLOCK) return;
+      if (base::isFdShortage(err)) {
+        // accept() fails for want of a descriptor before it looks for a connection: with none pending, nothing
+        // is short (and a waiting connection, whose hello may be on its way, must not be closed for it).
+        pollfd pending{fd_.get(), POLLIN, 0};
+        if (::poll(&pending, 1, 0) == 0) return;
+        base::noteFdShortage(err);
+      }
       if (base::isFdShortage(err) && !waiting_.empty()) {
         refuseOldest(" (closed to free a file descriptor)");
         continue;

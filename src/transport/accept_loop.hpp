@@ -8,7 +8,9 @@
 //     loop's thread). A hello goes to the one desk whose secret it shows, so no communicator takes another's dial.
 //   - Strangers are refused as in every handshake (handshake.hpp): a connection that closes, sends garbage or a
 //     wrong magic is logged (WARN, NET) and closed at once; at most kMaxUnverified wait at once per listener (a new
-//     one closes the oldest); accept() out of descriptors closes the oldest waiting connection or pauses.
+//     one closes the oldest); accept() out of descriptors, with a connection pending, closes the oldest waiting
+//     connection or pauses. A hello read whole whose descriptors could not be installed goes to its desk with
+//     Link::failure set, which turns the dial down and fails the pair naming the shortage.
 //   - A well-formed hello that no desk takes (a wrong secret, or a communicator not made here yet: a peer may
 //     reach the communicator before it registered its desk) is held until kHelloWait after it was accepted, and
 //     offered again to every desk added meanwhile; then it is refused as a wrong secret and closed.

@@ -81,6 +81,7 @@ void Dialer::take(Link& link) {
   std::string error;
   ErrorCode code = ErrorCode::Success;
   try {
+    if (!link.failure.empty()) throw Error(link.failureCode, link.failure);  // its hello came, its descriptors not
     Handshake hs(transport_, kind_, deskCtx_, {}, channels_, wire_);
     protocol_.answer(hs, link);
   } catch (const Error& e) {
@@ -159,7 +160,17 @@ void Dialer::open(Handshake& hs, Dial& d) {
   d.link.clearMessage();
   d.link.done = false;
   d.link.fd = protocol_.dialSocket(hs, d.link.peer, d.link.channel);
-  protocol_.sendHello(hs, d.link);
+  try {
+    protocol_.sendHello(hs, d.link);
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::RemoteError) throw;
+    // Closed before the hello went out (its listener evicted it, short of descriptors or room): as a dial closed
+    // before any answer, it is tried again soon.
+    COLLIE_TRACE(base::kLogNet, "%s: rank %d dials rank %d again (closed before its hello: %s)", transport_,
+                 hs.rank(), d.link.peer, e.what());
+    d.link.fd.reset();
+    d.retryAt = Clock::now() + kRedialPause;
+  }
 }
 
 std::vector<int> Dialer::awaitAnswers(Handshake& hs, std::map<int, std::vector<Dial>>& dials) {
@@ -177,13 +188,10 @@ std::vector<int> Dialer::awaitAnswers(Handshake& hs, std::map<int, std::vector<D
       for (Dial& d : list) {
         if (d.link.done) continue;
         waiting = true;
-        if (d.link.fd.get() < 0) {
-          if (d.retryAt <= now && now < hs.deadline()) {
-            this->open(hs, d);
-          } else {
-            wakeAt = std::min(wakeAt, d.retryAt);
-            continue;
-          }
+        if (d.link.fd.get() < 0 && d.retryAt <= now && now < hs.deadline()) this->open(hs, d);
+        if (d.link.fd.get() < 0) {  // waiting to dial again
+          wakeAt = std::min(wakeAt, d.retryAt);
+          continue;
         }
         pfds.push_back(pollfd{d.link.fd.get(), POLLIN, 0});
         open.push_back(&d);
@@ -268,6 +276,36 @@ void Dialer::awaitDials(Handshake& hs, const std::vector<int>& peers) {
 
 std::vector<std::unique_ptr<Connection>> Dialer::connect(Listener& listener, const CommContext& ctx,
                                                          const std::vector<int>& peers, bool dialAll) {
+  const auto started = Clock::now();
+  try {
+    return connectPeers(listener, ctx, peers, dialAll);
+  } catch (const Error& e) {
+    // A peer that went away or stayed silent is often the consequence of what failed here first: this rank could
+    // not answer one of its peers' dials, or this process dropped dials, for want of descriptors. The cause first.
+    if (e.code() != ErrorCode::RemoteError && e.code() != ErrorCode::Timeout) throw;
+    std::string local = localFailure();
+    int err = 0;
+    if (local.empty() && base::lastFdShortage(&err) >= started)
+      local = base::format("%s connect of rank %d: this process ran out of descriptors meanwhile (%s)", transport_,
+                           ctx.rank, base::fdShortageMessage(err).c_str());
+    if (local.empty()) throw;
+    throw Error(ErrorCode::SystemError, local + "; then: " + e.what());
+  }
+}
+
+std::string Dialer::localFailure() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (size_t p = 0; p < pairs_.size(); ++p) {
+    const Pair& pair = pairs_[p];
+    if (!pair.error.empty() && pair.code == ErrorCode::SystemError)
+      return base::format("%s: rank %d could not answer the dial of rank %zu: %s", transport_, desk_.rank, p,
+                          pair.error.c_str());
+  }
+  return "";
+}
+
+std::vector<std::unique_ptr<Connection>> Dialer::connectPeers(Listener& listener, const CommContext& ctx,
+                                                              const std::vector<int>& peers, bool dialAll) {
   serve(listener, ctx);
   Handshake hs(transport_, kind_, ctx, peers, channels_, wire_);
   const int me = ctx.rank;

@@ -71,7 +71,9 @@ class Dialer {
   void serve(Listener& listener, const CommContext& ctx);
   /// Connections to `peers`, in their order (this rank: a self connection). dialAll: this rank dials every listed
   /// peer that is not dialling it already (Transport::dial); otherwise only the listed peers below it, and waits
-  /// for the others to dial it (Transport::connect). Fails within ctx.timeout naming the missing ranks.
+  /// for the others to dial it (Transport::connect). Fails within ctx.timeout naming the missing ranks; where a
+  /// peer went away or stayed silent after this rank could not answer a dial, or this process ran out of
+  /// descriptors, during the call, fails with SystemError naming that first.
   std::vector<std::unique_ptr<Connection>> connect(Listener& listener, const CommContext& ctx,
                                                    const std::vector<int>& peers, bool dialAll);
   /// The communicator failed: dials are answered with kRefusedFailed from now on. Waits for the answers under way
@@ -110,6 +112,12 @@ class Dialer {
   std::vector<int> awaitAnswers(Handshake& hs, std::map<int, std::vector<Dial>>& dials);
   /// Waits until every one of `peers` has been answered (their dials to this rank).
   void awaitDials(Handshake& hs, const std::vector<int>& peers);
+  /// connect() without its choice of which failure to report.
+  std::vector<std::unique_ptr<Connection>> connectPeers(Listener& listener, const CommContext& ctx,
+                                                        const std::vector<int>& peers, bool dialAll);
+  /// The first dial this rank could not answer for a cause of its own (ErrorCode::SystemError: out of descriptors,
+  /// memory), as a message naming the peer; empty when there was none.
+  std::string localFailure() const;
 
   const char* transport_;
   TransportKind kind_;

@@ -131,6 +131,10 @@ struct Link {
   std::vector<UniqueFd> fds;  ///< descriptors that came with it (unix sockets)
   bool done = false;          ///< the transport expects nothing more on it during this handshake
   base::Deadline expires{};   ///< accepted: when it must have sent its hello
+  /// Accepted: why its hello, read whole, could not be taken here (its descriptors could not be installed: this
+  /// rank is out of them); the desk it is for fails that pair with it. Empty: nothing went wrong.
+  std::string failure;
+  ErrorCode failureCode = ErrorCode::Success;
 
   const Header& header() const { return *reinterpret_cast<const Header*>(buf.data()); }
   /// The message as the transport's struct (which starts with a Header).

@@ -5,6 +5,7 @@
 //   - a shortage that lasts fails within seconds with "out of file descriptors: N open, limit M; raise ulimit -n
 //     (or lower COLLIE_SOCKETS_PER_PEER)" on the rank that hit it, never a hang, never a closed connection or a
 //     malformed message blamed on a peer;
+//   - a hello whose descriptors cannot be received (shm) fails the rank it was for at once, naming the shortage;
 //   - the same for a whole communicator's init (bootstrap, shm and tcp set-up) under a limit too small for it.
 // The child reports through a pipe; the parent (single-threaded, as every multiproc test's) waits with a deadline.
 #include <fcntl.h>
@@ -27,6 +28,7 @@
 #include "base/fd_limits.hpp"
 #include "base/socket.hpp"
 #include "common/transport_harness.hpp"
+#include "transport/shm/shm_transport.hpp"
 #include "transport/tcp/tcp_transport.hpp"
 
 namespace collie::test {
@@ -229,6 +231,58 @@ void acceptStarvedForGood(std::vector<std::string>& errors) {
   ::close(pipeFds[0]);
 }
 
+/// Rank 0 (shm) answers dials and waits for rank 1's with one descriptor free: enough for accept(), not for the three
+/// its hello carries (ring, control line, wake), which the kernel then drops. Rank 1 dials from a forked process that
+/// has descriptors to spare (as in acceptStarvedForGood).
+void helloDescriptorsStarved(std::vector<std::string>& errors) {
+  testing::Cluster cluster(
+      2, [] { return std::make_unique<transport::ShmTransport>(); }, 4s);
+  errors.assign(2, "ok");
+  cluster.ranks[0]->transport->serve(cluster.ranks[0]->ctx);
+  int pipeFds[2];
+  if (pipe2(pipeFds, O_CLOEXEC) != 0) {
+    errors[1] = std::string("pipe failed: ") + std::strerror(errno);
+    return;
+  }
+  std::vector<int> taken = takeAllDescriptors();
+  if (!taken.empty()) {  // the one accept() takes
+    ::close(taken.back());
+    taken.pop_back();
+  }
+  fflush(stdout);
+  fflush(stderr);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    for (int fd : taken) ::close(fd);
+    ::close(pipeFds[0]);
+    std::string error = "ok";
+    try {
+      cluster.connectRank(1);
+    } catch (const Error& e) {
+      error = e.what();
+    }
+    ssize_t w = ::write(pipeFds[1], error.data(), error.size());
+    (void)w;
+    _exit(0);
+  }
+  ::close(pipeFds[1]);
+  if (pid < 0) errors[1] = std::string("fork failed: ") + std::strerror(errno);
+  try {
+    if (pid > 0) cluster.connectRank(0);
+  } catch (const Error& e) {
+    errors[0] = std::string(base::errorCodeName(e.code())) + ": " + e.what();
+  }
+  for (int fd : taken) ::close(fd);
+  if (pid > 0) {
+    std::string report;
+    char buf[1024];
+    for (ssize_t n; (n = ::read(pipeFds[0], buf, sizeof(buf))) > 0;) report.append(buf, static_cast<size_t>(n));
+    waitpid(pid, nullptr, 0);
+    errors[1] = report;
+  }
+  ::close(pipeFds[0]);
+}
+
 TEST(FdLimits, AcceptSurvivesAShortageThatPasses) {
   ChildResult child = runInChild(
       kLimit,
@@ -306,6 +360,30 @@ TEST(FdLimits, AShortageThatLastsIsNamedAndEndsInSeconds) {
   EXPECT_EQ(child.report.find("malformed"), std::string::npos) << child.report;
   EXPECT_EQ(child.report.find(": ok"), std::string::npos) << child.report;
   EXPECT_LT(child.seconds, 20.0);
+}
+
+// The hello's descriptors are lost on rank 0, so the dial cannot be answered: rank 0 fails at once naming its
+// shortage (before, it only logged it and waited for the dial until its timeout), and rank 1 is turned down.
+TEST(FdLimits, AHelloWhoseDescriptorsCannotBeReceivedFailsTheRankNamingIt) {
+  ChildResult child = runInChild(
+      kLimit,
+      [](std::string& report) {
+        std::vector<std::string> errors;
+        helloDescriptorsStarved(errors);
+        report = "rank 0: " + errors[0] + "\nrank 1: " + errors[1] + "\n";
+        return true;
+      },
+      60s);
+  ASSERT_TRUE(child.finished) << "the child hung\n" << child.report;
+  EXPECT_NE(child.report.find(std::string("rank 0: ") + base::errorCodeName(ErrorCode::SystemError) +
+                              ": shm handshake: 3 descriptor(s) from "),
+            std::string::npos)
+      << child.report;
+  EXPECT_NE(child.report.find("could not be received: out of file descriptors: "), std::string::npos) << child.report;
+  EXPECT_NE(child.report.find("rank 1: shm connect of rank 1 in test: rank 0 turned the connection down"),
+            std::string::npos)
+      << child.report;
+  EXPECT_LT(child.seconds, 3.0) << child.report;  // not rank 0's 4 s timeout
 }
 
 TEST(FdLimits, ACommunicatorTooBigForTheLimitFailsNamingIt) {
