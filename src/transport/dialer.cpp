@@ -166,8 +166,8 @@ void Dialer::open(Handshake& hs, Dial& d) {
     if (e.code() != ErrorCode::RemoteError) throw;
     // Closed before the hello went out (its listener evicted it, short of descriptors or room): as a dial closed
     // before any answer, it is tried again soon.
-    COLLIE_TRACE(base::kLogNet, "%s: rank %d dials rank %d again (closed before its hello: %s)", transport_,
-                 hs.rank(), d.link.peer, e.what());
+    COLLIE_TRACE(base::kLogNet, "%s: rank %d dials rank %d again (closed before its hello: %s)", transport_, hs.rank(),
+                 d.link.peer, e.what());
     d.link.fd.reset();
     d.retryAt = Clock::now() + kRedialPause;
   }
