@@ -290,21 +290,22 @@ void Listener::acceptAll() {
       const int err = errno;
       if (err == EINTR || err == ECONNABORTED || err == EPROTO) continue;
       if (err == EAGAIN || err == EWOULDBLOCK) return;
-      if (base::isFdShortage(err)) {
+      const bool shortage = base::isFdShortage(err);
+      if (shortage) {
         // accept() fails for want of a descriptor before it looks for a connection: with none pending, nothing
         // is short (and a waiting connection, whose hello may be on its way, must not be closed for it).
         pollfd pending{fd_.get(), POLLIN, 0};
         if (::poll(&pending, 1, 0) == 0) return;
         base::noteFdShortage(err);
-      }
-      if (base::isFdShortage(err) && !waiting_.empty()) {
-        refuseOldest(" (closed to free a file descriptor)");
-        continue;
+        if (!waiting_.empty()) {
+          refuseOldest(" (closed to free a file descriptor)");
+          continue;
+        }
       }
       if (!fdShortage_) {
         COLLIE_WARN(base::kLogNet, "%s: rank %d cannot accept now (%s): pausing", transport_.c_str(), rank_,
                     base::errnoString(err).c_str());
-        if (base::isFdShortage(err)) {
+        if (shortage) {
           shortageErr_ = err;
           shortageSince_ = Clock::now().time_since_epoch().count();
         }

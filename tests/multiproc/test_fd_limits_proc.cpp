@@ -184,11 +184,10 @@ void acceptStarved(std::chrono::milliseconds freeAfter, std::vector<std::string>
   if (errors[0] == "ok" && errors[1] == "ok") testing::exchange(cluster, {1, 4097, 1u << 20});
 }
 
-/// As acceptStarved, with a shortage that lasts, and rank 1 dialling from a forked process that has descriptors to
-/// spare: in one process the accept loop may take a descriptor freed for rank 1, which then fails first naming the
-/// shortage, and rank 0's accept() meets none (it times out waiting for rank 1): here accept() always meets it.
-void acceptStarvedForGood(std::vector<std::string>& errors) {
-  testing::Cluster cluster(2, tcpTransport, 4s);
+/// Rank 0 connects here with every descriptor of this process taken but `spare`, while rank 1 dials it from a forked
+/// process that frees its copies of them (it has descriptors to spare); the shortage lasts until rank 1 has reported.
+/// errors[0]: rank 0's error (prefixed with its code's name when `withCode`), errors[1]: rank 1's; "ok" when none.
+void dialFromAForkedProcess(testing::Cluster& cluster, int spare, bool withCode, std::vector<std::string>& errors) {
   errors.assign(2, "ok");
   cluster.ranks[0]->transport->serve(cluster.ranks[0]->ctx);
   int pipeFds[2];
@@ -197,6 +196,10 @@ void acceptStarvedForGood(std::vector<std::string>& errors) {
     return;
   }
   std::vector<int> taken = takeAllDescriptors();
+  for (int i = 0; i < spare && !taken.empty(); ++i) {
+    ::close(taken.back());
+    taken.pop_back();
+  }
   fflush(stdout);
   fflush(stderr);
   const pid_t pid = fork();
@@ -218,9 +221,9 @@ void acceptStarvedForGood(std::vector<std::string>& errors) {
   try {
     if (pid > 0) cluster.connectRank(0);
   } catch (const Error& e) {
-    errors[0] = e.what();
+    errors[0] = (withCode ? std::string(base::errorCodeName(e.code())) + ": " : std::string()) + e.what();
   }
-  if (pid > 0) {  // the shortage lasts until rank 1 has timed out waiting for an answer (the cluster's 4 s)
+  if (pid > 0) {
     std::string report;
     char buf[1024];
     for (ssize_t n; (n = ::read(pipeFds[0], buf, sizeof(buf))) > 0;) report.append(buf, static_cast<size_t>(n));
@@ -231,56 +234,21 @@ void acceptStarvedForGood(std::vector<std::string>& errors) {
   ::close(pipeFds[0]);
 }
 
-/// Rank 0 (shm) answers dials and waits for rank 1's with one descriptor free: enough for accept(), not for the three
-/// its hello carries (ring, control line, wake), which the kernel then drops. Rank 1 dials from a forked process that
-/// has descriptors to spare (as in acceptStarvedForGood).
+/// As acceptStarved, with a shortage that lasts, and rank 1 dialling from a forked process: in one process the accept
+/// loop may take a descriptor freed for rank 1, which then fails first naming the shortage, and rank 0's accept()
+/// meets none (it times out waiting for rank 1): here accept() always meets it, until rank 1 has timed out waiting
+/// for an answer (the cluster's 4 s).
+void acceptStarvedForGood(std::vector<std::string>& errors) {
+  testing::Cluster cluster(2, tcpTransport, 4s);
+  dialFromAForkedProcess(cluster, 0, false, errors);
+}
+
+/// Rank 0 (shm) waits for rank 1's dial with one descriptor free: enough for accept(), not for the three its hello
+/// carries (ring, control line, wake), which the kernel then drops.
 void helloDescriptorsStarved(std::vector<std::string>& errors) {
   testing::Cluster cluster(
       2, [] { return std::make_unique<transport::ShmTransport>(); }, 4s);
-  errors.assign(2, "ok");
-  cluster.ranks[0]->transport->serve(cluster.ranks[0]->ctx);
-  int pipeFds[2];
-  if (pipe2(pipeFds, O_CLOEXEC) != 0) {
-    errors[1] = std::string("pipe failed: ") + std::strerror(errno);
-    return;
-  }
-  std::vector<int> taken = takeAllDescriptors();
-  if (!taken.empty()) {  // the one accept() takes
-    ::close(taken.back());
-    taken.pop_back();
-  }
-  fflush(stdout);
-  fflush(stderr);
-  const pid_t pid = fork();
-  if (pid == 0) {
-    for (int fd : taken) ::close(fd);
-    ::close(pipeFds[0]);
-    std::string error = "ok";
-    try {
-      cluster.connectRank(1);
-    } catch (const Error& e) {
-      error = e.what();
-    }
-    ssize_t w = ::write(pipeFds[1], error.data(), error.size());
-    (void)w;
-    _exit(0);
-  }
-  ::close(pipeFds[1]);
-  if (pid < 0) errors[1] = std::string("fork failed: ") + std::strerror(errno);
-  try {
-    if (pid > 0) cluster.connectRank(0);
-  } catch (const Error& e) {
-    errors[0] = std::string(base::errorCodeName(e.code())) + ": " + e.what();
-  }
-  for (int fd : taken) ::close(fd);
-  if (pid > 0) {
-    std::string report;
-    char buf[1024];
-    for (ssize_t n; (n = ::read(pipeFds[0], buf, sizeof(buf))) > 0;) report.append(buf, static_cast<size_t>(n));
-    waitpid(pid, nullptr, 0);
-    errors[1] = report;
-  }
-  ::close(pipeFds[0]);
+  dialFromAForkedProcess(cluster, 1, true, errors);
 }
 
 TEST(FdLimits, AcceptSurvivesAShortageThatPasses) {

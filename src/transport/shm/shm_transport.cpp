@@ -156,11 +156,12 @@ int SeqpacketWire::read(Link& link) {
     // Fewer descriptors than the message announces (and no more than fit): the kernel could not install them
     // here, which at our descriptor limit is the cause, not the peer.
     const uint32_t announced = reinterpret_cast<const Msg*>(link.buf.data())->nfds;
-    link.got = sizeof(Msg);  // the message itself is whole: the listener can tell whose hello it lost
-    if (announced <= kMaxFds && link.fds.size() < announced) base::noteFdShortage(EMFILE);
-    COLLIE_ENFORCE(announced > kMaxFds || link.fds.size() >= announced, ErrorCode::SystemError,
-                   "shm handshake: %u descriptor(s) from %s could not be received: %s", announced, link.from.c_str(),
-                   base::fdShortageMessage(EMFILE).c_str());
+    if (announced <= kMaxFds && link.fds.size() < announced) {
+      link.got = sizeof(Msg);  // the message itself is whole: the listener can tell whose hello it lost
+      base::noteFdShortage(EMFILE);
+      COLLIE_FAIL(ErrorCode::SystemError, "shm handshake: %u descriptor(s) from %s could not be received: %s",
+                  announced, link.from.c_str(), base::fdShortageMessage(EMFILE).c_str());
+    }
   }
   if (n != static_cast<ssize_t>(sizeof(Msg)) || (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC))) return -1;
   link.got = sizeof(Msg);
