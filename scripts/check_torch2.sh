@@ -5,12 +5,16 @@
 # of tests/torch/test_backend.py, collie's LibTorch DDP tests and example). Debian 12, which the README's commands and CI use, ships torch 1.13 only; this is
 # how the same source is checked against torch 2.x's c10d::Backend.
 #
-# Usage (as root: debootstrap, chroot and mounts):  scripts/check_torch2.sh [ROOT]
+# Usage (as root: debootstrap, chroot and mounts):  scripts/check_torch2.sh [--prepare] [ROOT]
 #   ROOT   where the trixie root lives (default build-torch2/root, about 2.5 GB); made on the first run, reused after.
+#   --prepare   only make the root and install its packages (network and disk, little CPU), then stop: CI runs this
+#               in the background from its start, so that the check at its end finds the root ready.
 #   COLLIE_TORCH2_MIRROR   the Debian mirror (default http://deb.debian.org/debian)
 # Prints "N passed, N failed" of the torch tests last; exits 0 only when every one passed.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
+mode=check
+if [ "${1:-}" = --prepare ]; then mode=prepare; shift; fi
 root=$(realpath -m "${1:-$repo/build-torch2/root}")
 mirror=${COLLIE_TORCH2_MIRROR:-http://deb.debian.org/debian}
 packages=(build-essential cmake ninja-build pkg-config libgtest-dev libgmock-dev libhwloc-dev iproute2
@@ -35,10 +39,12 @@ if [ ! -e "$marker" ]; then
 fi
 cp /etc/resolv.conf "$root/etc/resolv.conf"
 
-echo "== the source tree (tracked and untracked, not ignored) into $root/src"
-rm -rf "$root/src" && mkdir -p "$root/src"
-git -C "$repo" ls-files -z --cached --others --exclude-standard |
-  (cd "$repo" && tar --null -T - -cf - 2>/dev/null) | tar -xf - -C "$root/src"
+if [ "$mode" = check ]; then
+  echo "== the source tree (tracked and untracked, not ignored) into $root/src"
+  rm -rf "$root/src" && mkdir -p "$root/src"
+  git -C "$repo" ls-files -z --cached --others --exclude-standard |
+    (cd "$repo" && tar --null -T - -cf - 2>/dev/null) | tar -xf - -C "$root/src"
+fi
 
 # The rest (collie-check.sh, written into the root) runs in a mount namespace of its own: /proc, /dev and /sys are
 # bound into the root for the chroot and vanish with the namespace when this script ends, however it ends.
@@ -51,6 +57,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   echo "== apt-get install ${missing[*]}"
   apt-get update -qq && apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
+if [ "$MODE" = prepare ]; then echo "== the root is ready"; exit 0; fi
 echo "== torch $(python3 -c 'import torch; print(torch.__version__)'), $(g++ --version | head -1)"
 cmake -S /src -B /build -G Ninja -DCMAKE_BUILD_TYPE=Release -DCOLLIE_WITH_CUDA=OFF -DCOLLIE_WITH_UCX=OFF \
   -DCOLLIE_BUILD_PERF=OFF -DCOLLIE_WITH_TORCH=ON -DCOLLIE_WITH_TORCH_BACKEND=ON >/build.configure.log 2>&1 ||
@@ -66,7 +73,8 @@ unshare --mount --propagation private bash -c '
   set -e
   for d in proc sys dev; do mount --rbind "/$d" "$1/$d"; done
   mkdir -p "$1/build"
-  PACKAGES="$2" chroot "$1" /bin/bash /collie-check.sh' _ "$root" "${packages[*]}" || status=$?
+  PACKAGES="$2" MODE="$3" chroot "$1" /bin/bash /collie-check.sh' _ "$root" "${packages[*]}" "$mode" || status=$?
+[ "$mode" = prepare ] && exit "$status"
 log="$root/build.ctest.log"
 passed=$(grep -cE 'Test +#[0-9]+: .* Passed' "$log" 2>/dev/null || true)
 failed=$(grep -cE 'Test +#[0-9]+: .* (Failed|\*\*\*)' "$log" 2>/dev/null || true)

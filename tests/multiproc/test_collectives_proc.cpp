@@ -35,7 +35,7 @@ TEST_P(ProcessMatrix, TypesOpsCountsAndPlacement) {
   const auto [nranks, coll] = GetParam();
   Matrix m;
   m.types = {DataType::Int8, DataType::Float16, DataType::Bfloat16, DataType::Float32, DataType::Int64};
-  m.counts = {0, 1, 7, kLargeCount};
+  m.counts = {0, 1, 7, largeCountOf(coll, nranks)};
   auto exits = ProcessLauncher::run(
       nranks, [coll = coll, &m](Communicator& comm) { runMatrix(comm, coll, m); }, procOptions(), 240s);
   EXPECT_TRUE(allRanksSucceeded(exits));

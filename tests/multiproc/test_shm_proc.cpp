@@ -72,7 +72,7 @@ TEST_P(ShmProcMatrix, CollectiveOverTheChosenTransport) {
   ScopedEnv env(via == Via::Tcp ? "COLLIE_SHM_DISABLE" : nullptr, "1");
   Matrix m;
   m.types = {DataType::Int8, DataType::Bfloat16, DataType::Float32};
-  m.counts = {0, 1, 7, kLargeCount};
+  m.counts = {0, 1, 7, largeCountOf(coll, nranks)};
   auto exits = ProcessLauncher::run(
       nranks,
       [via = via, coll = coll, &m](Communicator& comm) {
