@@ -22,10 +22,9 @@ bool reduces(Coll coll);
 /// 1M+3 elements: several slices per ring chunk at every nranks, and a size no slice or chunk divides.
 inline constexpr size_t kLargeCount = (size_t{1} << 20) + 3;
 
-/// The large count of `coll`'s matrix: kLargeCount, but for ReduceScatter, whose count is per rank, kLargeCount /
-/// nranks
-/// + 3 (about kLargeCount elements in all, each rank's block the size of AllReduce's ring chunk; kLargeCount per rank
-/// made its every type x op run nranks times AllReduce's bytes: 93 of the ASan stage's test-seconds at 8 ranks).
+/// The large count of `coll`'s matrix: kLargeCount, but for ReduceScatter, whose count is per rank, kLargeCount over
+/// nranks, plus 3 (about kLargeCount elements in all, each rank's block the size of AllReduce's ring chunk; kLargeCount
+/// per rank made every type x op move nranks times AllReduce's bytes: 93 s of ASan test time at 8 ranks).
 inline size_t largeCountOf(Coll coll, int nranks) {
   return coll == Coll::ReduceScatter ? kLargeCount / static_cast<size_t>(nranks) + 3 : kLargeCount;
 }
