@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -23,6 +24,16 @@ sockaddr_storage parseAddress(const std::string& hostPort);
 int addressPort(const sockaddr_storage& addr);
 void setAddressPort(sockaddr_storage& addr, int port);
 socklen_t addressLength(const sockaddr_storage& addr);
+
+/// The most bytes packAddress writes: an IPv6 address's port, address and scope id.
+constexpr size_t kPackedAddressBytes = 2 + 16 + 4;
+/// `addr` (IPv4 or IPv6) in the fewest bytes that say it, for tables that hold one address per rank: port and
+/// address (6 bytes) for IPv4, port, address and scope id (22) for IPv6 (its flow info is dropped: a listening
+/// address has none). Returns the bytes written to `out` (kPackedAddressBytes of room). Throws InvalidArgument for
+/// another family.
+size_t packAddress(const sockaddr_storage& addr, uint8_t* out);
+/// The address packAddress wrote in `length` bytes; ss_family is AF_UNSPEC when `length` is neither form's.
+sockaddr_storage unpackAddress(const uint8_t* bytes, size_t length);
 
 /// One usable local interface address.
 struct InterfaceAddress {

@@ -53,8 +53,6 @@ class Reader {
 void checkPeerInfo(const transport::PeerInfo& info, int rank, const char* what) {
   COLLIE_ENFORCE(info.rank == rank, ErrorCode::RemoteError, "%s: the peer info of rank %d says it is rank %d", what,
                  rank, info.rank);
-  COLLIE_ENFORCE(memchr(info.hostName, '\0', sizeof(info.hostName)) != nullptr, ErrorCode::RemoteError,
-                 "%s: the host name of rank %d is not terminated", what, rank);
   for (const transport::TransportAddress& a : info.addresses) {
     COLLIE_ENFORCE(a.length <= transport::TransportAddress::kBytes, ErrorCode::RemoteError,
                    "%s: rank %d publishes a %u-byte transport address (at most %zu)", what, rank, a.length,

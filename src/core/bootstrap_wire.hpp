@@ -21,7 +21,7 @@
 
 namespace collie::core {
 
-constexpr uint32_t kBootstrapMagic = 0xc011eb00;
+constexpr uint32_t kBootstrapMagic = 0xc011eb01;  ///< 01: PeerInfo of 96 bytes (344 before)
 
 /// What a rank tells the root.
 struct BootstrapHello {
@@ -43,8 +43,8 @@ constexpr size_t kBootstrapHelloBytes = 4 + 16 + 4 + 4 + sizeof(transport::PeerI
 constexpr size_t kBootstrapReplyHeaderBytes = 4 + 4 + 4 + kBootstrapMessageBytes;
 
 std::vector<uint8_t> encodeBootstrapHello(const BootstrapHello& hello);
-/// Checks size, magic, rank in [0, nranks), nranks >= 1 and the PeerInfo (its rank, terminated host name,
-/// address lengths). Throws RemoteError naming the first problem.
+/// Checks size, magic, rank in [0, nranks), nranks >= 1 and the PeerInfo (its rank, address lengths). Throws
+/// RemoteError naming the first problem.
 BootstrapHello parseBootstrapHello(const uint8_t* data, size_t size);
 
 std::vector<uint8_t> encodeBootstrapReply(const BootstrapReply& reply);

@@ -73,7 +73,6 @@ transport::PeerInfo localPeerInfo(int rank) {
   self.pid = getpid();
   self.hostHash = localHostIdentity(rank);  // the machine, or COLLIE_HOST_ID's host (host_identity.hpp)
   self.netNs = transport::networkNamespaceId();
-  gethostname(self.hostName, sizeof(self.hostName) - 1);
   return self;
 }
 

@@ -9,7 +9,7 @@
 //      other's dials;
 //   2. the ranks all-gather (color, key) over this communicator's connections: 16 bytes per rank. A transport that
 //      cannot share its listener (ucx) gets a new one; only then (any rank says so in its entry) a second
-//      all-gather carries the new listeners' addresses (kMaxAddresses x 64 bytes per rank);
+//      all-gather carries the new listeners' addresses (kMaxAddresses x 24 bytes per rank);
 //   3. every rank computes the members of its color from the same table, and their PeerInfo from this
 //      communicator's (childPeerInfo), and the new communicator connects on first use like any other, with the
 //      parent's measured costs.

@@ -334,17 +334,16 @@ int listenAndPublish(const sockaddr_storage& bind, TransportKind kind, PeerInfo&
   base::setAddressPort(addr, 0);
   const int fd = base::listenOn(addr);
   base::setNonBlocking(fd, true);
-  static_assert(sizeof(sockaddr_in6) <= TransportAddress::kBytes);
-  self.setAddress(kind, &addr, addr.ss_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in));
+  static_assert(base::kPackedAddressBytes <= TransportAddress::kBytes);
+  uint8_t packed[base::kPackedAddressBytes];
+  self.setAddress(kind, packed, base::packAddress(addr, packed));
   *bound = addr;
   return fd;
 }
 
 sockaddr_storage socketAddressOf(const PeerInfo& info, TransportKind kind) {
-  sockaddr_storage addr{};
-  if (const TransportAddress* a = info.address(kind))
-    std::memcpy(&addr, a->bytes, std::min<size_t>(a->length, sizeof(addr)));
-  return addr;
+  const TransportAddress* a = info.address(kind);
+  return a ? base::unpackAddress(a->bytes, a->length) : sockaddr_storage{};
 }
 
 int duplicateListener(int fd, const char* transportName) {

@@ -12,7 +12,7 @@ namespace collie::transport {
 
 const TransportAddress* PeerInfo::address(TransportKind kind) const {
   for (const TransportAddress& a : addresses)
-    if (a.kind == static_cast<uint16_t>(kind) && kind != TransportKind::None) return &a;
+    if (a.kind == static_cast<uint8_t>(kind) && kind != TransportKind::None) return &a;
   return nullptr;
 }
 
@@ -26,8 +26,8 @@ void PeerInfo::setAddress(TransportKind kind, const void* bytes, size_t length) 
   COLLIE_INTERNAL_CHECK(slot != nullptr, "no free address slot for transport kind %d (%d in use)",
                         static_cast<int>(kind), kMaxAddresses);
   *slot = TransportAddress{};
-  slot->kind = static_cast<uint16_t>(kind);
-  slot->length = static_cast<uint16_t>(length);
+  slot->kind = static_cast<uint8_t>(kind);
+  slot->length = static_cast<uint8_t>(length);
   if (length) std::memcpy(slot->bytes, bytes, length);
 }
 

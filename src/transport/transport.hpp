@@ -10,9 +10,12 @@
 // For each peer pair, the first transport in the communicator's list whose canConnect() is true wins
 // (chooseTransport); both sides decide from the same PeerInfo table, so they agree.
 //
-// PeerInfo holds what identifies a rank's host (hostHash, hostName, netNs) and one opaque address per transport
-// (PeerInfo::addresses): each transport encodes and decodes its own, so a new transport adds no field here. All
-// transports shake hands the same way (transport/handshake.hpp).
+// PeerInfo holds what identifies a rank's host (hostHash, netNs), its pid, and one opaque address per listening
+// transport (PeerInfo::addresses): each transport encodes and decodes its own, as compactly as it can (tcp and ucx
+// a packed socket address, shm two numbers), so a new transport adds no field here. Every rank holds one PeerInfo
+// per rank: the contact points only (96 bytes each); what a connection needs beyond them (shm ring segments and
+// eventfds, a UCX worker address, the sockets of a tcp pair) is exchanged in the handshake when the pair first
+// connects. All transports shake hands the same way (transport/handshake.hpp).
 #pragma once
 
 #include <sys/socket.h>
@@ -42,19 +45,18 @@ enum class TransportKind : uint16_t { None = 0, Tcp = 1, Shm = 2, Ucx = 3 };
 
 /// One transport's address in a PeerInfo: opaque bytes that only that transport reads.
 struct TransportAddress {
-  static constexpr size_t kBytes = 60;
-  uint16_t kind = 0;    ///< a TransportKind; 0: an empty slot
-  uint16_t length = 0;  ///< bytes used
+  static constexpr size_t kBytes = 22;  ///< an IPv6 socket address packed (base::packAddress)
+  uint8_t kind = 0;                     ///< a TransportKind; 0: an empty slot
+  uint8_t length = 0;                   ///< bytes used
   uint8_t bytes[kBytes] = {0};
 };
 
 /// What every rank publishes about itself at bootstrap (fixed size, so tables can be all-gathered).
 struct PeerInfo {
-  static constexpr int kMaxAddresses = 4;
+  static constexpr int kMaxAddresses = 3;  ///< tcp, shm and ucx may all listen
   int32_t rank = -1;
   int32_t pid = 0;
   uint64_t hostHash = 0;  ///< same value for ranks on the same host
-  char hostName[64] = {0};
   uint64_t netNs = 0;  ///< networkNamespaceId() of this process, set by listen() of the transports that need it (shm)
   TransportAddress addresses[kMaxAddresses];  ///< one per listening transport, in no particular order
 
@@ -63,6 +65,8 @@ struct PeerInfo {
   /// Publishes (or replaces) the address of `kind`; fails with InternalError when it is too long or no slot is free.
   void setAddress(TransportKind kind, const void* bytes, size_t length);
 };
+
+static_assert(sizeof(PeerInfo) == 96, "PeerInfo travels in tables of one per rank: keep it small, say what grew");
 
 /// An id of this process's network namespace (the inode of /proc/self/ns/net and its device), 0 if unknown.
 uint64_t networkNamespaceId();

@@ -95,6 +95,25 @@ TEST(Address, ParseAndPrintIPv6) {
   EXPECT_EQ(base::addressToString(base::parseAddress("[2001:db8::1]")), "[2001:db8::1]:0");
 }
 
+TEST(Address, PacksIntoTheFewestBytesAndBack) {
+  uint8_t packed[base::kPackedAddressBytes];
+  const sockaddr_storage v4 = base::parseAddress("10.20.30.40:50607");
+  ASSERT_EQ(base::packAddress(v4, packed), 6u);
+  EXPECT_EQ(base::addressToString(base::unpackAddress(packed, 6)), "10.20.30.40:50607");
+
+  sockaddr_storage v6 = base::parseAddress("[fe80::1:2]:65535");
+  reinterpret_cast<sockaddr_in6&>(v6).sin6_scope_id = 7;  // a link-local address needs its interface
+  ASSERT_EQ(base::packAddress(v6, packed), base::kPackedAddressBytes);
+  const sockaddr_storage back = base::unpackAddress(packed, base::kPackedAddressBytes);
+  EXPECT_EQ(base::addressToString(back), "[fe80::1:2]:65535");
+  EXPECT_EQ(reinterpret_cast<const sockaddr_in6&>(back).sin6_scope_id, 7u);
+
+  EXPECT_EQ(base::unpackAddress(packed, 0).ss_family, AF_UNSPEC);  // no address published
+  EXPECT_EQ(base::unpackAddress(packed, 7).ss_family, AF_UNSPEC);  // neither form's length
+  sockaddr_storage unspec{};
+  EXPECT_EQ(codeOf([&] { base::packAddress(unspec, packed); }), ErrorCode::InvalidArgument);
+}
+
 TEST(Address, ResolvesHostNames) {
   sockaddr_storage a = base::parseAddress("localhost:99");
   EXPECT_TRUE(a.ss_family == AF_INET || a.ss_family == AF_INET6);

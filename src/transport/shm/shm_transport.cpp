@@ -63,10 +63,24 @@ class SeqpacketWire : public handshake::Wire {
   int read(Link& link) override;
 };
 
+/// What a rank publishes of its shm socket: the two numbers of its name, 12 bytes, rather than the name (33).
+struct ShmAddress {
+  int32_t pid = 0;
+  uint64_t token = 0;  ///< random, so that a name is not reused by the next process with that pid
+} __attribute__((packed));
+static_assert(sizeof(ShmAddress) == 12 && sizeof(ShmAddress) <= TransportAddress::kBytes);
+
+std::string shmSocketName(const ShmAddress& a) {
+  return base::format("collie-shm.%d.%016llx", static_cast<int>(a.pid), static_cast<unsigned long long>(a.token));
+}
+
 /// The name of a PeerInfo's shm socket ("" when it published none).
 std::string shmAddressOf(const PeerInfo& info) {
   const TransportAddress* a = info.address(TransportKind::Shm);
-  return a ? std::string(reinterpret_cast<const char*>(a->bytes), a->length) : std::string();
+  if (!a || a->length != sizeof(ShmAddress)) return std::string();
+  ShmAddress packed;
+  std::memcpy(&packed, a->bytes, sizeof(packed));
+  return shmSocketName(packed);
 }
 
 /// This process: pid, a random token, and the probe word peers try to read. Renewed after fork().
@@ -259,11 +273,11 @@ ShmTransport::~ShmTransport() { dialer_.reset(); }  // no answer may run on what
 void ShmTransport::listen(PeerInfo& self) {
   COLLIE_USAGE_CHECK(listener_ == nullptr, "shm transport: listen() called twice");
   Identity id = identity();
-  uint64_t rnd = 0;
-  if (getrandom(&rnd, sizeof(rnd), 0) != sizeof(rnd)) rnd = id.token ^ reinterpret_cast<uintptr_t>(this);
-  std::string name =
-      base::format("collie-shm.%d.%016llx", static_cast<int>(id.pid), static_cast<unsigned long long>(rnd));
-  static_assert(TransportAddress::kBytes >= 48);
+  ShmAddress published;
+  published.pid = id.pid;
+  if (getrandom(&published.token, sizeof(published.token), 0) != sizeof(published.token))
+    published.token = id.token ^ reinterpret_cast<uintptr_t>(this);
+  const std::string name = shmSocketName(published);
   int fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   COLLIE_SYSCHECK(fd, "socket(AF_UNIX, SOCK_SEQPACKET)");
   UniqueFd guard(fd);
@@ -274,7 +288,7 @@ void ShmTransport::listen(PeerInfo& self) {
   listener_ =
       std::make_shared<handshake::Listener>(std::move(guard), std::make_unique<SeqpacketWire>(), "shm", self.rank);
   self.netNs = networkNamespaceId();
-  self.setAddress(TransportKind::Shm, name.data(), name.size());
+  self.setAddress(TransportKind::Shm, &published, sizeof(published));
   COLLIE_INFO(base::kLogNet, "shm: rank %d listening on @%s", self.rank, name.c_str());
 }
 

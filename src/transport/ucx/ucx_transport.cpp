@@ -1,8 +1,8 @@
 // UCX transport setup.
 //
-// listen() opens a TCP listener before bootstrap and publishes its sockaddr (the PeerInfo slot holds 60 bytes; a
-// UCX worker address is larger). connect(ctx, peers) then runs the common handshake (transport/handshake.hpp)
-// with one socket per peer pair, exactly as tcp does with one socket:
+// listen() opens a TCP listener before bootstrap and publishes its sockaddr (packed into the PeerInfo slot's 22 bytes;
+// a UCX worker address is larger). connect(ctx, peers) then runs the common handshake (transport/handshake.hpp) with
+// one socket per peer pair, exactly as tcp does with one socket:
 //   1. make this communicator's UCP worker (first connect() only; see ucx_worker.hpp);
 //   2. for every lower-ranked peer: connect to its listener and send a Hello carrying our worker address;
 //   3. Handshake::acceptHigher: accept from every higher-ranked peer, answering each verified Hello with ours;
