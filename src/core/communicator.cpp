@@ -43,7 +43,8 @@ CommImpl::CommImpl(int rank, int nranks, const Options& options)
           message = e.what();
         }
         finishDevice(ops, code, message);
-      }) {}
+      },
+             [this] { closeIfAborted(); }) {}
 
 std::unique_ptr<CommImpl> CommImpl::create(int nranks, const UniqueIdData& id, int rank, const Options& options) {
   COLLIE_ARG_CHECK(nranks >= 1, "nranks=%d: expected at least 1", nranks);
@@ -248,7 +249,8 @@ bool CommImpl::recordFailure(ErrorCode code, const std::string& message) {
   return true;
 }
 
-// Called on the thread that runs the executor, the only one that may touch the connections.
+// Called on the thread that runs the executor, or by closeIfAborted while no call runs: the only ones that may touch
+// the connections.
 void CommImpl::fail(ErrorCode code, const std::string& message, const transport::MismatchRecord* mismatch) {
   if (recordFailure(code, message))
     COLLIE_WARN(base::kLogColl, "%s rank %d failed: %s", name_.c_str(), rank_, message.c_str());
@@ -277,13 +279,26 @@ std::string CommImpl::failureMessage() const {
 }
 
 // Any thread: flags the abort and wakes the executor, which fails its call; the connections are closed by the
-// executing thread or by the destructor, never under a running call.
+// executing thread, never under a running call, or here when no call runs (closeIfAborted).
 void CommImpl::abort() {
   recordFailure(ErrorCode::InvalidUsage,
                 base::format("%s rank %d: the communicator was aborted", name_.c_str(), rank_));
-  abort_.store(true);
+  abort_.store(true);  // seq_cst, like the queue's claim: a call that ends after this sees it (AbortCheck)
   poller_.wake();
   recorder_.dump("abort");
+  closeIfAborted();
+}
+
+void CommImpl::closeIfAborted() noexcept {
+  if (!abort_.load() || !queue_.beginInline()) return;  // not aborted, or a call runs: its end looks again
+  ProgressQueue::InlineClaim claim{queue_};
+  if (closedByAbort_) return;
+  closedByAbort_ = true;
+  try {
+    fail(ErrorCode::InvalidUsage, failureMessage());
+  } catch (const std::exception& e) {
+    COLLIE_WARN(base::kLogColl, "%s rank %d: closing the connections after abort: %s", name_.c_str(), rank_, e.what());
+  }
 }
 
 void CommImpl::validate(const OpDesc& op) const {
@@ -361,6 +376,7 @@ void CommImpl::runGeneral(OpDesc op) {
     groupAdd(this, std::move(op));
     return;
   }
+  AbortCheck abortCheck{*this};
   if (!queue_.beginInline()) {
     // Async work is queued: run after it, on the progress thread, to keep the order.
     auto work = std::make_shared<WorkState>();

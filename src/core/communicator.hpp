@@ -123,6 +123,16 @@ class CommImpl {
   bool recordFailure(ErrorCode code, const std::string& message);  ///< true if this is the first failure
   /// Records the failure, then closes every connection (poisoned with `mismatch` when one is given).
   void fail(ErrorCode code, const std::string& message, const transport::MismatchRecord* mismatch = nullptr);
+  /// After abort(), once no call runs (the progress queue's inline claim taken, so none can start): closes the
+  /// connections, so that peers waiting on this rank fail now rather than at their timeout. abort() calls it, and
+  /// so does every call's end (AbortCheck), for an abort that came while a call ran but after it last looked.
+  void closeIfAborted() noexcept;
+  /// Calls closeIfAborted() when it goes out of scope: declared before a call's InlineClaim, it runs after the
+  /// claim is released.
+  struct AbortCheck {
+    CommImpl& comm;
+    ~AbortCheck() { comm.closeIfAborted(); }
+  };
 
   const int rank_, nranks_;
   std::string name_;
@@ -148,6 +158,7 @@ class CommImpl {
   FlightRecorder recorder_;           // this communicator's last calls (flight_recorder.hpp)
   MeasuredCosts measured_;            // per transport kind, as agreed at init (inherited by split)
   std::atomic<bool> abort_{false};
+  bool closedByAbort_ = false;  // under the queue's inline claim (closeIfAborted)
 
   std::atomic<ErrorCode> failCode_{ErrorCode::Success};
   mutable std::mutex failMu_;

@@ -9,6 +9,7 @@ namespace collie::core {
 bool CommImpl::runPrepared(const CallKey& key) {
   // A failed communicator and a call inside a group take the general path, which reports or defers them.
   if (failCode_.load(std::memory_order_relaxed) != ErrorCode::Success || anyGroupOpen()) return false;
+  AbortCheck abortCheck{*this};
   if (!queue_.beginInline()) return false;  // async work is queued: the general path queues behind it
   ProgressQueue::InlineClaim claim{queue_};
   const std::vector<Job>* jobs = prepared_.take(key) ? planner_.repeat(key) : nullptr;

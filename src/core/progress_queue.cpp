@@ -44,11 +44,11 @@ void ProgressQueue::drain() {
 
 bool ProgressQueue::beginInline() {
   uint32_t idle = 0;
-  return state_.compare_exchange_strong(idle, kInline, std::memory_order_acq_rel, std::memory_order_relaxed);
+  return state_.compare_exchange_strong(idle, kInline, std::memory_order_seq_cst);
 }
 
 void ProgressQueue::endInline() {
-  if (state_.fetch_sub(kInline, std::memory_order_acq_rel) == kInline) return;  // nobody waits for us
+  if (state_.fetch_sub(kInline, std::memory_order_seq_cst) == kInline) return;  // nobody waits for us
   { std::lock_guard<std::mutex> lock(mu_); }  // a waiter is either asleep in cv_ now or sees the bit clear
   cv_.notify_all();
 }
@@ -96,9 +96,10 @@ void ProgressQueue::loop() {
     {
       std::lock_guard<std::mutex> lock(mu_);
       --pending_;
-      state_.fetch_sub(kInterest, std::memory_order_acq_rel);
+      state_.fetch_sub(kInterest, std::memory_order_seq_cst);
     }
     cv_.notify_all();
+    if (afterBatch_) afterBatch_();
   }
 }
 

@@ -46,7 +46,9 @@ class ProgressQueue {
   /// Runs one batch on the progress thread and reports its outcome in code and message (never throws).
   using Runner = std::function<void(std::vector<OpDesc>& ops, ErrorCode& code, std::string& message)>;
 
-  explicit ProgressQueue(Runner runner) : runner_(std::move(runner)) {}
+  /// `afterBatch` (optional) runs on the progress thread after each batch, once it no longer counts as running.
+  explicit ProgressQueue(Runner runner, std::function<void()> afterBatch = {})
+      : runner_(std::move(runner)), afterBatch_(std::move(afterBatch)) {}
   ~ProgressQueue() { drain(); }
   ProgressQueue(const ProgressQueue&) = delete;
   ProgressQueue& operator=(const ProgressQueue&) = delete;
@@ -76,13 +78,16 @@ class ProgressQueue {
   void loop();
 
   Runner runner_;
+  std::function<void()> afterBatch_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Batch> queue_;
   size_t pending_ = 0;  // queued or running on the progress thread
   // kInline while a call runs inline, plus kInterest for each batch pending and for drain() waiting: a blocking
   // call claims the inline run with one compare-and-swap (from 0: nothing else pending or running), and
-  // endInline() takes mu_ to wake the others only when someone is interested.
+  // endInline() takes mu_ to wake the others only when someone is interested. Sequentially consistent, so that
+  // a flag stored before a failed beginInline() is seen by whoever held the claim, after it lets go
+  // (CommImpl::closeIfAborted).
   static constexpr uint32_t kInline = 1, kInterest = 2;
   std::atomic<uint32_t> state_{0};
   bool stop_ = false;

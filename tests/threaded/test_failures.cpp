@@ -263,6 +263,76 @@ TEST(Abort, FromAnotherThreadUnblocksAnAllReduceAtOnce) {
   comms[0]->abort();  // twice is harmless
 }
 
+// An abort between calls closes the connections at once (no call runs to do it): a peer waiting on this rank fails
+// with RemoteError now, not at its timeout, and this rank's next call says it was aborted.
+TEST(Abort, BetweenCallsFailsThePeersWaitingOnThisRankAtOnce) {
+  auto comms = Communicator::createAll(2, opts(30s));
+  std::vector<float> a(1024, 1.0f), b(1024, 1.0f);
+  std::thread first([&] { comms[1]->allReduce(b.data(), b.data(), b.size(), DataType::Float32, ReduceOp::Sum); });
+  comms[0]->allReduce(a.data(), a.data(), a.size(), DataType::Float32, ReduceOp::Sum);  // both ranks connected
+  first.join();
+  ASSERT_EQ(a[0], 2.0f);
+
+  ErrorCode code = ErrorCode::Success;
+  std::string what;
+  double took = -1;
+  std::thread waiter([&] {  // rank 1 waits in a call that rank 0 never makes
+    const auto t0 = Clock::now();
+    try {
+      comms[1]->allReduce(b.data(), b.data(), b.size(), DataType::Float32, ReduceOp::Sum);
+    } catch (const Error& e) {
+      code = e.code();
+      what = e.what();
+    }
+    took = secondsSince(t0);
+  });
+  std::this_thread::sleep_for(300ms);
+  comms[0]->abort();  // no call of rank 0 runs
+  waiter.join();
+  EXPECT_EQ(code, ErrorCode::RemoteError) << what;
+  EXPECT_GE(took, 0.25);
+  EXPECT_LT(took, 5.0) << "rank 1 waited for its 30 s timeout: the abort between calls closed nothing";
+  try {
+    comms[0]->allReduce(a.data(), a.data(), a.size(), DataType::Float32, ReduceOp::Sum);
+    ADD_FAILURE() << "an aborted communicator ran a call";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("aborted"), std::string::npos) << e.what();
+  }
+}
+
+// Abort at any moment of a stream of calls (inside one, at its end, between two): whichever thread closes the
+// connections (the call that sees the abort, the end of a call that just missed it, or abort() itself), some
+// thread does, so the peer's stream of calls ends within seconds each time, never at its 30 s timeout.
+TEST(Abort, AtAnyMomentOfAStreamOfCallsReleasesThePeer) {
+  constexpr int kTries = 30;
+  int slow = 0;
+  double worst = 0;
+  for (int i = 0; i < kTries; ++i) {
+    auto comms = Communicator::createAll(2, opts(30s));
+    auto stream = [&](int r) {
+      std::vector<float> buf(64, 1.0f);
+      try {
+        for (;;) comms[static_cast<size_t>(r)]->allReduce(buf.data(), buf.data(), buf.size(), DataType::Float32,
+                                                          ReduceOp::Sum);
+      } catch (const Error&) {
+      }
+    };
+    std::thread peer([&] { stream(1); });
+    std::thread aborter([&, i] {
+      std::this_thread::sleep_for(std::chrono::microseconds(2000 + 397 * i));
+      comms[0]->abort();
+    });
+    stream(0);
+    aborter.join();
+    const auto t0 = Clock::now();
+    peer.join();
+    const double took = secondsSince(t0);
+    worst = std::max(worst, took);
+    if (took > 5.0) ++slow;
+  }
+  EXPECT_EQ(slow, 0) << slow << " of " << kTries << " aborts left the peer waiting (worst " << worst << " s)";
+}
+
 // The call that abort() releases must fail because of the abort (and say so), not because abort() closed the
 // sockets under it: closing a file descriptor that another thread is using in recv/send is a race (the call fails
 // with "Bad file descriptor", and a descriptor number reused by the process in between would be read or written).
