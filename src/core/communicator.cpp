@@ -32,19 +32,20 @@ CommImpl::CommImpl(int rank, int nranks, const Options& options)
       connectMode_(options.connect),
       planner_(rank, nranks, name_),
       recorder_(rank, nranks, name_, static_cast<size_t>(base::params::flightRecorderEntries())),
-      queue_([this](std::vector<OpDesc>& ops, ErrorCode& code, std::string& message) {
-        try {
-          runBatch(ops);
-        } catch (const Error& e) {
-          code = e.code();
-          message = e.what();
-        } catch (const std::exception& e) {
-          code = ErrorCode::InternalError;
-          message = e.what();
-        }
-        finishDevice(ops, code, message);
-      },
-             [this] { closeIfAborted(); }) {}
+      queue_(
+          [this](std::vector<OpDesc>& ops, ErrorCode& code, std::string& message) {
+            try {
+              runBatch(ops);
+            } catch (const Error& e) {
+              code = e.code();
+              message = e.what();
+            } catch (const std::exception& e) {
+              code = ErrorCode::InternalError;
+              message = e.what();
+            }
+            finishDevice(ops, code, message);
+          },
+          [this] { closeIfAborted(); }) {}
 
 std::unique_ptr<CommImpl> CommImpl::create(int nranks, const UniqueIdData& id, int rank, const Options& options) {
   COLLIE_ARG_CHECK(nranks >= 1, "nranks=%d: expected at least 1", nranks);

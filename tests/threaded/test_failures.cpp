@@ -312,8 +312,9 @@ TEST(Abort, AtAnyMomentOfAStreamOfCallsReleasesThePeer) {
     auto stream = [&](int r) {
       std::vector<float> buf(64, 1.0f);
       try {
-        for (;;) comms[static_cast<size_t>(r)]->allReduce(buf.data(), buf.data(), buf.size(), DataType::Float32,
-                                                          ReduceOp::Sum);
+        for (;;)
+          comms[static_cast<size_t>(r)]->allReduce(buf.data(), buf.data(), buf.size(), DataType::Float32,
+                                                   ReduceOp::Sum);
       } catch (const Error&) {
       }
     };
