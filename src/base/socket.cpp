@@ -195,14 +195,15 @@ void setAddressPort(sockaddr_storage& addr, int port) {
 }
 
 size_t packAddress(const sockaddr_storage& addr, uint8_t* out) {
-  const auto port = static_cast<uint16_t>(addressPort(addr));  // network order below, as in the sockaddr
-  const uint16_t wirePort = htons(port);
-  std::memcpy(out, &wirePort, 2);
+  addressPort(addr);  // throws for a family other than IPv4 and IPv6
   if (addr.ss_family == AF_INET) {
-    std::memcpy(out + 2, &reinterpret_cast<const sockaddr_in&>(addr).sin_addr, 4);
+    const auto& a4 = reinterpret_cast<const sockaddr_in&>(addr);
+    std::memcpy(out, &a4.sin_port, 2);  // network order, as in the sockaddr
+    std::memcpy(out + 2, &a4.sin_addr, 4);
     return 6;
   }
   const auto& a6 = reinterpret_cast<const sockaddr_in6&>(addr);
+  std::memcpy(out, &a6.sin6_port, 2);
   std::memcpy(out + 2, &a6.sin6_addr, 16);
   std::memcpy(out + 18, &a6.sin6_scope_id, 4);
   return kPackedAddressBytes;
@@ -210,20 +211,17 @@ size_t packAddress(const sockaddr_storage& addr, uint8_t* out) {
 
 sockaddr_storage unpackAddress(const uint8_t* bytes, size_t length) {
   sockaddr_storage addr{};
-  uint16_t wirePort = 0;
   if (length == 6) {
     auto& a4 = reinterpret_cast<sockaddr_in&>(addr);
     a4.sin_family = AF_INET;
-    std::memcpy(&wirePort, bytes, 2);
+    std::memcpy(&a4.sin_port, bytes, 2);
     std::memcpy(&a4.sin_addr, bytes + 2, 4);
-    a4.sin_port = wirePort;
   } else if (length == kPackedAddressBytes) {
     auto& a6 = reinterpret_cast<sockaddr_in6&>(addr);
     a6.sin6_family = AF_INET6;
-    std::memcpy(&wirePort, bytes, 2);
+    std::memcpy(&a6.sin6_port, bytes, 2);
     std::memcpy(&a6.sin6_addr, bytes + 2, 16);
     std::memcpy(&a6.sin6_scope_id, bytes + 18, 4);
-    a6.sin6_port = wirePort;
   }
   return addr;
 }
