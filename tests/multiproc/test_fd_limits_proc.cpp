@@ -185,53 +185,84 @@ void acceptStarved(std::chrono::milliseconds freeAfter, std::vector<std::string>
 }
 
 /// Rank 0 connects here with every descriptor of this process taken but `spare`, while rank 1 dials it from a forked
-/// process that frees its copies of them (it has descriptors to spare); the shortage lasts until rank 1 has reported.
+/// process (it has descriptors to spare); the shortage lasts until rank 1 has reported. Rank 1 is forked before rank
+/// 0 serves, while this process has one thread: a child forked beside the accept loop may inherit a lock that thread
+/// held (the sanitizers' allocator's) and hang. It dials once rank 0 serves and is starved, which a pipe tells it.
 /// errors[0]: rank 0's error (prefixed with its code's name when `withCode`), errors[1]: rank 1's; "ok" when none.
 void dialFromAForkedProcess(testing::Cluster& cluster, int spare, bool withCode, std::vector<std::string>& errors) {
   errors.assign(2, "ok");
-  cluster.ranks[0]->transport->serve(cluster.ranks[0]->ctx);
-  int pipeFds[2];
-  if (pipe2(pipeFds, O_CLOEXEC) != 0) {
+  int reportFds[2], goFds[2];
+  if (pipe2(reportFds, O_CLOEXEC) != 0 || pipe2(goFds, O_CLOEXEC) != 0) {
     errors[1] = std::string("pipe failed: ") + std::strerror(errno);
     return;
   }
+  fflush(stdout);
+  fflush(stderr);
+  const pid_t pid = fork();
+  if (pid == 0) {  // rank 1: waits for rank 0 to be starved, dials, reports its error
+    ::close(reportFds[0]);
+    ::close(goFds[1]);
+    char go = 0;
+    std::string error = "ok";
+    if (::read(goFds[0], &go, 1) != 1) {
+      error = "rank 0 never served";
+    } else {
+      try {
+        cluster.connectRank(1);
+      } catch (const Error& e) {
+        error = e.what();
+      }
+    }
+    ssize_t w = ::write(reportFds[1], error.data(), error.size());
+    (void)w;
+    _exit(0);
+  }
+  ::close(reportFds[1]);
+  ::close(goFds[0]);
+  if (pid < 0) {
+    errors[1] = std::string("fork failed: ") + std::strerror(errno);
+    ::close(reportFds[0]);
+    ::close(goFds[1]);
+    return;
+  }
+  cluster.ranks[0]->transport->serve(cluster.ranks[0]->ctx);
   std::vector<int> taken = takeAllDescriptors();
   for (int i = 0; i < spare && !taken.empty(); ++i) {
     ::close(taken.back());
     taken.pop_back();
   }
-  fflush(stdout);
-  fflush(stderr);
-  const pid_t pid = fork();
-  if (pid == 0) {  // rank 1: frees this process's copies of the taken descriptors, dials, reports its error
-    for (int fd : taken) ::close(fd);
-    ::close(pipeFds[0]);
-    std::string error = "ok";
-    try {
-      cluster.connectRank(1);
-    } catch (const Error& e) {
-      error = e.what();
-    }
-    ssize_t w = ::write(pipeFds[1], error.data(), error.size());
-    (void)w;
-    _exit(0);
-  }
-  ::close(pipeFds[1]);
-  if (pid < 0) errors[1] = std::string("fork failed: ") + std::strerror(errno);
+  const char go = 1;
+  if (::write(goFds[1], &go, 1) != 1) errors[1] = "could not start rank 1";
   try {
-    if (pid > 0) cluster.connectRank(0);
+    cluster.connectRank(0);
   } catch (const Error& e) {
     errors[0] = (withCode ? std::string(base::errorCodeName(e.code())) + ": " : std::string()) + e.what();
   }
-  if (pid > 0) {
-    std::string report;
-    char buf[1024];
-    for (ssize_t n; (n = ::read(pipeFds[0], buf, sizeof(buf))) > 0;) report.append(buf, static_cast<size_t>(n));
-    waitpid(pid, nullptr, 0);
-    errors[1] = report;
+  // Rank 1 times out within the cluster's timeout; a child that has not reported well after that is hung.
+  std::string report;
+  const auto stop = Clock::now() + 30s;
+  char buf[1024];
+  bool eof = false;
+  for (;;) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(stop - Clock::now()).count();
+    pollfd p{reportFds[0], POLLIN, 0};
+    if (left <= 0 || ::poll(&p, 1, static_cast<int>(left)) <= 0) break;
+    ssize_t n = ::read(reportFds[0], buf, sizeof(buf));
+    if (n <= 0) {
+      eof = n == 0;
+      break;
+    }
+    report.append(buf, static_cast<size_t>(n));
   }
+  if (!eof) {
+    ::kill(pid, SIGKILL);
+    report = "rank 1 hung (killed after 30 s); it had reported: " + report;
+  }
+  waitpid(pid, nullptr, 0);
+  errors[1] = report;
   for (int fd : taken) ::close(fd);
-  ::close(pipeFds[0]);
+  ::close(reportFds[0]);
+  ::close(goFds[1]);
 }
 
 /// As acceptStarved, with a shortage that lasts, and rank 1 dialling from a forked process: in one process the accept
