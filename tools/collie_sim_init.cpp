@@ -1,7 +1,7 @@
 // collie-sim --init: what a communicator's init costs at rank counts this machine cannot run, computed from the code
 // that runs it: who the bootstrap root answers with what (core/bootstrap_plan.hpp: bootstrapPeers, the function
 // bootstrap_root.cpp and bootstrap.cpp call), the wire sizes (core/bootstrap_wire.hpp), the table's all-gather
-// (every rank's tableGatherSchedule, the schedule the ranks run, and tableGatherRounds), calibration's broadcast
+// (every rank's tableGatherPlan, the rounds the ranks run, and tableGatherRounds), calibration's broadcast
 // under the tuner's choice (core/tuner.hpp), and the peers a first AllReduce connects to (the schedules
 // algorithms::build makes for a sample of ranks). Beside it, the same counts for the full-table bootstrap and
 // full-mesh connection collie had before (eager).
@@ -58,7 +58,7 @@ void project(int n, size_t allReduceBytes, int sockets) {
   // 1. The root: one hello in from each rank, one reply out to each (its bootstrapPeers), holding the N entries.
   double rootOut = 0;
   size_t maxEntries = 0;
-  // 2. The table's all-gather: every rank's schedule (what it sends, how many messages, what it receives).
+  // 2. The table's all-gather: every rank's plan (what it sends, how many messages, what it receives).
   size_t maxMessages = 0, maxSent = 0, maxReceived = 0;
   for (int r = 0; r < n; ++r) {
     const size_t entries = core::bootstrapPeers(r, n).size();
@@ -66,12 +66,13 @@ void project(int n, size_t allReduceBytes, int sockets) {
     maxEntries = std::max(maxEntries, entries);
     if (!core::tableGatherNeeded(n)) continue;
     size_t messages = 0, sent = 0, received = 0;
-    for (const algorithms::Step& s : core::tableGatherSchedule(r, n).steps) {
-      if (s.sendPeer >= 0) {
+    for (const core::TableRound& round : core::tableGatherPlan(r, n)) {
+      for (const core::TableMessage& m : round.sends) {
         ++messages;
-        sent += s.count;  // Uint8 elements: bytes
+        sent += static_cast<size_t>(m.count) * sizeof(transport::PeerInfo);
       }
-      if (s.recvPeer >= 0) received += s.count;
+      for (const core::TableMessage& m : round.recvs)
+        received += static_cast<size_t>(m.count) * sizeof(transport::PeerInfo);
     }
     maxMessages = std::max(maxMessages, messages);
     maxSent = std::max(maxSent, sent);
@@ -80,16 +81,16 @@ void project(int n, size_t allReduceBytes, int sockets) {
   const double rootIn = static_cast<double>(n) * static_cast<double>(core::kBootstrapHelloBytes);
   const double rootOutBefore = static_cast<double>(n) * (core::kBootstrapReplyHeaderBytes + n * info);
   // 3. Calibration's broadcast (a Wire of rank 0, about 200 B) and the first AllReduce, as the tuner picks them with
-  //    the built-in tcp costs; the peers of a sample of ranks (rank 0, 1, the middle one, the last one: the first
-  //    two are a folded pair of the all-gather when N is not a power of two).
+  //    the built-in tcp costs; the peers of a sample of ranks (rank 0, 1, the middle one, the last one).
   core::Tuner tuner;
   const Algorithm bcast = tuner.choose(Collective::Broadcast, n, 200, 1).algorithm;                 // bytes
   const Algorithm allReduce = tuner.choose(Collective::AllReduce, n, allReduceBytes, 4).algorithm;  // float32
-  //    Init then closes the links to gatherOnlyPeers (the all-gather's peers but ring neighbours), whatever
+  //    Init then closes the links to gatherOnlyPeers (the all-gather's partners but ring neighbours), whatever
   //    calibration did on them.
   size_t maxPeers = 0, maxInitPeers = 0;
   for (int r : {0, std::min(1, n - 1), n / 2, n - 1}) {
     std::set<int> peers;
+    for (int p : core::tableGatherPartners(r, n)) peers.insert(p);
     for (int p : core::bootstrapPeers(r, n)) peers.insert(p);
     for (int p : schedulePeers(bcast, Collective::Broadcast, r, n, 200)) peers.insert(p);
     if (r == 0 && n > 1) peers.insert(1);  // calibration's ping-pong partner (rank 0's first peer per kind)
@@ -150,13 +151,12 @@ int runInitProjection(int argc, char** argv) {
       "#   root: bytes in (hellos), out (replies: each rank's bootstrapPeers), out before (the whole table to every "
       "rank)\n"
       "#   reply: most entries (and bytes) a rank reads from the root\n"
-      "#   all-gather of the table (%s): rounds (tableGatherRounds); per rank, worst of all ranks: messages sent "
-      "(before slicing), bytes sent, bytes received, table held\n"
+      "#   all-gather of the table (windows that double, Send/Recv): rounds (tableGatherRounds); per rank, worst of "
+      "all ranks: messages sent, bytes sent, bytes received, table held\n"
       "#   connections per rank after init (the all-gather's peers and calibration's, the tuner's broadcast, less "
       "the all-gather's links init closes: gatherOnlyPeers), after a first AllReduce too (peers), descriptors then "
       "(tcp sockets + listener, epoll, eventfd), worst of ranks 0, 1, N/2, N-1;\n"
-      "#   eager (before): N-1 peers and their descriptors\n",
-      core::tableGatherSelection().c_str());
+      "#   eager (before): N-1 peers and their descriptors\n");
   std::printf("%8s | %9s %9s %10s | %5s %9s | %6s %5s %9s %9s %9s | %-5s %-5s %4s %5s %6s | %8s %8s\n", "ranks",
               "root_in", "root_out", "before", "entry", "reply", "rounds", "msgs", "sent", "recvd", "held", "bcast",
               "AR", "init", "peers", "fds", "eager_pe", "eager_fd");

@@ -1,60 +1,72 @@
-// The plan of init's table exchange (see bootstrap_plan.hpp): the root's answer to each rank is derived from the
-// very schedule the ranks then run, so the two cannot disagree.
+// The plan of init's table exchange (see bootstrap_plan.hpp): the root's answer, the all-gather's rounds and the
+// links init closes all derive from one function, tableGatherPlan, so they cannot disagree.
 #include "core/bootstrap_plan.hpp"
 
 #include <algorithm>
 
-#include "algorithms/patterns/halving_doubling.hpp"
-#include "transport/transport.hpp"
-
 namespace collie::core {
+namespace {
 
-std::string tableGatherSelection() {
-  return std::string("allgather:") + algorithms::algorithmName(kTableGatherAlgorithm);
+int wrap(int r, int n) { return ((r % n) + n) % n; }
+
+std::vector<int> sortedUnique(std::vector<int> v) {
+  std::sort(v.begin(), v.end());
+  v.erase(std::unique(v.begin(), v.end()), v.end());
+  return v;
 }
 
-bool tableGatherNeeded(int nranks) { return nranks > 2; }
+}  // namespace
 
-algorithms::Schedule tableGatherSchedule(int rank, int nranks) {
-  algorithms::ScheduleKey key;
-  key.coll = algorithms::Collective::AllGather;
-  key.rank = rank;
-  key.nranks = nranks;
-  key.count = sizeof(transport::PeerInfo);  // Uint8 elements: one PeerInfo per rank
-  return algorithms::build(kTableGatherAlgorithm, key);
+bool tableGatherNeeded(int nranks) { return nranks > 3; }
+
+std::vector<TableRound> tableGatherPlan(int rank, int nranks) {
+  std::vector<TableRound> plan;
+  if (!tableGatherNeeded(nranks)) return plan;
+  const int n = nranks, r = rank;
+  // This rank holds [r - radius, r + radius]; so do its partners, each around itself (the windows stay centred until
+  // the last round, which ends the gather).
+  for (int radius = 1; 2 * radius + 1 < n; radius *= 2) {
+    const int missing = n - (2 * radius + 1);
+    const int ahead = std::min(radius, (missing + 1) / 2);  // entries after the window, from r + radius
+    const int behind = std::min(radius, missing / 2);       // entries before it, from r - radius
+    const int next = wrap(r + radius, n), prev = wrap(r - radius, n);
+    TableRound round;
+    auto add = [n](std::vector<TableMessage>& list, int peer, int first, int count) {
+      if (count > 0) list.push_back({peer, wrap(first, n), count});
+    };
+    add(round.recvs, next, r + radius + 1, ahead);
+    add(round.recvs, prev, r - radius - behind, behind);
+    add(round.sends, next, r - behind, behind);  // next's window starts at r: it lacks the entries just before
+    add(round.sends, prev, r + 1, ahead);        // prev's window ends at r: it lacks the entries just after
+    plan.push_back(std::move(round));
+  }
+  return plan;
 }
 
 std::vector<int> bootstrapPeers(int rank, int nranks) {
   std::vector<int> out;
-  if (!tableGatherNeeded(nranks)) {
-    for (int p = 0; p < nranks; ++p)
-      if (p != rank) out.push_back(p);
-    return out;
+  for (int p : {rank - 1, rank + 1})
+    if (nranks > 1 && wrap(p, nranks) != rank) out.push_back(wrap(p, nranks));
+  return sortedUnique(out);
+}
+
+std::vector<int> tableGatherPartners(int rank, int nranks) {
+  std::vector<int> out;
+  for (const TableRound& round : tableGatherPlan(rank, nranks)) {
+    for (const TableMessage& m : round.sends) out.push_back(m.peer);
+    for (const TableMessage& m : round.recvs) out.push_back(m.peer);
   }
-  for (const algorithms::Step& s : tableGatherSchedule(rank, nranks).steps) {
-    for (int p : {s.sendPeer, s.recvPeer})
-      if (p >= 0 && p != rank) out.push_back(p);
-  }
-  std::sort(out.begin(), out.end());
-  out.erase(std::unique(out.begin(), out.end()), out.end());
-  return out;
+  return sortedUnique(out);
 }
 
 std::vector<int> gatherOnlyPeers(int rank, int nranks) {
   std::vector<int> out;
-  if (!tableGatherNeeded(nranks)) return out;
-  const int next = (rank + 1) % nranks, prev = (rank + nranks - 1) % nranks;
-  for (int p : bootstrapPeers(rank, nranks))
-    if (p != next && p != prev) out.push_back(p);
+  const std::vector<int> ring = bootstrapPeers(rank, nranks);
+  for (int p : tableGatherPartners(rank, nranks))
+    if (!std::binary_search(ring.begin(), ring.end(), p)) out.push_back(p);
   return out;
 }
 
-int tableGatherRounds(int nranks) {
-  if (!tableGatherNeeded(nranks)) return 0;
-  const algorithms::patterns::HalvingDoubling hd(nranks);
-  int rounds = 0;
-  for (int d = 1; d < hd.pof2; d *= 2) ++rounds;
-  return rounds + (hd.extra > 0 ? 2 : 0);  // the folded ranks' entries in, and the whole table back out
-}
+int tableGatherRounds(int nranks) { return static_cast<int>(tableGatherPlan(0, nranks).size()); }
 
 }  // namespace collie::core

@@ -56,9 +56,8 @@ std::unique_ptr<CommImpl> CommImpl::create(int nranks, const UniqueIdData& id, i
   comm->links_.transports = makeTransports();
   transport::PeerInfo self = localPeerInfo(rank);
   for (auto& t : comm->links_.transports) t->listen(self);
-  auto peers = bootstrapExchange(id, rank, nranks, self, comm->timeout_);  // self and bootstrapPeers only
-  // The table's all-gather must talk to the peers the root named and no other: held to its algorithm.
-  comm->planner_.tuner() = Tuner(comm->measured_.modelFor({}), AlgoSelection::parse(tableGatherSelection()));
+  auto peers = bootstrapExchange(id, rank, nranks, self, comm->timeout_);         // self and bootstrapPeers only
+  comm->planner_.tuner() = Tuner(comm->measured_.modelFor({}), AlgoSelection());  // the table's all-gather: Send/Recv
   comm->connect(peers, tableGatherNeeded(nranks));  // decided alike on every rank, whatever its table holds
   comm->planner_.tuner() = Tuner(comm->measured_.modelFor(kindsInUse(comm->links_.transports, comm->links_.ctx.peers)),
                                  std::move(selection));
@@ -111,26 +110,6 @@ void CommImpl::setSpinPolicy() {
   execConfig_.yieldWhileSpinning = links_.oversubscribed;
   progressConfig_ = execConfig_;
   progressConfig_.yieldWhileSpinning = links_.oversubscribed || links_.cpusTaken;
-}
-
-// The bootstrap root sent this rank the PeerInfo of its bootstrapPeers only (bootstrap_plan.hpp): the ranks
-// all-gather the rest in O(log N) rounds with kTableGatherAlgorithm (the tuner allows only that for AllGather
-// meanwhile), connecting to those peers on first use like any call.
-void CommImpl::gatherTable() {
-  std::vector<transport::PeerInfo> table(static_cast<size_t>(nranks_));
-  const transport::PeerInfo mine = links_.ctx.peers[static_cast<size_t>(rank_)];
-  OpDesc op;
-  op.coll = Collective::AllGather;
-  op.send = &mine;
-  op.recv = table.data();
-  op.count = sizeof(transport::PeerInfo);
-  op.type = DataType::Uint8;
-  run(op);
-  for (int r = 0; r < nranks_; ++r)
-    COLLIE_ENFORCE(table[static_cast<size_t>(r)].rank == r, ErrorCode::RemoteError,
-                   "%s rank %d: init's all-gather of the peer table gave rank %d's entry as rank %d's", name_.c_str(),
-                   rank_, r, table[static_cast<size_t>(r)].rank);
-  completeLinks(links_, std::move(table));
 }
 
 // Lazy connection: before a call runs, its schedules' peers without a connection are connected, all at once. This

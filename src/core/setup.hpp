@@ -47,7 +47,7 @@ bool connectEagerly(ConnectMode mode, const std::vector<std::unique_ptr<transpor
 /// InvalidUsage when none can reach it), makes the self connection and starts answering dials (Transport::serve);
 /// connects no one else.
 void initLinks(Links& links, transport::CommContext ctx);
-/// Gives links the whole table once the ranks have all-gathered it (bootstrap_plan.hpp), keeping the connections.
+/// Gives links the table as far as the ranks have all-gathered it (bootstrap_plan.hpp), keeping the connections.
 void completeLinks(Links& links, std::vector<transport::PeerInfo> peers);
 /// Connects this rank to each of `peers` it has no connection to yet, transport by transport in the order of
 /// preference (all of one transport's peers at once). With `dial` this rank dials them (Transport::dial: the peers

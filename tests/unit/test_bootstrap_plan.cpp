@@ -1,34 +1,24 @@
 // Init's table exchange (src/core/bootstrap_plan.hpp), for every rank count 1..64 and a sample of large ones:
-//   - what the root sends each rank (bootstrapPeers): sorted, without the rank itself, at most floor(log2 N) + 1
-//     entries (so O(N log N) from the root in all), symmetric (both ends of a link know each other), and every peer
-//     the rank's part of the all-gather names is among them (nobody needs an address the root did not send);
-//   - the all-gather itself, run by the simulator (the real builder and executor for all ranks, sizes matched,
-//     nothing hanging): every rank ends with every rank's entry, i.e. the table the root holds. Its rounds are
-//     tableGatherRounds(N) = log2 N for a power of two, else floor(log2 N) + 2 = ceil(log2 N) + 1 (the folded ranks'
-//     entries in, the table back out); its longest chain of messages (the simulator's time with one unit of latency
-//     per message and nothing else) is at least ceil(log2 N), which no all-gather can beat, and at most its rounds;
+//   - what the root sends each rank (bootstrapPeers): its ring neighbours, sorted, without the rank itself (so 2N
+//     entries from the root in all), symmetric (both ends of a link know each other);
+//   - the all-gather's plan, run for all ranks at once on sets of known entries: every partner a rank talks to in a
+//     round, and every entry it sends, it knew before that round (from the root or an earlier round); every send is
+//     a receive of the partner in the same round with the same entries; no rank receives an entry it already has;
+//     every rank ends with every entry, having received exactly the N - 3 it lacked and sent as many, in
+//     tableGatherRounds(N) = ceil(log2(N - 1)) - 1 rounds of at most two sends and two receives;
 //   - the decision to gather at all is the same on every rank and agrees with what the root's answer holds;
-//   - the links init closes afterwards (gatherOnlyPeers) are the all-gather's peers but ring neighbours, symmetric
-//     (both ends close a link, or neither), so a rank keeps at most 2 of them whatever N.
+//   - the links init closes afterwards (gatherOnlyPeers) are the all-gather's partners but ring neighbours,
+//     symmetric (both ends close a link, or neither), so a rank keeps at most 2 of them whatever N.
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cmath>
 #include <iterator>
 #include <vector>
 
 #include "core/bootstrap_plan.hpp"
-#include "sim/simulator.hpp"
-#include "transport/transport.hpp"
 
 namespace collie::core {
 namespace {
-
-int floorLog2(int n) {
-  int k = 0;
-  while ((2 << k) <= n) ++k;
-  return k;
-}
 
 int ceilLog2(int n) {
   int k = 0;
@@ -43,33 +33,26 @@ std::vector<int> sampleCounts() {
   return out;
 }
 
-TEST(BootstrapPlan, TheRootSendsEachRankAtMostLogNEntriesSymmetricallyCoveringItsSchedule) {
+int ringNext(int r, int n) { return (r + 1) % n; }
+int ringPrev(int r, int n) { return (r + n - 1) % n; }
+
+TEST(BootstrapPlan, TheRootSendsEachRankItsRingNeighboursOnly) {
   for (int n : sampleCounts()) {
-    std::vector<std::vector<int>> peers(static_cast<size_t>(n));
     size_t total = 0;
     for (int r = 0; r < n; ++r) {
-      auto& mine = peers[static_cast<size_t>(r)] = bootstrapPeers(r, n);
+      const std::vector<int> mine = bootstrapPeers(r, n);
       total += mine.size();
-      ASSERT_TRUE(std::is_sorted(mine.begin(), mine.end())) << r << " of " << n;
-      ASSERT_EQ(std::adjacent_find(mine.begin(), mine.end()), mine.end()) << r << " of " << n;
-      for (int p : mine) ASSERT_TRUE(p >= 0 && p < n && p != r) << p << " for " << r << " of " << n;
-      if (n <= 2) {
-        EXPECT_EQ(mine.size(), static_cast<size_t>(n - 1)) << r << " of " << n;
-        continue;
+      std::vector<int> expected;
+      if (n > 1) expected = {ringPrev(r, n), ringNext(r, n)};
+      std::sort(expected.begin(), expected.end());
+      expected.erase(std::unique(expected.begin(), expected.end()), expected.end());
+      ASSERT_EQ(mine, expected) << r << " of " << n;
+      for (int p : mine) {
+        const std::vector<int> theirs = bootstrapPeers(p, n);
+        ASSERT_TRUE(std::binary_search(theirs.begin(), theirs.end(), r)) << r << " knows " << p << ", " << n;
       }
-      EXPECT_LE(mine.size(), static_cast<size_t>(floorLog2(n) + 1)) << r << " of " << n;
-      for (const algorithms::Step& s : tableGatherSchedule(r, n).steps)
-        for (int p : {s.sendPeer, s.recvPeer}) {
-          if (p >= 0 && p != r) {
-            ASSERT_TRUE(std::binary_search(mine.begin(), mine.end(), p)) << p << " for " << r << " of " << n;
-          }
-        }
     }
-    for (int r = 0; r < n; ++r)
-      for (int p : peers[static_cast<size_t>(r)])
-        ASSERT_TRUE(std::binary_search(peers[static_cast<size_t>(p)].begin(), peers[static_cast<size_t>(p)].end(), r))
-            << r << " knows " << p << " but not the other way, " << n << " ranks";
-    EXPECT_LE(total, static_cast<size_t>(n) * static_cast<size_t>(floorLog2(n) + 1)) << n;
+    EXPECT_LE(total, 2 * static_cast<size_t>(n)) << n;
   }
 }
 
@@ -79,35 +62,69 @@ TEST(BootstrapPlan, GatheringIsDecidedByTheRankCountAloneAndOnlyWhereTheRootLeft
     for (int r = 0; r < n; ++r) someoneLacks |= bootstrapPeers(r, n).size() < static_cast<size_t>(n - 1);
     EXPECT_EQ(tableGatherNeeded(n), someoneLacks) << n;
     EXPECT_EQ(tableGatherRounds(n) > 0, tableGatherNeeded(n)) << n;
+    for (int r = 0; r < n; ++r) EXPECT_EQ(tableGatherPlan(r, n).size(), static_cast<size_t>(tableGatherRounds(n)));
   }
-  EXPECT_EQ(tableGatherSelection(), "allgather:rhd");
 }
 
-TEST(BootstrapPlan, EveryRankEndsWithTheRootsTableInLogNRounds) {
+TEST(BootstrapPlan, EveryRankEndsWithTheRootsTableEachEntryOnceInLogNRounds) {
   for (int n : sampleCounts()) {
-    if (!tableGatherNeeded(n)) continue;
-    sim::SimOptions o;
-    o.coll = algorithms::Collective::AllGather;
-    o.algo = kTableGatherAlgorithm;
-    o.nranks = n;
-    // Each rank's block is its entry (the simulator fills it with data of its own and checks every rank's table
-    // block by block); a PeerInfo's bytes up to 64 ranks, one byte beyond (the schedule's peers and rounds do not
-    // depend on the size).
-    o.count = n <= 64 ? sizeof(transport::PeerInfo) : 1;
-    o.type = DataType::Uint8;
-    o.cost.alpha = 1;  // one unit per message, nothing else: the estimate counts rounds
-    sim::SimResult res = sim::simulate(o);
-    ASSERT_TRUE(res.ok) << n << " ranks: " << res.error;
-    const bool powerOfTwo = (n & (n - 1)) == 0;
-    EXPECT_EQ(tableGatherRounds(n), ceilLog2(n) + (powerOfTwo ? 0 : 1)) << n << " ranks";
-    EXPECT_LE(res.seconds, tableGatherRounds(n)) << n << " ranks";
-    EXPECT_GE(res.seconds, ceilLog2(n)) << n << " ranks";
-    if (powerOfTwo) {
-      EXPECT_DOUBLE_EQ(res.seconds, tableGatherRounds(n)) << n << " ranks";
+    std::vector<std::vector<TableRound>> plans(static_cast<size_t>(n));
+    for (int r = 0; r < n; ++r) plans[static_cast<size_t>(r)] = tableGatherPlan(r, n);
+    // known[r][q]: rank r holds rank q's entry.
+    std::vector<std::vector<char>> known(static_cast<size_t>(n), std::vector<char>(static_cast<size_t>(n), 0));
+    for (int r = 0; r < n; ++r) {
+      known[static_cast<size_t>(r)][static_cast<size_t>(r)] = 1;
+      for (int p : bootstrapPeers(r, n)) known[static_cast<size_t>(r)][static_cast<size_t>(p)] = 1;
     }
-    // O(N) bytes per rank: what a rank holds at most doubles each round, so the doubling sends less than 2N entries,
-    // and a folding rank sends the whole table back once.
-    EXPECT_LE(res.maxBytesSent, 3 * static_cast<uint64_t>(n) * o.count) << n << " ranks";
+    std::vector<size_t> sent(static_cast<size_t>(n), 0), received(static_cast<size_t>(n), 0);
+    const int rounds = tableGatherRounds(n);
+    if (n >= 4) {
+      EXPECT_EQ(rounds, ceilLog2(n - 1) - 1) << n;
+    }
+    for (int k = 0; k < rounds; ++k) {
+      std::vector<std::vector<char>> next = known;
+      for (int r = 0; r < n; ++r) {
+        const TableRound& round = plans[static_cast<size_t>(r)][static_cast<size_t>(k)];
+        const auto& mine = known[static_cast<size_t>(r)];
+        ASSERT_LE(round.sends.size(), 2u);
+        ASSERT_LE(round.recvs.size(), 2u);
+        for (const TableMessage& m : round.sends) {
+          ASSERT_TRUE(m.peer >= 0 && m.peer < n && m.peer != r && m.count > 0) << r << " of " << n << ", round " << k;
+          ASSERT_TRUE(mine[static_cast<size_t>(m.peer)]) << r << " sends to " << m.peer << " unknown, " << n;
+          for (int i = 0; i < m.count; ++i)
+            ASSERT_TRUE(mine[static_cast<size_t>((m.first + i) % n)]) << r << " sends an entry it lacks, " << n;
+          sent[static_cast<size_t>(r)] += static_cast<size_t>(m.count);
+          // The partner receives exactly this in the same round.
+          const TableRound& theirs = plans[static_cast<size_t>(m.peer)][static_cast<size_t>(k)];
+          const bool matched = std::any_of(theirs.recvs.begin(), theirs.recvs.end(), [&](const TableMessage& t) {
+            return t.peer == r && t.first == m.first && t.count == m.count;
+          });
+          ASSERT_TRUE(matched) << r << " sends " << m.peer << " what it does not receive, round " << k << ", " << n;
+        }
+        for (const TableMessage& m : round.recvs) {
+          ASSERT_TRUE(m.peer >= 0 && m.peer < n && m.peer != r && m.count > 0) << r << " of " << n << ", round " << k;
+          ASSERT_TRUE(mine[static_cast<size_t>(m.peer)]) << r << " receives from " << m.peer << " unknown, " << n;
+          const TableRound& theirs = plans[static_cast<size_t>(m.peer)][static_cast<size_t>(k)];
+          const bool matched = std::any_of(theirs.sends.begin(), theirs.sends.end(), [&](const TableMessage& t) {
+            return t.peer == r && t.first == m.first && t.count == m.count;
+          });
+          ASSERT_TRUE(matched) << r << " receives from " << m.peer << " what it does not send, round " << k;
+          for (int i = 0; i < m.count; ++i) {
+            char& slot = next[static_cast<size_t>(r)][static_cast<size_t>((m.first + i) % n)];
+            ASSERT_FALSE(slot) << r << " receives rank " << (m.first + i) % n << "'s entry twice, " << n;
+            slot = 1;
+          }
+          received[static_cast<size_t>(r)] += static_cast<size_t>(m.count);
+        }
+      }
+      known = std::move(next);
+    }
+    for (int r = 0; r < n; ++r) {
+      for (int q = 0; q < n; ++q) ASSERT_TRUE(known[static_cast<size_t>(r)][static_cast<size_t>(q)]) << r << ", " << q;
+      const size_t lacked = n >= 4 ? static_cast<size_t>(n - 3) : 0;
+      EXPECT_EQ(received[static_cast<size_t>(r)], lacked) << r << " of " << n;
+      EXPECT_EQ(sent[static_cast<size_t>(r)], lacked) << r << " of " << n;
+    }
   }
 }
 
@@ -121,7 +138,7 @@ TEST(BootstrapPlan, InitClosesTheAllGathersLinksButRingNeighboursOnBothEnds) {
         EXPECT_TRUE(mine.empty()) << r << " of " << n;
         continue;
       }
-      const std::vector<int> gathered = bootstrapPeers(r, n);
+      const std::vector<int> gathered = tableGatherPartners(r, n);
       std::vector<int> kept;
       std::set_difference(gathered.begin(), gathered.end(), mine.begin(), mine.end(), std::back_inserter(kept));
       EXPECT_EQ(kept.size() + mine.size(), gathered.size()) << r << " of " << n << ": closes a peer it did not gather";

@@ -128,9 +128,9 @@ TEST(BootstrapWire, PeersReplyRoundTripsForEveryRankOfSmallCommunicators) {
         });
     }
   }
-  // Recursive doubling: rank r's partners r ^ 1, r ^ 2, r ^ 4 for 8 ranks.
-  EXPECT_EQ(bootstrapPeers(0, 8), (std::vector<int>{1, 2, 4}));
-  EXPECT_EQ(bootstrapPeers(5, 8), (std::vector<int>{1, 4, 7}));
+  // The ring neighbours, ascending.
+  EXPECT_EQ(bootstrapPeers(0, 8), (std::vector<int>{1, 7}));
+  EXPECT_EQ(bootstrapPeers(5, 8), (std::vector<int>{4, 6}));
 }
 
 TEST(BootstrapWire, TableReplyRoundTrips) {
