@@ -5,9 +5,10 @@
 // presents the secret, its rank, nranks and its PeerInfo (where its transports listen). The root serves all
 // connections at once (bootstrap_root.cpp): a connection that is silent, sends garbage or lacks the secret is
 // refused and logged without delaying anyone, and the root keeps waiting for real ranks. Once all ranks have
-// checked in, the root closes its listener, sends every rank the PeerInfo of the O(log N) peers its part of the
-// table's all-gather talks to, and exits (bootstrap_plan.hpp). Everything after that (the all-gather of the rest of
-// the table in O(log N) rounds, connecting transports, barriers, split) uses the communicator's own connections.
+// checked in, the root closes its listener, sends every rank the PeerInfo of its (at most three) neighbours in the
+// tree the table's all-gather runs along, and exits (bootstrap_plan.hpp). Everything after that (the all-gather of the
+// rest of the table, 2 log2 N messages deep, connecting transports, barriers, split) uses the communicator's own
+// connections.
 #pragma once
 
 #include <collie/collie.h>

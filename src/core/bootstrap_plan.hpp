@@ -2,20 +2,22 @@
 // communicator.cpp run, and that collie-sim --init evaluates for any rank count (so the projection is the code's).
 //
 //   1. Every rank sends the root its PeerInfo (one hello, kBootstrapHelloBytes). The root keeps the N entries
-//      (O(N) bytes) and answers each rank with its ring neighbours' entries only (bootstrapPeers: rank - 1 and
-//      rank + 1 mod N), so that it sends O(N) bytes in all, 2 entries per rank, instead of the whole table to
-//      everyone (O(N^2)).
-//   2. The ranks all-gather the rest of the table among themselves in windows that double (tableGatherPlan):
-//      rank r holds the entries of a window of ranks centred on itself, [r - R, r + R] mod N, R = 1 from the root's
-//      answer. In a round each rank trades with the two ranks at the edges of its window, r + R and r - R (so it
-//      always knows the address of whom it talks to, learned in an earlier round or from the root): r + R holds
-//      [r, r + 2R] and sends r the R entries after r's window, r - R the R entries before it, and r sends each of
-//      them the half of its own window they lack. The window grows from 2R + 1 to 4R + 1 entries; the last round
-//      sends only what is still missing (the ceiling of half of it forward, the floor backward). So
-//      tableGatherRounds(N) = ceil(log2(N - 1)) - 1 rounds (N >= 4), 2 messages each way per round (sent at once,
-//      as one group of Send/Recv through the executor like any call), and each rank receives exactly the N - 3
-//      entries it lacked and sends as many: O(N) bytes per rank, each entry once. The pairs connect on first use
-//      like any call's; entries are checked (rank field) as they arrive, before anyone dials their address.
+//      (O(N) bytes) and answers each rank with the entries of its neighbours in a binary tree over the ranks
+//      (bootstrapPeers: its parent and up to two children, treePlace), so that it sends O(N) bytes in all, at most 3
+//      entries per rank, instead of the whole table to everyone (O(N^2)).
+//   2. The ranks all-gather the rest of the table along that tree (tableGatherPlan). The tree is in order, rotated so
+//      that rank 0 is its root (rank 0 then has links to two peers for calibration's fan-out): in positions
+//      rank + N/2 mod N the root is the middle of [0, N) and each node the middle of the part of its parent's range
+//      on its side, so every subtree holds a contiguous range of ranks [lo, hi) (mod N). A node receives its children's
+//      ranges, sends its own range [lo, hi) to its parent and receives everything else from it (one message: [hi, lo)
+//      mod N), then sends each child everything but that child's range. Every rank talks to the ranks the root named
+//      and no other; the longest chain of messages is twice the tree's height, tableGatherRounds(N) = 2 floor(log2 N)
+//      (a leaf's range up to the root and the table back down); a rank receives the N - 1 others and sends at most 2N +
+//      1 (O(N) bytes) and connects to at most 3 peers, N - 1 pairs in all: where each rank dials O(log N) partners
+//      (recursive doubling), the handshakes of a large job on few hosts, which its processes' accept threads serve,
+//      grow as N log N. Each rank's rounds (at most three: children's ranges in, parent's exchange, children's out) run
+//      one after another as groups of Send/Recv through the executor like any call; entries are checked (rank field) as
+//      they arrive.
 //   3. Calibration (calibrate.cpp) broadcasts under the tuner's choice and rank 0 ping-pongs with its first peer
 //      per transport kind.
 //   4. Under lazy connection each rank closes its links to gatherOnlyPeers (the all-gather's partners other than its
@@ -39,24 +41,31 @@ struct TableMessage {
 /// One round of the table's all-gather on one rank: everything in it is posted at once (no message of a round
 /// depends on another of the same round); the next round starts once all of it is done.
 struct TableRound {
-  std::vector<TableMessage> sends, recvs;  ///< at most two of each (r + R and r - R), none empty
+  std::vector<TableMessage> sends, recvs;  ///< at most two of each, none empty
 };
+
+/// Where a rank sits in the all-gather's tree: its subtree's ranks, `size` of them from `first` on (mod N; it is the
+/// middle one, leftSize ranks after `first`), its parent and its children (-1: none). Rank 0 is the root.
+struct TreePlace {
+  int first = 0, size = 0, leftSize = 0;
+  int parent = -1, left = -1, right = -1;
+};
+TreePlace treePlace(int rank, int nranks);
 
 /// Whether the ranks all-gather the table after the root's answer (a function of nranks only, so that every rank
 /// decides alike): false for three ranks or fewer, whose answer from the root is already the whole table.
 bool tableGatherNeeded(int nranks);
 
-/// `rank`'s rounds of the table's all-gather (none when !tableGatherNeeded). Symmetric: every send of p to q in a
-/// round is a receive of q from p in the same round, with the same entries.
+/// `rank`'s rounds of the table's all-gather (none when !tableGatherNeeded). Matched: the sends of p to q, in order,
+/// are the receives of q from p, in order, with the same entries.
 std::vector<TableRound> tableGatherPlan(int rank, int nranks);
 
-/// The ranks whose PeerInfo the bootstrap root sends `rank`: its ring neighbours (rank +- 1 mod nranks), ascending,
-/// without `rank`: every other rank when nranks <= 3. Symmetric: q is in bootstrapPeers(p) exactly when p is in
-/// bootstrapPeers(q). The all-gather's first round talks to these only; each later round's partners were learned in
-/// an earlier one.
+/// The ranks whose PeerInfo the bootstrap root sends `rank`: its tree neighbours (parent and children), ascending:
+/// every other rank when nranks <= 3. Symmetric: q is in bootstrapPeers(p) exactly when p is in bootstrapPeers(q).
+/// The all-gather talks to these only.
 std::vector<int> bootstrapPeers(int rank, int nranks);
 
-/// Every peer `rank` talks to in its tableGatherPlan, ascending (bootstrapPeers among them when it gathers).
+/// Every peer `rank` talks to in its tableGatherPlan, ascending (bootstrapPeers when it gathers, else none).
 std::vector<int> tableGatherPartners(int rank, int nranks);
 
 /// The tableGatherPartners whose links a rank closes after init under lazy connection: all but its ring neighbours
@@ -64,7 +73,7 @@ std::vector<int> tableGatherPartners(int rank, int nranks);
 /// a link agree to close it.
 std::vector<int> gatherOnlyPeers(int rank, int nranks);
 
-/// Rounds of the table's all-gather: ceil(log2(nranks - 1)) - 1, 0 when !tableGatherNeeded (the same on every rank).
+/// The longest chain of messages in the table's all-gather: 2 floor(log2 nranks), 0 when !tableGatherNeeded.
 int tableGatherRounds(int nranks);
 
 }  // namespace collie::core

@@ -12,8 +12,9 @@
 //   - accept() failing with EMFILE/ENFILE closes the oldest unverified connection if there is one (a stranger pays
 //     for the descriptor), else pauses the listener briefly and tries again; the shortage is logged with
 //     fdShortageMessage (the ranks themselves report it where it hits them).
-//   - Once all ranks have checked in, the listener is closed and every rank's reply (the PeerInfo of the peers of its
-//     part of the table's all-gather, bootstrap_plan.hpp) is sent at once, non-blocking: a rank slow to read delays
+//   - Once all ranks have checked in, the listener is closed and every rank's reply (the PeerInfo of its neighbours in
+//   the
+//     table's all-gather tree, bootstrap_plan.hpp) is sent at once, non-blocking: a rank slow to read delays
 //     nobody else.
 #include <poll.h>
 #include <sys/socket.h>

@@ -1,7 +1,11 @@
-// Init's all-gather of the PeerInfo table (bootstrap_plan.hpp, step 2), on one rank: the root sent this rank its
-// ring neighbours' entries; the rounds of tableGatherPlan bring the rest, each round one group of Send/Recv through
-// the executor like any call (same connections on first use, timeout and failure handling). The entries a round
-// brings are checked and given to the links before the next round, whose partners are among them.
+// Init's all-gather of the PeerInfo table (bootstrap_plan.hpp, step 2), on one rank: the root sent this rank its tree
+// neighbours' entries; the rounds of tableGatherPlan bring the rest, each round one group of Send/Recv through the
+// executor like any call (same timeout and failure handling). The entries a round brings are checked before anything
+// else uses them and given to the links at the end. A round's partners are connected first with the collective
+// connect (connectPeers without dialling at any time: of each pair, one end dials and the other waits for that dial;
+// both list the pair, in rounds of their own): where both ends dial on first use, one dial is turned away, twice the
+// handshakes through each process's accept thread.
+#include <algorithm>
 #include <vector>
 
 #include "base/errors.hpp"
@@ -19,7 +23,16 @@ void CommImpl::gatherTable() {
     return table[static_cast<size_t>((first + i) % nranks_)];
   };
   for (const TableRound& round : tableGatherPlan(rank_, nranks_)) {
+    std::vector<int> partners;
+    for (const auto* list : {&round.sends, &round.recvs})
+      for (const TableMessage& m : *list) partners.push_back(m.peer);
+    std::sort(partners.begin(), partners.end());
+    partners.erase(std::unique(partners.begin(), partners.end()), partners.end());
+    connectPeers(links_, partners, false);
+    for (int p : partners) executor_->setConnection(p, links_.conns[static_cast<size_t>(p)].get());
     std::vector<std::vector<transport::PeerInfo>> outgoing, incoming;
+    outgoing.reserve(round.sends.size());
+    incoming.reserve(round.recvs.size());
     std::vector<OpDesc> ops;
     for (const TableMessage& m : round.sends) {
       std::vector<transport::PeerInfo>& entries = outgoing.emplace_back();
@@ -48,8 +61,8 @@ void CommImpl::gatherTable() {
         at(m.first, i) = got;
       }
     }
-    completeLinks(links_, table);  // the next round's partners are known from here on
   }
+  completeLinks(links_, std::move(table));
 }
 
 }  // namespace collie::core

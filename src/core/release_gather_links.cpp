@@ -29,7 +29,7 @@
 //     goodbyes or has not closed its end yet, and its next connect takes that answered connection.
 //   - A rank waits only for its peers to reach this point, which every rank does after calibration.
 // Eager connection keeps every link (it connected every pair at init on purpose), as do the ring neighbours (ring
-// schedules, and the halving-doubling's first round, use them: 2 links at most). Alternative not taken: the
+// schedules use them: 2 links at most). Alternative not taken: the
 // all-gather over short-lived bootstrap sockets would need a second handshake (secret, strangers, timeouts) beside
 // the transports' and could not hand its links to the calls that use the same peers; this reuses the dial rule.
 #include <vector>

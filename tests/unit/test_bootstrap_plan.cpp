@@ -1,11 +1,14 @@
 // Init's table exchange (src/core/bootstrap_plan.hpp), for every rank count 1..64 and a sample of large ones:
-//   - what the root sends each rank (bootstrapPeers): its ring neighbours, sorted, without the rank itself (so 2N
-//     entries from the root in all), symmetric (both ends of a link know each other);
-//   - the all-gather's plan, run for all ranks at once on sets of known entries: every partner a rank talks to in a
-//     round, and every entry it sends, it knew before that round (from the root or an earlier round); every send is
-//     a receive of the partner in the same round with the same entries; no rank receives an entry it already has;
-//     every rank ends with every entry, having received exactly the N - 3 it lacked and sent as many, in
-//     tableGatherRounds(N) = ceil(log2(N - 1)) - 1 rounds of at most two sends and two receives;
+//   - the tree: rank 0 at its root, every other rank a child of its parent, each subtree a contiguous range of ranks
+//     (mod N) with its root in the middle;
+//   - what the root sends each rank (bootstrapPeers): its tree neighbours, sorted, without the rank itself, at most 3
+//     (so fewer than 2N entries from the root in all), symmetric (both ends of a link know each other);
+//   - the all-gather's plan, run for all ranks at once on sets of known entries: a rank talks only to peers it
+//     knows and sends only entries it holds at that round; the sends of p to q, in order, are the receives of q from p,
+//     in order, with the same entries; no rank receives an entry twice; every rank ends with every entry, having
+//     received exactly the N - 1 others and sent at most 2N + 1; no rank waits on a cycle (each round's start time is
+//     computed from the messages it waits for, one unit per message), and the longest chain is tableGatherRounds(N) = 2
+//     floor(log2 N);
 //   - the decision to gather at all is the same on every rank and agrees with what the root's answer holds;
 //   - the links init closes afterwards (gatherOnlyPeers) are the all-gather's partners but ring neighbours,
 //     symmetric (both ends close a link, or neither), so a rank keeps at most 2 of them whatever N.
@@ -13,18 +16,15 @@
 
 #include <algorithm>
 #include <iterator>
+#include <map>
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/bootstrap_plan.hpp"
 
 namespace collie::core {
 namespace {
-
-int ceilLog2(int n) {
-  int k = 0;
-  while ((1 << k) < n) ++k;
-  return k;
-}
 
 std::vector<int> sampleCounts() {
   std::vector<int> out;
@@ -33,26 +33,59 @@ std::vector<int> sampleCounts() {
   return out;
 }
 
-int ringNext(int r, int n) { return (r + 1) % n; }
-int ringPrev(int r, int n) { return (r + n - 1) % n; }
+int floorLog2(int n) {
+  int k = 0;
+  while ((2 << k) <= n) ++k;
+  return k;
+}
 
-TEST(BootstrapPlan, TheRootSendsEachRankItsRingNeighboursOnly) {
+TEST(BootstrapPlan, TheTreeHasRankZeroAtItsRootAndContiguousSubtrees) {
+  for (int n : sampleCounts()) {
+    for (int r = 0; r < n; ++r) {
+      const TreePlace t = treePlace(r, n);
+      ASSERT_TRUE(t.first >= 0 && t.first < n && t.size >= 1 && t.size <= n) << r << " of " << n;
+      ASSERT_EQ((t.first + t.leftSize) % n, r) << r << " of " << n;
+      ASSERT_EQ(t.leftSize, t.size / 2) << r << " is not the middle of its range, " << n;
+      if (t.parent < 0) {
+        EXPECT_EQ(r, 0) << n;
+        EXPECT_EQ(t.size, n) << n;
+        continue;
+      }
+      ASSERT_NE(r, 0) << n;
+      const TreePlace p = treePlace(t.parent, n);
+      ASSERT_TRUE(p.left == r || p.right == r) << r << " is not a child of its parent " << t.parent << ", " << n;
+      if (p.left == r) {  // the parent's range before the parent
+        EXPECT_TRUE(t.first == p.first && t.size == p.leftSize) << r << " of " << n;
+      } else {  // after it
+        EXPECT_TRUE(t.first == (t.parent + 1) % n && t.size == p.size - p.leftSize - 1) << r << " of " << n;
+      }
+    }
+  }
+}
+
+TEST(BootstrapPlan, TheRootSendsEachRankItsTreeNeighboursOnly) {
   for (int n : sampleCounts()) {
     size_t total = 0;
     for (int r = 0; r < n; ++r) {
       const std::vector<int> mine = bootstrapPeers(r, n);
       total += mine.size();
-      std::vector<int> expected;
-      if (n > 1) expected = {ringPrev(r, n), ringNext(r, n)};
-      std::sort(expected.begin(), expected.end());
-      expected.erase(std::unique(expected.begin(), expected.end()), expected.end());
-      ASSERT_EQ(mine, expected) << r << " of " << n;
+      ASSERT_TRUE(std::is_sorted(mine.begin(), mine.end())) << r << " of " << n;
+      ASSERT_EQ(std::adjacent_find(mine.begin(), mine.end()), mine.end()) << r << " of " << n;
       for (int p : mine) {
+        ASSERT_TRUE(p >= 0 && p < n && p != r) << p << " for " << r << " of " << n;
         const std::vector<int> theirs = bootstrapPeers(p, n);
         ASSERT_TRUE(std::binary_search(theirs.begin(), theirs.end(), r)) << r << " knows " << p << ", " << n;
       }
+      if (!tableGatherNeeded(n)) {
+        EXPECT_EQ(mine.size(), static_cast<size_t>(n - 1)) << r << " of " << n;
+        continue;
+      }
+      EXPECT_LE(mine.size(), 3u) << r << " of " << n;
+      EXPECT_EQ(tableGatherPartners(r, n), mine) << r << " of " << n;
     }
-    EXPECT_LE(total, 2 * static_cast<size_t>(n)) << n;
+    if (tableGatherNeeded(n)) {
+      EXPECT_EQ(total, 2 * static_cast<size_t>(n - 1)) << n;  // each of the tree's N - 1 edges, both ends
+    }
   }
 }
 
@@ -62,69 +95,120 @@ TEST(BootstrapPlan, GatheringIsDecidedByTheRankCountAloneAndOnlyWhereTheRootLeft
     for (int r = 0; r < n; ++r) someoneLacks |= bootstrapPeers(r, n).size() < static_cast<size_t>(n - 1);
     EXPECT_EQ(tableGatherNeeded(n), someoneLacks) << n;
     EXPECT_EQ(tableGatherRounds(n) > 0, tableGatherNeeded(n)) << n;
-    for (int r = 0; r < n; ++r) EXPECT_EQ(tableGatherPlan(r, n).size(), static_cast<size_t>(tableGatherRounds(n)));
+    for (int r = 0; r < n; ++r) EXPECT_EQ(tableGatherPlan(r, n).empty(), !tableGatherNeeded(n)) << r << " of " << n;
   }
 }
 
-TEST(BootstrapPlan, EveryRankEndsWithTheRootsTableEachEntryOnceInLogNRounds) {
-  for (int n : sampleCounts()) {
-    std::vector<std::vector<TableRound>> plans(static_cast<size_t>(n));
-    for (int r = 0; r < n; ++r) plans[static_cast<size_t>(r)] = tableGatherPlan(r, n);
-    // known[r][q]: rank r holds rank q's entry.
-    std::vector<std::vector<char>> known(static_cast<size_t>(n), std::vector<char>(static_cast<size_t>(n), 0));
+// The all-gather for all ranks at once. A round starts when the previous one is done; a round is done when each of
+// its receives has arrived, one unit after the round that holds the matching send started (sends do not wait).
+class PlanRun {
+ public:
+  explicit PlanRun(int n) : plans_(static_cast<size_t>(n)), start_(static_cast<size_t>(n)) {
     for (int r = 0; r < n; ++r) {
-      known[static_cast<size_t>(r)][static_cast<size_t>(r)] = 1;
-      for (int p : bootstrapPeers(r, n)) known[static_cast<size_t>(r)][static_cast<size_t>(p)] = 1;
+      plans_[static_cast<size_t>(r)] = tableGatherPlan(r, n);
+      start_[static_cast<size_t>(r)].assign(plans_[static_cast<size_t>(r)].size() + 1, kUnknown);
     }
-    std::vector<size_t> sent(static_cast<size_t>(n), 0), received(static_cast<size_t>(n), 0);
-    const int rounds = tableGatherRounds(n);
-    if (n >= 4) {
-      EXPECT_EQ(rounds, ceilLog2(n - 1) - 1) << n;
+    // The k-th send of p to q is the k-th receive of q from p: where it is, for each receive.
+    std::map<std::pair<int, int>, std::vector<Where>> sends;
+    for (int p = 0; p < n; ++p)
+      for (size_t i = 0; i < plans_[static_cast<size_t>(p)].size(); ++i)
+        for (const TableMessage& m : plans_[static_cast<size_t>(p)][i].sends) sends[{p, m.peer}].push_back({p, i, &m});
+    std::map<std::pair<int, int>, size_t> taken;
+    for (int q = 0; q < n; ++q)
+      for (size_t i = 0; i < plans_[static_cast<size_t>(q)].size(); ++i)
+        for (const TableMessage& m : plans_[static_cast<size_t>(q)][i].recvs) {
+          const auto key = std::make_pair(m.peer, q);
+          const size_t k = taken[key]++;
+          const auto it = sends.find(key);
+          if (it == sends.end() || k >= it->second.size()) {
+            error_ = "rank " + std::to_string(q) + " receives from " + std::to_string(m.peer) + " what is never sent";
+            return;
+          }
+          const Where& w = it->second[k];
+          if (w.message->first != m.first || w.message->count != m.count) {
+            error_ = "rank " + std::to_string(q) + " receives from " + std::to_string(m.peer) + " other entries";
+            return;
+          }
+          matched_[{q, i, &m}] = w;
+        }
+    for (const auto& [key, list] : sends)
+      if (taken[key] != list.size()) error_ = "rank " + std::to_string(key.first) + " sends what is never received";
+  }
+  const std::string& error() const { return error_; }
+  const std::vector<TableRound>& plan(int r) const { return plans_[static_cast<size_t>(r)]; }
+  /// When rank r's round i starts (i = the number of rounds: when r is done); -1 on a cycle.
+  int startOf(int r, size_t i) {
+    int& slot = start_[static_cast<size_t>(r)][i];
+    if (slot == kVisiting) return -1;
+    if (slot != kUnknown) return slot;
+    if (i == 0) return slot = 0;
+    slot = kVisiting;
+    int t = startOf(r, i - 1);
+    for (const TableMessage& m : plans_[static_cast<size_t>(r)][i - 1].recvs) {
+      const Where& w = matched_.at({r, i - 1, &m});
+      const int sent = t < 0 ? -1 : startOf(w.rank, w.round);
+      t = sent < 0 || t < 0 ? -1 : std::max(t, sent + 1);
     }
-    for (int k = 0; k < rounds; ++k) {
-      std::vector<std::vector<char>> next = known;
-      for (int r = 0; r < n; ++r) {
-        const TableRound& round = plans[static_cast<size_t>(r)][static_cast<size_t>(k)];
-        const auto& mine = known[static_cast<size_t>(r)];
-        ASSERT_LE(round.sends.size(), 2u);
-        ASSERT_LE(round.recvs.size(), 2u);
+    return slot = t;
+  }
+
+ private:
+  static constexpr int kUnknown = -2, kVisiting = -3;
+  struct Where {
+    int rank;
+    size_t round;
+    const TableMessage* message;
+    bool operator<(const Where& o) const {
+      return std::tie(rank, round, message) < std::tie(o.rank, o.round, o.message);
+    }
+  };
+  std::vector<std::vector<TableRound>> plans_;
+  std::vector<std::vector<int>> start_;
+  std::map<Where, Where> matched_;
+  std::string error_;
+};
+
+TEST(BootstrapPlan, EveryRankEndsWithTheRootsTableEachEntryOnceWithoutACycle) {
+  for (int n : sampleCounts()) {
+    if (!tableGatherNeeded(n)) continue;
+    PlanRun run(n);
+    ASSERT_EQ(run.error(), "") << n << " ranks";
+    int longest = 0;
+    for (int r = 0; r < n; ++r) {
+      // What r knows before each round: its entry, the root's answer, what earlier rounds brought.
+      std::vector<char> known(static_cast<size_t>(n), 0), received(static_cast<size_t>(n), 0);
+      known[static_cast<size_t>(r)] = 1;
+      for (int p : bootstrapPeers(r, n)) known[static_cast<size_t>(p)] = 1;
+      size_t sent = 0, got = 0;
+      const std::vector<TableRound>& plan = run.plan(r);
+      for (const TableRound& round : plan) {
         for (const TableMessage& m : round.sends) {
-          ASSERT_TRUE(m.peer >= 0 && m.peer < n && m.peer != r && m.count > 0) << r << " of " << n << ", round " << k;
-          ASSERT_TRUE(mine[static_cast<size_t>(m.peer)]) << r << " sends to " << m.peer << " unknown, " << n;
+          ASSERT_TRUE(known[static_cast<size_t>(m.peer)]) << r << " sends to " << m.peer << " unknown, " << n;
           for (int i = 0; i < m.count; ++i)
-            ASSERT_TRUE(mine[static_cast<size_t>((m.first + i) % n)]) << r << " sends an entry it lacks, " << n;
-          sent[static_cast<size_t>(r)] += static_cast<size_t>(m.count);
-          // The partner receives exactly this in the same round.
-          const TableRound& theirs = plans[static_cast<size_t>(m.peer)][static_cast<size_t>(k)];
-          const bool matched = std::any_of(theirs.recvs.begin(), theirs.recvs.end(), [&](const TableMessage& t) {
-            return t.peer == r && t.first == m.first && t.count == m.count;
-          });
-          ASSERT_TRUE(matched) << r << " sends " << m.peer << " what it does not receive, round " << k << ", " << n;
+            ASSERT_TRUE(known[static_cast<size_t>((m.first + i) % n)]) << r << " sends an entry it lacks, " << n;
+          sent += static_cast<size_t>(m.count);
         }
         for (const TableMessage& m : round.recvs) {
-          ASSERT_TRUE(m.peer >= 0 && m.peer < n && m.peer != r && m.count > 0) << r << " of " << n << ", round " << k;
-          ASSERT_TRUE(mine[static_cast<size_t>(m.peer)]) << r << " receives from " << m.peer << " unknown, " << n;
-          const TableRound& theirs = plans[static_cast<size_t>(m.peer)][static_cast<size_t>(k)];
-          const bool matched = std::any_of(theirs.sends.begin(), theirs.sends.end(), [&](const TableMessage& t) {
-            return t.peer == r && t.first == m.first && t.count == m.count;
-          });
-          ASSERT_TRUE(matched) << r << " receives from " << m.peer << " what it does not send, round " << k;
+          ASSERT_TRUE(known[static_cast<size_t>(m.peer)]) << r << " receives from " << m.peer << " unknown, " << n;
           for (int i = 0; i < m.count; ++i) {
-            char& slot = next[static_cast<size_t>(r)][static_cast<size_t>((m.first + i) % n)];
-            ASSERT_FALSE(slot) << r << " receives rank " << (m.first + i) % n << "'s entry twice, " << n;
-            slot = 1;
+            const int q = (m.first + i) % n;
+            ASSERT_NE(q, r) << r << " receives its own entry, " << n;
+            ASSERT_FALSE(received[static_cast<size_t>(q)]) << r << " receives rank " << q << "'s entry twice, " << n;
+            received[static_cast<size_t>(q)] = 1;
           }
-          received[static_cast<size_t>(r)] += static_cast<size_t>(m.count);
+          got += static_cast<size_t>(m.count);
         }
+        for (int q = 0; q < n; ++q) known[static_cast<size_t>(q)] |= received[static_cast<size_t>(q)];
       }
-      known = std::move(next);
+      for (int q = 0; q < n; ++q) ASSERT_TRUE(known[static_cast<size_t>(q)]) << r << " lacks " << q << ", " << n;
+      EXPECT_LE(sent, 2 * static_cast<size_t>(n) + 1) << r << " of " << n;
+      EXPECT_EQ(got, static_cast<size_t>(n - 1)) << r << " of " << n;
+      const int done = run.startOf(r, plan.size());
+      ASSERT_GE(done, 0) << r << " of " << n << " waits on a cycle";
+      longest = std::max(longest, done);
     }
-    for (int r = 0; r < n; ++r) {
-      for (int q = 0; q < n; ++q) ASSERT_TRUE(known[static_cast<size_t>(r)][static_cast<size_t>(q)]) << r << ", " << q;
-      const size_t lacked = n >= 4 ? static_cast<size_t>(n - 3) : 0;
-      EXPECT_EQ(received[static_cast<size_t>(r)], lacked) << r << " of " << n;
-      EXPECT_EQ(sent[static_cast<size_t>(r)], lacked) << r << " of " << n;
-    }
+    EXPECT_EQ(longest, tableGatherRounds(n)) << n << " ranks";
+    EXPECT_EQ(tableGatherRounds(n), 2 * floorLog2(n)) << n << " ranks";
   }
 }
 

@@ -128,9 +128,11 @@ TEST(BootstrapWire, PeersReplyRoundTripsForEveryRankOfSmallCommunicators) {
         });
     }
   }
-  // The ring neighbours, ascending.
-  EXPECT_EQ(bootstrapPeers(0, 8), (std::vector<int>{1, 7}));
+  // The tree neighbours, ascending: for 8 ranks the root is 0, its children 6 and 2, theirs 5, 7 and 1, 3, then 4.
+  EXPECT_EQ(bootstrapPeers(0, 8), (std::vector<int>{2, 6}));
+  EXPECT_EQ(bootstrapPeers(6, 8), (std::vector<int>{0, 5, 7}));
   EXPECT_EQ(bootstrapPeers(5, 8), (std::vector<int>{4, 6}));
+  EXPECT_EQ(bootstrapPeers(4, 8), (std::vector<int>{5}));
 }
 
 TEST(BootstrapWire, TableReplyRoundTrips) {
