@@ -1,5 +1,5 @@
-// Init at scale with every rank a thread of this process: 256 ranks initialise (the root's O(log N) entries each,
-// the table all-gathered in log2 N rounds, calibration) and run an AllReduce checked element by element, and the
+// Init at scale with every rank a thread of this process: 256 ranks initialise (the root's at most 3 entries each,
+// the table all-gathered along a tree, calibration) and run an AllReduce checked element by element, and the
 // descriptors this process holds for them stay under a fixed bound per rank, which a full mesh (255 peers, several
 // descriptors each) would exceed many times over. Over tcp, descriptors per rank after init and after a ring
 // AllReduce are the same at 8, 32, 128 and 256 ranks (init closes the all-gather's links but to ring neighbours:
@@ -114,9 +114,9 @@ TEST(InitScale, DescriptorsPerRankOverTcpDoNotGrowWithTheRankCount) {
       false);
 }
 
-// The pairs whose link init closed (gatherOnlyPeers) connect again on first use: a forced halving-doubling AllReduce
-// (whose partners are mostly the all-gather's), a forced tree AllReduce, then Send/Recv between every rank and each
-// peer it closed, all checked element by element, over shm and over tcp, at a power of two and at a count that folds.
+// The pairs whose link init closed (gatherOnlyPeers: the gather tree's edges that are not ring edges) connect again on
+// first use: a forced halving-doubling AllReduce, a forced tree AllReduce, then Send/Recv between every rank and each
+// peer it closed, all checked element by element, over shm and over tcp, at 8 and 12 ranks.
 TEST(InitScale, PairsWhoseInitLinkWasClosedConnectAgain) {
   overTcp(
       [] {
@@ -154,10 +154,10 @@ TEST(InitScale, PairsWhoseInitLinkWasClosedConnectAgain) {
       true);
 }
 
-// Rank counts whose table all-gather folds ranks (not powers of two) and small ones: after init no rank is linked to
+// Small rank counts (2 and 3: the root's answer is the whole table) and uneven trees: after init no rank is linked to
 // the all-gather's peers whose links init closed (gatherOnlyPeers), and an AllToAll, which connects every pair from
 // the all-gathered table (those closed pairs again included), is right element by element on every rank.
-TEST(InitScale, EveryRankLearnsTheWholeTableFromTheLogRoundAllGather) {
+TEST(InitScale, EveryRankLearnsTheWholeTableFromTheTreeAllGather) {
   for (int n : {2, 3, 5, 7, 12, 17}) {
     SCOPED_TRACE(std::to_string(n) + " ranks");
     ThreadLauncher::run(
