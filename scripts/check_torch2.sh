@@ -77,6 +77,6 @@ unshare --mount --propagation private bash -c '
 [ "$mode" = prepare ] && exit "$status"
 log="$root/build.ctest.log"
 passed=$(grep -cE 'Test +#[0-9]+: .* Passed' "$log" 2>/dev/null || true)
-failed=$(grep -cE 'Test +#[0-9]+: .* (Failed|\*\*\*)' "$log" 2>/dev/null || true)
+failed=$(grep -cE 'Test +#[0-9]+: .*\*\*\*(Failed|Timeout|Exception|Not Run)' "$log" 2>/dev/null || true)
 echo "torch 2.x (labels torch, ddp): ${passed:-0} passed, ${failed:-0} failed"
 [ "$status" -eq 0 ] && [ "${failed:-0}" -eq 0 ] && [ "${passed:-0}" -gt 0 ]

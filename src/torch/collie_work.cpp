@@ -2,6 +2,7 @@
 #include "collie_work.hpp"
 
 #include <ATen/core/jit_type.h>
+#include <Python.h>
 #include <c10/util/Exception.h>
 
 #include <stdexcept>
@@ -173,8 +174,13 @@ void FutureWaiter::stop() {
     std::lock_guard<std::mutex> lock(mutex_);
     threads.swap(threads_);
   }
+  // The last reference to a group may go from Python, holding the GIL (a frame's cleanup at exit), while a thread
+  // here completes a future whose callbacks take the GIL (a Python callback runs, or is only destroyed): joining it
+  // with the GIL held would wait forever (seen with torch 2.6 under torchrun). Let go of it for the join.
+  PyThreadState* released = Py_IsInitialized() && PyGILState_Check() ? PyEval_SaveThread() : nullptr;
   for (std::thread& t : threads)
     if (t.joinable()) t.join();
+  if (released) PyEval_RestoreThread(released);
 }
 
 void FutureWaiter::loop() {
