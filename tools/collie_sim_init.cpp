@@ -90,7 +90,6 @@ void project(int n, size_t allReduceBytes, int sockets) {
   size_t maxPeers = 0, maxInitPeers = 0;
   for (int r : {0, std::min(1, n - 1), n / 2, n - 1}) {
     std::set<int> peers;
-    for (int p : core::tableGatherPartners(r, n)) peers.insert(p);
     for (int p : core::bootstrapPeers(r, n)) peers.insert(p);
     for (int p : schedulePeers(bcast, Collective::Broadcast, r, n, 200)) peers.insert(p);
     if (r == 0 && n > 1) peers.insert(1);  // calibration's ping-pong partner (rank 0's first peer per kind)

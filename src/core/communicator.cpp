@@ -150,8 +150,8 @@ void CommImpl::ensureConnected(const std::vector<Job>& jobs) {
   }
 }
 
-void CommImpl::connectMissing(const std::vector<int>& peers) {
-  connectPeers(links_, peers, true);
+void CommImpl::connectMissing(const std::vector<int>& peers, bool dial) {
+  connectPeers(links_, peers, dial);
   for (int p : peers) executor_->setConnection(p, links_.conns[static_cast<size_t>(p)].get());
 }
 

@@ -94,8 +94,9 @@ class CommImpl {
   void closeGatherOnlyLinks();
   /// Connects the peers the jobs' schedules name that have no connection yet (lazy connection).
   void ensureConnected(const std::vector<Job>& jobs);
-  /// Dials `peers` (none connected yet) and gives the executor their connections.
-  void connectMissing(const std::vector<int>& peers);
+  /// Connects `peers` (those connected already are left as they are) and gives the executor their connections: dials
+  /// them (`dial`), or connects them collectively (each listed peer lists this rank in a connect of its own).
+  void connectMissing(const std::vector<int>& peers, bool dial = true);
   [[noreturn]] void explainConnectFailure(const std::vector<Job>& jobs, const std::vector<int>& missing,
                                           const Error& e);
   /// Throws the communicator's earlier failure, then validateOp's errors.

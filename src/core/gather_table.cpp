@@ -2,7 +2,7 @@
 // neighbours' entries; the rounds of tableGatherPlan bring the rest, each round one group of Send/Recv through the
 // executor like any call (same timeout and failure handling). The entries a round brings are checked before anything
 // else uses them and given to the links at the end. A round's partners are connected first with the collective
-// connect (connectPeers without dialling at any time: of each pair, one end dials and the other waits for that dial;
+// connect (connectMissing without dialling at any time: of each pair, one end dials and the other waits for that dial;
 // both list the pair, in rounds of their own): where both ends dial on first use, one dial is turned away, twice the
 // handshakes through each process's accept thread.
 #include <algorithm>
@@ -11,7 +11,6 @@
 #include "base/errors.hpp"
 #include "core/bootstrap_plan.hpp"
 #include "core/communicator.hpp"
-#include "core/setup.hpp"
 
 namespace collie::core {
 
@@ -28,8 +27,7 @@ void CommImpl::gatherTable() {
       for (const TableMessage& m : *list) partners.push_back(m.peer);
     std::sort(partners.begin(), partners.end());
     partners.erase(std::unique(partners.begin(), partners.end()), partners.end());
-    connectPeers(links_, partners, false);
-    for (int p : partners) executor_->setConnection(p, links_.conns[static_cast<size_t>(p)].get());
+    connectMissing(partners, false);
     std::vector<std::vector<transport::PeerInfo>> outgoing, incoming;
     outgoing.reserve(round.sends.size());
     incoming.reserve(round.recvs.size());

@@ -46,6 +46,19 @@ struct ChildResult {
   double seconds = 0;
 };
 
+/// Appends what `fd` gives to `out` until its writers close it (true) or `stop` passes (false).
+bool readUntilClosed(int fd, Clock::time_point stop, std::string& out) {
+  char buf[4096];
+  for (;;) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(stop - Clock::now()).count();
+    pollfd p{fd, POLLIN, 0};
+    if (left <= 0 || ::poll(&p, 1, static_cast<int>(left)) <= 0) return false;
+    ssize_t n = ::read(fd, buf, sizeof(buf));
+    if (n <= 0) return n == 0;
+    out.append(buf, static_cast<size_t>(n));
+  }
+}
+
 /// Runs body(report) in a forked child under RLIMIT_NOFILE = limit; exit code 0 when body returns true.
 ChildResult runInChild(rlim_t limit, const std::function<bool(std::string&)>& body, std::chrono::seconds deadline) {
   int pipeFds[2];
@@ -74,15 +87,7 @@ ChildResult runInChild(rlim_t limit, const std::function<bool(std::string&)>& bo
   }
   ::close(pipeFds[1]);
   ChildResult result;
-  char buf[4096];
-  for (;;) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(t0 + deadline - Clock::now()).count();
-    pollfd p{pipeFds[0], POLLIN, 0};
-    if (left <= 0 || ::poll(&p, 1, static_cast<int>(left)) <= 0) break;
-    ssize_t n = ::read(pipeFds[0], buf, sizeof(buf));
-    if (n <= 0) break;
-    result.report.append(buf, static_cast<size_t>(n));
-  }
+  readUntilClosed(pipeFds[0], t0 + deadline, result.report);
   ::close(pipeFds[0]);
   int status = 0;
   if (waitpid(pid, &status, WNOHANG) == 0) {
@@ -240,21 +245,7 @@ void dialFromAForkedProcess(testing::Cluster& cluster, int spare, bool withCode,
   }
   // Rank 1 times out within the cluster's timeout; a child that has not reported well after that is hung.
   std::string report;
-  const auto stop = Clock::now() + 30s;
-  char buf[1024];
-  bool eof = false;
-  for (;;) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(stop - Clock::now()).count();
-    pollfd p{reportFds[0], POLLIN, 0};
-    if (left <= 0 || ::poll(&p, 1, static_cast<int>(left)) <= 0) break;
-    ssize_t n = ::read(reportFds[0], buf, sizeof(buf));
-    if (n <= 0) {
-      eof = n == 0;
-      break;
-    }
-    report.append(buf, static_cast<size_t>(n));
-  }
-  if (!eof) {
+  if (!readUntilClosed(reportFds[0], Clock::now() + 30s, report)) {
     ::kill(pid, SIGKILL);
     report = "rank 1 hung (killed after 30 s); it had reported: " + report;
   }
