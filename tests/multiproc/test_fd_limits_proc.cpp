@@ -190,11 +190,14 @@ void acceptStarved(std::chrono::milliseconds freeAfter, std::vector<std::string>
 }
 
 /// Rank 0 connects here with every descriptor of this process taken but `spare`, while rank 1 dials it from a forked
-/// process (it has descriptors to spare); the shortage lasts until rank 1 has reported. Rank 1 is forked before rank
-/// 0 serves, while this process has one thread: a child forked beside the accept loop may inherit a lock that thread
-/// held (the sanitizers' allocator's) and hang. It dials once rank 0 serves and is starved, which a pipe tells it.
-/// errors[0]: rank 0's error (prefixed with its code's name when `withCode`), errors[1]: rank 1's; "ok" when none.
-void dialFromAForkedProcess(testing::Cluster& cluster, int spare, bool withCode, std::vector<std::string>& errors) {
+/// process (it has descriptors to spare); the shortage lasts until rank 1 has reported. Rank 1 is forked before any
+/// transport exists in this process: a listener starts the process's accept loop, and a child forked beside that
+/// thread may inherit a lock it held (the sanitizers' allocator's) and hang. Rank 1 makes its own transport once the
+/// pipe brings it rank 0's PeerInfo, which this process sends once rank 0 serves and is starved; rank 0 needs no
+/// address of rank 1 (it is dialled), only its pid (a dead dialler is then noticed). errors[0]: rank 0's error
+/// (prefixed with its code's name when `withCode`), errors[1]: rank 1's; "ok" when none.
+void dialFromAForkedProcess(const testing::Cluster::Factory& make, std::chrono::milliseconds timeout, int spare,
+                            bool withCode, std::vector<std::string>& errors) {
   errors.assign(2, "ok");
   int reportFds[2], goFds[2];
   if (pipe2(reportFds, O_CLOEXEC) != 0 || pipe2(goFds, O_CLOEXEC) != 0) {
@@ -204,16 +207,19 @@ void dialFromAForkedProcess(testing::Cluster& cluster, int spare, bool withCode,
   fflush(stdout);
   fflush(stderr);
   const pid_t pid = fork();
-  if (pid == 0) {  // rank 1: waits for rank 0 to be starved, dials, reports its error
+  if (pid == 0) {  // rank 1: waits for rank 0's PeerInfo, dials, reports its error
     ::close(reportFds[0]);
     ::close(goFds[1]);
-    char go = 0;
+    transport::PeerInfo first;
     std::string error = "ok";
-    if (::read(goFds[0], &go, 1) != 1) {
+    if (::read(goFds[0], &first, sizeof(first)) != static_cast<ssize_t>(sizeof(first))) {
       error = "rank 0 never served";
     } else {
       try {
-        cluster.connectRank(1);
+        testing::TransportRank rank;
+        const transport::PeerInfo self = rank.listenAs(1, make);
+        rank.setContext(1, {first, self}, timeout);
+        rank.transport->connect(rank.ctx, {0, 1});
       } catch (const Error& e) {
         error = e.what();
       }
@@ -230,20 +236,27 @@ void dialFromAForkedProcess(testing::Cluster& cluster, int spare, bool withCode,
     ::close(goFds[1]);
     return;
   }
-  cluster.ranks[0]->transport->serve(cluster.ranks[0]->ctx);
+  testing::TransportRank rank;
+  transport::PeerInfo second;  // rank 1 as rank 0 needs to know it: its host and pid
+  second.rank = 1;
+  second.hostHash = 42;
+  second.pid = pid;
+  rank.setContext(0, {rank.listenAs(0, make), second}, timeout);
+  rank.transport->serve(rank.ctx);
   std::vector<int> taken = takeAllDescriptors();
   for (int i = 0; i < spare && !taken.empty(); ++i) {
     ::close(taken.back());
     taken.pop_back();
   }
-  const char go = 1;
-  if (::write(goFds[1], &go, 1) != 1) errors[1] = "could not start rank 1";
+  if (::write(goFds[1], &rank.ctx.peers[0], sizeof(transport::PeerInfo)) !=
+      static_cast<ssize_t>(sizeof(transport::PeerInfo)))
+    errors[1] = "could not start rank 1";
   try {
-    cluster.connectRank(0);
+    rank.transport->connect(rank.ctx, {0, 1});
   } catch (const Error& e) {
     errors[0] = (withCode ? std::string(base::errorCodeName(e.code())) + ": " : std::string()) + e.what();
   }
-  // Rank 1 times out within the cluster's timeout; a child that has not reported well after that is hung.
+  // Rank 1 times out within its timeout; a child that has not reported well after that is hung.
   std::string report;
   if (!readUntilClosed(reportFds[0], Clock::now() + 30s, report)) {
     ::kill(pid, SIGKILL);
@@ -259,18 +272,15 @@ void dialFromAForkedProcess(testing::Cluster& cluster, int spare, bool withCode,
 /// As acceptStarved, with a shortage that lasts, and rank 1 dialling from a forked process: in one process the accept
 /// loop may take a descriptor freed for rank 1, which then fails first naming the shortage, and rank 0's accept()
 /// meets none (it times out waiting for rank 1): here accept() always meets it, until rank 1 has timed out waiting
-/// for an answer (the cluster's 4 s).
+/// for an answer (its 4 s).
 void acceptStarvedForGood(std::vector<std::string>& errors) {
-  testing::Cluster cluster(2, tcpTransport, 4s);
-  dialFromAForkedProcess(cluster, 0, false, errors);
+  dialFromAForkedProcess(tcpTransport, 4s, 0, false, errors);
 }
 
 /// Rank 0 (shm) waits for rank 1's dial with one descriptor free: enough for accept(), not for the three its hello
 /// carries (ring, control line, wake), which the kernel then drops.
 void helloDescriptorsStarved(std::vector<std::string>& errors) {
-  testing::Cluster cluster(
-      2, [] { return std::make_unique<transport::ShmTransport>(); }, 4s);
-  dialFromAForkedProcess(cluster, 1, true, errors);
+  dialFromAForkedProcess([] { return std::make_unique<transport::ShmTransport>(); }, 4s, 1, true, errors);
 }
 
 TEST(FdLimits, AcceptSurvivesAShortageThatPasses) {
