@@ -1,12 +1,12 @@
 // collie-sim --init: what a communicator's init costs at rank counts this machine cannot run, computed from the code
 // that runs it: who the bootstrap root answers with what (core/bootstrap_plan.hpp: bootstrapPeers, the function
 // bootstrap_root.cpp and bootstrap.cpp call), the wire sizes (core/bootstrap_wire.hpp), the table's all-gather
-// (every rank's tableGatherPlan, the rounds the ranks run, and tableGatherRounds), calibration's broadcast
-// under the tuner's choice (core/tuner.hpp), and the peers a first AllReduce connects to (the schedules
+// (every rank's tableGatherPlan, and tableGatherCost: its critical path in messages and in entries), calibration's
+// broadcast under the tuner's choice (core/tuner.hpp), and the peers a first AllReduce connects to (the schedules
 // algorithms::build makes for a sample of ranks). Beside it, the same counts for the full-table bootstrap and
 // full-mesh connection collie had before (eager).
 //
-//   collie-sim --init --ranks 1024,4096,32768,131072 [--bytes 8] [--sockets 2]
+//   collie-sim --init --ranks 1024,4096,32768,131072 [--bytes 8] [--sockets 2] [--chunk 0]
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -53,7 +53,7 @@ std::string human(double bytes) {
   return buf;
 }
 
-void project(int n, size_t allReduceBytes, int sockets) {
+void project(int n, size_t allReduceBytes, int sockets, int chunk) {
   const double info = sizeof(transport::PeerInfo);
   // 1. The root: one hello in from each rank, one reply out to each (its bootstrapPeers), holding the N entries.
   double rootOut = 0;
@@ -66,7 +66,7 @@ void project(int n, size_t allReduceBytes, int sockets) {
     maxEntries = std::max(maxEntries, entries);
     if (!core::tableGatherNeeded(n)) continue;
     size_t messages = 0, sent = 0, received = 0;
-    for (const core::TableRound& round : core::tableGatherPlan(r, n)) {
+    for (const core::TableRound& round : core::tableGatherPlan(r, n, chunk)) {
       for (const core::TableMessage& m : round.sends) {
         ++messages;
         sent += static_cast<size_t>(m.count) * sizeof(transport::PeerInfo);
@@ -78,6 +78,9 @@ void project(int n, size_t allReduceBytes, int sockets) {
     maxSent = std::max(maxSent, sent);
     maxReceived = std::max(maxReceived, received);
   }
+  const core::TableGatherCost inMessages = core::tableGatherCost(n, 1, 0, chunk);
+  const int gatherRounds = inMessages.rounds, chainMessages = static_cast<int>(inMessages.finish);
+  const double chainEntries = core::tableGatherCost(n, 0, 1, chunk).finish;
   const double rootIn = static_cast<double>(n) * static_cast<double>(core::kBootstrapHelloBytes);
   const double rootOutBefore = static_cast<double>(n) * (core::kBootstrapReplyHeaderBytes + n * info);
   // 3. Calibration's broadcast (a Wire of rank 0, about 200 B) and the first AllReduce, as the tuner picks them with
@@ -100,13 +103,13 @@ void project(int n, size_t allReduceBytes, int sockets) {
     maxPeers = std::max(maxPeers, peers.size());
   }
   std::printf(
-      "%8d | %9s %9s %10s | %5zu %9s | %6d %5zu %9s %9s %9s | %-5s %-5s %4zu %5zu %6zu | %8d %8d\n", n,
+      "%8d | %9s %9s %10s | %5zu %9s | %6d %5d %9s %5zu %9s %9s %9s | %-5s %-5s %4zu %5zu %6zu | %8d %8d\n", n,
       human(rootIn).c_str(), human(rootOut).c_str(), human(rootOutBefore).c_str(), maxEntries,
       human(static_cast<double>(core::kBootstrapReplyHeaderBytes + maxEntries * sizeof(transport::PeerInfo))).c_str(),
-      core::tableGatherRounds(n), maxMessages, human(static_cast<double>(maxSent)).c_str(),
-      human(static_cast<double>(maxReceived)).c_str(), human(n * info).c_str(), algorithms::algorithmName(bcast),
-      algorithms::algorithmName(allReduce), maxInitPeers, maxPeers, maxPeers * static_cast<size_t>(sockets) + 3, n - 1,
-      (n - 1) * sockets + 3);
+      gatherRounds, chainMessages, human(chainEntries * info).c_str(), maxMessages,
+      human(static_cast<double>(maxSent)).c_str(), human(static_cast<double>(maxReceived)).c_str(),
+      human(n * info).c_str(), algorithms::algorithmName(bcast), algorithms::algorithmName(allReduce), maxInitPeers,
+      maxPeers, maxPeers * static_cast<size_t>(sockets) + 3, n - 1, (n - 1) * sockets + 3);
 }
 
 }  // namespace
@@ -114,7 +117,7 @@ void project(int n, size_t allReduceBytes, int sockets) {
 int runInitProjection(int argc, char** argv) {
   std::vector<int> sizes = {1024, 4096, 32768, 131072};
   size_t bytes = 8;
-  int sockets = 2;
+  int sockets = 2, chunk = 0;
   for (int i = 2; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--ranks" && i + 1 < argc) {
@@ -128,13 +131,21 @@ int runInitProjection(int argc, char** argv) {
       bytes = static_cast<size_t>(std::atoll(argv[++i]));
     } else if (a == "--sockets" && i + 1 < argc) {
       sockets = std::atoi(argv[++i]);
+    } else if (a == "--chunk" && i + 1 < argc) {
+      chunk = std::atoi(argv[++i]);
     } else {
-      std::fprintf(stderr,
-                   "usage: %s --init [--ranks 1024,4096,32768,131072] [--bytes B of the first AllReduce (8)] "
-                   "[--sockets tcp sockets per peer (2)]\n",
-                   argv[0]);
+      std::fprintf(
+          stderr,
+          "usage: %s --init [--ranks 1024,4096,32768,131072] [--bytes B of the first AllReduce (8)] "
+          "[--sockets tcp sockets per peer (2)] [--chunk entries per message of the table's down phase (0: the "
+          "default, as COLLIE_INIT_CHUNK)]\n",
+          argv[0]);
       return 2;
     }
+  }
+  if (chunk < 0) {
+    std::fprintf(stderr, "%s --init: --chunk %d: expected 0 (the default) or a number of entries\n", argv[0], chunk);
+    return 2;
   }
   for (int n : sizes) {
     if (n < 1 || n > (1 << 20)) {
@@ -144,22 +155,26 @@ int runInitProjection(int argc, char** argv) {
   }
   std::printf(
       "# init of one communicator, per the code (PeerInfo %zu B, hello %zu B, reply header %zu B); "
-      "first AllReduce %zu B; tcp with %d sockets per peer\n",
-      sizeof(transport::PeerInfo), core::kBootstrapHelloBytes, core::kBootstrapReplyHeaderBytes, bytes, sockets);
+      "first AllReduce %zu B; tcp with %d sockets per peer; table chunk %s\n",
+      sizeof(transport::PeerInfo), core::kBootstrapHelloBytes, core::kBootstrapReplyHeaderBytes, bytes, sockets,
+      chunk > 0 ? (std::to_string(chunk) + " entries").c_str()
+                : "the default (N / floor(log2 N), at least 683 entries)");
   std::printf(
       "#   root: bytes in (hellos), out (replies: each rank's bootstrapPeers), out before (the whole table to every "
       "rank)\n"
       "#   reply: most entries (and bytes) a rank reads from the root\n"
-      "#   all-gather of the table (along the root's tree, Send/Recv): rounds (tableGatherRounds: its longest chain "
-      "of messages); per rank, worst of all ranks: messages sent, bytes sent, bytes received, table held\n"
+      "#   all-gather of the table (along the root's tree, Send/Recv, the down phase in chunks): rounds (the most a "
+      "rank runs), its critical path (tableGatherCost) in messages (chain) and in bytes sent one after another "
+      "(path: time = path / bandwidth + chain x latency); per rank, worst of all ranks: messages sent, bytes sent, "
+      "bytes received, table held\n"
       "#   connections per rank after init (the all-gather's peers and calibration's, the tuner's broadcast, less "
       "the all-gather's links init closes: gatherOnlyPeers), after a first AllReduce too (peers), descriptors then "
       "(tcp sockets + listener, epoll, eventfd), worst of ranks 0, 1, N/2, N-1;\n"
       "#   eager (before): N-1 peers and their descriptors\n");
-  std::printf("%8s | %9s %9s %10s | %5s %9s | %6s %5s %9s %9s %9s | %-5s %-5s %4s %5s %6s | %8s %8s\n", "ranks",
-              "root_in", "root_out", "before", "entry", "reply", "rounds", "msgs", "sent", "recvd", "held", "bcast",
-              "AR", "init", "peers", "fds", "eager_pe", "eager_fd");
-  for (int n : sizes) collie::sim::project(n, bytes, sockets);
+  std::printf("%8s | %9s %9s %10s | %5s %9s | %6s %5s %9s %5s %9s %9s %9s | %-5s %-5s %4s %5s %6s | %8s %8s\n", "ranks",
+              "root_in", "root_out", "before", "entry", "reply", "rounds", "chain", "path", "msgs", "sent", "recvd",
+              "held", "bcast", "AR", "init", "peers", "fds", "eager_pe", "eager_fd");
+  for (int n : sizes) collie::sim::project(n, bytes, sockets, chunk);
   return 0;
 }
 

@@ -85,6 +85,9 @@ inline constexpr int64_t kNeverMs = int64_t{100} * 365 * 24 * 3600 * 1000;
     "pipeline slice size in bytes; 0 lets the tuner choose")                                                       \
   X(slicesInFlight, Int, "COLLIE_SLICES_IN_FLIGHT", "0", COLLIE_RULE_ZERO_OR_RANGE(1, 1024),                       \
     "receive slices posted ahead per step; 0 lets the tuner choose")                                               \
+  X(initChunk, Int, "COLLIE_INIT_CHUNK", "0", COLLIE_RULE_ZERO_OR_RANGE(1, 1 << 30),                               \
+    "entries (96 B each) per message of init's address table streamed down the bootstrap tree; 0: the table over " \
+    "the tree's height, at least 683 (64 KiB); every rank must set the same")                                      \
   X(spinUs, Int, "COLLIE_SPIN_US", "20", COLLIE_RULE_RANGE(0, 1000000),                                            \
     "microseconds a waiting rank polls before it sleeps")                                                          \
   X(algo, Str, "COLLIE_ALGO", "", COLLIE_RULE_TEXT,                                                                \

@@ -9,15 +9,19 @@
 //      that rank 0 is its root (rank 0 then has links to two peers for calibration's fan-out): in positions
 //      rank + N/2 mod N the root is the middle of [0, N) and each node the middle of the part of its parent's range
 //      on its side, so every subtree holds a contiguous range of ranks [lo, hi) (mod N). A node receives its children's
-//      ranges, sends its own range [lo, hi) to its parent and receives everything else from it (one message: [hi, lo)
-//      mod N), then sends each child everything but that child's range. Every rank talks to the ranks the root named
-//      and no other; the longest chain of messages is twice the tree's height, tableGatherRounds(N) = 2 floor(log2 N)
-//      (a leaf's range up to the root and the table back down); a rank receives the N - 1 others and sends at most 2N +
-//      1 (O(N) bytes) and connects to at most 3 peers, N - 1 pairs in all: where each rank dials O(log N) partners
-//      (recursive doubling), the handshakes of a large job on few hosts, which its processes' accept threads serve,
-//      grow as N log N. Each rank's rounds (at most three: children's ranges in, parent's exchange, children's out) run
-//      one after another as groups of Send/Recv through the executor like any call; entries are checked (rank field) as
-//      they arrive.
+//      ranges and sends its own range [lo, hi) to its parent. Everything else ([hi, lo) mod N) streams down from the
+//      parent in chunks of tableChunkEntries (N over the tree's height, at least kMinTableChunk entries): in down round
+//      k a node receives chunk k and sends each child the chunks of that child's stream (everything but its range)
+//      that it holds by then, so a chunk goes on one round after it came and the table reaches the leaves in about
+//      height + chunks chunk times rather than height whole tables (at 128k ranks 17 table transfers on the critical
+//      path otherwise). Every rank talks to the ranks the root named and no other; the longest chain of messages is
+//      twice the tree's height, 2 floor(log2 N) (a leaf's range up to the root and the table back down), plus at most
+//      the chunks (tableGatherCost evaluates every rank's plan); a rank receives the N - 1 others and sends at most
+//      2N + 1 (O(N) bytes) and connects to at most 3 peers, N - 1 pairs in all: where each rank dials O(log N)
+//      partners (recursive doubling), the handshakes of a large job on few hosts, which its processes' accept threads
+//      serve, grow as N log N. Each rank's rounds (children's ranges in, then one per chunk in and one to finish: at
+//      most floor(log2 N) + 2) run one after another as groups of Send/Recv through the executor like any call;
+//      entries are checked (rank field) as they arrive.
 //   3. Calibration (calibrate.cpp) broadcasts under the tuner's choice and rank 0 ping-pongs with its first peer
 //      per transport kind.
 //   4. Under lazy connection each rank closes its links to gatherOnlyPeers (the all-gather's partners other than its
@@ -56,9 +60,16 @@ TreePlace treePlace(int rank, int nranks);
 /// decides alike): false for three ranks or fewer, whose answer from the root is already the whole table.
 bool tableGatherNeeded(int nranks);
 
-/// `rank`'s rounds of the table's all-gather (none when !tableGatherNeeded). Matched: the sends of p to q, in order,
-/// are the receives of q from p, in order, with the same entries.
-std::vector<TableRound> tableGatherPlan(int rank, int nranks);
+/// Entries per message of the all-gather's down phase (tableGatherPlan's chunk) unless COLLIE_INIT_CHUNK says
+/// otherwise: the table's length over the tree's height, at least kMinTableChunk, so that a leaf's stream comes in at
+/// most floor(log2 N) chunks, each long enough to cost more than its latency (below about 7,000 ranks: one).
+constexpr int kMinTableChunk = 683;  // 64 KiB of PeerInfo: 52 us at 10 Gbit/s
+int tableChunkEntries(int nranks);
+
+/// `rank`'s rounds of the table's all-gather (none when !tableGatherNeeded), the down phase in messages of at most
+/// `chunk` entries (0: tableChunkEntries). Matched: the sends of p to q, in order, are the receives of q from p, in
+/// order, with the same entries, when every rank passes the same chunk.
+std::vector<TableRound> tableGatherPlan(int rank, int nranks, int chunk = 0);
 
 /// The ranks whose PeerInfo the bootstrap root sends `rank`: its tree neighbours (parent and children), ascending:
 /// every other rank when nranks <= 3. Symmetric: q is in bootstrapPeers(p) exactly when p is in bootstrapPeers(q).
@@ -73,7 +84,15 @@ std::vector<int> tableGatherPartners(int rank, int nranks);
 /// a link agree to close it.
 std::vector<int> gatherOnlyPeers(int rank, int nranks);
 
-/// The longest chain of messages in the table's all-gather: 2 floor(log2 nranks), 0 when !tableGatherNeeded.
-int tableGatherRounds(int nranks);
+/// What the table's all-gather costs on its critical path, from every rank's tableGatherPlan (collie-sim --init):
+/// a round starts once the rank's previous round is done and is done once each of its receives has arrived; a
+/// message arrives `perMessage` + `perEntry` x the entries sent to that peer in that round so far (itself included)
+/// after the start of the round that sends it (a pair's messages of one round go one after another; a rank's sends
+/// to different peers go at once). perMessage 1, perEntry 0: the longest chain of messages.
+struct TableGatherCost {
+  int rounds = 0;     ///< the most rounds a rank runs
+  double finish = 0;  ///< when the last rank has the whole table
+};
+TableGatherCost tableGatherCost(int nranks, double perMessage, double perEntry, int chunk = 0);
 
 }  // namespace collie::core

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "base/errors.hpp"
+#include "base/params.hpp"
 #include "core/bootstrap_plan.hpp"
 #include "core/communicator.hpp"
 
@@ -21,7 +22,7 @@ void CommImpl::gatherTable() {
   const auto at = [&](int first, int i) -> transport::PeerInfo& {
     return table[static_cast<size_t>((first + i) % nranks_)];
   };
-  for (const TableRound& round : tableGatherPlan(rank_, nranks_)) {
+  for (const TableRound& round : tableGatherPlan(rank_, nranks_, static_cast<int>(base::params::initChunk()))) {
     std::vector<int> partners;
     for (const auto* list : {&round.sends, &round.recvs})
       for (const TableMessage& m : *list) partners.push_back(m.peer);

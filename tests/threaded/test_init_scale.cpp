@@ -173,5 +173,32 @@ TEST(InitScale, EveryRankLearnsTheWholeTableFromTheTreeAllGather) {
   }
 }
 
+// The table streamed down the tree in chunks (bootstrap_plan.hpp), which by default starts at about 7,000 ranks: CTest
+// runs this as init_scale.table_in_chunks with COLLIE_INIT_CHUNK=7 (97 ranks: 14 chunks for a leaf). Every rank sends
+// to the ranks 1, 7, 31 and N/2 after it and receives from those before it, which connects pairs whose entries came in
+// every chunk, and checks what it got.
+TEST(InitScale, ATableStreamedDownInChunksConnectsPeersFromEveryChunk) {
+  if (base::params::initChunk() == 0)
+    GTEST_SKIP() << "run by CTest as init_scale.table_in_chunks (COLLIE_INIT_CHUNK=7)";
+  for (int n : {97, 200}) {
+    SCOPED_TRACE(std::to_string(n) + " ranks");
+    ThreadLauncher::run(
+        n,
+        [](Communicator& comm) {
+          const int r = comm.rank(), size = comm.size();
+          for (int stride : {1, 7, 31, size / 2}) {
+            const int to = (r + stride) % size, from = (r - stride + size) % size;
+            std::vector<int32_t> out(17, r * 100 + stride), in(17, -1);
+            groupStart();
+            comm.send(out.data(), out.size(), DataType::Int32, to);
+            comm.recv(in.data(), in.size(), DataType::Int32, from);
+            groupEnd();
+            for (int32_t v : in) ASSERT_EQ(v, from * 100 + stride) << "rank " << r << " from " << from;
+          }
+        },
+        scaleOptions("chunks"));
+  }
+}
+
 }  // namespace
 }  // namespace collie::test

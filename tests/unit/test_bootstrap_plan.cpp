@@ -7,8 +7,10 @@
 //     knows and sends only entries it holds at that round; the sends of p to q, in order, are the receives of q from p,
 //     in order, with the same entries; no rank receives an entry twice; every rank ends with every entry, having
 //     received exactly the N - 1 others and sent at most 2N + 1; no rank waits on a cycle (each round's start time is
-//     computed from the messages it waits for, one unit per message), and the longest chain is tableGatherRounds(N) = 2
-//     floor(log2 N);
+//     computed from the messages it waits for, one unit per message), and the longest chain is tableGatherCost's, 2
+//     floor(log2 N) where the down phase is one message and at most that plus its chunks where it is pipelined;
+//   - the down phase in chunks: the table is in every rank after about N + (height + chunks) chunk times, not
+//     height whole tables;
 //   - the decision to gather at all is the same on every rank and agrees with what the root's answer holds;
 //   - the links init closes afterwards (gatherOnlyPeers) are the all-gather's partners but ring neighbours,
 //     symmetric (both ends close a link, or neither), so a rank keeps at most 2 of them whatever N.
@@ -94,7 +96,7 @@ TEST(BootstrapPlan, GatheringIsDecidedByTheRankCountAloneAndOnlyWhereTheRootLeft
     bool someoneLacks = false;
     for (int r = 0; r < n; ++r) someoneLacks |= bootstrapPeers(r, n).size() < static_cast<size_t>(n - 1);
     EXPECT_EQ(tableGatherNeeded(n), someoneLacks) << n;
-    EXPECT_EQ(tableGatherRounds(n) > 0, tableGatherNeeded(n)) << n;
+    EXPECT_EQ(tableGatherCost(n, 1, 0).finish > 0, tableGatherNeeded(n)) << n;
     for (int r = 0; r < n; ++r) EXPECT_EQ(tableGatherPlan(r, n).empty(), !tableGatherNeeded(n)) << r << " of " << n;
   }
 }
@@ -103,9 +105,9 @@ TEST(BootstrapPlan, GatheringIsDecidedByTheRankCountAloneAndOnlyWhereTheRootLeft
 // its receives has arrived, one unit after the round that holds the matching send started (sends do not wait).
 class PlanRun {
  public:
-  explicit PlanRun(int n) : plans_(static_cast<size_t>(n)), start_(static_cast<size_t>(n)) {
+  PlanRun(int n, int chunk) : plans_(static_cast<size_t>(n)), start_(static_cast<size_t>(n)) {
     for (int r = 0; r < n; ++r) {
-      plans_[static_cast<size_t>(r)] = tableGatherPlan(r, n);
+      plans_[static_cast<size_t>(r)] = tableGatherPlan(r, n, chunk);
       start_[static_cast<size_t>(r)].assign(plans_[static_cast<size_t>(r)].size() + 1, kUnknown);
     }
     // The k-th send of p to q is the k-th receive of q from p: where it is, for each receive.
@@ -168,47 +170,87 @@ class PlanRun {
   std::string error_;
 };
 
+/// Runs the all-gather of n ranks with `chunk` (0: the default) and checks it (see the file's comment).
+void checkPlanRun(int n, int chunk) {
+  SCOPED_TRACE(std::to_string(n) + " ranks, chunk " + std::to_string(chunk));
+  PlanRun run(n, chunk);
+  ASSERT_EQ(run.error(), "");
+  int longest = 0;
+  for (int r = 0; r < n; ++r) {
+    // What r knows before each round: its entry, the root's answer, what earlier rounds brought.
+    std::vector<char> known(static_cast<size_t>(n), 0), received(static_cast<size_t>(n), 0);
+    known[static_cast<size_t>(r)] = 1;
+    for (int p : bootstrapPeers(r, n)) known[static_cast<size_t>(p)] = 1;
+    size_t sent = 0, got = 0;
+    const std::vector<TableRound>& plan = run.plan(r);
+    for (const TableRound& round : plan) {
+      for (const TableMessage& m : round.sends) {
+        ASSERT_TRUE(known[static_cast<size_t>(m.peer)]) << r << " sends to " << m.peer << " unknown, " << n;
+        for (int i = 0; i < m.count; ++i)
+          ASSERT_TRUE(known[static_cast<size_t>((m.first + i) % n)]) << r << " sends an entry it lacks, " << n;
+        sent += static_cast<size_t>(m.count);
+      }
+      for (const TableMessage& m : round.recvs) {
+        ASSERT_TRUE(known[static_cast<size_t>(m.peer)]) << r << " receives from " << m.peer << " unknown, " << n;
+        for (int i = 0; i < m.count; ++i) {
+          const int q = (m.first + i) % n;
+          ASSERT_NE(q, r) << r << " receives its own entry, " << n;
+          ASSERT_FALSE(received[static_cast<size_t>(q)]) << r << " receives rank " << q << "'s entry twice, " << n;
+          received[static_cast<size_t>(q)] = 1;
+        }
+        got += static_cast<size_t>(m.count);
+      }
+      for (int q = 0; q < n; ++q) known[static_cast<size_t>(q)] |= received[static_cast<size_t>(q)];
+    }
+    for (int q = 0; q < n; ++q) ASSERT_TRUE(known[static_cast<size_t>(q)]) << r << " lacks " << q << ", " << n;
+    EXPECT_LE(sent, 2 * static_cast<size_t>(n) + 1) << r << " of " << n;
+    EXPECT_EQ(got, static_cast<size_t>(n - 1)) << r << " of " << n;
+    const int done = run.startOf(r, plan.size());
+    ASSERT_GE(done, 0) << r << " of " << n << " waits on a cycle";
+    longest = std::max(longest, done);
+  }
+  const TableGatherCost cost = tableGatherCost(n, 1, 0, chunk);
+  EXPECT_EQ(longest, cost.finish);
+  const int entries = chunk > 0 ? chunk : tableChunkEntries(n);
+  const int chunks = (n - 2 + entries) / entries;  // of a leaf's stream (N - 1 entries)
+  if (chunks == 1) {
+    EXPECT_EQ(longest, 2 * floorLog2(n));  // a leaf's entries up to the root, the table back down
+  } else {
+    EXPECT_LE(longest, 2 * floorLog2(n) + chunks);  // the chunks follow each other down
+  }
+  EXPECT_LE(cost.rounds, chunks + 2);  // up, then one per chunk in and one to finish
+  if (chunk == 0) {
+    EXPECT_LE(chunks, std::max(1, floorLog2(n)));
+  }
+}
+
 TEST(BootstrapPlan, EveryRankEndsWithTheRootsTableEachEntryOnceWithoutACycle) {
   for (int n : sampleCounts()) {
     if (!tableGatherNeeded(n)) continue;
-    PlanRun run(n);
-    ASSERT_EQ(run.error(), "") << n << " ranks";
-    int longest = 0;
-    for (int r = 0; r < n; ++r) {
-      // What r knows before each round: its entry, the root's answer, what earlier rounds brought.
-      std::vector<char> known(static_cast<size_t>(n), 0), received(static_cast<size_t>(n), 0);
-      known[static_cast<size_t>(r)] = 1;
-      for (int p : bootstrapPeers(r, n)) known[static_cast<size_t>(p)] = 1;
-      size_t sent = 0, got = 0;
-      const std::vector<TableRound>& plan = run.plan(r);
-      for (const TableRound& round : plan) {
-        for (const TableMessage& m : round.sends) {
-          ASSERT_TRUE(known[static_cast<size_t>(m.peer)]) << r << " sends to " << m.peer << " unknown, " << n;
-          for (int i = 0; i < m.count; ++i)
-            ASSERT_TRUE(known[static_cast<size_t>((m.first + i) % n)]) << r << " sends an entry it lacks, " << n;
-          sent += static_cast<size_t>(m.count);
-        }
-        for (const TableMessage& m : round.recvs) {
-          ASSERT_TRUE(known[static_cast<size_t>(m.peer)]) << r << " receives from " << m.peer << " unknown, " << n;
-          for (int i = 0; i < m.count; ++i) {
-            const int q = (m.first + i) % n;
-            ASSERT_NE(q, r) << r << " receives its own entry, " << n;
-            ASSERT_FALSE(received[static_cast<size_t>(q)]) << r << " receives rank " << q << "'s entry twice, " << n;
-            received[static_cast<size_t>(q)] = 1;
-          }
-          got += static_cast<size_t>(m.count);
-        }
-        for (int q = 0; q < n; ++q) known[static_cast<size_t>(q)] |= received[static_cast<size_t>(q)];
-      }
-      for (int q = 0; q < n; ++q) ASSERT_TRUE(known[static_cast<size_t>(q)]) << r << " lacks " << q << ", " << n;
-      EXPECT_LE(sent, 2 * static_cast<size_t>(n) + 1) << r << " of " << n;
-      EXPECT_EQ(got, static_cast<size_t>(n - 1)) << r << " of " << n;
-      const int done = run.startOf(r, plan.size());
-      ASSERT_GE(done, 0) << r << " of " << n << " waits on a cycle";
-      longest = std::max(longest, done);
+    // The default chunk (one message below about 7,000 ranks), about five chunks, and one entry per chunk.
+    std::vector<int> chunkSizes = {0, std::max(1, (n - 1) / 5)};
+    if (n <= 40) chunkSizes.push_back(1);
+    for (int chunk : chunkSizes) checkPlanRun(n, chunk);
+  }
+}
+
+// In time, with the entries of a message sent one after another (tableGatherCost(n, 0, 1)): the down phase's chunks
+// follow each other down the tree, so the last rank has the table after about the up phase (N entries deep) plus
+// (height + chunks) chunk times, rather than height whole tables one after another.
+TEST(BootstrapPlan, TheDownPhaseIsPipelinedInChunks) {
+  std::vector<int> counts = sampleCounts();
+  counts.push_back(32768);  // chunked by default (from about 7,000 ranks)
+  for (int n : counts) {
+    if (!tableGatherNeeded(n)) continue;
+    // The default chunk where it cuts the table, else the table over the tree's height, as the default does at scale.
+    const int chunk = n >= 32768 ? 0 : std::max(1, (n - 1) / std::max(1, floorLog2(n)));
+    const int entries = chunk > 0 ? chunk : tableChunkEntries(n), chunks = (n - 2 + entries) / entries;
+    const double path = tableGatherCost(n, 0, 1, chunk).finish;
+    EXPECT_GE(path, n - 1) << n << " ranks";  // a rank receives N - 1 entries, one after another
+    EXPECT_LE(path, n + (floorLog2(n) + chunks) * static_cast<double>(entries)) << n << " ranks";
+    if (n >= 1000) {
+      EXPECT_LE(path, 3.0 * n) << n << " ranks";  // unpipelined: about (height + 1) N
     }
-    EXPECT_EQ(longest, tableGatherRounds(n)) << n << " ranks";
-    EXPECT_EQ(tableGatherRounds(n), 2 * floorLog2(n)) << n << " ranks";
   }
 }
 

@@ -46,6 +46,7 @@ const std::vector<Case>& cases() {
       {"COLLIE_CONNECT_RETRIES", {"0", "50", "1000000"}, {"-1", "1000001", "many"}},
       {"COLLIE_SLICE_BYTES", {"0", "4096", "65536", "1073741824"}, {"-5", "1", "4095", "1073741825", "64k"}},
       {"COLLIE_SLICES_IN_FLIGHT", {"0", "1", "8", "1024"}, {"-1", "1025", "x"}},
+      {"COLLIE_INIT_CHUNK", {"0", "1", "683", "1073741824"}, {"-1", "1073741825", "64k"}},
       {"COLLIE_SPIN_US", {"0", "20", "1000000"}, {"-1", "1000001", "20us"}},
       {"COLLIE_ALGO", {"ring", "^tree", "allreduce:ring;broadcast:tree"}, {}},
       {"COLLIE_TUNE_FILE", {"/tmp/tune"}, {}},
