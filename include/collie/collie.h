@@ -105,12 +105,13 @@ typedef struct collieConfig_v1 {
   int blocking;         /**< 1 (default): init blocks; 0: init returns collieInProgress, poll collieCommGetAsyncError */
   int timeoutMs;        /**< how long a call waits on a silent peer before failing; default COLLIE_TIMEOUT */
   const char* commName; /**< a name used in logs and errors; default none */
+  int splitShare; /**< collieCommSplit: 1 shares the parent's connections (Options::shareConnections); default 0 */
 } collieConfig_t;
 
 #define COLLIE_CONFIG_INITIALIZER                                                                                  \
   {                                                                                                                \
     sizeof(collieConfig_t), COLLIE_CONFIG_MAGIC, COLLIE_VERSION, COLLIE_CONFIG_UNDEF_INT, COLLIE_CONFIG_UNDEF_INT, \
-        NULL                                                                                                       \
+        NULL, COLLIE_CONFIG_UNDEF_INT                                                                              \
   }
 
 /** Writes COLLIE_VERSION into *version. */

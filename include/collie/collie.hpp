@@ -119,6 +119,12 @@ struct Options {
   std::string name;
   /// When peers are connected; communicators split or shrunk from this one inherit it unless set there.
   ConnectMode connect = ConnectMode::Default;
+  /// Split only (NCCL's splitShare): the new communicator uses this one's connections, making a pair's connection
+  /// only where neither has it yet (then both use it), so it costs no descriptor or handshake for a pair this one has
+  /// connected. The price: the communicators that share run one call at a time on each rank and must be called in the
+  /// same order on every rank (a rank that calls them in another order fails with a mismatch); a failure or abort of
+  /// one fails them all; they may not be mixed in one group. Either may be destroyed first.
+  bool shareConnections = false;
 };
 
 /// What a communicator ran for its most recent collective call (for tools, tests and the perf table).

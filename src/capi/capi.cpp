@@ -190,6 +190,13 @@ collieResult_t parseConfig(const collieConfig_t* config, ParsedConfig* out) {
     out->options.timeout = std::chrono::milliseconds(config->timeoutMs);
   }
   if (COLLIE_CONFIG_HAS(config, commName) && config->commName) out->options.name = config->commName;
+  if (COLLIE_CONFIG_HAS(config, splitShare) && config->splitShare != COLLIE_CONFIG_UNDEF_INT) {
+    if (config->splitShare != 0 && config->splitShare != 1) {
+      tlsLastError = collie::base::format("config->splitShare=%d: expected 0 or 1", config->splitShare);
+      return collieInvalidArgument;
+    }
+    out->options.shareConnections = config->splitShare == 1;
+  }
   return collieSuccess;
 }
 #undef COLLIE_CONFIG_HAS

@@ -13,8 +13,9 @@ using transport::Fingerprint;
 
 namespace {
 
-constexpr uint64_t kCountBits = 52;
+constexpr uint64_t kCountBits = 40;
 constexpr uint64_t kCountMask = (uint64_t{1} << kCountBits) - 1;
+constexpr unsigned kTagShift = 40;
 constexpr unsigned kCollShift = 52, kTypeShift = 56, kOpShift = 60;
 constexpr unsigned kLastColl = static_cast<unsigned>(Collective::Recv);
 
@@ -29,6 +30,7 @@ struct Decoded {
   unsigned type = 0;
   unsigned op = 0;  // op + 1, 0: none
   uint64_t count = 0;
+  uint32_t tag = 0;
 };
 
 Decoded decode(const Fingerprint& fp) {
@@ -39,12 +41,13 @@ Decoded decode(const Fingerprint& fp) {
   d.type = static_cast<unsigned>(fp.shape >> kTypeShift) & 15u;
   d.op = static_cast<unsigned>(fp.shape >> kOpShift) & 15u;
   d.count = fp.shape & kCountMask;
+  d.tag = static_cast<uint32_t>(fp.shape >> kTagShift) & kMaxCommTag;
   return d;
 }
 
 }  // namespace
 
-Fingerprint fingerprintOf(const OpDesc& op, uint32_t call, int rank) {
+Fingerprint fingerprintOf(const OpDesc& op, uint32_t call, int rank, uint32_t tag) {
   const bool p2p = op.coll == Collective::Send || op.coll == Collective::Recv;
   const Collective coll = p2p ? Collective::Send : op.coll;  // a pair is described as the sender sees it
   Fingerprint fp;
@@ -56,8 +59,9 @@ Fingerprint fingerprintOf(const OpDesc& op, uint32_t call, int rank) {
   }
   const uint64_t count = std::min<uint64_t>(op.count, kCountMask);
   const uint64_t opCode = reduces(coll) ? static_cast<uint64_t>(op.op) + 1 : 0;
-  fp.shape = count | (static_cast<uint64_t>(coll) + 1) << kCollShift |
-             (static_cast<uint64_t>(op.type) & 15u) << kTypeShift | (opCode & 15u) << kOpShift;
+  fp.shape = count | static_cast<uint64_t>(tag & kMaxCommTag) << kTagShift |
+             (static_cast<uint64_t>(coll) + 1) << kCollShift | (static_cast<uint64_t>(op.type) & 15u) << kTypeShift |
+             (opCode & 15u) << kOpShift;
   return fp;
 }
 
@@ -80,20 +84,23 @@ std::string callText(const Fingerprint& fp, int rank, int other) {
   }
   const char* type = base::dataTypeName(static_cast<DataType>(d.type));
   const unsigned long long count = d.count;
+  const std::string comm =
+      d.tag == 0 ? std::string()
+                 : base::format(" on the communicator tagged %u (split to share its parent's connections)", d.tag);
   if (d.coll == Collective::Send || d.coll == Collective::Recv) {
     const long long receiver = static_cast<long long>(fp.root) - 1;  // any 32 bits from a peer: no int overflow
     if (receiver == rank) {
-      return base::format("Recv(%s, %llu from rank %d) as receive #%u from rank %d", type, count, other, fp.call,
-                          other);
+      return base::format("Recv(%s, %llu from rank %d) as receive #%u from rank %d%s", type, count, other, fp.call,
+                          other, comm.c_str());
     }
-    return base::format("Send(%s, %llu to rank %lld) as send #%u to rank %lld", type, count, receiver, fp.call,
-                        receiver);
+    return base::format("Send(%s, %llu to rank %lld) as send #%u to rank %lld%s", type, count, receiver, fp.call,
+                        receiver, comm.c_str());
   }
   std::string args = type;
   if (d.op != 0) args += std::string(", ") + base::reduceOpName(static_cast<ReduceOp>(d.op - 1));
   args += base::format(", %llu", count);
   if (fp.root != 0) args += base::format(", root %lld", static_cast<long long>(fp.root) - 1);
-  return base::format("%s(%s) as call #%u", algorithms::collectiveName(d.coll), args.c_str(), fp.call);
+  return base::format("%s(%s) as call #%u%s", algorithms::collectiveName(d.coll), args.c_str(), fp.call, comm.c_str());
 }
 
 std::string describeCall(const Fingerprint& fp, int rank, int other) {

@@ -8,8 +8,9 @@
 // fingerprint of p's matching Send to this rank, since a send/receive pair is written in the sender's terms.
 //
 // Fingerprint layout: call = the number; root = root + 1 (Broadcast, Reduce) or receiving rank + 1 (Send/Recv), else
-// 0; shape = count (bits 0-51, saturated) | collective + 1 (52-55) | data type (56-59) | op + 1 (60-63; reductions
-// only). Any 16 bytes decode to some description, so a fingerprint from a broken peer cannot crash the report.
+// 0; shape = count (bits 0-39, saturated) | communicator tag (40-51: 0, or a child's that shares its parent's
+// connections, link_share.hpp) | collective + 1 (52-55) | data type (56-59) | op + 1 (60-63; reductions only). Any
+// 16 bytes decode to some description, so a fingerprint from a broken peer cannot crash the report.
 #pragma once
 
 #include <array>
@@ -21,8 +22,10 @@
 
 namespace collie::core {
 
-/// The fingerprint of `op` on `rank`, numbered `call`. For a Recv it is the one the sender's Send carries.
-transport::Fingerprint fingerprintOf(const OpDesc& op, uint32_t call, int rank);
+/// The fingerprint of `op` on `rank`, numbered `call`, of the communicator tagged `tag` (kMaxCommTag at most). For a
+/// Recv it is the one the sender's Send carries.
+constexpr uint32_t kMaxCommTag = 4095;
+transport::Fingerprint fingerprintOf(const OpDesc& op, uint32_t call, int rank, uint32_t tag = 0);
 
 /// The call of `fp` made on `rank`, in words: "AllReduce(float32, sum, 1024) as call #17"; for a send/receive
 /// fingerprint "Recv(int32, 8 from rank 2) as receive #3 from rank 2" (`other`: the rank at the other end).

@@ -24,14 +24,18 @@ using algorithms::Collective;
 
 // ---- Creation ------------------------------------------------------------------------------------------------
 
-CommImpl::CommImpl(int rank, int nranks, const Options& options)
+CommImpl::CommImpl(int rank, int nranks, const Options& options, std::shared_ptr<LinkShare> share)
     : rank_(rank),
       nranks_(nranks),
       name_(options.name.empty() ? std::string("comm") : options.name),
       timeout_(options.timeout.count() > 0 ? options.timeout : std::chrono::milliseconds(base::params::timeoutMs())),
       connectMode_(options.connect),
+      share_(share ? std::move(share) : std::make_shared<LinkShare>(std::make_shared<ShareFamily>())),
+      poller_(share_->family->poller),
+      links_(share_->links),
       planner_(rank, nranks, name_),
       recorder_(rank, nranks, name_, static_cast<size_t>(base::params::flightRecorderEntries())),
+      abort_(share_->family->abort),
       queue_(
           [this](std::vector<OpDesc>& ops, ErrorCode& code, std::string& message) {
             try {
@@ -153,6 +157,7 @@ void CommImpl::ensureConnected(const std::vector<Job>& jobs) {
 void CommImpl::connectMissing(const std::vector<int>& peers, bool dial) {
   connectPeers(links_, peers, dial);
   for (int p : peers) executor_->setConnection(p, links_.conns[static_cast<size_t>(p)].get());
+  executorGeneration_ = links_.generation;  // made here and given to the executor
 }
 
 void CommImpl::startRecording() {
@@ -215,8 +220,7 @@ CommImpl::~CommImpl() {
     COLLIE_INFO(base::kLogColl, "stats: %s", stats().summary.c_str());
   }
   stager_.reset();  // every staged call was released by the progress thread
-  for (auto& c : links_.conns)
-    if (c) c->close();
+  // The connections close with share_ (~LinkShare) once no sharing child uses them either.
 }
 
 // ---- Failure ------------------------------------------------------------------------------------------------
@@ -234,6 +238,7 @@ bool CommImpl::recordFailure(ErrorCode code, const std::string& message) {
 void CommImpl::fail(ErrorCode code, const std::string& message, const transport::MismatchRecord* mismatch) {
   if (recordFailure(code, message))
     COLLIE_WARN(base::kLogColl, "%s rank %d failed: %s", name_.c_str(), rank_, message.c_str());
+  share_->family->recordFailure(code, base::format("%s rank %d failed: %s", name_.c_str(), rank_, message.c_str()));
   // Closing our connections makes peers that wait on us fail at once instead of at their timeout; a mismatch
   // goes with it, so that they report the mismatch rather than this rank's going away. Dials are turned down from
   // now on, and connections answered but not taken yet are taken to be closed or poisoned with the others.
@@ -263,6 +268,7 @@ std::string CommImpl::failureMessage() const {
 void CommImpl::abort() {
   recordFailure(ErrorCode::InvalidUsage,
                 base::format("%s rank %d: the communicator was aborted", name_.c_str(), rank_));
+  share_->family->recordFailure(ErrorCode::InvalidUsage, base::format("%s rank %d was aborted", name_.c_str(), rank_));
   abort_.store(true);  // seq_cst, like the queue's claim: a call that ends after this sees it (AbortCheck)
   poller_.wake();
   recorder_.dump("abort");
@@ -273,7 +279,12 @@ void CommImpl::closeIfAborted() noexcept {
   if (!abort_.load() || !queue_.beginInline()) return;  // not aborted, or a call runs: its end looks again
   ProgressQueue::InlineClaim claim{queue_};
   if (closedByAbort_) return;
+  // A communicator of a sharing family running a call on another thread drives the shared connections: it sees the
+  // abort and closes them itself.
+  std::unique_lock<std::timed_mutex> shared(share_->family->use, std::defer_lock);
+  if (share_->family->shared.load() && !shared.try_lock()) return;
   closedByAbort_ = true;
+  adoptFamilyFailure();  // aborted as one of a sharing family: say which
   try {
     fail(ErrorCode::InvalidUsage, failureMessage());
   } catch (const std::exception& e) {
@@ -281,7 +292,15 @@ void CommImpl::closeIfAborted() noexcept {
   }
 }
 
-void CommImpl::validate(const OpDesc& op) const {
+void CommImpl::adoptFamilyFailure() {
+  if (failCode_.load() != ErrorCode::Success || !share_->family->failed.load()) return;
+  const auto [code, why] = share_->family->failureOf();
+  recordFailure(code, base::format("%s rank %d shares its connections with a communicator that failed (%s)",
+                                   name_.c_str(), rank_, why.c_str()));
+}
+
+void CommImpl::validate(const OpDesc& op) {
+  adoptFamilyFailure();
   if (failCode_.load() != ErrorCode::Success) {
     throw Error(failCode_.load(), base::format("%s rank %d failed earlier and cannot be used: %s", name_.c_str(), rank_,
                                                failureMessage().c_str()));
@@ -318,6 +337,20 @@ OpDesc CommImpl::matchAnySource(const OpDesc& op, const ExecConfig& config) {
 }
 
 void CommImpl::execute(const std::vector<OpDesc>& ops, const ExecConfig& config, const std::vector<Job>* repeated) {
+  // One call of a sharing family at a time drives its connections (link_share.hpp).
+  std::unique_lock<std::timed_mutex> shared(share_->family->use, std::defer_lock);
+  if (share_->family->shared.load(std::memory_order_acquire) && !shared.try_lock_for(timeout_)) {
+    if (repeated) recorder_.finish(false);
+    COLLIE_FAIL(ErrorCode::Timeout,
+                "%s rank %d: waited %lld ms for a call of a communicator that shares its connections to end (call the "
+                "communicators of a family in the same order on every rank)",
+                name_.c_str(), rank_, static_cast<long long>(timeout_.count()));
+  }
+  adoptFamilyFailure();
+  if (links_.generation != executorGeneration_) {  // a sharing child connected peers through these links
+    for (int p = 0; p < nranks_; ++p) executor_->setConnection(p, links_.conns[static_cast<size_t>(p)].get());
+    executorGeneration_ = links_.generation;
+  }
   if (failCode_.load() != ErrorCode::Success) {
     if (repeated) recorder_.finish(false);  // Planner::repeat began its entry: it ends, failed, having sent nothing
     throw Error(failCode_.load(), failureMessage());

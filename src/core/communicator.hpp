@@ -22,6 +22,7 @@
 #include "core/bootstrap.hpp"
 #include "core/executor.hpp"
 #include "core/flight_recorder.hpp"
+#include "core/link_share.hpp"
 #include "core/op_desc.hpp"
 #include "core/planner.hpp"
 #include "core/prepared_call.hpp"
@@ -80,7 +81,8 @@ class CommImpl {
   int connectedPeers() const { return links_.connectedPeers.load(std::memory_order_relaxed); }
 
  private:
-  CommImpl(int rank, int nranks, const Options& options);
+  /// `share`: the links (and family) of a child that shares its parent's connections; null: links of its own.
+  CommImpl(int rank, int nranks, const Options& options, std::shared_ptr<LinkShare> share = nullptr);
   /// Prepares the links to `peers` (setup.hpp) and makes the executor; with eager connection connects every
   /// peer and ends with a barrier, else connects none (ensureConnected does, per call). gatherFirst (init from the
   /// bootstrap root): the ranks first all-gather the table's missing entries (gatherTable).
@@ -99,8 +101,10 @@ class CommImpl {
   void connectMissing(const std::vector<int>& peers, bool dial = true);
   [[noreturn]] void explainConnectFailure(const std::vector<Job>& jobs, const std::vector<int>& missing,
                                           const Error& e);
-  /// Throws the communicator's earlier failure, then validateOp's errors.
-  void validate(const OpDesc& op) const;
+  /// Throws the communicator's earlier failure (or its sharing family's), then validateOp's errors.
+  void validate(const OpDesc& op);
+  /// Adopts the failure of a communicator it shares its connections with, if any (link_share.hpp).
+  void adoptFamilyFailure();
   /// Keeps `op` (validated, classified, about to run inline) as the prepared call when it may be one.
   void armPrepared(const OpDesc& op);
   // Tuning (calibrate.cpp): the costs measured at init (or read from COLLIE_TUNE_FILE) by rank 0 and broadcast, so
@@ -146,8 +150,10 @@ class CommImpl {
   int splitCount_ = 0;
   int shrinkCount_ = 0;
 
-  base::Poller poller_;
-  Links links_;
+  std::shared_ptr<LinkShare> share_;  // this communicator's links, owned with its sharing children (link_share.hpp)
+  base::Poller& poller_;              // share_'s family's
+  Links& links_;                      // share_'s
+  uint64_t executorGeneration_ = 0;   // links_.generation when the executor last took the links' connections
   std::unique_ptr<Executor> executor_;
   std::unique_ptr<AnySourceMatcher> anySource_;
   ExecConfig execConfig_;          // made once the links are known
@@ -158,8 +164,8 @@ class CommImpl {
   std::unique_ptr<CallTrace> trace_;  // before recorder_: the recorder's dumps flush it while the recorder lives
   FlightRecorder recorder_;           // this communicator's last calls (flight_recorder.hpp)
   MeasuredCosts measured_;            // per transport kind, as agreed at init (inherited by split)
-  std::atomic<bool> abort_{false};
-  bool closedByAbort_ = false;  // under the queue's inline claim (closeIfAborted)
+  std::atomic<bool>& abort_;          // share_'s family's: an abort of one of a sharing family stops them all
+  bool closedByAbort_ = false;        // under the queue's inline claim (closeIfAborted)
 
   std::atomic<ErrorCode> failCode_{ErrorCode::Success};
   mutable std::mutex failMu_;

@@ -96,9 +96,9 @@ const std::vector<Job>& Planner::plan(const std::vector<OpDesc>& ops) {
     if (p2p) {
       const auto peer = static_cast<size_t>(op.root);
       counter = op.coll == Collective::Send ? &sends_[peer] : &recvs_[peer];
-      job.sendFp = job.recvFp = fingerprintOf(op, (*counter)++, rank_);
+      job.sendFp = job.recvFp = fingerprintOf(op, (*counter)++, rank_, tag_);
     } else {
-      job.sendFp = job.recvFp = fingerprintOf(op, collectiveCalls_++, rank_);
+      job.sendFp = job.recvFp = fingerprintOf(op, collectiveCalls_++, rank_, tag_);
       history_.add(job.sendFp);
     }
     if (ops.size() == 1)
@@ -128,7 +128,7 @@ const std::vector<Job>* Planner::repeat(const CallKey& key) {
 transport::Fingerprint Planner::recvFingerprint(const OpDesc& op, int peer) const {
   OpDesc named = op;
   named.root = peer;
-  return fingerprintOf(named, recvs_[static_cast<size_t>(peer)], rank_);
+  return fingerprintOf(named, recvs_[static_cast<size_t>(peer)], rank_, tag_);
 }
 
 transport::MismatchRecord Planner::explain(transport::MismatchRecord r) const {

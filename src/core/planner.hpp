@@ -42,6 +42,9 @@ class Planner {
   /// the same internal calls before, all matched), so that a mismatch's "call #N" is the recorder's sequence
   /// number in programs without send/receive.
   void setRecorder(FlightRecorder* recorder);
+  /// The communicator's tag in every fingerprint (call_fingerprint.hpp; 0 unless it shares its parent's connections).
+  void setTag(uint32_t tag) { tag_ = tag; }
+  uint32_t tag() const { return tag_; }
   /// The tuner, to change it (setup only): forgets the memo of the last call's plan.
   Tuner& tuner() {
     memo_.valid = false;
@@ -112,6 +115,7 @@ class Planner {
   uint64_t scheduleGeneration_ = 1;  // changes when the schedule cache is cleared (Job::scheduleGeneration)
   std::vector<Job> jobs_;
   uint32_t collectiveCalls_ = 0;         // collective calls planned so far
+  uint32_t tag_ = 0;                     // in every fingerprint
   std::vector<uint32_t> sends_, recvs_;  // by peer: sends to it and receives from it planned so far
   CallHistory history_;                  // fingerprints of the recent collective calls
   mutable std::mutex callMu_;

@@ -157,6 +157,7 @@ int connectPeers(Links& links, const std::vector<int>& peers, bool dial) {
     for (size_t i = 0; i < chosen[t].size(); ++i) links.conns[static_cast<size_t>(chosen[t][i])] = std::move(conns[i]);
     made += static_cast<int>(chosen[t].size());
     links.connectedPeers += static_cast<int>(chosen[t].size());
+    ++links.generation;
     COLLIE_INFO(base::kLogInit, "%s rank %d: connected %zu peer(s) over %s (%s); now connected to %d of %d peers",
                 ctx.name.c_str(), ctx.rank, chosen[t].size(), links.transports[t]->name(),
                 transport::handshake::rankList(chosen[t]).c_str(), links.connectedPeers.load(), ctx.nranks - 1);
@@ -184,6 +185,7 @@ void closePeer(Links& links, int peer) {
   conn->close();
   conn.reset();
   links.connectedPeers -= 1;
+  ++links.generation;
 }
 
 std::vector<std::string> transportNames(const Links& links) {

@@ -34,9 +34,10 @@ struct Links {
   std::vector<int> transportOf;                                   ///< by rank: index in transports, -1 self
   transport::CommContext ctx;                                     ///< the table and secret every connect uses
   std::atomic<int> connectedPeers{0};                             ///< peers (not self) with a connection
-  bool oversubscribed = true;                                     ///< more ranks on this host than CPUs: spin politely
-  bool cpusTaken = true;  ///< at least as many ranks on this host as CPUs: the progress thread spins politely
-  double cpuShare = 1;    ///< ranks of this host per CPU, at least 1
+  uint64_t generation = 0;     ///< changes whenever a connection is made or closed (a sharing child may make them)
+  bool oversubscribed = true;  ///< more ranks on this host than CPUs: spin politely
+  bool cpusTaken = true;       ///< at least as many ranks on this host as CPUs: the progress thread spins politely
+  double cpuShare = 1;         ///< ranks of this host per CPU, at least 1
 };
 
 /// Whether a communicator made with `mode` (Options::connect; Default: COLLIE_CONNECT) over `transports` connects

@@ -13,14 +13,17 @@
 //   3. every rank computes the members of its color from the same table, and their PeerInfo from this
 //      communicator's (childPeerInfo), and the new communicator connects on first use like any other, with the
 //      parent's measured costs.
-// The connections themselves are not shared with the parent: ARCHITECTURE.md (Split) says why and what it would
-// take. A rank with COLLIE_SPLIT_NOCOLOR takes part in the all-gathers and gets no communicator.
+// With Options::shareConnections the new communicator takes no listener or table of its own use: it borrows this one's
+// connections (link_share.hpp; each of its calls takes the family's lock) and tags its fingerprints. Otherwise the
+// connections are its own: ARCHITECTURE.md (Split) says what each way costs. A rank with COLLIE_SPLIT_NOCOLOR takes
+// part in the all-gathers and gets no communicator.
 #include <algorithm>
 #include <array>
 #include <cstring>
 
 #include "base/errors.hpp"
 #include "base/log.hpp"
+#include "core/call_fingerprint.hpp"
 #include "core/communicator.hpp"
 #include "core/group.hpp"
 
@@ -40,6 +43,19 @@ static_assert(sizeof(SplitEntry) == 4 * sizeof(int32_t));
 
 using AddressSet = std::array<transport::TransportAddress, transport::PeerInfo::kMaxAddresses>;
 
+/// The fingerprint tag of a child split with shareConnections (call_fingerprint.hpp): 1..kMaxCommTag, never its
+/// parent's. Siblings of one split never share a pair (their ranks differ), so only children of different splits
+/// can collide (1 in 4095): a rank calling two such in another order than its peer would then go unnoticed.
+uint32_t sharingTag(uint32_t parentTag, int epoch, int color) {
+  uint64_t h = (uint64_t{parentTag} << 40) ^ (static_cast<uint64_t>(epoch) << 20) ^ static_cast<uint32_t>(color);
+  h ^= h >> 33;
+  h *= 0xff51afd7ed558ccdULL;
+  h ^= h >> 33;
+  uint32_t tag = 1 + static_cast<uint32_t>(h % kMaxCommTag);
+  if (tag == parentTag) tag = tag % kMaxCommTag + 1;
+  return tag;
+}
+
 }  // namespace
 
 std::unique_ptr<CommImpl> CommImpl::split(int color, int key, const Options& options) {
@@ -49,9 +65,10 @@ std::unique_ptr<CommImpl> CommImpl::split(int color, int key, const Options& opt
   COLLIE_INTERNAL_CHECK(static_cast<int>(links_.ctx.peers.size()) == nranks_,
                         "%s rank %d: no PeerInfo table to split from", name_.c_str(), rank_);
   const int epoch = splitCount_++;
+  const bool share = options.shareConnections && color != COLLIE_SPLIT_NOCOLOR;
   ChildTransports transports;
   transport::PeerInfo fresh;  // the addresses of new listeners, for transports that cannot share theirs
-  if (color != COLLIE_SPLIT_NOCOLOR) transports = childTransports(links_.transports, &fresh);
+  if (color != COLLIE_SPLIT_NOCOLOR && !share) transports = childTransports(links_.transports, &fresh);
   const bool mineFresh = std::any_of(std::begin(fresh.addresses), std::end(fresh.addresses),
                                      [](const transport::TransportAddress& a) { return a.kind != 0; });
 
@@ -84,22 +101,35 @@ std::unique_ptr<CommImpl> CommImpl::split(int color, int key, const Options& opt
                    [&](int a, int b) { return all[static_cast<size_t>(a)].key < all[static_cast<size_t>(b)].key; });
   const int newSize = static_cast<int>(members.size());
   int newRank = -1;
+  std::vector<transport::TransportKind> kept = transports.shared;  // whose addresses the new table keeps
+  if (share)  // all: its pairs choose their transport as this communicator's do
+    for (const auto& t : links_.transports) kept.push_back(t->kind());
   std::vector<transport::PeerInfo> peers;
   for (int i = 0; i < newSize; ++i) {
     const size_t old = static_cast<size_t>(members[static_cast<size_t>(i)]);
-    peers.push_back(
-        childPeerInfo(links_.ctx.peers[old], i, transports.shared, exchange ? addresses[old].data() : nullptr));
+    peers.push_back(childPeerInfo(links_.ctx.peers[old], i, kept, exchange ? addresses[old].data() : nullptr));
     if (members[static_cast<size_t>(i)] == rank_) newRank = i;
   }
   Options opts = options;
   if (opts.timeout.count() == 0) opts.timeout = timeout_;
   if (opts.connect == ConnectMode::Default) opts.connect = connectMode_;
   if (opts.name.empty()) opts.name = base::format("%s.split%d.color%d", name_.c_str(), epoch, color);
-  COLLIE_INFO(base::kLogInit, "%s rank %d: split %d color %d: rank %d of %d in %s (%zu listener(s) shared)",
-              name_.c_str(), rank_, epoch, color, newRank, newSize, opts.name.c_str(), transports.shared.size());
-  std::unique_ptr<CommImpl> comm(new CommImpl(newRank, newSize, opts));
+  COLLIE_INFO(base::kLogInit, "%s rank %d: split %d color %d: rank %d of %d in %s (%s)", name_.c_str(), rank_, epoch,
+              color, newRank, newSize, opts.name.c_str(),
+              share ? "sharing this communicator's connections"
+                    : base::format("%zu listener(s) shared", transports.shared.size()).c_str());
+  std::shared_ptr<LinkShare> lent;  // share: the new communicator's links, lent by this one's
+  if (share) {
+    lent = std::make_shared<LinkShare>(share_->family);
+    lent->lender = share_;
+    lent->lenderRank = members;
+    lent->links.transports = lendingTransports(share_, members);
+    share_->family->shared.store(true, std::memory_order_release);  // calls of the family take its lock from now on
+  }
+  std::unique_ptr<CommImpl> comm(new CommImpl(newRank, newSize, opts, lent));
   comm->secret_ = splitSecret(secret_, epoch, color);  // a secret of its own
-  comm->links_.transports = std::move(transports.list);
+  if (!share) comm->links_.transports = std::move(transports.list);
+  comm->planner_.setTag(share ? sharingTag(planner_.tag(), epoch, color) : 0);
   comm->measured_ = measured_;  // the parent's measurements, for the kinds the new communicator uses
   const std::vector<std::string> kinds = kindsInUse(comm->links_.transports, peers);
   comm->planner_.tuner() = Tuner(measured_.modelFor(kinds), planner_.tuner().selection());

@@ -302,7 +302,10 @@ ncclResult_t parseConfig(const char* fn, const ncclConfig_t* config, Settings* o
     return fail(nullptr, ncclInvalidArgument, "%s: config->minCTAs=%d is greater than config->maxCTAs=%d", fn,
                 config->minCTAs, config->maxCTAs);
   }
-  if (NCCL_CONFIG_HAS(config, splitShare)) NCCL_TRY(binary("splitShare", config->splitShare));
+  if (NCCL_CONFIG_HAS(config, splitShare)) {
+    NCCL_TRY(binary("splitShare", config->splitShare));
+    if (config->splitShare != NCCL_CONFIG_UNDEF_INT) out->splitShare = config->splitShare == 1;
+  }
   if (NCCL_CONFIG_HAS(config, commName) && config->commName) out->name = config->commName;
   if (NCCL_CONFIG_HAS(config, collnetEnable)) NCCL_TRY(binary("collnetEnable", config->collnetEnable));
   if (NCCL_CONFIG_HAS(config, shrinkShare)) NCCL_TRY(binary("shrinkShare", config->shrinkShare));
@@ -317,6 +320,7 @@ collieConfig_t collieConfigFor(const Settings& s, bool blocking) {
   collieConfig_t cc = COLLIE_CONFIG_INITIALIZER;
   cc.blocking = blocking ? 1 : 0;
   cc.commName = s.name.empty() ? nullptr : s.name.c_str();
+  cc.splitShare = s.splitShare ? 1 : 0;
   return cc;
 }
 

@@ -119,7 +119,8 @@ size_t collieTypeSize(collieDataType_t t);
 /// What collie can honour of an ncclConfig_t.
 struct Settings {
   bool blocking = true;
-  std::string name;  ///< empty: collie names the communicator
+  std::string name;         ///< empty: collie names the communicator
+  bool splitShare = false;  ///< ncclCommSplit: share the parent's connections
 };
 /// Checks config as NCCL does and fills *out (left as it is for a NULL config).
 ncclResult_t parseConfig(const char* fn, const ncclConfig_t* config, Settings* out);

@@ -1,0 +1,110 @@
+// Connections shared with children split with shareConnections (see link_share.hpp).
+#include "core/link_share.hpp"
+
+#include <utility>
+
+#include "base/errors.hpp"
+
+namespace collie::core {
+namespace {
+
+/// A child's view of its parent's connection to the same rank: every operation goes to the parent's connection, so
+/// closing or poisoning it (the child failed) closes the shared one, as a failure must.
+class BorrowedConnection : public transport::Connection {
+ public:
+  BorrowedConnection(int peer, transport::Connection* shared) : peer_(peer), shared_(shared) {}
+  int peer() const override { return peer_; }
+  void postSend(transport::Transfer* t) override { shared_->postSend(t); }
+  void postRecv(transport::Transfer* t) override { shared_->postRecv(t); }
+  bool progress() override { return shared_->progress(); }
+  bool busy() const override { return shared_->busy(); }
+  bool announcedByPoller() const override { return shared_->announcedByPoller(); }
+  void close() override { shared_->close(); }
+  void checkAlive() override { shared_->checkAlive(); }
+  bool probe(transport::Arrival* next) override { return shared_->probe(next); }
+  void endProbe() override { shared_->endProbe(); }
+  void poison(const transport::MismatchRecord& why) override { shared_->poison(why); }
+  void revealPoison(transport::Clock::time_point until) override { shared_->revealPoison(until); }
+
+ private:
+  int peer_;
+  transport::Connection* shared_;  // owned by the lender's links, which the child's LinkShare keeps alive
+};
+
+/// One of the parent's transports as a sharing child sees it (link_share.hpp).
+class LendingTransport : public transport::Transport {
+ public:
+  LendingTransport(std::shared_ptr<LinkShare> lender, size_t index, std::vector<int> lenderRank)
+      : lender_(std::move(lender)), index_(index), lenderRank_(std::move(lenderRank)) {}
+  const char* name() const override { return inner().name(); }
+  transport::TransportKind kind() const override { return inner().kind(); }
+  void listen(transport::PeerInfo&) override {
+    COLLIE_FAIL(ErrorCode::InternalError, "a communicator that shares its parent's connections does not listen");
+  }
+  bool canConnect(const transport::PeerInfo& local, const transport::PeerInfo& peer) const override {
+    return inner().canConnect(local, peer);
+  }
+  std::vector<std::unique_ptr<transport::Connection>> connect(const transport::CommContext&,
+                                                              const std::vector<int>& peers) override {
+    return lend(peers, false);
+  }
+  bool dialsAnyTime() const override { return inner().dialsAnyTime(); }
+  std::vector<std::unique_ptr<transport::Connection>> dial(const transport::CommContext&,
+                                                           const std::vector<int>& peers) override {
+    return lend(peers, true);
+  }
+  std::unique_ptr<transport::Transport> shareListener() const override { return inner().shareListener(); }
+
+ private:
+  transport::Transport& inner() const { return *lender_->links.transports[index_]; }
+  /// Connects the parent's ranks of `peers` where the parent has no connection yet (the parent's peers answer from
+  /// their accept loops, or connect collectively where the child's do: the child's schedule names the same pairs),
+  /// then borrows them.
+  std::vector<std::unique_ptr<transport::Connection>> lend(const std::vector<int>& peers, bool dial) {
+    std::vector<int> theirs;
+    for (int p : peers) theirs.push_back(lenderRank_[static_cast<size_t>(p)]);
+    connectPeers(lender_->links, theirs, dial);
+    std::vector<std::unique_ptr<transport::Connection>> out;
+    for (size_t i = 0; i < peers.size(); ++i) {
+      transport::Connection* shared = lender_->links.conns[static_cast<size_t>(theirs[i])].get();
+      COLLIE_INTERNAL_CHECK(shared, "%s: no connection to lend to rank %d", lender_->links.ctx.name.c_str(), theirs[i]);
+      out.push_back(std::make_unique<BorrowedConnection>(peers[i], shared));
+    }
+    return out;
+  }
+
+  std::shared_ptr<LinkShare> lender_;
+  size_t index_;
+  std::vector<int> lenderRank_;
+};
+
+}  // namespace
+
+void ShareFamily::recordFailure(ErrorCode code, const std::string& message) {
+  std::lock_guard<std::mutex> lock(failMu);
+  if (failed.load()) return;
+  failCode = code;
+  failure = message;
+  failed.store(true);
+}
+
+std::pair<ErrorCode, std::string> ShareFamily::failureOf() {
+  std::lock_guard<std::mutex> lock(failMu);
+  return {failCode, failure};
+}
+
+LinkShare::~LinkShare() {
+  if (lender) return;  // borrowed: the parent's links close them
+  for (auto& c : links.conns)
+    if (c) c->close();
+}
+
+std::vector<std::unique_ptr<transport::Transport>> lendingTransports(const std::shared_ptr<LinkShare>& lender,
+                                                                     const std::vector<int>& lenderRank) {
+  std::vector<std::unique_ptr<transport::Transport>> out;
+  for (size_t i = 0; i < lender->links.transports.size(); ++i)
+    out.push_back(std::make_unique<LendingTransport>(lender, i, lenderRank));
+  return out;
+}
+
+}  // namespace collie::core

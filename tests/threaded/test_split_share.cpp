@@ -1,0 +1,222 @@
+// Split with Options::shareConnections (src/core/link_share.hpp), every rank a thread, over shm here and over tcp in a
+// child of this binary (COLLIE_SHM_DISABLE=1):
+//   - every collective on a sharing child, element by element, between the parent's calls, takes no descriptor: not
+//     at the split, not at its calls, not at its destruction, over pairs the parent had connected;
+//   - a pair the child connects first is the parent's too (the parent then calls over it without connecting);
+//   - a child of a sharing child shares the same connections;
+//   - the parent destroyed first: the child goes on, connecting new pairs through the parent's links;
+//   - a rank that calls parent and child in another order than its peer: both fail with a mismatch naming the
+//     child's tag, within the timeout, and no call returns another communicator's data;
+//   - an abort of the child fails the parent, naming the child;
+//   - collieCommSplit's config->splitShare (0, 1; anything else refused).
+#include <collie/collie.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "base/fd_limits.hpp"
+#include "common/bodies.hpp"
+#include "common/launcher.hpp"
+#include "common/split_checks.hpp"
+
+namespace collie::test {
+namespace {
+
+using namespace std::chrono_literals;
+
+/// Runs `test` here over shm, and in a child of this binary over tcp.
+void overShmAndTcp(const std::function<void()>& test) {
+  test();
+  if (std::getenv("COLLIE_SHM_DISABLE") != nullptr) return;  // the child: done
+  const int status = rerunCurrentTestWith({"COLLIE_SHM_DISABLE=1"});
+  ASSERT_TRUE(WIFEXITED(status)) << "the child run over tcp did not exit (status " << status << ")";
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "the child run over tcp failed (its output is above)";
+}
+
+Options shareOptions(std::chrono::milliseconds timeout = 60s) {
+  Options o;
+  o.timeout = timeout;
+  o.name = "share";
+  o.shareConnections = true;
+  return o;
+}
+
+/// Runs fn(r) on one thread per rank and joins them.
+void onEveryRank(int n, const std::function<void(int)>& fn) {
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) threads.emplace_back([&fn, r] { fn(r); });
+  for (auto& t : threads) t.join();
+}
+
+TEST(SplitShare, EveryCollectiveOnTheParentsConnectionsTakesNoDescriptor) {
+  overShmAndTcp([] {
+    constexpr int n = 8;
+    Options parentOptions = shareOptions();
+    parentOptions.shareConnections = false;
+    auto parents = Communicator::createAll(n, parentOptions);
+    ThreadLauncher::runOn(parents, [](Communicator& comm) {  // connects every pair
+      checkCase(comm, Coll::AllToAll, DataType::Int32, ReduceOp::Sum, 33, false, 0);
+    });
+    const long before = base::fdUsage().open;
+    std::vector<std::unique_ptr<Communicator>> children(n);
+    onEveryRank(n, [&](int r) {
+      auto& parent = *parents[static_cast<size_t>(r)];
+      children[static_cast<size_t>(r)] = parent.split(r % 3, n - r, shareOptions());
+      Communicator& child = *children[static_cast<size_t>(r)];
+      expectMembers(child,
+                    membersOf(
+                        n, r, [](int q) { return q % 3; }, [&](int q) { return n - q; }),
+                    r);
+      everyCollectiveChecked(child);
+      EXPECT_EQ(child.lastCall().transport, expectedTransport());
+      checkCase(parent, Coll::AllReduce, DataType::Int32, ReduceOp::Sum, 1001, false, 0);  // in between
+      checkCase(child, Coll::AllReduce, DataType::Float32, ReduceOp::Sum, 70001, false, 0);
+      EXPECT_EQ(child.connectedPeers(), child.size() - 1) << "rank " << r;
+    });
+    EXPECT_EQ(base::fdUsage().open, before) << "descriptors the sharing children took";
+    children.clear();
+    EXPECT_EQ(base::fdUsage().open, before) << "descriptors after destroying the children";
+    ThreadLauncher::runOn(parents, [](Communicator& comm) {
+      checkCase(comm, Coll::AllReduce, DataType::Int64, ReduceOp::Sum, 4099, false, 0);
+    });
+  });
+}
+
+TEST(SplitShare, APairTheChildConnectsFirstIsTheParentsToo) {
+  overShmAndTcp([] {
+    constexpr int n = 6;
+    Options parentOptions = shareOptions();
+    parentOptions.shareConnections = false;
+    auto parents = Communicator::createAll(n, parentOptions);
+    std::vector<int> parentPeersBefore(n), parentPeersAfter(n);
+    onEveryRank(n, [&](int r) {
+      auto& parent = *parents[static_cast<size_t>(r)];
+      parentPeersBefore[static_cast<size_t>(r)] = parent.connectedPeers();
+      auto child = parent.split(0, r, shareOptions());  // the same ranks in the same order
+      checkCase(*child, Coll::AllToAll, DataType::Int32, ReduceOp::Sum, 77, false, 0);  // every pair
+      parentPeersAfter[static_cast<size_t>(r)] = parent.connectedPeers();
+      auto grandchild = child->split(r % 2, r, shareOptions());  // shares the same connections
+      everyCollectiveChecked(*grandchild);
+      checkCase(parent, Coll::AllToAll, DataType::Int32, ReduceOp::Sum, 78, false, 0);
+    });
+    for (int r = 0; r < n; ++r) {
+      EXPECT_LT(parentPeersBefore[static_cast<size_t>(r)], n - 1) << "rank " << r << " was connected to all before";
+      EXPECT_EQ(parentPeersAfter[static_cast<size_t>(r)], n - 1) << "rank " << r;
+    }
+  });
+}
+
+TEST(SplitShare, TheParentDestroyedFirstLeavesTheChildWorking) {
+  overShmAndTcp([] {
+    constexpr int n = 5;
+    Options parentOptions = shareOptions();
+    parentOptions.shareConnections = false;
+    auto parents = Communicator::createAll(n, parentOptions);
+    std::vector<std::unique_ptr<Communicator>> children(n);
+    onEveryRank(n, [&](int r) {
+      children[static_cast<size_t>(r)] = parents[static_cast<size_t>(r)]->split(0, -r, shareOptions());
+    });
+    parents.clear();
+    ThreadLauncher::runOn(children, [](Communicator& child) {
+      everyCollectiveChecked(child);  // new pairs are connected through the destroyed parent's links
+      EXPECT_EQ(child.connectedPeers(), child.size() - 1);
+    });
+  });
+}
+
+// Rank 0 calls the parent then the child, rank 1 the child then the parent, the same AllReduce: on one stream the
+// parent's message would be taken for the child's. Both fail with a mismatch that names the child's tag.
+TEST(SplitShare, CallsInAnotherOrderFailWithAMismatchInsteadOfWrongData) {
+  overShmAndTcp([] {
+    constexpr auto kTimeout = 5s;
+    Options parentOptions = shareOptions(kTimeout);
+    parentOptions.shareConnections = false;
+    auto parents = Communicator::createAll(2, parentOptions);
+    std::vector<std::string> errors(2);
+    std::vector<double> seconds(2);
+    onEveryRank(2, [&](int r) {
+      auto& parent = *parents[static_cast<size_t>(r)];
+      auto child = parent.split(0, r, shareOptions(kTimeout));
+      checkCase(*child, Coll::AllReduce, DataType::Int32, ReduceOp::Sum, 64, false, 0);  // connected, in order
+      const auto t0 = std::chrono::steady_clock::now();
+      std::vector<int32_t> a(1024, r + 1), b(1024, 10 * (r + 1));
+      try {
+        Communicator& first = r == 0 ? parent : *child;
+        Communicator& second = r == 0 ? *child : parent;
+        first.allReduce(a.data(), a.data(), a.size(), DataType::Int32, ReduceOp::Sum);
+        second.allReduce(b.data(), b.data(), b.size(), DataType::Int32, ReduceOp::Sum);
+        errors[static_cast<size_t>(r)] = "no error; got " + std::to_string(a[0]) + " and " + std::to_string(b[0]);
+      } catch (const Error& e) {
+        errors[static_cast<size_t>(r)] = e.what();
+      }
+      seconds[static_cast<size_t>(r)] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    });
+    for (int r = 0; r < 2; ++r) {
+      EXPECT_NE(errors[static_cast<size_t>(r)].find("mismatched calls"), std::string::npos)
+          << "rank " << r << ": " << errors[static_cast<size_t>(r)];
+      EXPECT_NE(errors[static_cast<size_t>(r)].find("on the communicator tagged"), std::string::npos)
+          << "rank " << r << ": " << errors[static_cast<size_t>(r)];
+      EXPECT_LT(seconds[static_cast<size_t>(r)], 2.0 * 5) << "rank " << r;
+    }
+  });
+}
+
+TEST(SplitShare, AnAbortOfTheChildFailsTheParentNamingIt) {
+  Options parentOptions = shareOptions(10s);
+  parentOptions.shareConnections = false;
+  auto parents = Communicator::createAll(3, parentOptions);
+  std::vector<std::string> errors(3);
+  onEveryRank(3, [&](int r) {
+    auto& parent = *parents[static_cast<size_t>(r)];
+    auto child = parent.split(0, r, shareOptions(10s));
+    checkCase(*child, Coll::AllReduce, DataType::Int32, ReduceOp::Sum, 64, false, 0);
+    child->abort();
+    try {
+      checkCase(parent, Coll::AllReduce, DataType::Int32, ReduceOp::Sum, 64, false, 0);
+      errors[static_cast<size_t>(r)] = "no error";
+    } catch (const Error& e) {
+      errors[static_cast<size_t>(r)] = e.what();
+    }
+  });
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_NE(errors[static_cast<size_t>(r)].find("shares its connections with a communicator that failed"),
+              std::string::npos)
+        << "rank " << r << ": " << errors[static_cast<size_t>(r)];
+    EXPECT_NE(errors[static_cast<size_t>(r)].find("was aborted"), std::string::npos)
+        << "rank " << r << ": " << errors[static_cast<size_t>(r)];
+  }
+}
+
+TEST(SplitShare, TheCApiTakesSplitShareFromTheConfig) {
+  collieUniqueId id;
+  ASSERT_EQ(collieGetUniqueId(&id), collieSuccess);
+  std::vector<collieComm_t> parents(2, nullptr);
+  onEveryRank(2, [&](int r) {
+    ASSERT_EQ(collieCommInitRank(&parents[static_cast<size_t>(r)], 2, id, r), collieSuccess);
+    collieConfig_t bad = COLLIE_CONFIG_INITIALIZER;
+    bad.splitShare = 2;
+    collieComm_t none = nullptr;
+    EXPECT_EQ(collieCommSplit(parents[static_cast<size_t>(r)], 0, r, &none, &bad), collieInvalidArgument);
+    EXPECT_NE(std::string(collieGetLastError(nullptr)).find("config->splitShare=2: expected 0 or 1"), std::string::npos)
+        << collieGetLastError(nullptr);
+    collieConfig_t config = COLLIE_CONFIG_INITIALIZER;
+    config.splitShare = 1;
+    collieComm_t child = nullptr;
+    ASSERT_EQ(collieCommSplit(parents[static_cast<size_t>(r)], 0, r, &child, &config), collieSuccess)
+        << collieGetLastError(nullptr);
+    int32_t v = r + 1;
+    EXPECT_EQ(collieAllReduce(&v, &v, 1, collieInt32, collieSum, child, nullptr), collieSuccess);
+    EXPECT_EQ(v, 3);
+    EXPECT_EQ(collieCommDestroy(child), collieSuccess);
+    EXPECT_EQ(collieCommDestroy(parents[static_cast<size_t>(r)]), collieSuccess);
+  });
+}
+
+}  // namespace
+}  // namespace collie::test
