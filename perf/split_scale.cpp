@@ -6,7 +6,9 @@
 // whatever the environment selects (COLLIE_SHM_DISABLE=1 for tcp). Only the public API is used, so the same file
 // builds against an older collie for a before/after table (perf/RESULTS.md).
 //
-//   split_scale --ranks 8,64 [--count 1024] [--repeat 3]
+//   split_scale --ranks 8,64 [--count 1024] [--repeat 3] [--share]
+// --share splits with Options::shareConnections: the children use the parent's connections (the first round's
+// children connect the pairs the parent lacked, for both; later rounds find them).
 // prints one line per rank count: ranks, split ms (median of --repeat), child fds/rank after split, after an
 // AllReduce, and left after destroying the child; the children's first AllReduce (which connects them) and second
 // (ms, both colors one after the other).
@@ -78,6 +80,7 @@ int main(int argc, char** argv) {
   std::vector<int> sizes = {8, 64};
   size_t count = 1024;
   int repeat = 3;
+  bool share = false;
   for (int i = 1; i < argc; ++i) {
     if (strcmp(argv[i], "--ranks") == 0 && i + 1 < argc) {
       sizes = parseList(argv[++i]);
@@ -85,13 +88,16 @@ int main(int argc, char** argv) {
       count = static_cast<size_t>(atol(argv[++i]));
     } else if (strcmp(argv[i], "--repeat") == 0 && i + 1 < argc) {
       repeat = std::max(1, atoi(argv[++i]));
+    } else if (strcmp(argv[i], "--share") == 0) {
+      share = true;
     } else {
-      fprintf(stderr, "usage: %s [--ranks 8,64] [--count 1024] [--repeat 3]\n", argv[0]);
+      fprintf(stderr, "usage: %s [--ranks 8,64] [--count 1024] [--repeat 3] [--share]\n", argv[0]);
       return 2;
     }
   }
   printEnvironment();
-  printf("; split by parity; AllReduce of %zu int32; median of %d\n", count, repeat);
+  printf("; split by parity%s; AllReduce of %zu int32; median of %d\n",
+         share ? " sharing the parent's connections" : "", count, repeat);
   printf("%6s %10s %16s %16s %14s %13s %13s\n", "ranks", "split_ms", "child_fds/rank", "child_fds/r_AR",
          "left_fds/rank", "first_AR_ms", "second_AR_ms");
   int failures = 0;
@@ -110,14 +116,17 @@ int main(int argc, char** argv) {
     std::vector<int> all(static_cast<size_t>(n));
     for (int r = 0; r < n; ++r) all[static_cast<size_t>(r)] = r;
     bool ok = allReduceChecked(parents, all, count);
+    collie::Options childOptions;
+    childOptions.shareConnections = share;
     std::vector<double> ms, firstMs, secondMs;  // split; the children's first and second AllReduce (both colors)
     double fdsSplit = 0, fdsAr = 0, fdsLeft = 0;
     for (int it = 0; it < repeat && ok; ++it) {
       const int fds0 = openDescriptors();
       std::vector<std::unique_ptr<collie::Communicator>> children(static_cast<size_t>(n));
       const auto t0 = std::chrono::steady_clock::now();
-      ok = onEveryRank(
-          n, [&](int r) { children[static_cast<size_t>(r)] = parents[static_cast<size_t>(r)]->split(r % 2, n - r); });
+      ok = onEveryRank(n, [&](int r) {
+        children[static_cast<size_t>(r)] = parents[static_cast<size_t>(r)]->split(r % 2, n - r, childOptions);
+      });
       ms.push_back(seconds(std::chrono::steady_clock::now() - t0) * 1e3);
       fdsSplit = static_cast<double>(openDescriptors() - fds0) / n;
       // The children's first AllReduce connects their peers; the second runs on those connections: the
