@@ -5,7 +5,9 @@
 //     through the listeners it shared with the parent, and runs every collective;
 //   - descriptors of each process: the split opens no listening socket (only the child's poller, 2), and the child
 //     gives every descriptor back when destroyed;
-//   - a rank that calls a barrier instead of split: every rank fails within the timeout.
+//   - a rank that calls a barrier instead of split: every rank fails within the timeout;
+//   - a child sharing the parent's connections (and a nested one): every collective, no descriptor taken, calls in
+//     another order failing as a mismatch.
 // The same with thread ranks: tests/threaded/test_split.cpp.
 #include <gtest/gtest.h>
 
@@ -78,6 +80,46 @@ TEST_P(SplitProc, ColorsKeysNestedNoColorAndParentWithChildAtOnce) {
         checkCase(comm, Coll::Broadcast, DataType::Int32, ReduceOp::Sum, 4097, false, n - 1);  // the parent works
       },
       splitOptions());
+  EXPECT_TRUE(allRanksSucceeded(exits));
+}
+
+// A child sharing its parent's connections (link_share.hpp) with processes: every collective on it, between the
+// parent's calls, takes no descriptor of the process once the parent has connected every pair; a nested sharing
+// child too; then calls of parent and child in another order on one rank fail as a mismatch on every rank.
+TEST_P(SplitProc, AChildSharingTheParentsConnectionsTakesNoDescriptor) {
+  ScopedEnv shm(tcp() ? "COLLIE_SHM_DISABLE" : nullptr, "1");
+  auto exits = ProcessLauncher::run(
+      4,
+      [](Communicator& comm) {
+        const int r = comm.rank(), n = comm.size();
+        checkCase(comm, Coll::AllToAll, DataType::Int32, ReduceOp::Sum, 33, false, 0);  // every pair connected
+        const long before = base::fdUsage().open;
+        Options share = splitOptions();
+        share.shareConnections = true;
+        auto sub = comm.split(r % 2, n - r, share);
+        ASSERT_NE(sub, nullptr);
+        everyCollectiveChecked(*sub);
+        checkCase(comm, Coll::AllReduce, DataType::Int32, ReduceOp::Sum, 1001, false, 0);
+        auto nested = sub->split(0, -sub->rank(), share);
+        everyCollectiveChecked(*nested);
+        EXPECT_EQ(base::fdUsage().open, before) << "descriptors the sharing children took on rank " << r;
+        nested.reset();
+        // Rank 0 calls the child first, the others the parent first: a mismatch on every rank of the child's pair
+        // with rank 0, named by the child's tag; the rest fail with it (one fate), none with wrong data.
+        std::vector<int32_t> a(256, r), b(256, r);
+        try {
+          Communicator& first = r == 0 ? *sub : comm;
+          Communicator& second = r == 0 ? comm : *sub;
+          first.allReduce(a.data(), a.data(), a.size(), DataType::Int32, ReduceOp::Sum);
+          second.allReduce(b.data(), b.data(), b.size(), DataType::Int32, ReduceOp::Sum);
+          ADD_FAILURE() << "rank " << r << ": calls in another order than rank 0's went through";
+        } catch (const Error& e) {
+          if (r == 0 || r == 2) {  // rank 0's child pair: 0 and 2
+            EXPECT_NE(std::string(e.what()).find("tagged"), std::string::npos) << "rank " << r << ": " << e.what();
+          }
+        }
+      },
+      splitOptions(10s));
   EXPECT_TRUE(allRanksSucceeded(exits));
 }
 
