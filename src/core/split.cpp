@@ -13,7 +13,7 @@
 //   3. every rank computes the members of its color from the same table, and their PeerInfo from this
 //      communicator's (childPeerInfo), and the new communicator connects on first use like any other, with the
 //      parent's measured costs.
-// With Options::shareConnections the new communicator takes no listener or table of its own use: it borrows this one's
+// With Options::shareConnections the new communicator takes no listener of its own: it borrows this one's
 // connections (link_share.hpp; each of its calls takes the family's lock) and tags its fingerprints. Otherwise the
 // connections are its own: ARCHITECTURE.md (Split) says what each way costs. A rank with COLLIE_SPLIT_NOCOLOR takes
 // part in the all-gathers and gets no communicator.
