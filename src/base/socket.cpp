@@ -25,6 +25,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <thread>
 
 #include "base/errors.hpp"
@@ -322,11 +323,22 @@ int listenOn(sockaddr_storage& addr, int backlog) {
 }
 
 int connectWithRetry(const sockaddr_storage& addr, Deadline deadline, int retries, const std::string& what,
-                     const std::function<void()>& beforeRetry, int refusedLimit) {
+                     const std::function<void()>& beforeRetry, int refusedLimit, milliseconds unansweredLimit) {
   auto backoff = milliseconds(10);
   int lastErr = 0;
   int refused = 0;  // refusals in a row
   FdShortageBackoff shortage;
+  // Since when every attempt went unanswered (none yet: the first attempt starts the clock).
+  std::optional<SteadyClock::time_point> silentSince;
+  const auto failUnanswered = [&](const char* how) {
+    COLLIE_FAIL(
+        ErrorCode::RemoteError,
+        "cannot reach %s at %s: no answer to a connection for %lld ms (%s; COLLIE_PEER_DEAD_TIMEOUT=%lld ms): "
+        "its host is down or unreachable",
+        what.c_str(), addressToString(addr).c_str(),
+        static_cast<long long>(std::chrono::duration_cast<milliseconds>(SteadyClock::now() - *silentSince).count()),
+        how, static_cast<long long>(unansweredLimit.count()));
+  };
   for (int attempt = 1;; ++attempt) {
     FdGuard fd(::socket(addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
     if (fd.get() < 0 && isFdShortage(errno)) {
@@ -336,10 +348,13 @@ int connectWithRetry(const sockaddr_storage& addr, Deadline deadline, int retrie
     }
     COLLIE_SYSCHECK(fd.get(), "socket");
     shortage.reset();
+    if (!silentSince) silentSince = SteadyClock::now();
     int rc = ::connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr), addressLength(addr));
     int err = rc == 0 ? 0 : errno;
     if (err == EINPROGRESS) {
-      if (!pollUntil(fd.get(), POLLOUT, deadline)) {
+      const bool bounded = unansweredLimit.count() > 0 && *silentSince + unansweredLimit < deadline;
+      if (!pollUntil(fd.get(), POLLOUT, bounded ? *silentSince + unansweredLimit : deadline)) {
+        if (bounded) failUnanswered("its SYNs went unanswered");
         COLLIE_FAIL(ErrorCode::Timeout, "timed out connecting to %s at %s (attempt %d)", what.c_str(),
                     addressToString(addr).c_str(), attempt);
       }
@@ -352,6 +367,10 @@ int connectWithRetry(const sockaddr_storage& addr, Deadline deadline, int retrie
       return fd.release();
     }
     lastErr = err;
+    const bool unanswered = err == ETIMEDOUT || err == EHOSTUNREACH || err == ENETUNREACH;
+    if (!unanswered) silentSince.reset();  // refused, reset...: the host answered
+    if (unanswered && unansweredLimit.count() > 0 && SteadyClock::now() - *silentSince >= unansweredLimit)
+      failUnanswered(errnoString(err).c_str());
     refused = err == ECONNREFUSED ? refused + 1 : 0;
     if (refusedLimit > 0 && refused >= refusedLimit) {
       COLLIE_FAIL(ErrorCode::RemoteError,
@@ -378,6 +397,19 @@ int connectWithRetry(const sockaddr_storage& addr, Deadline deadline, int retrie
     std::this_thread::sleep_for(std::min<SteadyClock::duration>(backoff, deadline - now));
     backoff = std::min(backoff * 2, milliseconds(1000));
   }
+}
+
+bool isLoopbackAddress(const sockaddr_storage& addr) {
+  if (addr.ss_family == AF_INET) {
+    const auto& a = reinterpret_cast<const sockaddr_in&>(addr);
+    return (ntohl(a.sin_addr.s_addr) >> 24) == 127;
+  }
+  if (addr.ss_family == AF_INET6) {
+    const auto& a = reinterpret_cast<const sockaddr_in6&>(addr).sin6_addr;
+    if (IN6_IS_ADDR_LOOPBACK(&a)) return true;
+    return IN6_IS_ADDR_V4MAPPED(&a) && a.s6_addr[12] == 127;
+  }
+  return false;
 }
 
 int acceptUntil(int listenFd, Deadline deadline, sockaddr_storage* peer) {

@@ -59,8 +59,15 @@ int listenOn(sockaddr_storage& addr, int backlog = 1024);
 /// `beforeRetry`, when set, runs before each retry and may throw to end them (e.g. the peer's process is gone).
 /// `refusedLimit` > 0: that many refusals in a row throw RemoteError (nothing listens at an address the peer
 /// published: its communicator or process is gone), where a listener is known to have been there.
+/// `unansweredLimit` > 0: where a listener is known to have been there too, connecting that long with no answer at
+/// all (no SYN-ACK and no refusal: the SYNs vanish, or the host has no route) throws RemoteError: the peer's host is
+/// down or cut off (COLLIE_PEER_DEAD_TIMEOUT's rule for a connected peer, applied before the first connection). A
+/// refusal is an answer: the host is up.
 int connectWithRetry(const sockaddr_storage& addr, Deadline deadline, int retries, const std::string& what,
-                     const std::function<void()>& beforeRetry = {}, int refusedLimit = 0);
+                     const std::function<void()>& beforeRetry = {}, int refusedLimit = 0,
+                     std::chrono::milliseconds unansweredLimit = std::chrono::milliseconds(0));
+/// Whether `addr` is a loopback address (127.0.0.0/8, ::1, or IPv4 loopback mapped into IPv6).
+bool isLoopbackAddress(const sockaddr_storage& addr);
 /// accept() with a deadline; returns -1 on timeout. Also fills *peer.
 int acceptUntil(int listenFd, Deadline deadline, sockaddr_storage* peer);
 

@@ -353,4 +353,13 @@ int duplicateListener(int fd, const char* transportName) {
   return copy;
 }
 
+std::chrono::milliseconds unansweredLimit(const CommContext& ctx, int peer, const sockaddr_storage& target,
+                                          int64_t deadMs) {
+  const PeerInfo& self = ctx.peers[static_cast<size_t>(ctx.rank)];
+  const PeerInfo& other = ctx.peers[static_cast<size_t>(peer)];
+  const bool sameHost = other.hostHash == self.hostHash && other.netNs == self.netNs;
+  if (deadMs <= 0 || sameHost || base::isLoopbackAddress(target)) return std::chrono::milliseconds(0);
+  return std::chrono::milliseconds(deadMs);
+}
+
 }  // namespace collie::transport::handshake

@@ -251,6 +251,12 @@ int listenAndPublish(const sockaddr_storage& bind, TransportKind kind, PeerInfo&
 sockaddr_storage socketAddressOf(const PeerInfo& info, TransportKind kind);
 /// A second descriptor of listening socket `fd` for Transport::shareListener (the same socket, the same address).
 int duplicateListener(int fd, const char* transportName);
+/// How long a dial of `peer` at `target` may go unanswered before the peer's host counts as down
+/// (base::connectWithRetry's unansweredLimit): `deadMs` (COLLIE_PEER_DEAD_TIMEOUT) for a peer on another host (its
+/// hostHash or netNs differs) at an address off loopback; zero, no limit, for a peer on this host (silence there is
+/// a full listen queue of a live process; Handshake::checkWaiting finds a gone one) or where deadMs is 0.
+std::chrono::milliseconds unansweredLimit(const CommContext& ctx, int peer, const sockaddr_storage& target,
+                                          int64_t deadMs);
 
 }  // namespace handshake
 }  // namespace collie::transport

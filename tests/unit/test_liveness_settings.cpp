@@ -1,5 +1,6 @@
 // The pieces behind dead-versus-late and the flight recorder, without ranks: the keep-alive and user timeout a
-// TCP data socket gets from COLLIE_PEER_DEAD_TIMEOUT, and the recorder's ring (wrap-around, states, JSON, summary).
+// TCP data socket gets from COLLIE_PEER_DEAD_TIMEOUT, which dials get a limit on going unanswered from it, and the
+// recorder's ring (wrap-around, states, JSON, summary).
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -16,6 +17,7 @@
 
 #include "base/socket.hpp"
 #include "core/flight_recorder.hpp"
+#include "transport/handshake.hpp"
 
 namespace collie {
 namespace {
@@ -98,6 +100,31 @@ TEST(DeadPeerTimeout, ALivePeerThatDoesNotReadStillAnswers) {
 
 core::OpDesc op(algorithms::Collective coll, size_t count, int root = 0) {
   return core::makeOp(coll, nullptr, nullptr, count, DataType::Float32, ReduceOp::Max, root);
+}
+
+TEST(UnansweredDial, LoopbackAddressesAreTold) {
+  for (const char* a : {"127.0.0.1:1", "127.4.5.6:1", "[::1]:1", "[::ffff:127.0.0.1]:1"})
+    EXPECT_TRUE(base::isLoopbackAddress(base::parseAddress(a))) << a;
+  for (const char* a : {"10.213.0.2:1", "128.0.0.1:1", "[::2]:1", "[::ffff:10.0.0.1]:1", "[fe80::1]:1"})
+    EXPECT_FALSE(base::isLoopbackAddress(base::parseAddress(a))) << a;
+}
+
+TEST(UnansweredDial, OnlyAPeerOnAnotherHostOffLoopbackGetsTheDeadPeerLimit) {
+  transport::CommContext ctx;
+  ctx.rank = 0;
+  ctx.nranks = 4;
+  ctx.peers.resize(4);
+  for (auto& p : ctx.peers) p.hostHash = 7, p.netNs = 9;
+  ctx.peers[2].hostHash = 8;  // another machine
+  ctx.peers[3].netNs = 10;    // another network namespace of this machine: another host (the test bed's)
+  const sockaddr_storage remote = base::parseAddress("10.213.0.3:5000");
+  const sockaddr_storage loop = base::parseAddress("127.0.0.1:5000");
+  using std::chrono::milliseconds;
+  EXPECT_EQ(transport::handshake::unansweredLimit(ctx, 1, remote, 20000), milliseconds(0));  // this host
+  EXPECT_EQ(transport::handshake::unansweredLimit(ctx, 2, remote, 20000), milliseconds(20000));
+  EXPECT_EQ(transport::handshake::unansweredLimit(ctx, 3, remote, 2000), milliseconds(2000));
+  EXPECT_EQ(transport::handshake::unansweredLimit(ctx, 2, loop, 20000), milliseconds(0));  // fake hosts, one machine
+  EXPECT_EQ(transport::handshake::unansweredLimit(ctx, 2, remote, 0), milliseconds(0));    // kernel's defaults asked
 }
 
 TEST(FlightRecorderRing, KeepsTheLastEntriesWithTheirStates) {

@@ -72,11 +72,13 @@ class TcpProtocol : public handshake::DialProtocol {
     const std::string what = base::format("rank %d (tcp socket %d)", peer, channel);
     // The peer's listener was up when it published this address (and stays up while its communicator lives), so
     // refusals mean it is gone: a few in a row (a listener's backlog overflow drops a SYN, it does not refuse it)
-    // end the dial with RemoteError rather than the timeout.
+    // end the dial with RemoteError rather than the timeout; so does no answer at all from another host for the
+    // dead-peer window (its host is down or cut off).
     constexpr int kRefusedIsGone = 3;
     return UniqueFd(base::connectWithRetry(
         target, hs.deadline(), static_cast<int>(base::params::connectRetries()), what,
-        [&hs, peer] { hs.checkWaiting({peer}); }, kRefusedIsGone));
+        [&hs, peer] { hs.checkWaiting({peer}); }, kRefusedIsGone,
+        handshake::unansweredLimit(hs.context(), peer, target, deadMs_)));
   }
   void sendHello(handshake::Handshake& hs, Link& l) override {
     l.from = base::addressToString(TcpTransport::addressOf(hs.context().peers[static_cast<size_t>(l.peer)]));

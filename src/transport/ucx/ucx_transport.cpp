@@ -139,7 +139,9 @@ std::vector<std::unique_ptr<Connection>> UcxTransport::connect(const CommContext
                      target.ss_family);
     Link& l = links[p];
     std::string what = base::format("rank %d (ucx handshake)", p);
-    l.fd.reset(base::connectWithRetry(target, deadline, static_cast<int>(base::params::connectRetries()), what));
+    l.fd.reset(base::connectWithRetry(
+        target, deadline, static_cast<int>(base::params::connectRetries()), what, {}, 0,
+        handshake::unansweredLimit(ctx, p, target, base::params::peerDeadTimeoutMs())));  // a host that is down
     l.from = base::addressToString(target);
     l.peer = p;
     sendHello(l);
