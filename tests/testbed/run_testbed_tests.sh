@@ -21,10 +21,15 @@
 #   deadpeer     3 ranks on 3 hosts in an endless AllReduce with COLLIE_TIMEOUT=inf; host 2's switch port goes down
 #                (nothing is closed: the peer is unreachable, not gone): every rank fails within
 #                COLLIE_PEER_DEAD_TIMEOUT (2 s) plus 2 s, and one names peer 2 dead or unreachable
+#   unconnected  the same with a host whose peers are not connected yet when it goes: 4 ranks on 4 hosts initialise
+#                (connections on first use leave each with a few), host 2's switch port goes down, then every rank
+#                calls an AllToAll (first_contact.cpp, $TESTBED_FIRST_CONTACT), dialling the peers it lacks: every
+#                rank fails within COLLIE_PEER_DEAD_TIMEOUT (2 s) plus 2 s, and one says a dial had no answer (before
+#                the dial's own limit, a silent host was found only at COLLIE_TIMEOUT)
 set -euo pipefail
 
 usage() {
-  echo "usage: $0 collectives|algorithms|ifname|ratelimit|cleanup|deadpeer|ucx COLLIERUN PERF_DIR" >&2
+  echo "usage: $0 collectives|algorithms|ifname|ratelimit|cleanup|deadpeer|unconnected|ucx COLLIERUN PERF_DIR" >&2
   exit 2
 }
 (($# == 3)) || usage
@@ -463,6 +468,54 @@ case_deadpeer() {
   fi
 }
 
+case_unconnected() {
+  local r secret pids=() down end rc n=0 named=0 slowest=0 ms ready
+  readonly dead_ms=2000
+  local prog=${TESTBED_FIRST_CONTACT:-}
+  [[ -x $prog ]] || { fail "unconnected: TESTBED_FIRST_CONTACT names no program ('$prog')"; return; }
+  echo "run: unconnected: 4 ranks, first_contact (AllToAll after host 2 goes down), COLLIE_TIMEOUT=inf COLLIE_PEER_DEAD_TIMEOUT=$dead_ms"
+  secret=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')
+  for r in 0 1 2 3; do
+    env -u RANK -u WORLD_SIZE -u LOCAL_RANK -u OMPI_COMM_WORLD_RANK -u SLURM_PROCID -u COLLIE_UNIQUE_ID \
+      COLLIE_RANK=$r COLLIE_NRANKS=4 COLLIE_LOCAL_RANK=0 COLLIE_ROOT_ADDR="$subnet.1:$root_port" COLLIE_SECRET="$secret" \
+      COLLIE_TIMEOUT=inf COLLIE_PEER_DEAD_TIMEOUT=$dead_ms \
+      bash -c '"$@"; rc=$?; date +%s.%N >"$0.end"; exit $rc' "$work/first.$r" \
+      timeout 60 "$tb" rank-exec "$prefix" -- "$prog" "$work/go" >"$work/first.$r.out" 2>&1 &
+    pids+=($!)
+  done
+  for ((n = 0; n < 200; ++n)); do  # up to 20 s for the four ranks to initialise
+    ready=$(cat "$work"/first.?.out 2>/dev/null | grep -c 'initialised' || true)
+    ((ready == 4)) && break
+    sleep 0.1
+  done
+  grep -h 'initialised' "$work"/first.?.out | sed 's/^/    /'
+  down=$(date +%s.%N)
+  ip -n "$prefix-sw" link set "$prefix-p2" down
+  touch "$work/go"
+  n=0
+  for r in 0 1 2 3; do
+    rc=0
+    wait "${pids[r]}" || rc=$?
+    end=$(cat "$work/first.$r.end" 2>/dev/null || echo 0)
+    ms=$(awk -v a="$down" -v b="$end" 'BEGIN { printf "%d", (b - a) * 1000 }')
+    grep -q 'no answer to a connection' "$work/first.$r.out" && named=$((named + 1))
+    if ((rc != 1)) || ((ms < 0 || ms > dead_ms + 2000)); then
+      fail "unconnected: rank $r exited $rc ${ms} ms after host 2's link went down (expected an error within $((dead_ms + 2000)) ms)"
+      sed 's/^/    /' "$work/first.$r.out" | tail -5
+    else
+      n=$((n + 1))
+      ((ms > slowest)) && slowest=$ms
+      echo "unconnected: rank $r failed ${ms} ms after the link went down: $(grep -ho 'failed: .*' "$work/first.$r.out" | head -1)"
+    fi
+  done
+  ip -n "$prefix-sw" link set "$prefix-p2" up
+  if ((n == 4 && named >= 1)); then
+    ok "unconnected: every rank failed within ${slowest} ms of host 2 going unreachable before its peers had connected to it (COLLIE_PEER_DEAD_TIMEOUT=$dead_ms, COLLIE_TIMEOUT=inf); $named said a dial had no answer"
+  elif ((named == 0)); then
+    fail "unconnected: no rank said 'no answer to a connection'"
+  fi
+}
+
 # Nested cases for case_cleanup: both leave their bed to the EXIT trap.
 case__fail_on_purpose() {
   [[ -n $(ip netns list | awk -v p="$prefix-h3" '$1 == p') ]] && ok "the bed $prefix is up"
@@ -479,7 +532,7 @@ case__wait_for_term() {
 }
 
 case $case_name in
-  collectives | algorithms | ifname | ratelimit | cleanup | deadpeer | ucx | _fail_on_purpose | _wait_for_term)
+  collectives | algorithms | ifname | ratelimit | cleanup | deadpeer | unconnected | ucx | _fail_on_purpose | _wait_for_term)
     "case_$case_name" ;;
   *) usage ;;
 esac
