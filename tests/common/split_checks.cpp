@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <string>
 
 #include "common/bodies.hpp"
 
@@ -53,6 +54,10 @@ int listeningSockets() {
   return n;
 }
 
-std::string expectedTransport() { return std::getenv("COLLIE_SHM_DISABLE") != nullptr ? "tcp" : "shm"; }
+std::string expectedTransport() {
+  if (std::getenv("COLLIE_SHM_DISABLE") == nullptr) return "shm";
+  const char* net = std::getenv("COLLIE_NET");
+  return net != nullptr && std::string(net) == "ucx" ? "ucx" : "tcp";
+}
 
 }  // namespace collie::test

@@ -20,7 +20,8 @@ void expectMembers(Communicator& comm, const std::vector<int>& members, int me);
 void everyCollectiveChecked(Communicator& comm);
 /// How many of this process's descriptors are listening sockets (tcp and unix).
 int listeningSockets();
-/// "tcp" when COLLIE_SHM_DISABLE is set, else "shm": what lastCall().transport says between ranks of this host.
+/// "shm", or with COLLIE_SHM_DISABLE set "tcp" ("ucx" when COLLIE_NET=ucx too): what lastCall().transport says
+/// between ranks of this host.
 std::string expectedTransport();
 
 }  // namespace collie::test

@@ -93,6 +93,7 @@ TEST(SplitShare, APairTheChildConnectsFirstIsTheParentsToo) {
     constexpr int n = 6;
     Options parentOptions = shareOptions();
     parentOptions.shareConnections = false;
+    parentOptions.connect = ConnectMode::Lazy;  // also over UCX, which connects eagerly unless told
     auto parents = Communicator::createAll(n, parentOptions);
     std::vector<int> parentPeersBefore(n), parentPeersAfter(n);
     onEveryRank(n, [&](int r) {
