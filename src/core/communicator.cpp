@@ -99,7 +99,11 @@ void CommImpl::connect(const std::vector<transport::PeerInfo>& peers, bool gathe
   planner_.setTransports(transportNames(links_), links_.peerTransport);
   planner_.setHosts(hostLayoutOf(links_.ctx.peers));
   if (connectEagerly(connectMode_, links_.transports)) {
-    connectAll(links_);
+    {
+      std::unique_lock<FamilyGate> gate(share_->family->use, std::defer_lock);
+      if (share_->family->shared.load(std::memory_order_acquire)) gate.lock();  // a sharing child: the parent's links
+      connectAll(links_);
+    }
     for (int p = 0; p < nranks_; ++p) executor_->setConnection(p, links_.conns[static_cast<size_t>(p)].get());
     barrier();  // every rank is connected before anyone returns
   }
@@ -240,15 +244,27 @@ void CommImpl::fail(ErrorCode code, const std::string& message, const transport:
     COLLIE_WARN(base::kLogColl, "%s rank %d failed: %s", name_.c_str(), rank_, message.c_str());
   share_->family->recordFailure(code, base::format("%s rank %d failed: %s", name_.c_str(), rank_, message.c_str()));
   // Closing our connections makes peers that wait on us fail at once instead of at their timeout; a mismatch
-  // goes with it, so that they report the mismatch rather than this rank's going away. Dials are turned down from
-  // now on, and connections answered but not taken yet are taken to be closed or poisoned with the others.
-  for (auto& t : links_.transports) {
-    for (auto& c : t->refuseDials(links_.ctx)) {
-      auto& slot = links_.conns[static_cast<size_t>(c->peer())];
+  // goes with it, so that they report the mismatch rather than this rank's going away.
+  closeLinks(links_, mismatch);
+  if (share_->family->shared.load(std::memory_order_acquire)) {
+    // A sharing family's connections are its root's (a member's own links are only the pairs it borrowed): a
+    // failure of one fails them all, and the peers of every member must hear of it now, not at their timeout.
+    LinkShare* root = share_.get();
+    while (root->lender) root = root->lender.get();
+    if (root != share_.get()) closeLinks(root->links, mismatch);
+  }
+}
+
+void CommImpl::closeLinks(Links& links, const transport::MismatchRecord* mismatch) {
+  // Dials are turned down from now on, and connections answered but not taken yet are taken to be closed or
+  // poisoned with the others.
+  for (auto& t : links.transports) {
+    for (auto& c : t->refuseDials(links.ctx)) {
+      auto& slot = links.conns[static_cast<size_t>(c->peer())];
       if (!slot) slot = std::move(c);
     }
   }
-  for (auto& c : links_.conns) {
+  for (auto& c : links.conns) {
     if (!c) continue;
     if (mismatch) {
       c->poison(*mismatch);
@@ -256,6 +272,21 @@ void CommImpl::fail(ErrorCode code, const std::string& message, const transport:
       c->close();
     }
   }
+}
+
+std::shared_ptr<void> CommImpl::takeTurn() {
+  if (!share_->family->shared.load(std::memory_order_acquire)) return nullptr;
+  std::shared_ptr<void> turn = beginTurn(share_->family, this, timeout_);
+  if (!turn)
+    COLLIE_FAIL(ErrorCode::Timeout,
+                "%s rank %d: waited %lld ms for the calls issued before this one on a communicator that shares its "
+                "connections to end (call the communicators of a family in the same order on every rank)",
+                name_.c_str(), rank_, static_cast<long long>(timeout_.count()));
+  return turn;
+}
+
+const ShareFamily* CommImpl::sharingFamily() const {
+  return share_->family->shared.load(std::memory_order_acquire) ? share_->family.get() : nullptr;
 }
 
 std::string CommImpl::failureMessage() const {
@@ -281,7 +312,7 @@ void CommImpl::closeIfAborted() noexcept {
   if (closedByAbort_) return;
   // A communicator of a sharing family running a call on another thread drives the shared connections: it sees the
   // abort and closes them itself.
-  std::unique_lock<std::timed_mutex> shared(share_->family->use, std::defer_lock);
+  std::unique_lock<FamilyGate> shared(share_->family->use, std::defer_lock);
   if (share_->family->shared.load() && !shared.try_lock()) return;
   closedByAbort_ = true;
   adoptFamilyFailure();  // aborted as one of a sharing family: say which
@@ -338,7 +369,7 @@ OpDesc CommImpl::matchAnySource(const OpDesc& op, const ExecConfig& config) {
 
 void CommImpl::execute(const std::vector<OpDesc>& ops, const ExecConfig& config, const std::vector<Job>* repeated) {
   // One call of a sharing family at a time drives its connections (link_share.hpp).
-  std::unique_lock<std::timed_mutex> shared(share_->family->use, std::defer_lock);
+  std::unique_lock<FamilyGate> shared(share_->family->use, std::defer_lock);
   if (share_->family->shared.load(std::memory_order_acquire) && !shared.try_lock_for(timeout_)) {
     if (repeated) recorder_.finish(false);
     COLLIE_FAIL(ErrorCode::Timeout,
@@ -389,6 +420,7 @@ void CommImpl::runGeneral(OpDesc op) {
     groupAdd(this, std::move(op));
     return;
   }
+  const std::shared_ptr<void> turn = takeTurn();  // held until the call ends
   AbortCheck abortCheck{*this};
   if (!queue_.beginInline()) {
     // Async work is queued: run after it, on the progress thread, to keep the order.
@@ -420,14 +452,14 @@ std::shared_ptr<WorkState> CommImpl::runAsync(OpDesc op) {
     groupAdd(this, std::move(op));
   } else {
     std::vector<OpDesc> ops{std::move(op)};
-    queue_.enqueue(std::move(ops), work);
+    queue_.enqueue(std::move(ops), work, takeTurn());
   }
   return work;
 }
 
 std::shared_ptr<WorkState> CommImpl::submitBatch(std::vector<OpDesc> ops) {
   auto work = std::make_shared<WorkState>();
-  queue_.enqueue(std::move(ops), work);
+  queue_.enqueue(std::move(ops), work, takeTurn());
   return work;
 }
 
@@ -462,7 +494,7 @@ void CommImpl::runDevice(OpDesc op) {
       groupAdd(this, std::move(op));
       return;
     }
-    queue_.enqueue({std::move(op)}, work);
+    queue_.enqueue({std::move(op)}, work, takeTurn());
   }
   if (streamOrdered) return;  // a C API call: it completes in stream order; failures come out asynchronously
   work->wait();
@@ -476,7 +508,15 @@ void CommImpl::runBatch(std::vector<OpDesc>& ops) {
     try {
       stager_->waitStaged(*op.staged, abort_);
     } catch (const Error& e) {
-      fail(e.code(), e.what());  // peers waiting on this rank fail now rather than at their timeout
+      // Peers waiting on this rank fail now rather than at their timeout; a sharing family's connections are closed
+      // only by the call that holds its gate (otherwise that call's own failure will close them).
+      std::unique_lock<FamilyGate> gate(share_->family->use, std::defer_lock);
+      if (!share_->family->shared.load(std::memory_order_acquire) || gate.try_lock_for(timeout_)) {
+        fail(e.code(), e.what());
+      } else {
+        recordFailure(e.code(), e.what());
+        share_->family->recordFailure(e.code(), e.what());
+      }
       throw;
     }
   }

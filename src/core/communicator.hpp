@@ -61,6 +61,9 @@ class CommImpl {
   std::shared_ptr<WorkState> runAsync(OpDesc op);
   /// Queues a batch (a group's calls on this communicator) and returns its completion state.
   std::shared_ptr<WorkState> submitBatch(std::vector<OpDesc> ops);
+  /// The sharing family this communicator's connections belong to when any child shares them, else null
+  /// (link_share.hpp): a group must not hold calls of two of its members.
+  const ShareFamily* sharingFamily() const;
 
   void barrier();
   std::unique_ptr<CommImpl> split(int color, int key, const Options& options);
@@ -105,6 +108,12 @@ class CommImpl {
   void validate(const OpDesc& op);
   /// Adopts the failure of a communicator it shares its connections with, if any (link_share.hpp).
   void adoptFamilyFailure();
+  /// A call issued on a member of a sharing family waits for the calls issued before it on the other members to end
+  /// (link_share.hpp, beginTurn) and holds the returned turn until it ends; null when no child shares. Throws
+  /// Timeout after timeout_.
+  std::shared_ptr<void> takeTurn();
+  /// refuseDials, then closes (or poisons with `mismatch`) every connection of `links`.
+  void closeLinks(Links& links, const transport::MismatchRecord* mismatch);
   /// Keeps `op` (validated, classified, about to run inline) as the prepared call when it may be one.
   void armPrepared(const OpDesc& op);
   // Tuning (calibrate.cpp): the costs measured at init (or read from COLLIE_TUNE_FILE) by rank 0 and broadcast, so

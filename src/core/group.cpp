@@ -52,6 +52,14 @@ void groupEnd() {
     if (!batches.count(comm)) order.push_back(comm);
     batches[comm].push_back(std::move(op));
   }
+  // Communicators sharing connections run one call at a time (link_share.hpp): two in one group would wait on each
+  // other until the timeout.
+  for (size_t i = 0; i < order.size(); ++i)
+    for (size_t j = i + 1; j < order.size(); ++j)
+      COLLIE_USAGE_CHECK(order[i]->sharingFamily() == nullptr || order[i]->sharingFamily() != order[j]->sharingFamily(),
+                         "a group holds calls of %s and %s, which share their connections (split with "
+                         "shareConnections): they run one call at a time, so call them in separate groups",
+                         order[i]->name().c_str(), order[j]->name().c_str());
   std::vector<std::shared_ptr<WorkState>> works;
   for (CommImpl* comm : order) works.push_back(comm->submitBatch(std::move(batches[comm])));
   const WorkState* firstFailure = nullptr;

@@ -80,6 +80,58 @@ class LendingTransport : public transport::Transport {
 
 }  // namespace
 
+void FamilyGate::lock() {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return !held_; });
+  held_ = true;
+}
+
+bool FamilyGate::try_lock() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (held_) return false;
+  held_ = true;
+  return true;
+}
+
+bool FamilyGate::try_lock_for(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!cv_.wait_for(lock, timeout, [&] { return !held_; })) return false;
+  held_ = true;
+  return true;
+}
+
+void FamilyGate::unlock() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    held_ = false;
+  }
+  cv_.notify_one();
+}
+
+std::shared_ptr<void> beginTurn(const std::shared_ptr<ShareFamily>& family, const void* member,
+                                std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(family->turnMu);
+  const bool mine =
+      family->turnCv.wait_for(lock, timeout, [&] { return family->turnCalls == 0 || family->turnOwner == member; });
+  if (!mine) return nullptr;
+  family->turnOwner = member;
+  ++family->turnCalls;
+  struct Turn {
+    explicit Turn(std::shared_ptr<ShareFamily> f) : family(std::move(f)) {}
+    Turn(const Turn&) = delete;
+    Turn& operator=(const Turn&) = delete;
+    std::shared_ptr<ShareFamily> family;
+    ~Turn() {
+      {
+        std::lock_guard<std::mutex> lock(family->turnMu);
+        if (--family->turnCalls == 0) family->turnOwner = nullptr;
+      }
+      family->turnCv.notify_all();
+    }
+  };
+  return std::make_shared<Turn>(family);
+}
+
 void ShareFamily::recordFailure(ErrorCode code, const std::string& message) {
   std::lock_guard<std::mutex> lock(failMu);
   if (failed.load()) return;

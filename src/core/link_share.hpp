@@ -7,17 +7,23 @@
 // rank of c, and hands the child a BorrowedConnection that forwards to it. The communicators of one family (a root and
 // every sharing descendant) share a ShareFamily: the poller those connections wake, the abort flag, the failure, and
 // a lock that lets one of them at a time drive the connections:
-//   - calls of a family run one after another on each rank (a call waits for the lock up to the timeout), so a rank
-//     must call the family's communicators in the same order as its peers, as on one ordered stream;
+//   - calls of a family run one after another on each rank, in the order they were issued: a call issued on one
+//     member waits, before it is queued or run, until the calls issued before it on the other members have ended
+//     (ShareFamily::beginTurn, up to the timeout; a member's own calls keep their order in its queue), and one call
+//     at a time drives the connections (ShareFamily::use). So a rank must call the family's communicators in the
+//     same order as its peers, as on one ordered stream, and an async call on one member followed by a call on
+//     another runs in that order on every rank;
 //   - every message names its communicator (a 12-bit tag in the call fingerprint, call_fingerprint.hpp): a rank that
 //     called them in another order fails with a mismatch on both ends rather than take the wrong communicator's
 //     data;
 //   - a failure or an abort of one fails them all (their connections are one);
 //   - the parent may be destroyed first: the connections stay open while a child uses them.
-// Not in one group: a group's calls on two communicators of a family would wait on each other.
+// Not in one group: a group's calls on two communicators of a family would wait on each other (groupEnd refuses it).
 #pragma once
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -28,12 +34,27 @@
 
 namespace collie::core {
 
+/// A lock (Lockable, with try_lock_for) made of a mutex and a condition variable: std::timed_mutex's try_lock_for
+/// locks through pthread_mutex_clocklock, which GCC 12's ThreadSanitizer does not see, so it reports the unlock.
+class FamilyGate {
+ public:
+  void lock();
+  bool try_lock();
+  bool try_lock_for(std::chrono::milliseconds timeout);
+  void unlock();
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool held_ = false;
+};
+
 /// What the communicators of a sharing family share (one per communicator that shares with none).
 struct ShareFamily {
   base::Poller poller;              ///< what the family's connections wake
   std::atomic<bool> abort{false};   ///< any member's abort stops them all
-  std::atomic<bool> shared{false};  ///< a child shares: every call takes `use`
-  std::timed_mutex use;             ///< held by the call that drives the family's connections
+  std::atomic<bool> shared{false};  ///< a child shares: every call takes a turn and `use`
+  FamilyGate use;                   ///< held by the call that drives the family's connections
   std::atomic<bool> failed{false};
   std::mutex failMu;
   ErrorCode failCode = ErrorCode::Success;
@@ -43,7 +64,18 @@ struct ShareFamily {
   void recordFailure(ErrorCode code, const std::string& message);
   /// The family's failure, or an empty message.
   std::pair<ErrorCode, std::string> failureOf();
+
+  // Issue order: the member whose issued calls have not all ended, and how many there are.
+  std::mutex turnMu;
+  std::condition_variable turnCv;
+  const void* turnOwner = nullptr;
+  size_t turnCalls = 0;
 };
+
+/// Counts a call issued on `member` of `family` (one of its CommImpls) once no other member has a call issued and
+/// not ended, waiting up to `timeout`; the call ends when the returned token is released (null: timed out).
+std::shared_ptr<void> beginTurn(const std::shared_ptr<ShareFamily>& family, const void* member,
+                                std::chrono::milliseconds timeout);
 
 /// A communicator's links, owned by it and by the children that share them.
 struct LinkShare {

@@ -7,8 +7,11 @@
 namespace collie::core {
 
 bool CommImpl::runPrepared(const CallKey& key) {
-  // A failed communicator and a call inside a group take the general path, which reports or defers them.
-  if (failCode_.load(std::memory_order_relaxed) != ErrorCode::Success || anyGroupOpen()) return false;
+  // A failed communicator, a call inside a group and a call of a sharing family (it takes its turn) take the general
+  // path, which reports, defers or orders them.
+  if (failCode_.load(std::memory_order_relaxed) != ErrorCode::Success || anyGroupOpen() ||
+      share_->family->shared.load(std::memory_order_relaxed))
+    return false;
   AbortCheck abortCheck{*this};
   if (!queue_.beginInline()) return false;  // async work is queued: the general path queues behind it
   ProgressQueue::InlineClaim claim{queue_};

@@ -60,9 +60,9 @@ std::vector<OpDesc> ProgressQueue::queued() {
   return ops;
 }
 
-void ProgressQueue::enqueue(std::vector<OpDesc> ops, std::shared_ptr<WorkState> work) {
+void ProgressQueue::enqueue(std::vector<OpDesc> ops, std::shared_ptr<WorkState> work, std::shared_ptr<void> hold) {
   std::lock_guard<std::mutex> lock(mu_);
-  queue_.push_back(Batch{std::move(ops), std::move(work)});
+  queue_.push_back(Batch{std::move(ops), std::move(work), std::move(hold)});
   ++pending_;
   state_.fetch_add(kInterest, std::memory_order_acq_rel);
   if (!thread_.joinable()) {
@@ -90,6 +90,7 @@ void ProgressQueue::loop() {
     ErrorCode code = ErrorCode::Success;
     std::string message;
     runner_(batch.ops, code, message);
+    batch.hold.reset();
     for (OpDesc& op : batch.ops)
       if (op.work && op.work != batch.work) op.work->complete(code, message);
     batch.work->complete(code, message);

@@ -65,8 +65,9 @@ class ProgressQueue {
     ~InlineClaim() { queue.endInline(); }
   };
   /// Queues a batch; the progress thread runs it after everything queued before, then completes every op's work
-  /// and `work` with the outcome.
-  void enqueue(std::vector<OpDesc> ops, std::shared_ptr<WorkState> work);
+  /// and `work` with the outcome. `hold` (optional: a sharing family's turn, link_share.hpp) is released once the
+  /// batch has run, before the works complete.
+  void enqueue(std::vector<OpDesc> ops, std::shared_ptr<WorkState> work, std::shared_ptr<void> hold = {});
   /// The calls queued and not yet started, in order (for the flight recorder). Any thread.
   std::vector<OpDesc> queued();
 
@@ -74,6 +75,7 @@ class ProgressQueue {
   struct Batch {
     std::vector<OpDesc> ops;
     std::shared_ptr<WorkState> work;
+    std::shared_ptr<void> hold;
   };
   void loop();
 

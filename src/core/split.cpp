@@ -37,7 +37,9 @@ struct SplitEntry {
   int32_t magic;
   int32_t color;
   int32_t key;
-  int32_t freshAddresses;  ///< 1: this rank made new listeners (a transport that cannot share): exchange addresses
+  int32_t flags;                                 ///< kFreshAddresses | kShares
+  static constexpr int32_t kFreshAddresses = 1;  ///< new listeners (a transport that cannot share): exchange addresses
+  static constexpr int32_t kShares = 2;  ///< asks to share the parent's connections (every rank of a color must)
 };
 static_assert(sizeof(SplitEntry) == 4 * sizeof(int32_t));
 
@@ -72,7 +74,8 @@ std::unique_ptr<CommImpl> CommImpl::split(int color, int key, const Options& opt
   const bool mineFresh = std::any_of(std::begin(fresh.addresses), std::end(fresh.addresses),
                                      [](const transport::TransportAddress& a) { return a.kind != 0; });
 
-  const SplitEntry mine{SplitEntry::kMagic, color, key, mineFresh ? 1 : 0};
+  const SplitEntry mine{SplitEntry::kMagic, color, key,
+                        (mineFresh ? SplitEntry::kFreshAddresses : 0) | (share ? SplitEntry::kShares : 0)};
   std::vector<SplitEntry> all(static_cast<size_t>(nranks_));
   run(makeOp(algorithms::Collective::AllGather, &mine, all.data(), 4, DataType::Int32, ReduceOp::Sum, 0));
   bool exchange = false;
@@ -82,7 +85,7 @@ std::unique_ptr<CommImpl> CommImpl::split(int color, int key, const Options& opt
                    "%s rank %d: split's all-gather got no split entry from rank %d (it called another "
                    "AllGather(int32, 4) instead of split: every rank must call split)",
                    name_.c_str(), rank_, r);
-    exchange |= e.freshAddresses != 0;
+    exchange |= (e.flags & SplitEntry::kFreshAddresses) != 0;
   }
   std::vector<AddressSet> addresses;
   if (exchange) {  // only where a transport cannot share its listener (ucx): O(N) bytes per rank still
@@ -93,6 +96,15 @@ std::unique_ptr<CommImpl> CommImpl::split(int color, int key, const Options& opt
                ReduceOp::Sum, 0));
   }
   if (color == COLLIE_SPLIT_NOCOLOR) return nullptr;
+  // Sharing is decided per color: a rank that shares sends on the parent's connections, one that does not waits on
+  // its own, and both would wait until the timeout. Every rank of the color sees the same entries and fails alike.
+  for (int r = 0; r < nranks_; ++r) {
+    const SplitEntry& e = all[static_cast<size_t>(r)];
+    COLLIE_ENFORCE(e.color != color || ((e.flags & SplitEntry::kShares) != 0) == share, ErrorCode::InvalidUsage,
+                   "%s rank %d: split color %d: rank %d %s the parent's connections and this rank %s: every rank of "
+                   "a color must pass the same shareConnections (splitShare)",
+                   name_.c_str(), rank_, color, r, share ? "does not share" : "shares", share ? "does" : "does not");
+  }
 
   std::vector<int> members;  // old ranks, in new-rank order
   for (int r = 0; r < nranks_; ++r)

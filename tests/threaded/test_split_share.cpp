@@ -7,7 +7,10 @@
 //   - the parent destroyed first: the child goes on, connecting new pairs through the parent's links;
 //   - a rank that calls parent and child in another order than its peer: both fail with a mismatch naming the
 //     child's tag, within the timeout, and no call returns another communicator's data;
-//   - an abort of the child fails the parent, naming the child;
+//   - an abort of the child fails the parent, naming the child, and closes the family's connections: the parent's
+//     peers fail at once;
+//   - an async call on the parent then a call on the child run in the order issued on every rank;
+//   - a group mixing the parent and a sharing child, and ranks of a color that disagree on sharing, are refused;
 //   - collieCommSplit's config->splitShare (0, 1; anything else refused).
 #include <collie/collie.h>
 #include <gtest/gtest.h>
@@ -192,6 +195,137 @@ TEST(SplitShare, AnAbortOfTheChildFailsTheParentNamingIt) {
     EXPECT_NE(errors[static_cast<size_t>(r)].find("was aborted"), std::string::npos)
         << "rank " << r << ": " << errors[static_cast<size_t>(r)];
   }
+}
+
+// Every rank issues an async AllReduce on the parent, then a blocking one on the child, then waits for the first: the
+// child's call waits for the parent's to end, so both run in the order issued on every rank (before, the parent's
+// progress thread and the caller raced for the connections and ranks could run them in different orders).
+TEST(SplitShare, AnAsyncCallOnTheParentThenACallOnTheChildRunInTheOrderIssued) {
+  overShmAndTcp([] {
+    constexpr int n = 4;
+    Options parentOptions = shareOptions(30s);
+    parentOptions.shareConnections = false;
+    auto parents = Communicator::createAll(n, parentOptions);
+    onEveryRank(n, [&](int r) {
+      auto& parent = *parents[static_cast<size_t>(r)];
+      auto child = parent.split(r % 2, r, shareOptions(30s));
+      const int m = child->size();
+      for (int round = 0; round < 20; ++round) {
+        std::vector<int32_t> a(4099, r + round), b(777, 3 * r + 1);
+        Work work = parent.allReduceAsync(a.data(), a.data(), a.size(), DataType::Int32, ReduceOp::Sum);
+        child->allReduce(b.data(), b.data(), b.size(), DataType::Int32, ReduceOp::Sum);
+        work.wait();
+        int32_t wantB = 0;  // the child holds the ranks of r's parity
+        for (int q = r % 2; q < n; q += 2) wantB += 3 * q + 1;
+        ASSERT_EQ(m, n / 2);
+        ASSERT_EQ(a[4098], n * (n - 1) / 2 + n * round) << "rank " << r << " round " << round;
+        ASSERT_EQ(b[776], wantB) << "rank " << r << " round " << round;
+      }
+    });
+  });
+}
+
+// A group that holds calls of a parent and of a child sharing its connections is refused: they run one call at a
+// time and would wait on each other.
+TEST(SplitShare, AGroupMixingTheParentAndASharingChildIsRefused) {
+  Options parentOptions = shareOptions(10s);
+  parentOptions.shareConnections = false;
+  auto parents = Communicator::createAll(2, parentOptions);
+  std::vector<std::string> errors(2);
+  onEveryRank(2, [&](int r) {
+    auto& parent = *parents[static_cast<size_t>(r)];
+    auto child = parent.split(0, r, shareOptions(10s));
+    int32_t x = 1, y = 2;
+    try {
+      groupStart();
+      parent.allReduce(&x, &x, 1, DataType::Int32, ReduceOp::Sum);
+      child->allReduce(&y, &y, 1, DataType::Int32, ReduceOp::Sum);
+      groupEnd();
+      errors[static_cast<size_t>(r)] = "no error";
+    } catch (const Error& e) {
+      errors[static_cast<size_t>(r)] = e.what();
+    }
+    EXPECT_EQ(x, 1);  // nothing ran
+    EXPECT_EQ(y, 2);
+    checkCase(*child, Coll::AllReduce, DataType::Int32, ReduceOp::Sum, 64, false, 0);  // both still work
+    checkCase(parent, Coll::AllReduce, DataType::Int32, ReduceOp::Sum, 64, false, 0);
+  });
+  for (int r = 0; r < 2; ++r)
+    EXPECT_NE(errors[static_cast<size_t>(r)].find("share their connections"), std::string::npos)
+        << "rank " << r << ": " << errors[static_cast<size_t>(r)];
+}
+
+// Rank 0 aborts its child {0, 1} while ranks 2 and 3 wait in a parent AllReduce that needs rank 0: the abort closes
+// the family's connections, the parent's to ranks 2 and 3 included, so they fail at once rather than at their
+// timeout (before, only the child's borrowed pair 0-1 was closed).
+TEST(SplitShare, AFailureOfTheChildReachesThePeersOfTheParentAtOnce) {
+  overShmAndTcp([] {
+    constexpr int n = 4;
+    constexpr auto kTimeout = 60s;
+    Options parentOptions = shareOptions(kTimeout);
+    parentOptions.shareConnections = false;
+    auto parents = Communicator::createAll(n, parentOptions);
+    ThreadLauncher::runOn(parents, [](Communicator& comm) {  // connects every pair
+      checkCase(comm, Coll::AllToAll, DataType::Int32, ReduceOp::Sum, 33, false, 0);
+    });
+    std::vector<std::unique_ptr<Communicator>> children(n);
+    onEveryRank(n, [&](int r) {
+      children[static_cast<size_t>(r)] = parents[static_cast<size_t>(r)]->split(r < 2 ? 0 : 1, r, shareOptions());
+    });
+    std::vector<std::string> errors(n);
+    std::vector<double> seconds(n);
+    onEveryRank(n, [&](int r) {
+      const auto t0 = std::chrono::steady_clock::now();
+      if (r == 0) {
+        std::this_thread::sleep_for(300ms);  // ranks 2 and 3 are waiting by now
+        children[0]->abort();
+        return;
+      }
+      if (r == 1) return;  // alive, calls nothing
+      std::vector<int32_t> v(1024, r);
+      try {
+        parents[static_cast<size_t>(r)]->allReduce(v.data(), v.data(), v.size(), DataType::Int32, ReduceOp::Sum);
+        errors[static_cast<size_t>(r)] = "no error";
+      } catch (const Error& e) {
+        errors[static_cast<size_t>(r)] = e.what();
+      }
+      seconds[static_cast<size_t>(r)] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    });
+    for (int r = 2; r < n; ++r) {
+      EXPECT_NE(errors[static_cast<size_t>(r)], "no error") << "rank " << r;
+      EXPECT_LT(seconds[static_cast<size_t>(r)], 15.0) << "rank " << r << ": " << errors[static_cast<size_t>(r)];
+    }
+    children.clear();
+    parents.clear();
+  });
+}
+
+// Ranks of one color that disagree on sharing fail the split alike, naming the rank that differs.
+TEST(SplitShare, RanksOfAColorThatDisagreeOnSharingFailTheSplit) {
+  Options parentOptions = shareOptions(10s);
+  parentOptions.shareConnections = false;
+  auto parents = Communicator::createAll(3, parentOptions);
+  std::vector<std::string> errors(3);
+  onEveryRank(3, [&](int r) {
+    Options childOptions = shareOptions(10s);
+    childOptions.shareConnections = r != 1;
+    try {
+      auto child = parents[static_cast<size_t>(r)]->split(0, r, childOptions);
+      errors[static_cast<size_t>(r)] = "no error";
+    } catch (const Error& e) {
+      errors[static_cast<size_t>(r)] = e.what();
+    }
+  });
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_NE(errors[static_cast<size_t>(r)].find("must pass the same shareConnections"), std::string::npos)
+        << "rank " << r << ": " << errors[static_cast<size_t>(r)];
+    EXPECT_NE(errors[static_cast<size_t>(r)].find(r == 1 ? "rank 0 shares" : "rank 1 does not share"),
+              std::string::npos)
+        << "rank " << r << ": " << errors[static_cast<size_t>(r)];
+  }
+  ThreadLauncher::runOn(parents, [](Communicator& comm) {  // the parent is unharmed
+    checkCase(comm, Coll::AllReduce, DataType::Int32, ReduceOp::Sum, 64, false, 0);
+  });
 }
 
 TEST(SplitShare, TheCApiTakesSplitShareFromTheConfig) {
