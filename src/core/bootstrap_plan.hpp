@@ -62,7 +62,8 @@ bool tableGatherNeeded(int nranks);
 
 /// Entries per message of the all-gather's down phase (tableGatherPlan's chunk) unless COLLIE_INIT_CHUNK says
 /// otherwise: the table's length over the tree's height, at least kMinTableChunk, so that a leaf's stream comes in at
-/// most floor(log2 N) chunks, each long enough to cost more than its latency (below about 7,000 ranks: one).
+/// most floor(log2 N) chunks, each long enough to cost more than its latency (a stream of up to 683 entries, so below
+/// 685 ranks, is one message; a leaf's at 1,024 ranks two).
 constexpr int kMinTableChunk = 683;  // 64 KiB of PeerInfo: 52 us at 10 Gbit/s
 int tableChunkEntries(int nranks);
 

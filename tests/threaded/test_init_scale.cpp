@@ -173,7 +173,7 @@ TEST(InitScale, EveryRankLearnsTheWholeTableFromTheTreeAllGather) {
   }
 }
 
-// The table streamed down the tree in chunks (bootstrap_plan.hpp), which by default starts at about 7,000 ranks: CTest
+// The table streamed down the tree in chunks (bootstrap_plan.hpp), which by default starts at 685 ranks: CTest
 // runs this as init_scale.table_in_chunks with COLLIE_INIT_CHUNK=7 (97 ranks: 14 chunks for a leaf). Every rank sends
 // to the ranks 1, 7, 31 and N/2 after it and receives from those before it, which connects pairs whose entries came in
 // every chunk, and checks what it got.

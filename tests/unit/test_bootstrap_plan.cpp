@@ -227,7 +227,7 @@ void checkPlanRun(int n, int chunk) {
 TEST(BootstrapPlan, EveryRankEndsWithTheRootsTableEachEntryOnceWithoutACycle) {
   for (int n : sampleCounts()) {
     if (!tableGatherNeeded(n)) continue;
-    // The default chunk (one message below about 7,000 ranks), about five chunks, and one entry per chunk.
+    // The default chunk (one message below 685 ranks), about five chunks, and one entry per chunk.
     std::vector<int> chunkSizes = {0, std::max(1, (n - 1) / 5)};
     if (n <= 40) chunkSizes.push_back(1);
     for (int chunk : chunkSizes) checkPlanRun(n, chunk);
@@ -239,7 +239,7 @@ TEST(BootstrapPlan, EveryRankEndsWithTheRootsTableEachEntryOnceWithoutACycle) {
 // (height + chunks) chunk times, rather than height whole tables one after another.
 TEST(BootstrapPlan, TheDownPhaseIsPipelinedInChunks) {
   std::vector<int> counts = sampleCounts();
-  counts.push_back(32768);  // chunked by default (from about 7,000 ranks)
+  counts.push_back(32768);  // chunked by default (from 685 ranks), in chunks larger than 683 (from about 8,900)
   for (int n : counts) {
     if (!tableGatherNeeded(n)) continue;
     // The default chunk where it cuts the table, else the table over the tree's height, as the default does at scale.
