@@ -121,9 +121,11 @@ struct Options {
   ConnectMode connect = ConnectMode::Default;
   /// Split only (NCCL's splitShare): the new communicator uses this one's connections, making a pair's connection
   /// only where neither has it yet (then both use it), so it costs no descriptor or handshake for a pair this one has
-  /// connected. The price: the communicators that share run one call at a time on each rank and must be called in the
-  /// same order on every rank (a rank that calls them in another order fails with a mismatch); a failure or abort of
-  /// one fails them all; they may not be mixed in one group. Either may be destroyed first.
+  /// connected. The price: the communicators that share run one call at a time on each rank, in the order issued (a
+  /// call on one waits, when issued, for the calls issued before it on the others to end, async ones included), and
+  /// must be called in the same order on every rank (a rank that calls them in another order fails with a
+  /// mismatch); a failure or abort of one fails them all; they may not be mixed in one group (InvalidUsage); every
+  /// rank of a color must pass the same value. Either may be destroyed first.
   bool shareConnections = false;
 };
 
