@@ -9,7 +9,7 @@
 // a lock that lets one of them at a time drive the connections:
 //   - calls of a family run one after another on each rank, in the order they were issued: a call issued on one
 //     member waits, before it is queued or run, until the calls issued before it on the other members have ended
-//     (ShareFamily::beginTurn, up to the timeout; a member's own calls keep their order in its queue), and one call
+//     (beginTurn, up to the timeout; a member's own calls keep their order in its queue), and one call
 //     at a time drives the connections (ShareFamily::use). So a rank must call the family's communicators in the
 //     same order as its peers, as on one ordered stream, and an async call on one member followed by a call on
 //     another runs in that order on every rank;
