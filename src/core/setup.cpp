@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 
 #include "base/errors.hpp"
 #include "base/log.hpp"
@@ -243,14 +244,29 @@ transport::PeerInfo childPeerInfo(const transport::PeerInfo& parentEntry, int ra
   return info;
 }
 
-std::array<uint8_t, 16> splitSecret(const std::array<uint8_t, 16>& parent, int epoch, int color) {
-  std::array<uint8_t, 16> secret = parent;
-  uint64_t salt = (static_cast<uint64_t>(epoch) << 32) ^ static_cast<uint32_t>(color) ^ 0x9e3779b97f4a7c15ull;
-  for (size_t i = 0; i < secret.size(); ++i) {
-    secret[i] ^= static_cast<uint8_t>(salt >> (8 * (i % 8)));
-    salt = salt * 6364136223846793005ull + 1442695040888963407ull;
-  }
+std::array<uint8_t, 16> deriveSecret(const std::array<uint8_t, 16>& parent, uint64_t tweak) {
+  const auto mix = [](uint64_t x) {  // splitmix64's finalizer
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+  };
+  uint64_t a = 0, b = 0;
+  std::memcpy(&a, parent.data(), 8);
+  std::memcpy(&b, parent.data() + 8, 8);
+  const uint64_t x = mix(a ^ mix(b ^ mix(tweak)));
+  const uint64_t y = mix(b ^ mix(x ^ tweak ^ 0x5851f42d4c957f2dull));
+  std::array<uint8_t, 16> secret{};
+  std::memcpy(secret.data(), &x, 8);
+  std::memcpy(secret.data() + 8, &y, 8);
   return secret;
+}
+
+std::array<uint8_t, 16> splitSecret(const std::array<uint8_t, 16>& parent, int epoch, int color) {
+  // "SPLT" in the top bits keeps a split's tweak apart from a shrink's (an FNV hash, shrink.cpp).
+  const uint64_t tweak = (uint64_t{0x53504c54} << 32) ^ (static_cast<uint64_t>(static_cast<uint32_t>(epoch)) << 16) ^
+                         static_cast<uint32_t>(color) ^ (static_cast<uint64_t>(static_cast<uint32_t>(color)) << 48);
+  return deriveSecret(parent, tweak);
 }
 
 }  // namespace collie::core

@@ -85,7 +85,12 @@ ChildTransports childTransports(const std::vector<std::unique_ptr<transport::Tra
 transport::PeerInfo childPeerInfo(const transport::PeerInfo& parentEntry, int rank,
                                   const std::vector<transport::TransportKind>& shared,
                                   const transport::TransportAddress* fresh);
-/// The secret of a communicator split from one with `parent`: mixed with the split epoch and the color.
+/// The secret of a communicator made from one with `parent` (split, shrink), told apart by `tweak` (what made it):
+/// every output bit depends on every bit of both, so a child's child never gets its grandparent's secret (an XOR of
+/// the parent with a salt of the tweak alone did, for two splits with the same epoch and color: the grandchild's
+/// hellos then went to the grandparent's desk).
+std::array<uint8_t, 16> deriveSecret(const std::array<uint8_t, 16>& parent, uint64_t tweak);
+/// The secret of a communicator split from one with `parent`: derived with the split epoch and the color.
 std::array<uint8_t, 16> splitSecret(const std::array<uint8_t, 16>& parent, int epoch, int color);
 
 }  // namespace collie::core

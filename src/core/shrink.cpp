@@ -30,13 +30,6 @@
 namespace collie::core {
 namespace {
 
-uint64_t splitMix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
 /// The secret of the communicator made by the `epoch`-th shrink of one with `parent`, excluding `sorted`.
 std::array<uint8_t, 16> shrinkSecret(const std::array<uint8_t, 16>& parent, int epoch, const std::vector<int>& sorted) {
   uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a over "shrink", the epoch and the list
@@ -50,10 +43,7 @@ std::array<uint8_t, 16> shrinkSecret(const std::array<uint8_t, 16>& parent, int 
   mix(static_cast<uint64_t>(epoch));
   mix(sorted.size());
   for (int r : sorted) mix(static_cast<uint64_t>(static_cast<uint32_t>(r)));
-  std::array<uint8_t, 16> secret = parent;
-  const uint64_t words[2] = {splitMix(h), splitMix(h ^ 0x5348524b5348524bull)};
-  for (size_t i = 0; i < secret.size(); ++i) secret[i] ^= static_cast<uint8_t>(words[i / 8] >> (8 * (i % 8)));
-  return secret;
+  return deriveSecret(parent, h);
 }
 
 }  // namespace

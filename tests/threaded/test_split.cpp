@@ -2,7 +2,8 @@
 // (COLLIE_SHM_DISABLE=1, read once per process; each test checks lastCall().transport to prove which ran):
 //   - colors and keys (uneven colors, keys reversing the order): new ranks and sizes, every collective checked
 //     element by element on every child, the parent still working;
-//   - a split of a split of a split, and COLLIE_SPLIT_NOCOLOR ranks getting none;
+//   - a split of a split of a split, and COLLIE_SPLIT_NOCOLOR ranks getting none; a grandchild made with the same
+//     epoch and color as its parent, connecting while its grandparent does too (each its own secret);
 //   - the parent destroyed right after split, before the child's first call (the child's connections are made
 //     after, through the listeners it shares with the parent), and a split of that child;
 //   - a parent that fails after the split: the child works, a split of the failed parent reports its failure;
@@ -114,6 +115,28 @@ TEST(Split, NestedSplitsAndNoColorRanks) {
           checkCase(*half, Coll::ReduceScatter, DataType::Int32, ReduceOp::Max, 333, false, 0);
         },
         splitOptions());
+  });
+}
+
+// A split of a split with the same epoch and color (each communicator's first split, color 0) while the grandparent
+// lives and still connects pairs: the grandchild's secret was the grandparent's (an XOR that two equal salts undid),
+// so one's hellos went to the other's desk and their connections mixed or were turned away.
+TEST(Split, AGrandchildAndItsGrandparentConnectApartWhileBothLive) {
+  overShmAndTcp([] {
+    Options options = splitOptions();
+    options.timeout = std::chrono::seconds(20);
+    ThreadLauncher::run(
+        4,
+        [](Communicator& comm) {
+          const int r = comm.rank();
+          auto child = comm.split(0, r);
+          auto grandchild = child->split(0, r);
+          everyCollectiveChecked(*grandchild);                                            // every pair, its own
+          checkCase(comm, Coll::AllToAll, DataType::Int32, ReduceOp::Sum, 55, false, 0);  // every pair, the root's
+          checkCase(*child, Coll::AllToAll, DataType::Int32, ReduceOp::Sum, 56, false, 0);
+          checkCase(*grandchild, Coll::AllReduce, DataType::Int32, ReduceOp::Sum, 57, false, 0);
+        },
+        options);
   });
 }
 

@@ -328,6 +328,26 @@ TEST(SplitShare, RanksOfAColorThatDisagreeOnSharingFailTheSplit) {
   });
 }
 
+// A child of a sharing child that does not share makes connections of its own (through the family's listeners).
+TEST(SplitShare, AChildOfASharingChildThatDoesNotShareConnectsOnItsOwn) {
+  overShmAndTcp([] {
+    constexpr int n = 3;
+    Options parentOptions = shareOptions(20s);
+    parentOptions.shareConnections = false;
+    auto parents = Communicator::createAll(n, parentOptions);
+    onEveryRank(n, [&](int r) {
+      auto& parent = *parents[static_cast<size_t>(r)];
+      auto child = parent.split(0, r, shareOptions(20s));
+      checkCase(*child, Coll::AllReduce, DataType::Int32, ReduceOp::Sum, 64, false, 0);
+      Options own = shareOptions(20s);
+      own.shareConnections = false;
+      auto grandchild = child->split(0, r, own);
+      everyCollectiveChecked(*grandchild);
+      checkCase(*child, Coll::AllReduce, DataType::Int32, ReduceOp::Sum, 64, false, 0);
+    });
+  });
+}
+
 TEST(SplitShare, TheCApiTakesSplitShareFromTheConfig) {
   collieUniqueId id;
   ASSERT_EQ(collieGetUniqueId(&id), collieSuccess);
