@@ -14,12 +14,13 @@
 // Gather, Scatter and a Send/Recv ring inside ncclGroupStart/End, in place and out of place, with counts 0, 1, odd
 // and large. The values are small integers, so every sum and product is exact in every type, and an average is
 // the sum divided once (truncating for integers, one rounding for floating point) as NCCL and collie both do.
-// Then: ncclCommSplit (with NCCL_SPLIT_NOCOLOR), ncclCommShrink (of a healthy communicator), ncclCommCount/UserRank,
-// non-blocking init and ncclCommGetAsyncError, inits and splits inside a group driven by one thread,
-// ncclCommInitAll, ncclCommInitRankScalable, config checking, registration, ncclMemAlloc,
-// ncclCommFinalize/Abort/Destroy, and the errors: a bad datatype, an fp8 datatype, a custom op, an unsupported
-// function (ncclGetLastError non-empty each time), ncclGetErrorString and ncclGetVersion. Exits 0 when every check
-// passed, 1 otherwise, naming each failed check.
+// Then: ncclCommSplit (with NCCL_SPLIT_NOCOLOR; splitShare decided by the parent's config, as NCCL does),
+// ncclCommShrink (of a healthy communicator), ncclCommCount/UserRank, non-blocking init and ncclCommGetAsyncError,
+// inits and splits inside a group driven by one thread, ncclCommInitAll, ncclCommInitRankScalable, config checking,
+// registration, ncclMemAlloc, ncclCommFinalize/Abort/Destroy, and the errors: a bad datatype, an fp8 datatype, a custom
+// op, an unsupported function (ncclGetLastError non-empty each time), ncclGetErrorString and ncclGetVersion. Exits 0
+// when every check passed, 1 otherwise, naming each failed check.
+#include <dirent.h>
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <nccl.h>
@@ -535,6 +536,41 @@ void testSplit(ncclComm_t comm) {
   NCCL_OK(ncclCommAbort(sub));
 }
 
+// Descriptors this process has open.
+int openDescriptors() {
+  int n = 0;
+  if (DIR* d = opendir("/proc/self/fd")) {
+    while (readdir(d)) ++n;
+    closedir(d);
+  }
+  return n;
+}
+
+// splitShare as NCCL has it: a child shares its parent's connections when the parent's config says splitShare (a child
+// split without a config inherits its parent's; one split with a config has that one's). A sharing child opens no
+// descriptor; a child of a parent without splitShare makes connections of its own.
+void testSplitShare(ncclComm_t comm) {
+  const int sum = gSize * (gSize + 1) / 2;  // of rank + 1
+  ncclConfig_t share = NCCL_CONFIG_INITIALIZER, noShare = NCCL_CONFIG_INITIALIZER;
+  share.splitShare = 1;
+  noShare.splitShare = 0;
+  ncclComm_t p = nullptr, c = nullptr, d = nullptr, e = nullptr;
+  NCCL_OK(ncclCommSplit(comm, 0, gRank, &p, &share));  // comm's config has no splitShare: p's connections are its own
+  checkSum(p, gRank + 1, sum, "AllReduce on a split with splitShare");
+  const int before = openDescriptors();
+  NCCL_OK(ncclCommSplit(p, 0, gRank, &c, nullptr));   // p's config: shares p's connections
+  NCCL_OK(ncclCommSplit(p, 0, gRank, &d, &noShare));  // shares too: the parent's config decides
+  checkSum(c, gRank + 1, sum, "AllReduce on a child sharing its parent's connections");
+  checkSum(d, gRank + 1, sum, "AllReduce on a child (splitShare 0) of a parent with splitShare");
+  const int after = openDescriptors();
+  CHECK(after == before, "two children sharing their parent's connections opened %d descriptor(s)", after - before);
+  NCCL_OK(ncclCommSplit(d, 0, gRank, &e, nullptr));  // d's config has splitShare 0: e makes its own connections
+  checkSum(e, gRank + 1, sum, "AllReduce on a child of a parent without splitShare");
+  if (gSize >= 2)
+    CHECK(openDescriptors() > after, "a child of a parent without splitShare opened no descriptor of its own");
+  for (ncclComm_t x : {e, d, c, p}) NCCL_OK(ncclCommDestroy(x));
+}
+
 void testShrink(ncclComm_t comm) {
   // With 3 or more ranks the last rank is left out (alive, it does not call); the others pass the list.
   if (gSize < 3) {
@@ -819,6 +855,7 @@ int main(int argc, char** argv) {
   timed("Gather/Scatter", [&] { testGatherScatter(comm); });
   timed("Send/Recv", [&] { testSendRecv(comm); });
   timed("CommSplit", [&] { testSplit(comm); });
+  timed("splitShare", [&] { testSplitShare(comm); });
   timed("CommShrink", [&] { testShrink(comm); });
   timed("errors", [&] { testErrors(comm); });
   timed("misc", [&] { testMisc(comm); });

@@ -40,6 +40,8 @@
 
 #include <cstdarg>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <unordered_set>
 #include <vector>
@@ -314,6 +316,11 @@ ncclResult_t parseConfig(const char* fn, const ncclConfig_t* config, Settings* o
     NCCL_TRY(positive("nChannelsPerNetPeer", config->nChannelsPerNetPeer));
   if (NCCL_CONFIG_HAS(config, nvlinkCentricSched)) NCCL_TRY(binary("nvlinkCentricSched", config->nvlinkCentricSched));
   return ncclSuccess;
+}
+
+void applySplitShareEnv(Settings* s) {
+  const char* v = std::getenv("NCCL_COMM_SPLIT_SHARE_RESOURCES");
+  if (v && (std::strcmp(v, "0") == 0 || std::strcmp(v, "1") == 0)) s->splitShare = v[0] == '1';
 }
 
 collieConfig_t collieConfigFor(const Settings& s, bool blocking) {

@@ -46,6 +46,8 @@ struct ncclComm {
   collieComm_t c = nullptr;  ///< null until created (a deferred init or split), and for a failed one
   int device = -1;           ///< the CUDA device it was created for; -1: none (CUDA not in use at creation)
   bool blocking = true;      ///< the config's blocking attribute (inherited by ncclCommSplit without a config)
+  bool splitShare = false;   ///< the config's splitShare: whether ncclCommSplit's children of this one share its
+                             ///< connections (NCCL decides by the parent's config, not the split's)
   std::atomic<bool> finalized{false};
   std::set<collie_nccl::Registration*> registrations;
   char lastError[collie_nccl::kErrorBytes] = {};
@@ -120,10 +122,12 @@ size_t collieTypeSize(collieDataType_t t);
 struct Settings {
   bool blocking = true;
   std::string name;         ///< empty: collie names the communicator
-  bool splitShare = false;  ///< ncclCommSplit: share the parent's connections
+  bool splitShare = false;  ///< the new communicator's splitShare (its own children share its connections)
 };
 /// Checks config as NCCL does and fills *out (left as it is for a NULL config).
 ncclResult_t parseConfig(const char* fn, const ncclConfig_t* config, Settings* out);
+/// NCCL_COMM_SPLIT_SHARE_RESOURCES (0 or 1), where set, overrides a parsed config's splitShare, as in NCCL.
+void applySplitShareEnv(Settings* s);
 /// collie's config for s; commName points into s.
 collieConfig_t collieConfigFor(const Settings& s, bool blocking);
 

@@ -26,11 +26,13 @@ ncclResult_t initRank(const char* fn, ncclComm_t* out, int nranks, const ncclUni
   }
   Settings s;
   NCCL_TRY(parseConfig(fn, config, &s));
+  applySplitShareEnv(&s);
   collieUniqueId cid;
   std::memcpy(&cid, &id, sizeof(cid));
   auto comm = std::make_unique<ncclComm>();
   comm->device = collie_nccl::currentCudaDevice();
   comm->blocking = s.blocking;
+  comm->splitShare = s.splitShare;
   if (groupDepth() > 0) {
     deferToGroupEnd(comm.get(), fn, [nranks, cid, rank, s](collieComm_t* c) {
       collieConfig_t cc = collieConfigFor(s, true);
@@ -151,10 +153,14 @@ namespace {
 ncclResult_t newChild(ncclComm_t comm, const char* fn, ncclConfig_t* config, Settings* s,
                       std::unique_ptr<ncclComm>* child) {
   s->blocking = comm->blocking;
+  // NCCL copies the parent's config into a child split without one, and parses a given one from its defaults.
+  s->splitShare = config ? false : comm->splitShare;
   NCCL_TRY(parseConfig(fn, config, s));
+  if (config) applySplitShareEnv(s);
   *child = std::make_unique<ncclComm>();
   (*child)->device = comm->device;
   (*child)->blocking = s->blocking;
+  (*child)->splitShare = s->splitShare;
   return ncclSuccess;
 }
 }  // namespace
@@ -172,10 +178,13 @@ NCCL_ABI(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key, ncclC
     Settings s;
     std::unique_ptr<ncclComm> child;
     NCCL_TRY(newChild(comm, fn, config, &s, &child));
+    // Whether the child shares the parent's connections is the parent's splitShare, as in NCCL.
+    const bool share = comm->splitShare;
     if (groupDepth() > 0) {
       child->discardAtGroupEnd = color == NCCL_SPLIT_NOCOLOR;
-      deferToGroupEnd(child.get(), fn, [parent, color, key, s](collieComm_t* c) {
+      deferToGroupEnd(child.get(), fn, [parent, color, key, s, share](collieComm_t* c) {
         collieConfig_t cc = collieConfigFor(s, true);
+        cc.splitShare = share ? 1 : 0;
         return collieCommSplit(parent, color, key, c, &cc);
       });
       ncclComm* h = child.release();  // owned by the group's end when discarded
@@ -183,6 +192,7 @@ NCCL_ABI(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key, ncclC
       return ncclSuccess;
     }
     collieConfig_t cc = collieConfigFor(s, true);  // collie's split always blocks
+    cc.splitShare = share ? 1 : 0;
     collieComm_t c = nullptr;
     NCCL_TRY(fromCollie(comm, fn, collieCommSplit(parent, color, key, &c, &cc)));
     if (!c) return ncclSuccess;  // NCCL_SPLIT_NOCOLOR
