@@ -421,8 +421,37 @@ case_cleanup() {
   expect_gone "$sub" "cleanup_term: after SIGTERM"
 }
 
+# await_failures CASE STEM NRANKS DOWN LIMIT_MS PATTERN RC: waits for the ranks started as ${pids[@]} (output in
+# $work/STEM.R.out, end time in $work/STEM.R.end) and checks that each exited with RC (any: anything but 0 and
+# timeout's 124) within LIMIT_MS + 2000 ms of DOWN. Sets n (ranks that did), slowest (ms) and named (ranks whose
+# output has PATTERN).
+await_failures() {
+  local name=$1 stem=$2 ranks=$3 down=$4 limit_ms=$5 pattern=$6 want=$7 r rc end ms
+  n=0 named=0 slowest=0
+  for ((r = 0; r < ranks; ++r)); do
+    rc=0
+    wait "${pids[r]}" || rc=$?
+    end=$(cat "$work/$stem.$r.end" 2>/dev/null || echo 0)
+    ms=$(awk -v a="$down" -v b="$end" 'BEGIN { printf "%d", (b - a) * 1000 }')
+    grep -q "$pattern" "$work/$stem.$r.out" && named=$((named + 1))
+    if { [[ $want == any ]] && ((rc == 0 || rc == 124)); } || { [[ $want != any ]] && ((rc != want)); } ||
+      ((ms < 0 || ms > limit_ms + 2000)); then
+      fail "$name: rank $r exited $rc ${ms} ms after host 2's link went down (expected an error within $((limit_ms + 2000)) ms)"
+      sed 's/^/    /' "$work/$stem.$r.out" | tail -5
+    else
+      n=$((n + 1))
+      ((ms > slowest)) && slowest=$ms
+      echo "$name: rank $r failed ${ms} ms after the link went down: $(grep -ho 'failed: .*' "$work/$stem.$r.out" | head -1)"
+    fi
+  done
+}
+
+# The dead-peer cases' globals: the ranks' pids, and what await_failures found.
+pids=()
+n=0 named=0 slowest=0
+
 case_deadpeer() {
-  local r secret pids=() down end rc n=0 named=0 slowest=0 ms
+  local r secret down
   readonly dead_ms=2000
   # Ranks started by hand, one per host (no collierun: it would stop the others after the first failure), each
   # stamping the time it ended; rank-exec puts rank r on host r.
@@ -444,22 +473,7 @@ case_deadpeer() {
   sleep 1
   down=$(date +%s.%N)
   ip -n "$prefix-sw" link set "$prefix-p2" down
-  n=0
-  for r in 0 1 2; do
-    rc=0
-    wait "${pids[r]}" || rc=$?
-    end=$(cat "$work/dead.$r.end" 2>/dev/null || echo 0)
-    ms=$(awk -v a="$down" -v b="$end" 'BEGIN { printf "%d", (b - a) * 1000 }')
-    grep -q 'peer 2 is dead or unreachable' "$work/dead.$r.out" && named=$((named + 1))
-    if ((rc == 0 || rc == 124)) || ((ms < 0 || ms > dead_ms + 2000)); then
-      fail "deadpeer: rank $r exited $rc ${ms} ms after host 2's link went down (expected an error within $((dead_ms + 2000)) ms)"
-      sed 's/^/    /' "$work/dead.$r.out" | tail -5
-    else
-      n=$((n + 1))
-      ((ms > slowest)) && slowest=$ms
-      echo "deadpeer: rank $r failed ${ms} ms after the link went down: $(grep -ho 'failed: .*' "$work/dead.$r.out" | head -1)"
-    fi
-  done
+  await_failures deadpeer dead 3 "$down" "$dead_ms" 'peer 2 is dead or unreachable' any
   ip -n "$prefix-sw" link set "$prefix-p2" up
   if ((n == 3 && named >= 1)); then
     ok "deadpeer: every rank failed within ${slowest} ms of host 2 going unreachable (COLLIE_PEER_DEAD_TIMEOUT=$dead_ms, COLLIE_TIMEOUT=inf); $named named peer 2 dead or unreachable"
@@ -469,7 +483,7 @@ case_deadpeer() {
 }
 
 case_unconnected() {
-  local r secret pids=() down end rc n=0 named=0 slowest=0 ms ready
+  local r secret down ready
   readonly dead_ms=2000
   local prog=${TESTBED_FIRST_CONTACT:-}
   [[ -x $prog ]] || { fail "unconnected: TESTBED_FIRST_CONTACT names no program ('$prog')"; return; }
@@ -492,22 +506,7 @@ case_unconnected() {
   down=$(date +%s.%N)
   ip -n "$prefix-sw" link set "$prefix-p2" down
   touch "$work/go"
-  n=0
-  for r in 0 1 2 3; do
-    rc=0
-    wait "${pids[r]}" || rc=$?
-    end=$(cat "$work/first.$r.end" 2>/dev/null || echo 0)
-    ms=$(awk -v a="$down" -v b="$end" 'BEGIN { printf "%d", (b - a) * 1000 }')
-    grep -q 'no answer to a connection' "$work/first.$r.out" && named=$((named + 1))
-    if ((rc != 1)) || ((ms < 0 || ms > dead_ms + 2000)); then
-      fail "unconnected: rank $r exited $rc ${ms} ms after host 2's link went down (expected an error within $((dead_ms + 2000)) ms)"
-      sed 's/^/    /' "$work/first.$r.out" | tail -5
-    else
-      n=$((n + 1))
-      ((ms > slowest)) && slowest=$ms
-      echo "unconnected: rank $r failed ${ms} ms after the link went down: $(grep -ho 'failed: .*' "$work/first.$r.out" | head -1)"
-    fi
-  done
+  await_failures unconnected first 4 "$down" "$dead_ms" 'no answer to a connection' 1
   ip -n "$prefix-sw" link set "$prefix-p2" up
   if ((n == 4 && named >= 1)); then
     ok "unconnected: every rank failed within ${slowest} ms of host 2 going unreachable before its peers had connected to it (COLLIE_PEER_DEAD_TIMEOUT=$dead_ms, COLLIE_TIMEOUT=inf); $named said a dial had no answer"
