@@ -50,6 +50,13 @@ Options shareOptions(std::chrono::milliseconds timeout = 60s) {
   return o;
 }
 
+/// `n` parents (thread ranks) whose connections their children may share, not sharing any themselves.
+std::vector<std::unique_ptr<Communicator>> createParents(int n, std::chrono::milliseconds timeout = 60s) {
+  Options o = shareOptions(timeout);
+  o.shareConnections = false;
+  return Communicator::createAll(n, o);
+}
+
 /// Runs fn(r) on one thread per rank and joins them.
 void onEveryRank(int n, const std::function<void(int)>& fn) {
   std::vector<std::thread> threads;
@@ -60,9 +67,7 @@ void onEveryRank(int n, const std::function<void(int)>& fn) {
 TEST(SplitShare, EveryCollectiveOnTheParentsConnectionsTakesNoDescriptor) {
   overShmAndTcp([] {
     constexpr int n = 8;
-    Options parentOptions = shareOptions();
-    parentOptions.shareConnections = false;
-    auto parents = Communicator::createAll(n, parentOptions);
+    auto parents = createParents(n);
     ThreadLauncher::runOn(parents, [](Communicator& comm) {  // connects every pair
       checkCase(comm, Coll::AllToAll, DataType::Int32, ReduceOp::Sum, 33, false, 0);
     });
@@ -119,9 +124,7 @@ TEST(SplitShare, APairTheChildConnectsFirstIsTheParentsToo) {
 TEST(SplitShare, TheParentDestroyedFirstLeavesTheChildWorking) {
   overShmAndTcp([] {
     constexpr int n = 5;
-    Options parentOptions = shareOptions();
-    parentOptions.shareConnections = false;
-    auto parents = Communicator::createAll(n, parentOptions);
+    auto parents = createParents(n);
     std::vector<std::unique_ptr<Communicator>> children(n);
     onEveryRank(n, [&](int r) {
       children[static_cast<size_t>(r)] = parents[static_cast<size_t>(r)]->split(0, -r, shareOptions());
@@ -139,9 +142,7 @@ TEST(SplitShare, TheParentDestroyedFirstLeavesTheChildWorking) {
 TEST(SplitShare, CallsInAnotherOrderFailWithAMismatchInsteadOfWrongData) {
   overShmAndTcp([] {
     constexpr auto kTimeout = 5s;
-    Options parentOptions = shareOptions(kTimeout);
-    parentOptions.shareConnections = false;
-    auto parents = Communicator::createAll(2, parentOptions);
+    auto parents = createParents(2, kTimeout);
     std::vector<std::string> errors(2);
     std::vector<double> seconds(2);
     onEveryRank(2, [&](int r) {
@@ -172,9 +173,7 @@ TEST(SplitShare, CallsInAnotherOrderFailWithAMismatchInsteadOfWrongData) {
 }
 
 TEST(SplitShare, AnAbortOfTheChildFailsTheParentNamingIt) {
-  Options parentOptions = shareOptions(10s);
-  parentOptions.shareConnections = false;
-  auto parents = Communicator::createAll(3, parentOptions);
+  auto parents = createParents(3, 10s);
   std::vector<std::string> errors(3);
   onEveryRank(3, [&](int r) {
     auto& parent = *parents[static_cast<size_t>(r)];
@@ -203,9 +202,7 @@ TEST(SplitShare, AnAbortOfTheChildFailsTheParentNamingIt) {
 TEST(SplitShare, AnAsyncCallOnTheParentThenACallOnTheChildRunInTheOrderIssued) {
   overShmAndTcp([] {
     constexpr int n = 4;
-    Options parentOptions = shareOptions(30s);
-    parentOptions.shareConnections = false;
-    auto parents = Communicator::createAll(n, parentOptions);
+    auto parents = createParents(n, 30s);
     onEveryRank(n, [&](int r) {
       auto& parent = *parents[static_cast<size_t>(r)];
       auto child = parent.split(r % 2, r, shareOptions(30s));
@@ -228,9 +225,7 @@ TEST(SplitShare, AnAsyncCallOnTheParentThenACallOnTheChildRunInTheOrderIssued) {
 // A group that holds calls of a parent and of a child sharing its connections is refused: they run one call at a
 // time and would wait on each other.
 TEST(SplitShare, AGroupMixingTheParentAndASharingChildIsRefused) {
-  Options parentOptions = shareOptions(10s);
-  parentOptions.shareConnections = false;
-  auto parents = Communicator::createAll(2, parentOptions);
+  auto parents = createParents(2, 10s);
   std::vector<std::string> errors(2);
   onEveryRank(2, [&](int r) {
     auto& parent = *parents[static_cast<size_t>(r)];
@@ -262,9 +257,7 @@ TEST(SplitShare, AFailureOfTheChildReachesThePeersOfTheParentAtOnce) {
   overShmAndTcp([] {
     constexpr int n = 4;
     constexpr auto kTimeout = 60s;
-    Options parentOptions = shareOptions(kTimeout);
-    parentOptions.shareConnections = false;
-    auto parents = Communicator::createAll(n, parentOptions);
+    auto parents = createParents(n, kTimeout);
     ThreadLauncher::runOn(parents, [](Communicator& comm) {  // connects every pair
       checkCase(comm, Coll::AllToAll, DataType::Int32, ReduceOp::Sum, 33, false, 0);
     });
@@ -302,9 +295,7 @@ TEST(SplitShare, AFailureOfTheChildReachesThePeersOfTheParentAtOnce) {
 
 // Ranks of one color that disagree on sharing fail the split alike, naming the rank that differs.
 TEST(SplitShare, RanksOfAColorThatDisagreeOnSharingFailTheSplit) {
-  Options parentOptions = shareOptions(10s);
-  parentOptions.shareConnections = false;
-  auto parents = Communicator::createAll(3, parentOptions);
+  auto parents = createParents(3, 10s);
   std::vector<std::string> errors(3);
   onEveryRank(3, [&](int r) {
     Options childOptions = shareOptions(10s);
@@ -332,9 +323,7 @@ TEST(SplitShare, RanksOfAColorThatDisagreeOnSharingFailTheSplit) {
 TEST(SplitShare, AChildOfASharingChildThatDoesNotShareConnectsOnItsOwn) {
   overShmAndTcp([] {
     constexpr int n = 3;
-    Options parentOptions = shareOptions(20s);
-    parentOptions.shareConnections = false;
-    auto parents = Communicator::createAll(n, parentOptions);
+    auto parents = createParents(n, 20s);
     onEveryRank(n, [&](int r) {
       auto& parent = *parents[static_cast<size_t>(r)];
       auto child = parent.split(0, r, shareOptions(20s));
