@@ -149,14 +149,15 @@ if res.returncode == 0:
                   f"rank {w['pid']}: receive from {w['args']['peer']} in call #{w['args']['call']} ends at "
                   f"{w['ts'] + w['dur']:.1f} us, before the peer's send started ({start:.1f} us)")
     check(pairs > 0, "no receive wait matched a peer's send wait in the merge")
-    # One clock: rank 1's broadcast cannot end before rank 0's started (rank 0 waits for rank 1's data).
+    # One clock: rank 0's broadcast cannot end before rank 1's started (rank 0 waits for the root's data). Rank 1's
+    # may well end before rank 0's starts: the root's sends complete into the shm rings whether rank 0 is there yet.
     first = {}
     for e in merged:
         if e.get("cat") == "call" and e["args"]["call"] == 1:
             first[e["pid"]] = e
     if 0 in first and 1 in first:
-        check(first[1]["ts"] + first[1]["dur"] + 1000 >= first[0]["ts"],
-              f"clocks not aligned: rank 1's broadcast ends before rank 0's starts ({first})")
+        check(first[0]["ts"] + first[0]["dur"] + 50 >= first[1]["ts"],
+              f"clocks not aligned: rank 0's broadcast ends before the root's (rank 1) starts ({first})")
     lines = [l for l in res.stdout.splitlines() if l.startswith("rank ")]
     check(len(lines) == nranks, f"the tool's summary: {res.stdout}")
     # perf/plot_trace draws the last DDP step of the merge (where gnuplot is installed, as perf/plot_perf needs).
