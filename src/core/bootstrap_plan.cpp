@@ -3,7 +3,6 @@
 #include "core/bootstrap_plan.hpp"
 
 #include <algorithm>
-#include <functional>
 #include <utility>
 
 #include "base/errors.hpp"
@@ -137,75 +136,102 @@ std::vector<int> gatherOnlyPeers(int rank, int nranks) {
 TableGatherCost tableGatherCost(int nranks, double perMessage, double perEntry, int chunk) {
   TableGatherCost cost;
   if (!tableGatherNeeded(nranks)) return cost;
-  // Every rank's plan, flat: rank r's rounds are [roundAt[r], roundAt[r + 1]), round g's messages [msgAt[g],
-  // msgAt[g + 1]); a receive knows which of its receives from that peer it is (the k-th matches the peer's k-th send).
-  struct Msg {
-    int peer, count, k;
-    bool send;
+  // Every rank's plan, flat: rank r's rounds are [roundAt[r], roundAt[r + 1]). A rank talks to its tree neighbours
+  // only (slot 0: parent, 1: left child, 2: right child); sent[3p + slot] lists, in order, p's sends to that
+  // neighbour as (its round, when after that round's start it has arrived), so a receive, the k-th from its peer,
+  // finds its send at once.
+  struct Sent {
+    size_t round;
+    double after;
+  };
+  struct Recv {
+    size_t round;
+    int peer, k;
   };
   const size_t n = static_cast<size_t>(nranks);
-  std::vector<size_t> roundAt(n + 1), msgAt;
-  std::vector<Msg> msgs;
-  for (int r = 0; r < nranks; ++r) {
-    roundAt[static_cast<size_t>(r)] = msgAt.size();
-    int fromParent = 0, fromLeft = 0, fromRight = 0;  // receives so far from each peer
-    const TreePlace t = treePlace(r, nranks);
-    const std::vector<TableRound> plan = tableGatherPlan(r, nranks, chunk);
+  std::vector<size_t> roundAt(n + 1);
+  std::vector<int> rankOf;
+  std::vector<std::vector<Sent>> sent(3 * n);
+  std::vector<Recv> recvs;
+  std::vector<TreePlace> places(n);
+  for (size_t r = 0; r < n; ++r) places[r] = treePlace(static_cast<int>(r), nranks);
+  const auto slot = [&](size_t p, int q) {
+    const TreePlace& t = places[p];
+    return q == t.parent ? 0 : q == t.left ? 1 : 2;
+  };
+  for (size_t r = 0; r < n; ++r) {
+    roundAt[r] = rankOf.size();
+    int received[3] = {0, 0, 0};  // receives so far from each neighbour
+    const std::vector<TableRound> plan = tableGatherPlan(static_cast<int>(r), nranks, chunk);
     cost.rounds = std::max(cost.rounds, static_cast<int>(plan.size()));
     for (const TableRound& round : plan) {
-      msgAt.push_back(msgs.size());
-      for (const TableMessage& m : round.sends) msgs.push_back({m.peer, m.count, 0, true});
-      for (const TableMessage& m : round.recvs) {
-        int& from = m.peer == t.parent ? fromParent : m.peer == t.left ? fromLeft : fromRight;
-        msgs.push_back({m.peer, m.count, from++, false});
+      const size_t g = rankOf.size();
+      rankOf.push_back(static_cast<int>(r));
+      double behind[3] = {0, 0, 0};  // entries sent to each neighbour in this round so far
+      for (const TableMessage& m : round.sends) {
+        const int s = slot(r, m.peer);
+        behind[s] += perEntry * m.count;
+        sent[3 * r + static_cast<size_t>(s)].push_back({g, perMessage + behind[s]});
       }
+      for (const TableMessage& m : round.recvs) recvs.push_back({g, m.peer, received[slot(r, m.peer)]++});
     }
   }
-  roundAt[n] = msgAt.size();
-  msgAt.push_back(msgs.size());
-  // The round of p that sends q its k-th message, and when after that round's start the message has arrived.
-  const auto sentBy = [&](int p, int q, int k) {
-    const size_t g0 = 0;
-    int seen = 0;
-    for (size_t g = roundAt[static_cast<size_t>(p)]; g < roundAt[static_cast<size_t>(p) + 1]; ++g) {
-      double behind = 0;
-      for (size_t m = msgAt[g]; m < msgAt[g + 1]; ++m) {
-        if (!msgs[m].send || msgs[m].peer != q) continue;
-        behind += perEntry * msgs[m].count;
-        if (seen++ == k) return std::make_pair(g, perMessage + behind);
+  roundAt[n] = rankOf.size();
+  // Each round's receives, as the rounds that send them and when after their start they have arrived.
+  std::vector<size_t> recvAt(rankOf.size() + 1, 0);
+  for (const Recv& v : recvs) ++recvAt[v.round + 1];
+  for (size_t g = 0; g < rankOf.size(); ++g) recvAt[g + 1] += recvAt[g];
+  std::vector<Sent> from(recvs.size());
+  std::vector<size_t> filled(recvAt.begin(), recvAt.end() - 1);
+  for (const Recv& v : recvs) {
+    const auto p = static_cast<size_t>(v.peer);
+    const std::vector<Sent>& list = sent[3 * p + static_cast<size_t>(slot(p, rankOf[v.round]))];
+    COLLIE_INTERNAL_CHECK(static_cast<size_t>(v.k) < list.size(),
+                          "table all-gather of %d ranks, chunk %d: rank %d never sends rank %d its message %d", nranks,
+                          chunk, v.peer, rankOf[v.round], v.k);
+    from[filled[v.round]++] = list[static_cast<size_t>(v.k)];
+  }
+  // done(g): the round's start (0 for a rank's first, else its previous round's done), or the last arrival of its
+  // receives (the sending round's start + after) if later. Rounds depend only on earlier rounds of their rank and on
+  // the rounds that send to them (tableGatherPlan's tests check there is no cycle); evaluated depth first on an
+  // explicit stack, since a chain of rounds can be as long as the table is in chunks.
+  constexpr double kUnknown = -1;
+  std::vector<double> done(rankOf.size(), kUnknown);
+  std::vector<char> onStack(rankOf.size(), 0);
+  const auto startOf = [&](size_t g) { return g == roundAt[static_cast<size_t>(rankOf[g])] ? 0.0 : done[g - 1]; };
+  const auto ready = [&](size_t g) {  // what `g` waits for: a round whose done is not known, or g itself
+    if (g != roundAt[static_cast<size_t>(rankOf[g])] && done[g - 1] == kUnknown) return g - 1;
+    for (size_t i = recvAt[g]; i < recvAt[g + 1]; ++i) {
+      const size_t s = from[i].round;
+      if (s != roundAt[static_cast<size_t>(rankOf[s])] && done[s - 1] == kUnknown) return s - 1;
+    }
+    return g;
+  };
+  std::vector<size_t> stack;
+  for (size_t last = 0; last < rankOf.size(); ++last) {
+    if (done[last] != kUnknown) continue;
+    stack.push_back(last);
+    onStack[last] = 1;
+    while (!stack.empty()) {
+      const size_t g = stack.back();
+      const size_t next = ready(g);
+      if (next != g) {
+        COLLIE_INTERNAL_CHECK(!onStack[next],
+                              "table all-gather of %d ranks, chunk %d: round %zu of rank %d waits on "
+                              "itself",
+                              nranks, chunk, next, rankOf[next]);
+        stack.push_back(next);
+        onStack[next] = 1;
+        continue;
       }
+      double t = startOf(g);
+      for (size_t i = recvAt[g]; i < recvAt[g + 1]; ++i) t = std::max(t, startOf(from[i].round) + from[i].after);
+      done[g] = t;
+      onStack[g] = 0;
+      stack.pop_back();
     }
-    COLLIE_INTERNAL_CHECK(false, "table all-gather of %d ranks, chunk %d: rank %d never sends rank %d its message %d",
-                          nranks, chunk, p, q, k);
-    return std::make_pair(g0, 0.0);
-  };
-  constexpr double kUnknown = -1, kVisiting = -2;
-  std::vector<double> start(msgAt.size(), kUnknown);
-  std::vector<int> rankOf(msgAt.size() - 1);
-  for (size_t r = 0; r < n; ++r)
-    for (size_t g = roundAt[r]; g < roundAt[r + 1]; ++g) rankOf[g] = static_cast<int>(r);
-  // done(g): round g's start, or the last arrival of its receives if later. Rounds depend only on earlier rounds of
-  // their rank and on the rounds that send to them (tableGatherPlan's tests check there is no cycle).
-  std::function<double(size_t)> startOf, doneOf;
-  doneOf = [&](size_t g) {
-    double t = startOf(g);
-    for (size_t m = msgAt[g]; m < msgAt[g + 1]; ++m) {
-      if (msgs[m].send) continue;
-      const auto [sender, after] = sentBy(msgs[m].peer, rankOf[g], msgs[m].k);
-      t = std::max(t, startOf(sender) + after);
-    }
-    return t;
-  };
-  startOf = [&](size_t g) {
-    double& slot = start[g];
-    if (slot == kVisiting) return 0.0;
-    if (slot != kUnknown) return slot;
-    slot = kVisiting;
-    const double t = g == roundAt[static_cast<size_t>(rankOf[g])] ? 0.0 : doneOf(g - 1);
-    return start[g] = t;
-  };
-  for (size_t r = 0; r < n; ++r)
-    if (roundAt[r + 1] > roundAt[r]) cost.finish = std::max(cost.finish, doneOf(roundAt[r + 1] - 1));
+  }
+  for (double t : done) cost.finish = std::max(cost.finish, t);
   return cost;
 }
 
