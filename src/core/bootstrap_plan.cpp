@@ -159,10 +159,11 @@ TableGatherCost tableGatherCost(int nranks, double perMessage, double perEntry, 
     const TreePlace& t = places[p];
     return q == t.parent ? 0 : q == t.left ? 1 : 2;
   };
+  std::vector<TableRound> plan;
   for (size_t r = 0; r < n; ++r) {
     roundAt[r] = rankOf.size();
     int received[3] = {0, 0, 0};  // receives so far from each neighbour
-    const std::vector<TableRound> plan = tableGatherPlan(static_cast<int>(r), nranks, chunk);
+    plan = tableGatherPlan(static_cast<int>(r), nranks, chunk);
     cost.rounds = std::max(cost.rounds, static_cast<int>(plan.size()));
     for (const TableRound& round : plan) {
       const size_t g = rankOf.size();
@@ -217,9 +218,8 @@ TableGatherCost tableGatherCost(int nranks, double perMessage, double perEntry, 
       const size_t next = ready(g);
       if (next != g) {
         COLLIE_INTERNAL_CHECK(!onStack[next],
-                              "table all-gather of %d ranks, chunk %d: round %zu of rank %d waits on "
-                              "itself",
-                              nranks, chunk, next, rankOf[next]);
+                              "table all-gather of %d ranks, chunk %d: round %zu of rank %d waits on itself", nranks,
+                              chunk, next, rankOf[next]);
         stack.push_back(next);
         onStack[next] = 1;
         continue;
