@@ -6,6 +6,7 @@
 // every other test in the suite, which run with the same checks on.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <string>
 #include <thread>
@@ -205,11 +206,15 @@ TEST(MismatchTimeout, NamesThisRanksCallAndTheLastCallEachPeerWasSeenIn) {
     Options options;
     options.timeout = kShortTimeout;
     options.name = "missing-call";
+    ProcessLauncher launcher(2, options);
+    std::atomic<int64_t>& rank0Failed = launcher.shared().counters[0];
     auto body = [&](Communicator& comm) {
       std::vector<float> x(16, 1.0f);
       comm.allReduce(x.data(), x.data(), x.size(), DataType::Float32, ReduceOp::Sum);
-      if (comm.rank() == 1) {
-        std::this_thread::sleep_for(kShortTimeout + 1s);  // alive, but never makes the second call
+      if (comm.rank() == 1) {  // alive, but never makes the second call; gone only once rank 0 timed out
+        const auto deadline = std::chrono::steady_clock::now() + 30s;
+        while (rank0Failed.load() == 0 && std::chrono::steady_clock::now() < deadline)
+          std::this_thread::sleep_for(10ms);
         return;
       }
       try {
@@ -223,8 +228,10 @@ TEST(MismatchTimeout, NamesThisRanksCallAndTheLastCallEachPeerWasSeenIn) {
             << m;
         EXPECT_EQ(m.find("rank 0 ("), std::string::npos) << "this rank listed among the peers: " << m;
       }
+      rank0Failed.store(1);
     };
-    EXPECT_TRUE(allRanksSucceeded(ProcessLauncher::run(2, body, options, 60s)));
+    launcher.start(body);
+    EXPECT_TRUE(allRanksSucceeded(launcher.wait(60s)));
   }
 }
 

@@ -241,23 +241,25 @@ TEST(Timeouts, SilentPeerGivesTimeoutAndTheCommunicatorStaysFailed) {
 TEST(Abort, FromAnotherThreadUnblocksAnAllReduceAtOnce) {
   auto comms = Communicator::createAll(2, opts(30s));
   std::vector<float> buf(1 << 20, 1.0f);
+  Clock::time_point abortedAt;
   std::thread aborter([&] {
     std::this_thread::sleep_for(200ms);
+    abortedAt = Clock::now();
     comms[0]->abort();
   });
-  auto t0 = Clock::now();
   try {
     comms[0]->allReduce(buf.data(), buf.data(), buf.size(), DataType::Float32, ReduceOp::Sum);  // rank 1 never joins
     ADD_FAILURE() << "no error";
   } catch (const Error& e) {
     SUCCEED() << e.what();  // which error is AbortSaysSoAndClosesNothingUnderTheRunningCall's business
   }
-  double took = secondsSince(t0);
+  const Clock::time_point failedAt = Clock::now();
   aborter.join();
-  EXPECT_GE(took, 0.15);
-  EXPECT_LT(took, 3.0) << "abort did not release the blocked call well before the 30 s timeout";
+  EXPECT_GE(failedAt, abortedAt) << "the call failed before the abort";
+  EXPECT_LT(std::chrono::duration<double>(failedAt - abortedAt).count(), 3.0)
+      << "abort did not release the blocked call well before the 30 s timeout";
+  auto t0 = Clock::now();
   EXPECT_NE(comms[0]->asyncError(), ErrorCode::Success);
-  t0 = Clock::now();
   EXPECT_THROW(comms[0]->allReduce(buf.data(), buf.data(), 1, DataType::Float32, ReduceOp::Sum), Error);
   EXPECT_LT(secondsSince(t0), 0.5);
   comms[0]->abort();  // twice is harmless
@@ -275,23 +277,24 @@ TEST(Abort, BetweenCallsFailsThePeersWaitingOnThisRankAtOnce) {
 
   ErrorCode code = ErrorCode::Success;
   std::string what;
-  double took = -1;
+  Clock::time_point failedAt;
   std::thread waiter([&] {  // rank 1 waits in a call that rank 0 never makes
-    const auto t0 = Clock::now();
     try {
       comms[1]->allReduce(b.data(), b.data(), b.size(), DataType::Float32, ReduceOp::Sum);
     } catch (const Error& e) {
       code = e.code();
       what = e.what();
     }
-    took = secondsSince(t0);
+    failedAt = Clock::now();
   });
   std::this_thread::sleep_for(300ms);
+  const Clock::time_point abortedAt = Clock::now();
   comms[0]->abort();  // no call of rank 0 runs
   waiter.join();
   EXPECT_EQ(code, ErrorCode::RemoteError) << what;
-  EXPECT_GE(took, 0.25);
-  EXPECT_LT(took, 5.0) << "rank 1 waited for its 30 s timeout: the abort between calls closed nothing";
+  EXPECT_GE(failedAt, abortedAt) << "rank 1's call failed before rank 0 aborted";
+  EXPECT_LT(std::chrono::duration<double>(failedAt - abortedAt).count(), 5.0)
+      << "rank 1 waited for its 30 s timeout: the abort between calls closed nothing";
   try {
     comms[0]->allReduce(a.data(), a.data(), a.size(), DataType::Float32, ReduceOp::Sum);
     ADD_FAILURE() << "an aborted communicator ran a call";

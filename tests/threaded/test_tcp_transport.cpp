@@ -128,7 +128,7 @@ TEST(TcpTransport, SmallMessageBehindALargerOneIsNotDelayed) {
   });
   for (auto& v : ms) {
     std::sort(v.begin(), v.end());
-    EXPECT_LT(v[v.size() / 2], 10.0) << "median round trip in ms (~40 ms means Nagle's algorithm is on)";
+    EXPECT_LT(v[v.size() / 2], 20.0) << "median round trip in ms (~40 ms means Nagle's algorithm is on)";
   }
 }
 
