@@ -250,9 +250,11 @@ TEST(SplitShare, AGroupMixingTheParentAndASharingChildIsRefused) {
         << "rank " << r << ": " << errors[static_cast<size_t>(r)];
 }
 
-// Rank 0 aborts its child {0, 1} while ranks 2 and 3 wait in a parent AllReduce that needs rank 0: the abort closes
-// the family's connections, the parent's to ranks 2 and 3 included, so they fail at once rather than at their
-// timeout (before, only the child's borrowed pair 0-1 was closed).
+// Rank 0 aborts its child {0, 1} while ranks 2 and 3 wait on the parent to receive from rank 0: the abort closes the
+// family's connections, the parent's to ranks 2 and 3 included, so they fail at once rather than at their timeout
+// (before, only the child's borrowed pair 0-1 was closed). A receive, not a collective: which peers a collective's
+// rank waits on depends on the algorithm the tuner picks (halving-doubling pairs rank 3 with 2 and the idle rank 1,
+// never with 0), and a rank waiting on an idle live peer rightly waits for its timeout.
 TEST(SplitShare, AFailureOfTheChildReachesThePeersOfTheParentAtOnce) {
   overShmAndTcp([] {
     constexpr int n = 4;
@@ -277,7 +279,7 @@ TEST(SplitShare, AFailureOfTheChildReachesThePeersOfTheParentAtOnce) {
       if (r == 1) return;  // alive, calls nothing
       std::vector<int32_t> v(1024, r);
       try {
-        parents[static_cast<size_t>(r)]->allReduce(v.data(), v.data(), v.size(), DataType::Int32, ReduceOp::Sum);
+        parents[static_cast<size_t>(r)]->recv(v.data(), v.size(), DataType::Int32, 0);
         errors[static_cast<size_t>(r)] = "no error";
       } catch (const Error& e) {
         errors[static_cast<size_t>(r)] = e.what();
