@@ -1,9 +1,7 @@
 // Checks shared by the split tests (split_checks.hpp).
 #include "common/split_checks.hpp"
 
-#include <dirent.h>
 #include <gtest/gtest.h>
-#include <sys/socket.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -38,20 +36,6 @@ void everyCollectiveChecked(Communicator& comm) {
   m.ops = {ReduceOp::Sum, ReduceOp::Max};
   m.counts = {1, 4097};
   for (Coll coll : kAllColls) runMatrix(comm, coll, m);
-}
-
-int listeningSockets() {
-  int n = 0;
-  DIR* dir = opendir("/proc/self/fd");
-  if (!dir) return -1;
-  while (dirent* e = readdir(dir)) {
-    if (e->d_name[0] == '.') continue;
-    int on = 0;
-    socklen_t len = sizeof(on);
-    if (::getsockopt(std::atoi(e->d_name), SOL_SOCKET, SO_ACCEPTCONN, &on, &len) == 0 && on) ++n;
-  }
-  closedir(dir);
-  return n;
 }
 
 std::string expectedTransport() {

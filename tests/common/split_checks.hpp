@@ -18,8 +18,6 @@ void expectMembers(Communicator& comm, const std::vector<int>& members, int me);
 /// Every collective (AllReduce, Broadcast, Reduce, AllGather, ReduceScatter, AllToAll, Send/Recv) on `comm`,
 /// float32 and int32, sum and max, 1 and 4097 elements, in place and not, each checked element by element.
 void everyCollectiveChecked(Communicator& comm);
-/// How many of this process's descriptors are listening sockets (tcp and unix).
-int listeningSockets();
 /// "shm", or with COLLIE_SHM_DISABLE set "tcp" ("ucx" when COLLIE_NET=ucx too): what lastCall().transport says
 /// between ranks of this host.
 std::string expectedTransport();

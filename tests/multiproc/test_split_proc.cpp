@@ -19,6 +19,7 @@
 
 #include "base/fd_limits.hpp"
 #include "common/bodies.hpp"
+#include "common/descriptors.hpp"
 #include "common/launcher.hpp"
 #include "common/scoped_env.hpp"
 #include "common/split_checks.hpp"
@@ -93,7 +94,7 @@ TEST_P(SplitProc, AChildSharingTheParentsConnectionsTakesNoDescriptor) {
       [](Communicator& comm) {
         const int r = comm.rank(), n = comm.size();
         checkCase(comm, Coll::AllToAll, DataType::Int32, ReduceOp::Sum, 33, false, 0);  // every pair connected
-        const long before = base::fdUsage().open;
+        const long before = settledOpenDescriptors();
         Options share = splitOptions();
         share.shareConnections = true;
         auto sub = comm.split(r % 2, n - r, share);
@@ -102,7 +103,7 @@ TEST_P(SplitProc, AChildSharingTheParentsConnectionsTakesNoDescriptor) {
         checkCase(comm, Coll::AllReduce, DataType::Int32, ReduceOp::Sum, 1001, false, 0);
         auto nested = sub->split(0, -sub->rank(), share);
         everyCollectiveChecked(*nested);
-        EXPECT_EQ(base::fdUsage().open, before) << "descriptors the sharing children took on rank " << r;
+        EXPECT_EQ(settledOpenDescriptors(), before) << "descriptors the sharing children took on rank " << r;
         nested.reset();
         // Rank 0 calls the child first, the others the parent first: a mismatch on every rank of the child's pair
         // with rank 0, named by the child's tag; the rest fail with it (one fate), none with wrong data.
@@ -170,7 +171,7 @@ TEST_P(SplitProc, TheChildOpensNoListenerAndLeaksNoDescriptor) {
         auto first = comm.split(comm.rank() % 2, 0);  // the parent connects split's all-gather's peers once for all
         first.reset();
         comm.barrier();  // and the barrier's
-        const long before = base::fdUsage().open;
+        const long before = settledOpenDescriptors();
         const int listening = listeningSockets();
         auto child = comm.split(comm.rank() % 2, 0);
         ASSERT_NE(child, nullptr);
@@ -180,7 +181,7 @@ TEST_P(SplitProc, TheChildOpensNoListenerAndLeaksNoDescriptor) {
         EXPECT_LE(opened, 2) << "the child's poller (epoll, eventfd) and no listener";
         checkCase(*child, Coll::AllReduce, DataType::Int32, ReduceOp::Sum, 4099, false, 0);
         child.reset();
-        EXPECT_EQ(base::fdUsage().open, before) << "descriptors left after destroying the child";
+        EXPECT_EQ(settledOpenDescriptors(), before) << "descriptors left after destroying the child";
       },
       splitOptions());
   EXPECT_TRUE(allRanksSucceeded(exits));

@@ -18,9 +18,9 @@
 #include <thread>
 #include <vector>
 
-#include "base/fd_limits.hpp"
 #include "base/params.hpp"
 #include "common/bodies.hpp"
+#include "common/descriptors.hpp"
 #include "common/forced_algorithm.hpp"
 #include "common/launcher.hpp"
 #include "core/bootstrap_plan.hpp"
@@ -30,7 +30,7 @@ namespace {
 
 using namespace std::chrono_literals;
 
-int openDescriptors() { return static_cast<int>(base::fdUsage().open); }
+int openDescriptors() { return static_cast<int>(settledOpenDescriptors()); }
 
 /// An AllReduce (sum of int64) on every communicator of `comms`, a thread each, checked element by element.
 void allReduceOnEveryRank(std::vector<std::unique_ptr<Communicator>>& comms, size_t count) {

@@ -25,6 +25,7 @@
 
 #include "base/fd_limits.hpp"
 #include "common/bodies.hpp"
+#include "common/descriptors.hpp"
 #include "common/launcher.hpp"
 #include "common/split_checks.hpp"
 
@@ -235,7 +236,7 @@ TEST(Split, TheChildOpensNoListenerAndLeaksNoDescriptor) {
     splitAll(children);  // the parent connects the peers of split's all-gather (lazily) once and for all
     children.clear();
     children.resize(n);
-    const long before = base::fdUsage().open;
+    const long before = settledOpenDescriptors();
     const int listening = listeningSockets();
     splitAll(children);
     const long afterSplit = base::fdUsage().open;
@@ -247,7 +248,7 @@ TEST(Split, TheChildOpensNoListenerAndLeaksNoDescriptor) {
     });
     children.clear();
     children.resize(n);
-    EXPECT_EQ(base::fdUsage().open, before) << "descriptors left after destroying the children";
+    EXPECT_EQ(settledOpenDescriptors(), before) << "descriptors left after destroying the children";
   });
 }
 

@@ -23,8 +23,8 @@
 #include <thread>
 #include <vector>
 
-#include "base/fd_limits.hpp"
 #include "common/bodies.hpp"
+#include "common/descriptors.hpp"
 #include "common/launcher.hpp"
 #include "common/split_checks.hpp"
 
@@ -71,7 +71,7 @@ TEST(SplitShare, EveryCollectiveOnTheParentsConnectionsTakesNoDescriptor) {
     ThreadLauncher::runOn(parents, [](Communicator& comm) {  // connects every pair
       checkCase(comm, Coll::AllToAll, DataType::Int32, ReduceOp::Sum, 33, false, 0);
     });
-    const long before = base::fdUsage().open;
+    const long before = settledOpenDescriptors();
     std::vector<std::unique_ptr<Communicator>> children(n);
     onEveryRank(n, [&](int r) {
       auto& parent = *parents[static_cast<size_t>(r)];
@@ -87,9 +87,9 @@ TEST(SplitShare, EveryCollectiveOnTheParentsConnectionsTakesNoDescriptor) {
       checkCase(child, Coll::AllReduce, DataType::Float32, ReduceOp::Sum, 70001, false, 0);
       EXPECT_EQ(child.connectedPeers(), child.size() - 1) << "rank " << r;
     });
-    EXPECT_EQ(base::fdUsage().open, before) << "descriptors the sharing children took";
+    EXPECT_EQ(settledOpenDescriptors(), before) << "descriptors the sharing children took";
     children.clear();
-    EXPECT_EQ(base::fdUsage().open, before) << "descriptors after destroying the children";
+    EXPECT_EQ(settledOpenDescriptors(), before) << "descriptors after destroying the children";
     ThreadLauncher::runOn(parents, [](Communicator& comm) {
       checkCase(comm, Coll::AllReduce, DataType::Int64, ReduceOp::Sum, 4099, false, 0);
     });

@@ -21,6 +21,7 @@
 
 #include "base/socket.hpp"
 #include "common/bodies.hpp"
+#include "common/descriptors.hpp"
 #include "common/launcher.hpp"
 #include "common/transport_harness.hpp"
 #include "core/bootstrap.hpp"
@@ -418,17 +419,6 @@ TEST(RootTimeout, TheRanksThatCheckedInAreToldWhichRanksNeverDid) {
 }
 
 // ---- listeners close once they are no longer needed --------------------------------------------------------------
-
-/// How many of this process's descriptors are listening sockets.
-int listeningSockets() {
-  int n = 0;
-  for (int fd = 0; fd < 65536; ++fd) {
-    int on = 0;
-    socklen_t len = sizeof(on);
-    if (::getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &on, &len) == 0 && on) ++n;
-  }
-  return n;
-}
 
 TEST(Listeners, TheRootStopsListeningOnceTheTableIsSentAndTheTransportsWithTheirCommunicator) {
   const int before = listeningSockets();
