@@ -23,7 +23,7 @@ namespace {
 using namespace std::chrono_literals;
 
 constexpr int64_t kMs = 1000000;  // ns
-enum Counter { kEventNs = 0, kReported = 1, kStarted = 2 };
+enum Counter { kEventNs = 0, kReported = 1, kStarted = 2, kInCall = 3 };
 enum PerRank { kCodePlusOne = 0, kErrorAfterNs = 1, kCalls = 2 };
 
 struct Transport {
@@ -73,18 +73,24 @@ bool waitFor(const std::atomic<int64_t>& v, int64_t atLeast, std::chrono::second
 }
 
 TEST_P(Liveness, LatePeerStillCompletesExactly) {
-  // Rank 2 calls 3 s after the others: three times the dead-peer window, far under COLLIE_TIMEOUT.
+  // Rank 2 calls 3 s after the others: three times the dead-peer window, far under COLLIE_TIMEOUT. The others'
+  // calls must wait it out (2.5 s at least) and end exactly.
   constexpr int kRanks = 3;
   Options o;
   o.timeout = 30s;
   o.name = "late";
   ProcessLauncher launcher(kRanks, o);
-  launcher.start([](Communicator& comm) {
+  SharedArea& sh = launcher.shared();
+  launcher.start([&sh](Communicator& comm) {
     const int r = comm.rank();
     std::vector<int32_t> v(100000);
     for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<int32_t>(i) * (r + 1);
-    if (r == 2) std::this_thread::sleep_for(3s);
+    if (r == 2) {  // late by 3 s from the moment both others are in the call, however late they got there
+      ASSERT_TRUE(waitFor(sh.counters[kInCall], 2, 30s)) << "ranks 0 and 1 never called";
+      std::this_thread::sleep_for(3s);
+    }
     const auto t0 = std::chrono::steady_clock::now();
+    if (r != 2) sh.counters[kInCall].fetch_add(1);
     comm.allReduce(v.data(), v.data(), v.size(), DataType::Int32, ReduceOp::Sum);
     for (size_t i = 0; i < v.size(); ++i) ASSERT_EQ(v[i], static_cast<int32_t>(i) * 6) << "element " << i;
     if (r != 2) {
