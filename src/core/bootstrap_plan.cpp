@@ -199,13 +199,13 @@ TableGatherCost tableGatherCost(int nranks, double perMessage, double perEntry, 
   constexpr double kUnknown = -1;
   std::vector<double> done(rankOf.size(), kUnknown);
   std::vector<char> onStack(rankOf.size(), 0);
-  const auto startOf = [&](size_t g) { return g == roundAt[static_cast<size_t>(rankOf[g])] ? 0.0 : done[g - 1]; };
+  const auto first = [&](size_t g) { return g == roundAt[static_cast<size_t>(rankOf[g])]; };
+  const auto startOf = [&](size_t g) { return first(g) ? 0.0 : done[g - 1]; };
+  const auto unstarted = [&](size_t g) { return !first(g) && done[g - 1] == kUnknown; };
   const auto ready = [&](size_t g) {  // what `g` waits for: a round whose done is not known, or g itself
-    if (g != roundAt[static_cast<size_t>(rankOf[g])] && done[g - 1] == kUnknown) return g - 1;
-    for (size_t i = recvAt[g]; i < recvAt[g + 1]; ++i) {
-      const size_t s = from[i].round;
-      if (s != roundAt[static_cast<size_t>(rankOf[s])] && done[s - 1] == kUnknown) return s - 1;
-    }
+    if (unstarted(g)) return g - 1;
+    for (size_t i = recvAt[g]; i < recvAt[g + 1]; ++i)
+      if (unstarted(from[i].round)) return from[i].round - 1;
     return g;
   };
   std::vector<size_t> stack;

@@ -79,6 +79,9 @@ struct SharedArea {
   std::atomic<int64_t> perRank[64][8];
 };
 
+/// Waits until `counter` (of a SharedArea, or any other) is at least `atLeast`; false if `limit` passed first.
+bool waitForCount(const std::atomic<int64_t>& counter, int64_t atLeast, std::chrono::milliseconds limit);
+
 /// Runs a body in one forked process per rank.
 class ProcessLauncher {
  public:

@@ -63,15 +63,6 @@ std::vector<int> peersWaitedOn(const std::string& message) {
   return peers;
 }
 
-bool waitFor(const std::atomic<int64_t>& v, int64_t atLeast, std::chrono::seconds limit) {
-  auto deadline = std::chrono::steady_clock::now() + limit;
-  while (v.load() < atLeast) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(2ms);
-  }
-  return true;
-}
-
 TEST_P(Liveness, LatePeerStillCompletesExactly) {
   // Rank 2 calls 3 s after the others: three times the dead-peer window, far under COLLIE_TIMEOUT. The others'
   // calls must wait it out (2.5 s at least) and end exactly.
@@ -86,7 +77,7 @@ TEST_P(Liveness, LatePeerStillCompletesExactly) {
     std::vector<int32_t> v(100000);
     for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<int32_t>(i) * (r + 1);
     if (r == 2) {  // late by 3 s from the moment both others are in the call, however late they got there
-      ASSERT_TRUE(waitFor(sh.counters[kInCall], 2, 30s)) << "ranks 0 and 1 never called";
+      ASSERT_TRUE(waitForCount(sh.counters[kInCall], 2, 30s)) << "ranks 0 and 1 never called";
       std::this_thread::sleep_for(3s);
     }
     const auto t0 = std::chrono::steady_clock::now();
@@ -122,7 +113,7 @@ TEST_P(Liveness, KilledPeerIsReportedWithinASecondWithAnInfiniteTimeout) {
       }
     }
   });
-  ASSERT_TRUE(waitFor(sh.counters[kStarted], kRanks, 60s)) << "the ranks did not get going";
+  ASSERT_TRUE(waitForCount(sh.counters[kStarted], kRanks, 60s)) << "the ranks did not get going";
   sh.counters[kEventNs].store(monotonicNs());
   launcher.kill(kVictim, SIGKILL);
   auto exits = launcher.wait(60s);
@@ -169,10 +160,10 @@ TEST_P(Liveness, StoppedPeerIsLateNotDead) {
       }
     }
   });
-  ASSERT_TRUE(waitFor(sh.counters[kStarted], kRanks, 60s)) << "the ranks did not get going";
+  ASSERT_TRUE(waitForCount(sh.counters[kStarted], kRanks, 60s)) << "the ranks did not get going";
   sh.counters[kEventNs].store(monotonicNs());
   launcher.kill(kVictim, SIGSTOP);
-  const bool reported = waitFor(sh.counters[kReported], kRanks - 1, 30s);
+  const bool reported = waitForCount(sh.counters[kReported], kRanks - 1, 30s);
   launcher.kill(kVictim, SIGKILL);
   auto exits = launcher.wait(30s);
   EXPECT_TRUE(reported);
@@ -205,7 +196,7 @@ TEST_P(Liveness, TimeoutNamesThePeersWaitedOnAndNeverTheRankItself) {
     launcher.start([&sh, call](Communicator& comm) {
       const int r = comm.rank();
       if (r == 2) {
-        waitFor(sh.counters[kReported], kRanks - 1, 30s);
+        waitForCount(sh.counters[kReported], kRanks - 1, 30s);
         return;
       }
       std::vector<int32_t> in(6, r), out(6, 0);

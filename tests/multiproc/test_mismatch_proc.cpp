@@ -9,7 +9,6 @@
 #include <atomic>
 #include <chrono>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "common/launcher.hpp"
@@ -211,10 +210,8 @@ TEST(MismatchTimeout, NamesThisRanksCallAndTheLastCallEachPeerWasSeenIn) {
     auto body = [&](Communicator& comm) {
       std::vector<float> x(16, 1.0f);
       comm.allReduce(x.data(), x.data(), x.size(), DataType::Float32, ReduceOp::Sum);
-      if (comm.rank() == 1) {  // alive, but never makes the second call; gone only once rank 0 timed out
-        const auto deadline = std::chrono::steady_clock::now() + 30s;
-        while (rank0Failed.load() == 0 && std::chrono::steady_clock::now() < deadline)
-          std::this_thread::sleep_for(10ms);
+      if (comm.rank() == 1) {               // alive, but never makes the second call; gone only once rank 0 timed out
+        waitForCount(rank0Failed, 1, 30s);  // whether rank 0 timed out is rank 0's own check
         return;
       }
       try {
