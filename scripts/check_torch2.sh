@@ -66,7 +66,7 @@ grep -E 'COLLIE_WITH_TORCH' /build.configure.log
 echo "== build: the torch backend (collie.torch), the LibTorch DDP adapter, its tests and example"
 ninja -C /build -j2 collie_torch_backend collie_ddp_tests ddp_train collierun | tail -1
 echo "== ctest -L 'torch|ddp'"
-ctest --test-dir /build -L 'torch|ddp' --output-on-failure -j1 | tee /build.ctest.log | grep -E '^ *[0-9]+/[0-9]+ Test|tests passed'
+ctest --test-dir /build -L 'torch|ddp' --output-on-failure -j2 | tee /build.ctest.log | grep -E '^ *[0-9]+/[0-9]+ Test|tests passed'
 EOF
 status=0
 unshare --mount --propagation private bash -c '
