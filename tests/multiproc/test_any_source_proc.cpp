@@ -136,8 +136,7 @@ TEST_P(AnySource, APeerAheadInACollectiveIsNotTaken) {
       EXPECT_EQ(comm.recvAny(buf.data(), 5, DataType::Float32), 1);
       EXPECT_EQ(checkMessage(buf, 1, 5), 0);
     } else if (r == 1) {
-      const auto until = std::chrono::steady_clock::now() + 20s;  // rank 2 entered its AllReduce first
-      while (sh.counters[0].load() == 0 && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+      waitForCount(sh.counters[0], 1, 20s);  // rank 2 entered its AllReduce first
       comm.send(messageOf(1, 0, 5).data(), 5, DataType::Float32, 0);
     } else {
       sh.counters[0].store(1);
@@ -156,8 +155,7 @@ TEST_P(AnySource, TimeoutNamesTheRanksWaitedOn) {
   SharedArea& sh = launcher.shared();
   launcher.start([&sh](Communicator& comm) {
     if (comm.rank() != 0) {  // stay alive (and silent) until rank 0 has its answer
-      const auto until = std::chrono::steady_clock::now() + 30s;
-      while (sh.counters[0].load() == 0 && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
+      waitForCount(sh.counters[0], 1, 30s);
       return;
     }
     float buf[4];
@@ -189,10 +187,7 @@ TEST_P(AnySource, AKilledSenderIsDroppedAndTheLastOneGoneFails) {
   SharedArea& sh = launcher.shared();
   launcher.start([&sh](Communicator& comm) {
     const int r = comm.rank();
-    const auto until = std::chrono::steady_clock::now() + 30s;
-    auto waitFor = [&](int c) {
-      while (sh.counters[c].load() == 0 && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
-    };
+    auto waitFor = [&](int c) { waitForCount(sh.counters[c], 1, 30s); };
     if (r == 1) {
       sh.counters[0].store(1);  // ready to be killed
       waitFor(5);               // never set: the parent kills this rank
@@ -218,8 +213,7 @@ TEST_P(AnySource, AKilledSenderIsDroppedAndTheLastOneGoneFails) {
       }
     }
   });
-  const auto until = std::chrono::steady_clock::now() + 30s;
-  while (sh.counters[0].load() == 0 && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
+  waitForCount(sh.counters[0], 1, 30s);
   launcher.kill(1, SIGKILL);
   std::this_thread::sleep_for(1ms);
   sh.counters[1].store(1);

@@ -84,12 +84,7 @@ bool waitForIterations(SharedArea& sh, int except, int64_t iterations, std::chro
 }
 
 bool waitForReports(SharedArea& sh, int count, std::chrono::seconds limit) {
-  auto deadline = std::chrono::steady_clock::now() + limit;
-  while (sh.counters[kReported].load() < count) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(5ms);
-  }
-  return true;
+  return waitForCount(sh.counters[kReported], count, limit);
 }
 
 std::string codesSeen(SharedArea& sh, int except) {
@@ -157,9 +152,7 @@ TEST(ProcessFailures, RankThatNeverCallsGivesTheOthersATimeout) {
   launcher.start([&sh](Communicator& comm) {
     const int r = comm.rank();
     if (r == sleeper) {  // alive, connected, silent: waits until the others are done
-      auto deadline = std::chrono::steady_clock::now() + 60s;
-      while (sh.counters[kReported].load() < kRanks - 1 && std::chrono::steady_clock::now() < deadline)
-        std::this_thread::sleep_for(10ms);
+      waitForReports(sh, kRanks - 1, 60s);
       return;
     }
     int64_t expected = 0;

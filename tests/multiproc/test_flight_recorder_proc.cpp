@@ -80,10 +80,7 @@ TEST(FlightRecorder, MergeToolNamesTheLaggingRankAndItsCall) {
     EXPECT_THROW(next.wait(), Error);
     sh.counters[kReported].fetch_add(1);
   });
-  auto deadline = std::chrono::steady_clock::now() + 60s;
-  while (sh.counters[kReported].load() < kRanks - 1 && std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(5ms);
-  ASSERT_EQ(sh.counters[kReported].load(), kRanks - 1) << "ranks 0 and 1 did not time out";
+  ASSERT_TRUE(waitForCount(sh.counters[kReported], kRanks - 1, 60s)) << "ranks 0 and 1 did not time out";
   launcher.kill(kLagging, SIGUSR1);
   EXPECT_TRUE(allRanksSucceeded(launcher.wait(60s)));
   for (int r = 0; r < kRanks; ++r)
@@ -148,9 +145,7 @@ TEST(FlightRecorder, SigtermWritesTheDumpAndStillEndsTheProcess) {
     sh.counters[kReported].fetch_add(1);
     if (comm.rank() == 1) std::this_thread::sleep_for(30s);  // SIGTERM ends it
   });
-  auto deadline = std::chrono::steady_clock::now() + 60s;
-  while (sh.counters[kReported].load() < 2 && std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(5ms);
+  waitForCount(sh.counters[kReported], 2, 60s);
   launcher.kill(1, SIGTERM);
   auto exits = launcher.wait(60s);
   EXPECT_TRUE(exits[0].ok()) << exits[0].describe();
@@ -186,7 +181,7 @@ TEST(FlightRecorder, DumpsTakenWhileCallsRunAreWholeAndInOrder) {
       comm.allReduce(v.data(), v.data(), v.size(), DataType::Int32, ReduceOp::Max);
     }
   });
-  while (sh.counters[kReported].load() < 2) std::this_thread::sleep_for(1ms);
+  ASSERT_TRUE(waitForCount(sh.counters[kReported], 2, 60s)) << "the ranks did not start";
   const std::string file = prefix + ".rank0.json";
   // Entries overwritten by newer calls while the dump read the ring are left out, so only the oldest may be missing;
   // every entry kept is one whole call: increasing numbers ending at the last call begun, the same AllReduce each

@@ -39,7 +39,7 @@ void killBeforeFirstUse(int victim, bool tcp, Coll coll) {
       std::this_thread::sleep_for(60s);  // killed long before
       return;
     }
-    while (sh.counters[kKilledNs].load() == 0) std::this_thread::sleep_for(1ms);
+    ASSERT_TRUE(waitForCount(sh.counters[kKilledNs], 1, 60s)) << "the parent never killed rank " << victim;
     std::vector<int32_t> in(64 * kRanks, 1), out(in.size(), 0);
     try {
       switch (coll) {
@@ -65,10 +65,7 @@ void killBeforeFirstUse(int victim, bool tcp, Coll coll) {
       EXPECT_LT(after, kQuickNs) << e.what();
     }
   });
-  const auto until = std::chrono::steady_clock::now() + 60s;
-  while (sh.counters[kReady].load() < kRanks && std::chrono::steady_clock::now() < until)
-    std::this_thread::sleep_for(5ms);
-  ASSERT_EQ(sh.counters[kReady].load(), kRanks) << "the ranks did not initialise";
+  ASSERT_TRUE(waitForCount(sh.counters[kReady], kRanks, 60s)) << "the ranks did not initialise";
   launcher.kill(victim, SIGKILL);
   std::this_thread::sleep_for(50ms);  // the kernel closes its sockets
   sh.counters[kKilledNs].store(monotonicNs());

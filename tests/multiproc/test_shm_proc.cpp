@@ -143,10 +143,7 @@ void killRankAndCheck(const char* backing) {
   ProcessLauncher launcher(kRanks, options);
   SharedArea& sh = launcher.shared();
   launcher.start([&sh](Communicator& comm) { allReduceUntilError(comm, sh, victim); });
-  auto deadline = std::chrono::steady_clock::now() + 60s;
-  for (int r = 0; r < kRanks; ++r)
-    while (sh.perRank[r][kIterations].load() < 3 && std::chrono::steady_clock::now() < deadline)
-      std::this_thread::sleep_for(5ms);
+  for (int r = 0; r < kRanks; ++r) waitForCount(sh.perRank[r][kIterations], 3, 60s);
   sh.counters[kEventNs].store(monotonicNs());
   launcher.kill(victim, SIGKILL);
   auto exits = launcher.wait(60s);

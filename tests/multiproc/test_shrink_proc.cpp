@@ -189,7 +189,7 @@ TEST_P(ShrinkProc, HealthyCommunicatorWithoutALiveRank) {
           EXPECT_NE(std::string(e.what()).find("exclude list"), std::string::npos) << e.what();
         }
       }
-      while (sh.counters[kShrunk].load() < 3) std::this_thread::sleep_for(1ms);
+      waitForCount(sh.counters[kShrunk], 3, 60s);
     } else {
       const std::vector<int> exclude = r == 0 ? std::vector<int>{3, 1} : std::vector<int>{1, 3};
       auto small = comm.shrink(exclude);
@@ -232,7 +232,7 @@ TEST_P(ShrinkProc, MismatchedExcludeListsFailEveryCallerWithinTheTimeout) {
   launcher.start([&sh](Communicator& comm) {
     const int r = comm.rank();
     if (r == 3) {
-      while (sh.counters[kShrunk].load() < 3) std::this_thread::sleep_for(1ms);
+      waitForCount(sh.counters[kShrunk], 3, 60s);
       return;
     }
     const std::vector<int> exclude = r == 2 ? std::vector<int>{1, 3} : std::vector<int>{3};

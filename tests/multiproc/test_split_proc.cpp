@@ -142,11 +142,7 @@ TEST_P(SplitProc, ParentDestroyedRightAfterSplit) {
       for (int i = 0; i < 16; ++i) sh.counters[i].store(words[i]);
       sh.perRank[0][0].store(1);
     } else {
-      const auto limit = std::chrono::steady_clock::now() + 30s;
-      while (sh.perRank[0][0].load() == 0) {
-        ASSERT_LT(std::chrono::steady_clock::now(), limit) << "rank 0 never published the id";
-        std::this_thread::sleep_for(1ms);
-      }
+      ASSERT_TRUE(waitForCount(sh.perRank[0][0], 1, 30s)) << "rank 0 never published the id";
       int64_t words[16];
       for (int i = 0; i < 16; ++i) words[i] = sh.counters[i].load();
       std::memcpy(&id.raw, words, sizeof(id.raw));

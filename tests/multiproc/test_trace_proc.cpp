@@ -116,10 +116,7 @@ TEST(TraceProc, ARankEndedBySigtermLeavesALoadableTrace) {
     sh.counters[0].fetch_add(1);
     if (comm.rank() == kKilled) std::this_thread::sleep_for(60s);
   });
-  auto deadline = std::chrono::steady_clock::now() + 60s;
-  while (sh.counters[0].load() < kRanks && std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(5ms);
-  ASSERT_EQ(sh.counters[0].load(), kRanks);
+  ASSERT_TRUE(waitForCount(sh.counters[0], kRanks, 60s)) << "the ranks did not finish their calls";
   // The others destroy their communicators meanwhile (their destroy waits on nobody).
   launcher.kill(kKilled, SIGTERM);
   auto exits = launcher.wait(60s);
