@@ -9,7 +9,8 @@ median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] 
 ensure_open_mpi() {  # build_dir
   local here
   here=$(dirname "${BASH_SOURCE[0]}")
-  if ! command -v mpirun >/dev/null || ! command -v mpicc >/dev/null; then
+  # mpicc alone is not enough: openmpi-bin's alternatives can leave it without mpi.h (libopenmpi-dev).
+  if ! command -v mpirun >/dev/null || ! dpkg -s libopenmpi-dev >/dev/null 2>&1; then
     COLLIE_EXTRA_PACKAGES="openmpi-bin libopenmpi-dev" "$here/../scripts/install-deps.sh" >&2
   fi
   if [ ! -x "$1/perf/mpi_allreduce" ] || [ "$here/peers/mpi_allreduce.c" -nt "$1/perf/mpi_allreduce" ]; then

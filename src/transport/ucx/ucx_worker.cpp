@@ -13,10 +13,8 @@
 namespace collie::transport::ucx {
 namespace {
 
-constexpr int kMaxProgressRounds = 64;
-constexpr auto kLinger =
-    std::chrono::milliseconds(500);  // see the file comment of ucx_worker.hpp  // ucp_worker_progress calls per
-                                     // progress(): bounded, so a flood cannot starve
+constexpr int kMaxProgressRounds = 64;  // ucp_worker_progress calls per progress(): bounded, so a flood cannot starve
+constexpr auto kLinger = std::chrono::milliseconds(500);  // see the file comment of ucx_worker.hpp
 
 /// A UCP context with the features collie uses; `what` names the caller for messages.
 ucp_context_h makeContext(const char* what, const std::string& tls) {
