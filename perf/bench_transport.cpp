@@ -10,7 +10,8 @@
 //                                  on 2 cores the two directions share the CPUs a one-way Stream has to itself.
 //
 // Transports: tcp (127.0.0.1, default sockets and striping), shm (default: slots, single copy from
-// COLLIE_SHM_SINGLE_COPY_MIN_BYTES), shm_slots (single copy off: every byte through the ring). Both processes
+// COLLIE_SHM_SINGLE_COPY_MIN_BYTES), shm_slots (single copy off: every byte through the ring), and ucx where collie
+// is built with UCX (UCX's own choice of its transports: UCX_TLS=tcp or UCX_TLS=sm picks one). Both processes
 // poll while they wait (yielding the CPU after a pass that moved nothing, like the executor's spin phase), so
 // on a 2-core machine each has a core; run it on an idle machine.
 #include <benchmark/benchmark.h>
@@ -31,14 +32,22 @@
 #include "base/socket.hpp"
 #include "transport/shm/shm_transport.hpp"
 #include "transport/tcp/tcp_transport.hpp"
+#if COLLIE_BENCH_UCX
+#include "transport/ucx/ucx_transport.hpp"
+#endif
 
 namespace {
 
 using collie::transport::Connection;
 using collie::transport::Transfer;
 
+#if COLLIE_BENCH_UCX
+enum Kind { kTcp = 0, kShm = 1, kShmSlots = 2, kUcx = 3, kKinds = 4 };
+const char* kKindNames[kKinds] = {"tcp", "shm", "shm_slots", "ucx"};
+#else
 enum Kind { kTcp = 0, kShm = 1, kShmSlots = 2, kKinds = 3 };
 const char* kKindNames[kKinds] = {"tcp", "shm", "shm_slots"};
+#endif
 
 enum Op : uint32_t { kPingPong = 1, kStream = 2, kExchange = 3, kQuit = 4 };
 struct Cmd {
@@ -65,6 +74,13 @@ std::unique_ptr<collie::transport::Transport> makeTransport(Kind k) {
     o.bindAddr = collie::base::parseAddress("127.0.0.1:0");
     return std::make_unique<collie::transport::TcpTransport>(o);
   }
+#if COLLIE_BENCH_UCX
+  if (k == kUcx) {
+    collie::transport::ucx::UcxOptions o;
+    o.bindAddr = collie::base::parseAddress("127.0.0.1:0");
+    return std::make_unique<collie::transport::ucx::UcxTransport>(o);
+  }
+#endif
   collie::transport::ShmOptions o;
   if (k == kShmSlots) o.singleCopy = 0;
   return std::make_unique<collie::transport::ShmTransport>(o);

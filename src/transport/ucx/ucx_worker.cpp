@@ -149,20 +149,25 @@ void UcxWorker::opFinished(bool send) {
   if (send) --sendsInFlight_;
   if (--opsInFlight_ == 0) {
     idleSince_ = std::chrono::steady_clock::now();
-    idle_.notify_one();
+    if (lingerAsleep_) idle_.notify_one();  // a ticking linger thread sees it within a millisecond
   }
 }
 
 void UcxWorker::lingerLoop() {
   std::unique_lock<std::recursive_mutex> lock(mu_);
   while (!stop_) {
-    const auto now = std::chrono::steady_clock::now();
-    if (opsInFlight_ > 0 || idleSince_ == std::chrono::steady_clock::time_point{} || now - idleSince_ > kLinger) {
+    // Asleep for good when the worker last went idle more than kLinger ago (or never did), operations in flight
+    // or not: the next completion that leaves it idle wakes this thread.
+    const bool neverIdle = idleSince_ == std::chrono::steady_clock::time_point{};
+    if (neverIdle || std::chrono::steady_clock::now() - idleSince_ > kLinger) {
+      lingerAsleep_ = true;
       idle_.wait(lock);
+      lingerAsleep_ = false;
       continue;
     }
-    while (ucp_worker_progress(worker_) != 0) {
-    }
+    if (opsInFlight_ == 0)
+      while (ucp_worker_progress(worker_) != 0) {
+      }
     idle_.wait_for(lock, std::chrono::milliseconds(1));  // the executor takes the lock meanwhile
   }
 }

@@ -21,6 +21,10 @@
 // leave the sender waiting until its next call. So a linger thread progresses the worker (every millisecond,
 // under mutex(), which the connections hold too) for kLinger after the worker's last operation completed, and
 // sleeps otherwise. (Found by the conformance suite: 150 messages each way between threads stalled over sm.)
+// While the worker is in use the thread ticks every millisecond rather than being woken at each completion: a
+// wake-up per completion (a context switch, and the mutex taken from under the executor) was half of a small
+// message's time (bench_transport PingPong/ucx/8 over tcp: 33 us one way with it, 16 without). Only a thread
+// asleep for good (idle past kLinger, or never used) is woken, by the next completion.
 //
 // ucxHostInfo() answers, once per process, what collie-info and COLLIE_NET=auto ask: the UCX version and the
 // transport/device resources UCX would use here (after UCX_TLS and UCX_NET_DEVICES), and whether one of them
@@ -87,7 +91,8 @@ class UcxWorker final : public base::SleepHook {
   std::vector<std::string> resources_;
   bool peerFailureMode_ = false;
   std::recursive_mutex mu_;
-  std::condition_variable_any idle_;  ///< wakes the linger thread: the worker went idle, or stop_
+  std::condition_variable_any idle_;  ///< wakes the linger thread asleep for good: the worker went idle, or stop_
+  bool lingerAsleep_ = false;         ///< the linger thread waits on idle_ without a tick
   int64_t opsInFlight_ = 0;
   int64_t sendsInFlight_ = 0;
   std::chrono::steady_clock::time_point idleSince_{};
