@@ -1,9 +1,10 @@
 // UCX data path.
 //
-// Message k (per direction, in posting order) from rank s travels as a UCP tagged message with tag
-// messageTag(s, k); a receive is posted with the exact tag it expects (full mask), so messages fill receives in
-// posting order whatever order UCX delivers them in, and a message waits in UCX's unexpected queue until its
-// receive is posted. Sizes are checked on arrival: a smaller message completes with its length, which must equal
+// Message k (per direction, in posting order) from rank s travels as UCP tagged messages: its head, with tag
+// messageTag(s, 2k) and the body inline up to kInlineBytes, and a larger body with tag messageTag(s, 2k + 1)
+// (ucx_connection.hpp, MsgHead). A receive is posted with the exact tag it expects (full mask), so messages fill
+// receives in posting order whatever order UCX delivers them in, and a message waits in UCX's unexpected queue until
+// its receive is posted. Sizes are checked on arrival: a smaller message completes with its length, which must equal
 // the posted size; a larger one is reported by UCX as truncated. UCX picks the protocol per size (eager copies
 // for small messages; rendezvous, zero-copy where the transport allows and with UCX's registration cache, for
 // large ones); collie only posts and reaps.
@@ -27,6 +28,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
 
 #include "base/errors.hpp"
 #include "base/log.hpp"
@@ -170,16 +172,24 @@ void UcxConnection::post(Transfer* t, bool send) {
   std::lock_guard<std::recursive_mutex> lock(worker_->mutex());
   checkPost(t, send);
   const uint64_t seq = send ? sendSeq_++ : recvSeq_++;
+  const bool inlined = t->bytes <= kInlineBytes;
   Op* head = new Op{this, t, nullptr, seq, send};
   head->head = true;
-  if (send) head->header = MsgHead{kHeadMagic, 0, t->bytes, t->fp};
+  // A receive has room for an inline body whatever this side expects (see MsgHead).
+  const size_t headBytes = sizeof(MsgHead) + (!send ? kInlineBytes : inlined ? t->bytes : 0);
+  head->wire.reset(new uint8_t[headBytes]);
+  if (send) {
+    const MsgHead h{kHeadMagic, 0, t->bytes, t->fp};
+    std::memcpy(head->wire.get(), &h, sizeof(h));
+    if (inlined && t->bytes > 0) std::memcpy(head->wire.get() + sizeof(MsgHead), t->buf, t->bytes);
+  }
   Op* body = nullptr;
-  if (t->bytes > 0) {
+  if (!inlined) {
     body = new Op{this, t, nullptr, seq, send};
     body->pair = head;
     head->pair = body;
   }
-  issue(head, &head->header, sizeof(MsgHead), messageTag(send ? rank_ : peer_, 2 * seq));
+  issue(head, head->wire.get(), headBytes, messageTag(send ? rank_ : peer_, 2 * seq));
   if (body) issue(body, t->buf, t->bytes, messageTag(send ? rank_ : peer_, 2 * seq + 1));
 }
 
@@ -234,33 +244,40 @@ std::exception_ptr errorOf(ErrorCode code, const std::string& message) {
 }
 }  // namespace
 
+std::exception_ptr UcxConnection::checkHead(const Op* op) const {
+  const size_t expected = op->t->bytes;
+  MsgHead h;
+  std::memcpy(&h, op->wire.get(), sizeof(h));
+  const bool inlined = h.bytes <= kInlineBytes && op->info.length == sizeof(MsgHead) + h.bytes;
+  if ((op->info.length != sizeof(MsgHead) && !inlined) || h.magic != kHeadMagic)
+    return errorOf(ErrorCode::InternalError,
+                   base::format("corrupt ucx message from peer %d: a head of %zu bytes, magic 0x%08x (expected "
+                                "message #%llu of %zu bytes)",
+                                peer_, op->info.length, h.magic, static_cast<unsigned long long>(op->seq), expected));
+  if (h.fp != op->t->fp) {
+    MismatchRecord r;
+    r.rankA = peer_;
+    r.a = h.fp;
+    r.rankB = rank_;
+    r.b = op->t->fp;
+    try {
+      throwMismatch(r, base::format("from peer %d over ucx", peer_).c_str());
+    } catch (...) {
+      return std::current_exception();
+    }
+  }
+  if (h.bytes != expected)
+    return errorOf(ErrorCode::InternalError, base::format("message size mismatch from peer %d: expected %zu got %llu",
+                                                          peer_, expected, static_cast<unsigned long long>(h.bytes)));
+  return nullptr;
+}
+
 std::exception_ptr UcxConnection::check(const Op* op) const {
   const char* what = op->send ? "send" : "receive";
   const size_t expected = op->t->bytes;
   // The head first: a mismatched call or size is what to report, not the body's truncation that follows from it.
-  if (!op->send && op->head && op->status == UCS_OK) {
-    const MsgHead& h = op->header;
-    if (op->info.length != sizeof(MsgHead) || h.magic != kHeadMagic)
-      return errorOf(ErrorCode::InternalError,
-                     base::format("corrupt ucx message from peer %d: a head of %zu bytes, magic 0x%08x (expected "
-                                  "message #%llu of %zu bytes)",
-                                  peer_, op->info.length, h.magic, static_cast<unsigned long long>(op->seq), expected));
-    if (h.fp != op->t->fp) {
-      MismatchRecord r;
-      r.rankA = peer_;
-      r.a = h.fp;
-      r.rankB = rank_;
-      r.b = op->t->fp;
-      try {
-        throwMismatch(r, base::format("from peer %d over ucx", peer_).c_str());
-      } catch (...) {
-        return std::current_exception();
-      }
-    }
-    if (h.bytes != expected)
-      return errorOf(ErrorCode::InternalError, base::format("message size mismatch from peer %d: expected %zu got %llu",
-                                                            peer_, expected, static_cast<unsigned long long>(h.bytes)));
-  }
+  if (!op->send && op->head && op->status == UCS_OK)
+    if (std::exception_ptr e = checkHead(op)) return e;
   for (const Op* part : {op, static_cast<const Op*>(op->pair)}) {
     if (!part || part->status == UCS_OK) continue;
     if (!part->send && part->status == UCS_ERR_MESSAGE_TRUNCATED)
@@ -274,9 +291,9 @@ std::exception_ptr UcxConnection::check(const Op* op) const {
     return errorOf(ErrorCode::SystemError,
                    base::format("ucx %s to peer %d failed: %s", what, peer_, ucs_status_string(part->status)));
   }
-  if (op->send) return nullptr;
+  if (op->send || (op->head && !op->pair)) return nullptr;  // a head without a body: checked above
   const Op* body = op->head ? op->pair : op;
-  if (body && body->info.length != expected)
+  if (body->info.length != expected)
     return errorOf(ErrorCode::InternalError, base::format("message size mismatch from peer %d: expected %zu got %zu",
                                                           peer_, expected, body->info.length));
   return nullptr;
@@ -291,13 +308,22 @@ bool UcxConnection::reap() {
       dispose(op);
       continue;
     }
-    if (!op->done || (op->pair && !op->pair->done)) {
+    if (!op->done) {
+      *keep++ = op;
+      continue;
+    }
+    if (op->pair && !op->pair->done) {
+      // A head that shows the message is not the one expected fails now: its body may never come (the sender
+      // sent a smaller message inline).
+      if (!error && !op->send && op->head && op->status == UCS_OK) error = checkHead(op);
       *keep++ = op;
       continue;
     }
     any = true;
     if (!error) {
       error = check(op);
+      if (!error && !op->send && op->head && !op->pair && op->t->bytes > 0)
+        std::memcpy(op->t->buf, op->wire.get() + sizeof(MsgHead), op->t->bytes);  // the inline body
       if (!error) op->t->complete = true;
     }
     if (op->pair) op->pair->consumed = true;

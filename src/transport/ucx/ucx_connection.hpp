@@ -29,9 +29,12 @@ struct Bye {
 static_assert(sizeof(Bye) == 56);
 constexpr uint32_t kByeMagic = 0x434c4259;  // "CLBY"
 
-/// Every message is two tagged UCX messages: this head (tag 2k) and, unless the message is empty, its body
-/// (tag 2k+1, the user's buffer, so large bodies keep UCX's zero-copy rendezvous). The head carries the size and
-/// the call's fingerprint (transport/fingerprint.hpp), checked by the receiver before the message counts.
+/// A message is this head (tag 2k) followed by its body. A body of up to kInlineBytes travels in the head's UCX
+/// message (one tagged message of sizeof(MsgHead) + bytes: one UCX message per message where latency is what
+/// counts); a larger one is a second tagged message (tag 2k+1, the user's buffer, so large bodies keep UCX's
+/// zero-copy rendezvous). The head carries the size and the call's fingerprint (transport/fingerprint.hpp), checked
+/// by the receiver before the message counts. Both ends choose by their own size, so they agree unless the sizes
+/// differ, which the head reports: a receive head always has room for an inline body.
 struct MsgHead {
   uint32_t magic;
   uint32_t pad;
@@ -40,6 +43,7 @@ struct MsgHead {
 };
 static_assert(sizeof(MsgHead) == 32);
 constexpr uint32_t kHeadMagic = 0x434c5548;  // "CLUH"
+constexpr size_t kInlineBytes = 4096;        // a head with it fits one of UCX tcp's 8 KiB send segments
 
 /// The tag of message `seq` from `rank`: the sender's rank in the top 24 bits, the message number below.
 inline ucp_tag_t messageTag(int rank, uint64_t seq) {
@@ -89,10 +93,12 @@ class UcxConnection final : public Connection {
     bool done = false;
     ucs_status_t status = UCS_OK;
     ucp_tag_recv_info_t info{};
-    bool head = false;      ///< the message's head (MsgHead); its body, if any, is `pair`
+    bool head = false;      ///< the message's head (MsgHead); its body, unless inline or empty, is `pair`
     Op* pair = nullptr;     ///< head <-> body of one message
     bool consumed = false;  ///< a body whose message its head completed
-    MsgHead header{};       ///< a head's bytes (sent, or received into)
+    /// A head's UCX message (sent, or received into): the MsgHead, then an inline body. A receive's has room for
+    /// sizeof(MsgHead) + kInlineBytes, so a sender's inline body always arrives whole and its head reports it.
+    std::unique_ptr<uint8_t[]> wire{};
   };
 
   static void onSend(void* request, ucs_status_t status, void* user);
@@ -108,6 +114,8 @@ class UcxConnection final : public Connection {
   void issue(Op* op, void* buf, size_t bytes, ucp_tag_t tag);
   /// Why the completed message of `op` (a head with its body, or a raw op) failed; null when it did not.
   std::exception_ptr check(const Op* op) const;
+  /// Why a received head (done, whether or not its body is) does not match its receive; null when it does.
+  std::exception_ptr checkHead(const Op* op) const;
   /// Frees a finished operation (and its UCX request).
   void dispose(Op* op);
   /// Completes (or fails) the transfers whose UCX operation finished; true if any did.
