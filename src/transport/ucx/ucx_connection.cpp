@@ -269,6 +269,11 @@ std::exception_ptr UcxConnection::checkHead(const Op* op) const {
   if (h.bytes != expected)
     return errorOf(ErrorCode::InternalError, base::format("message size mismatch from peer %d: expected %zu got %llu",
                                                           peer_, expected, static_cast<unsigned long long>(h.bytes)));
+  // Sizes agree, so both ends chose the same way: the body is inline exactly when no body message is posted.
+  if (expected > 0 && inlined == (op->pair != nullptr))
+    return errorOf(ErrorCode::InternalError,
+                   base::format("corrupt ucx message from peer %d: message #%llu of %zu bytes came %s its body", peer_,
+                                static_cast<unsigned long long>(op->seq), expected, inlined ? "with" : "without"));
   return nullptr;
 }
 
