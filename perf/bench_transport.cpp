@@ -41,13 +41,12 @@ namespace {
 using collie::transport::Connection;
 using collie::transport::Transfer;
 
-#if COLLIE_BENCH_UCX
-enum Kind { kTcp = 0, kShm = 1, kShmSlots = 2, kUcx = 3, kKinds = 4 };
-const char* kKindNames[kKinds] = {"tcp", "shm", "shm_slots", "ucx"};
-#else
-enum Kind { kTcp = 0, kShm = 1, kShmSlots = 2, kKinds = 3 };
-const char* kKindNames[kKinds] = {"tcp", "shm", "shm_slots"};
+#ifndef COLLIE_BENCH_UCX
+#define COLLIE_BENCH_UCX 0
 #endif
+enum Kind { kTcp = 0, kShm = 1, kShmSlots = 2, kUcx = 3 };
+constexpr int kKinds = COLLIE_BENCH_UCX ? 4 : 3;  ///< ucx, the last, only where collie is built with UCX
+const char* kKindNames[] = {"tcp", "shm", "shm_slots", "ucx"};
 
 enum Op : uint32_t { kPingPong = 1, kStream = 2, kExchange = 3, kQuit = 4 };
 struct Cmd {

@@ -281,7 +281,7 @@ std::exception_ptr UcxConnection::check(const Op* op) const {
   const char* what = op->send ? "send" : "receive";
   const size_t expected = op->t->bytes;
   // The head first: a mismatched call or size is what to report, not the body's truncation that follows from it.
-  if (!op->send && op->head && op->status == UCS_OK)
+  if (!op->send && op->head && op->status == UCS_OK && !op->headChecked)
     if (std::exception_ptr e = checkHead(op)) return e;
   for (const Op* part : {op, static_cast<const Op*>(op->pair)}) {
     if (!part || part->status == UCS_OK) continue;
@@ -320,7 +320,10 @@ bool UcxConnection::reap() {
     if (op->pair && !op->pair->done) {
       // A head that shows the message is not the one expected fails now: its body may never come (the sender
       // sent a smaller message inline).
-      if (!error && !op->send && op->head && op->status == UCS_OK) error = checkHead(op);
+      if (!error && !op->send && op->head && op->status == UCS_OK && !op->headChecked) {
+        error = checkHead(op);  // once: not again on every pass while a large body arrives
+        op->headChecked = true;
+      }
       *keep++ = op;
       continue;
     }

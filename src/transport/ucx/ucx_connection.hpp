@@ -93,9 +93,10 @@ class UcxConnection final : public Connection {
     bool done = false;
     ucs_status_t status = UCS_OK;
     ucp_tag_recv_info_t info{};
-    bool head = false;      ///< the message's head (MsgHead); its body, unless inline or empty, is `pair`
-    Op* pair = nullptr;     ///< head <-> body of one message
-    bool consumed = false;  ///< a body whose message its head completed
+    bool head = false;         ///< the message's head (MsgHead); its body, unless inline or empty, is `pair`
+    Op* pair = nullptr;        ///< head <-> body of one message
+    bool consumed = false;     ///< a body whose message its head completed
+    bool headChecked = false;  ///< a received head checked (checkHead) while its body was still coming
     /// A head's UCX message (sent, or received into): the MsgHead, then an inline body. A receive's has room for
     /// sizeof(MsgHead) + kInlineBytes, so a sender's inline body always arrives whole and its head reports it.
     std::unique_ptr<uint8_t[]> wire{};
