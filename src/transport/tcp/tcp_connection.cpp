@@ -226,8 +226,14 @@ bool TcpConnection::probe(Arrival* next) {
   COLLIE_INTERNAL_CHECK(pending_ == 0, "tcp connection to peer %d: probe with %zu transfers pending", peer_, pending_);
   // Message recvSeq_ is on the socket of a small one or on that of a large one (socketOf); the other may show a
   // later message first.
+  // Each socket is a stream of its own: a peer that sent and then closed may show its end on one socket before the
+  // message it sent first on the other has arrived. So the pair is closed only when no socket can still bring it:
+  // every one ended, or one ended and the other shows a later message (ours would have come before it).
   const size_t small = socketOf(recvSeq_, 0, false), large = socketOf(recvSeq_, kLaneMinBytes, false);
-  for (int k = 0; k < (large == small ? 1 : 2); ++k) {
+  const int candidates = large == small ? 1 : 2;
+  int ended = 0;
+  bool later = false;
+  for (int k = 0; k < candidates; ++k) {
     const size_t sock = k == 0 ? small : large;
     MsgHeader h{};
     ssize_t n;
@@ -236,17 +242,24 @@ bool TcpConnection::probe(Arrival* next) {
     } while (n < 0 && errno == EINTR);
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) continue;
     if (n < 0) failIo(errno, "receive");
-    if (n == 0) failIo(0, "receive");                  // closed, after everything it sent was taken
+    if (n == 0) {  // this socket ended, after everything it carried was taken
+      ++ended;
+      continue;
+    }
     if (static_cast<size_t>(n) < sizeof(h)) continue;  // the rest of the header arrives with a new edge
     if (h.magic == kPoisonMagic) throwMismatch(poisonRecord(h), base::format("from peer %d over tcp", peer_).c_str());
     COLLIE_ENFORCE(h.magic == kMsgMagic && static_cast<int32_t>(h.seq - recvSeq_) >= 0, ErrorCode::InternalError,
                    "corrupt tcp stream from peer %d: expected the header of message #%u or later, got magic 0x%08x #%u",
                    peer_, recvSeq_, h.magic, h.seq);
-    if (h.seq != recvSeq_) continue;  // a later message: ours is on the other socket
+    if (h.seq != recvSeq_) {  // a later message: ours is on the other socket
+      later = true;
+      continue;
+    }
     next->bytes = h.bytes;
     next->fp = h.fp;
     return true;
   }
+  if (ended == candidates || (ended > 0 && later)) failIo(0, "receive");
   return false;
 }
 
