@@ -225,10 +225,9 @@ bool TcpConnection::probe(Arrival* next) {
                      peer_);
   COLLIE_INTERNAL_CHECK(pending_ == 0, "tcp connection to peer %d: probe with %zu transfers pending", peer_, pending_);
   // Message recvSeq_ is on the socket of a small one or on that of a large one (socketOf); the other may show a
-  // later message first.
-  // Each socket is a stream of its own: a peer that sent and then closed may show its end on one socket before the
-  // message it sent first on the other has arrived. So the pair is closed only when no socket can still bring it:
-  // every one ended, or one ended and the other shows a later message (ours would have come before it).
+  // later message first. Each socket is a stream of its own: a peer that sent and then closed may show its end on
+  // one before the message it sent first has arrived on the other. So the pair counts as closed only when no socket
+  // can still bring the message: both ended, or one ended and the other shows a later message.
   const size_t small = socketOf(recvSeq_, 0, false), large = socketOf(recvSeq_, kLaneMinBytes, false);
   const int candidates = large == small ? 1 : 2;
   int ended = 0;
