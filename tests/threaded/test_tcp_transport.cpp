@@ -173,23 +173,22 @@ TEST(TcpTransport, ProbeWaitsForAMessageSentBeforeTheOtherSocketEnded) {
   ASSERT_EQ(::shutdown(s1[1], SHUT_WR), 0);
   Arrival next;
   EXPECT_FALSE(receiver.probe(&next)) << "the end of socket 1 was taken for the end of the pair";
+  // Posts a transfer of `buf` on `conn` and progresses it (no poller: the socket pairs are local) until complete.
+  auto move = [](tcp::TcpConnection& conn, float(&buf)[2], bool send) {
+    Transfer t;
+    t.buf = buf;
+    t.bytes = sizeof(buf);
+    send ? conn.postSend(&t) : conn.postRecv(&t);
+    for (int i = 0; i < 1000 && !t.complete; ++i) conn.progress();
+    return t.complete;
+  };
   float out[2] = {1.5f, -2.0f};
-  Transfer send;
-  send.buf = out;
-  send.bytes = sizeof(out);
-  sender.postSend(&send);
-  for (int i = 0; i < 1000 && !send.complete; ++i) sender.progress();
-  ASSERT_TRUE(send.complete);
+  ASSERT_TRUE(move(sender, out, /*send=*/true));
   ASSERT_EQ(::shutdown(s0[1], SHUT_WR), 0);  // the sender has gone: both sockets ended after its message
   ASSERT_TRUE(receiver.probe(&next));
   EXPECT_EQ(next.bytes, sizeof(out));
   float in[2] = {0, 0};
-  Transfer recv;
-  recv.buf = in;
-  recv.bytes = sizeof(in);
-  receiver.postRecv(&recv);
-  for (int i = 0; i < 1000 && !recv.complete; ++i) receiver.progress();
-  ASSERT_TRUE(recv.complete);
+  ASSERT_TRUE(move(receiver, in, /*send=*/false));
   EXPECT_EQ(in[0], 1.5f);
   EXPECT_EQ(in[1], -2.0f);
   // Nothing more can come: the next probe reports the pair closed.
