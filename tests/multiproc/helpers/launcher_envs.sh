@@ -5,23 +5,10 @@
 set -u
 prog=$1
 n=3
-# A port the root can bind now, below Linux's ephemeral range (32768 up) so that no test's outgoing connection takes
-# it meanwhile (a random one in 20000-49999 once met such a connection: "Address already in use").
-free_port() {
-  /usr/bin/python3 -c '
-import random, socket
-for _ in range(500):
-    p = random.randrange(20001, 32000)
-    s = socket.socket()
-    try:
-        s.bind(("0.0.0.0", p))
-    except OSError:
-        continue
-    finally:
-        s.close()
-    print(p)
-    break'
-}
+# A free port and the one after it (tests/launchers/free_port.py: below the ephemeral range and below collie's ports
+# derived from a job id, so no other test's socket takes them meanwhile). MASTER_PORT is the first; the bootstrap root
+# binds the second.
+free_port() { /usr/bin/python3 "$(dirname "$0")/../../launchers/free_port.py"; }
 run_job() {  # name, then a function that prints the env assignments for rank $1
   local name=$1 envfn=$2 pids=() rc=0
   for ((r = 0; r < n; ++r)); do
@@ -34,9 +21,9 @@ run_job() {  # name, then a function that prints the env assignments for rank $1
   echo "launcher_envs: $name ok"
 }
 port=$(free_port)
-torchrun_env() { echo "RANK=$1 WORLD_SIZE=$n LOCAL_RANK=$1 MASTER_ADDR=127.0.0.1 MASTER_PORT=$((port - 1))"; }
-ompi_env() { echo "OMPI_COMM_WORLD_RANK=$1 OMPI_COMM_WORLD_SIZE=$n COLLIE_ROOT_ADDR=127.0.0.1:$port"; }
-slurm_env() { echo "SLURM_PROCID=$1 SLURM_NTASKS=$n SLURM_JOB_ID=4242 MASTER_ADDR=127.0.0.1 MASTER_PORT=$((port - 1))"; }
+torchrun_env() { echo "RANK=$1 WORLD_SIZE=$n LOCAL_RANK=$1 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port"; }
+ompi_env() { echo "OMPI_COMM_WORLD_RANK=$1 OMPI_COMM_WORLD_SIZE=$n COLLIE_ROOT_ADDR=127.0.0.1:$((port + 1))"; }
+slurm_env() { echo "SLURM_PROCID=$1 SLURM_NTASKS=$n SLURM_JOB_ID=4242 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port"; }
 fail=0
 run_job torchrun torchrun_env || fail=1
 port=$(free_port)
