@@ -343,7 +343,7 @@ void CommImpl::validate(const OpDesc& op) {
 
 OpDesc CommImpl::matchAnySource(const OpDesc& op, const ExecConfig& config) {
   // The sender may be any peer: each must be connected. On first use this rank dials those it has no connection to
-  // (they answer whatever they do); a transport that cannot dial at any time (ucx) connects every pair at init.
+  // (they answer whatever they do); a transport that cannot dial at any time connects every pair at init.
   if (links_.connectedPeers.load() != nranks_ - 1) {
     std::vector<int> missing;
     for (int p = 0; p < nranks_; ++p)

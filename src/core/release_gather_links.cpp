@@ -2,11 +2,11 @@
 // under lazy connection a rank holds O(1) links after init instead of log2 N: the links to gatherOnlyPeers, closed by
 // both ends once init's own calls (the all-gather, calibration) are over.
 //
-// Who: the gatherOnlyPeers whose transport dials at any time (Transport::dialsAnyTime: tcp, shm). A pair over a
-// transport that connects only collectively (ucx) stays open: reopening it would need both ends in one connect, which
-// a Send/Recv pair split across calls never gives (it would wait until the timeout). gatherOnlyPeers is symmetric and
-// both ends choose a pair's transport from the same table, so both ends decide alike; nothing else is closed.
-// How, on each rank, for those peers at once (after calibration, before the user's first call):
+// Who: the gatherOnlyPeers whose transport dials at any time (Transport::dialsAnyTime: tcp, shm, ucx). A pair over a
+// transport that connects only collectively (none of collie's own) stays open: reopening it would need both ends in
+// one connect, which a Send/Recv pair split across calls never gives (it would wait until the timeout). gatherOnlyPeers
+// is symmetric and both ends choose a pair's transport from the same table, so both ends decide alike; nothing else is
+// closed. How, on each rank, for those peers at once (after calibration, before the user's first call):
 //   1. release the pair in its transport (Transport::releasePeer: the dial rule takes a dial of the pair afresh
 //      from now on, although the link is still open here);
 //   2. send each peer a one-byte goodbye and receive its goodbye (one group of Send/Recv, through the executor like

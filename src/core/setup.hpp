@@ -41,8 +41,8 @@ struct Links {
 };
 
 /// Whether a communicator made with `mode` (Options::connect; Default: COLLIE_CONNECT) over `transports` connects
-/// every pair at init. Default is eager where a transport cannot dial at any time (ucx): lazy connection there
-/// would leave Send/Recv patterns whose two ends are different calls waiting (ARCHITECTURE.md).
+/// every pair at init. Default is eager where a transport cannot dial at any time (none of collie's own): lazy
+/// connection there would leave Send/Recv patterns whose two ends are different calls waiting (ARCHITECTURE.md).
 bool connectEagerly(ConnectMode mode, const std::vector<std::unique_ptr<transport::Transport>>& transports);
 /// Prepares links for ctx: chooses the transport of every peer whose PeerInfo is known (rank >= 0; throws
 /// InvalidUsage when none can reach it), makes the self connection and starts answering dials (Transport::serve);

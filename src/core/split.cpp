@@ -8,8 +8,8 @@
 //      one's is this one's mixed with the split epoch and the color (splitSecret), so siblings never take each
 //      other's dials;
 //   2. the ranks all-gather (color, key) over this communicator's connections: 16 bytes per rank. A transport that
-//      cannot share its listener (ucx) gets a new one; only then (any rank says so in its entry) a second
-//      all-gather carries the new listeners' addresses (kMaxAddresses x 24 bytes per rank);
+//      cannot share its listener (none of collie's own) gets a new one; only then (any rank says so in its entry) a
+//      second all-gather carries the new listeners' addresses (kMaxAddresses x 24 bytes per rank);
 //   3. every rank computes the members of its color from the same table, and their PeerInfo from this
 //      communicator's (childPeerInfo), and the new communicator connects on first use like any other, with the
 //      parent's measured costs.
@@ -88,7 +88,7 @@ std::unique_ptr<CommImpl> CommImpl::split(int color, int key, const Options& opt
     exchange |= (e.flags & SplitEntry::kFreshAddresses) != 0;
   }
   std::vector<AddressSet> addresses;
-  if (exchange) {  // only where a transport cannot share its listener (ucx): O(N) bytes per rank still
+  if (exchange) {  // only where a transport cannot share its listener: O(N) bytes per rank still
     AddressSet myAddresses;
     std::copy(std::begin(fresh.addresses), std::end(fresh.addresses), myAddresses.begin());
     addresses.resize(static_cast<size_t>(nranks_));

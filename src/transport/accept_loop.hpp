@@ -1,6 +1,6 @@
 // Taking dials at any time: one thread per process (the accept loop, running while any listener exists) serves the
-// listening socket of every transport that connects on first use (tcp, shm), so a rank answers a peer's dial whatever
-// the rank is doing (computing, blocked in another communicator, or in a call of this one).
+// listening socket of every transport that connects on first use (tcp, shm, ucx), so a rank answers a peer's dial
+// whatever the rank is doing (computing, blocked in another communicator, or in a call of this one).
 //
 //   - A Listener is a listening socket the loop serves. Several communicators may take dials on one listener (a
 //     shrunk communicator keeps its parent's addresses): each adds a Desk, which says which hellos are its own

@@ -1,5 +1,5 @@
 // Connecting a pair from either side, at any time (the dial rule), for the transports that connect on first use
-// (tcp, shm). A transport supplies its messages (DialProtocol); Dialer keeps, per peer, who is connecting the pair
+// (tcp, shm, ucx). A transport supplies its messages (DialProtocol); Dialer keeps, per peer, who is connecting the pair
 // and answers dials on the accept loop's thread (accept_loop.hpp), so a rank that needs a peer dials it and gets its
 // answer whatever the peer is doing.
 //

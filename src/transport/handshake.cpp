@@ -1,8 +1,7 @@
-// The common handshake of all transports (see handshake.hpp): hello checking, accepting with strangers refused and
-// early hellos stashed, awaiting answers, and the one deadline with its timeout message.
+// The common handshake of all transports (see handshake.hpp): hello checking, awaiting answers, and the one deadline
+// with its timeout message.
 #include "transport/handshake.hpp"
 
-#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -13,7 +12,6 @@
 #include <cstring>
 
 #include "base/errors.hpp"
-#include "base/fd_limits.hpp"
 #include "base/log.hpp"
 #include "base/params.hpp"
 
@@ -29,10 +27,6 @@ bool headerAuthentic(const Header& h, TransportKind kind, int rank, const uint8_
   bool secretOk = secretsEqual(h.secret, secret, sizeof(h.secret));
   return secretOk && h.magic == kMagic && h.version == kVersion && h.kind == static_cast<uint16_t>(kind) &&
          h.toRank == rank;
-}
-
-bool helloSenderValid(const Header& h, int rank, int nranks, int channels) {
-  return h.fromRank > rank && h.fromRank < nranks && h.channel >= 0 && h.channel < channels;
 }
 
 bool dialerValid(const Header& h, int rank, int nranks, int channels) {
@@ -66,22 +60,14 @@ Handshake::Handshake(const char* transport, TransportKind kind, const CommContex
   deadline_ = Clock::now() + timeout_;
   COLLIE_INTERNAL_CHECK(channels >= 1 && wire.messageBytes() >= sizeof(Header), "%s handshake: %d channels", transport,
                         channels);
-  inCall_.assign(static_cast<size_t>(std::max(ctx.nranks, 0)), false);
-  adopted_.resize(inCall_.size());
+  std::vector<bool> listed(static_cast<size_t>(std::max(ctx.nranks, 0)), false);
   for (int p : peers) {
     COLLIE_ARG_CHECK(p >= 0 && p < ctx.nranks && p < static_cast<int>(ctx.peers.size()),
                      "%s connect%s: peer %d out of range (nranks %d)", transport, where().c_str(), p, ctx.nranks);
-    COLLIE_ARG_CHECK(!inCall_[static_cast<size_t>(p)], "%s connect%s: peer %d listed twice", transport, where().c_str(),
+    COLLIE_ARG_CHECK(!listed[static_cast<size_t>(p)], "%s connect%s: peer %d listed twice", transport, where().c_str(),
                      p);
-    inCall_[static_cast<size_t>(p)] = true;
-    if (p < ctx.rank) lower_.push_back(p);
-    if (p > ctx.rank) {
-      higher_.push_back(p);
-      adopted_[static_cast<size_t>(p)].assign(static_cast<size_t>(channels), false);
-    }
+    listed[static_cast<size_t>(p)] = true;
   }
-  std::sort(lower_.begin(), lower_.end());
-  std::sort(higher_.begin(), higher_.end());
 }
 
 std::string Handshake::where() const { return ctx_.name.empty() ? std::string() : " in " + ctx_.name; }
@@ -151,141 +137,6 @@ int Handshake::pollWaiting(std::vector<pollfd>& pfds, const std::vector<int>& mi
   return rc;
 }
 
-int Handshake::takeIncoming(Link& link, Stash& stash, const std::function<void(Link&)>& adopt) {
-  int state = wire_.read(link);
-  if (state == 0) return 0;
-  const int me = ctx_.rank;
-  if (state < 0) {
-    COLLIE_WARN(base::kLogNet, "%s: rank %d refused a connection from %s: closed or malformed before its hello",
-                transport_, me, link.from.c_str());
-    link.fd.reset();
-    return 1;
-  }
-  const Header& h = link.header();
-  if (!authentic(h)) {
-    COLLIE_WARN(base::kLogNet, "%s: rank %d refused a connection from %s: wrong magic or secret", transport_, me,
-                link.from.c_str());
-    link.fd.reset();
-    return 1;
-  }
-  const int from = h.fromRank;
-  if (!helloSenderValid(h, me, ctx_.nranks, channels_)) {
-    COLLIE_WARN(base::kLogNet, "%s: rank %d refused a connection from %s: it says it is rank %d (channel %d)",
-                transport_, me, link.from.c_str(), from, h.channel);
-    link.fd.reset();
-    return 1;
-  }
-  link.peer = from;
-  link.channel = h.channel;
-  if (!inCall_[static_cast<size_t>(from)]) {
-    COLLIE_TRACE(base::kLogNet, "%s: rank %d keeps the hello of rank %d for a later connect", transport_, me, from);
-    stash.links_.push_back(std::move(link));
-    stash.kept_.fetch_add(1, std::memory_order_relaxed);
-    return 1;
-  }
-  auto& slots = adopted_[static_cast<size_t>(from)];
-  if (slots[static_cast<size_t>(h.channel)]) {
-    COLLIE_WARN(base::kLogNet, "%s: rank %d refused a second connection from %s for rank %d channel %d", transport_, me,
-                link.from.c_str(), from, h.channel);
-    link.fd.reset();
-    return 1;
-  }
-  slots[static_cast<size_t>(h.channel)] = true;
-  adopt(link);
-  return 1;
-}
-
-void Handshake::acceptHigher(int listenFd, Stash& stash, const std::function<void(Link&)>& adopt) {
-  auto missing = [&] {
-    std::vector<int> out;
-    for (int p : higher_) {
-      const auto& slots = adopted_[static_cast<size_t>(p)];
-      if (std::find(slots.begin(), slots.end(), false) != slots.end()) out.push_back(p);
-    }
-    return out;
-  };
-  // Hellos that arrived during an earlier call.
-  for (auto it = stash.links_.begin(); it != stash.links_.end();) {
-    const int from = it->peer;
-    if (from >= 0 && from < static_cast<int>(inCall_.size()) && inCall_[static_cast<size_t>(from)] &&
-        from > ctx_.rank && authentic(it->header())) {
-      Link link = std::move(*it);
-      it = stash.links_.erase(it);
-      auto slot = adopted_[static_cast<size_t>(from)][static_cast<size_t>(link.channel)];
-      if (slot) continue;  // a duplicate: closed with `link`
-      slot = true;
-      adopt(link);
-    } else {
-      ++it;
-    }
-  }
-  std::deque<Link> pending;  // accepted, hello not complete yet; oldest first
-  base::FdShortageBackoff shortage;
-  while (!missing().empty()) {
-    const auto now = Clock::now();
-    if (now >= deadline_) failTimeout(missing(), "connect");
-    while (!pending.empty() && pending.front().expires <= now) {
-      // A last look first: this thread may have been held up while the hello waited.
-      if (takeIncoming(pending.front(), stash, adopt) == 0)
-        COLLIE_WARN(base::kLogNet, "%s: rank %d refused a connection from %s: no hello within %lld ms", transport_,
-                    ctx_.rank, pending.front().from.c_str(), static_cast<long long>(kHelloWait.count()));
-      pending.pop_front();
-    }
-    if (missing().empty()) break;
-    std::vector<pollfd> pfds;
-    pfds.push_back(pollfd{listenFd, POLLIN, 0});
-    for (Link& l : pending) pfds.push_back(pollfd{l.fd.get(), POLLIN, 0});
-    if (pollWaiting(pfds, missing(), pending.empty() ? deadline_ : pending.front().expires) == 0) continue;
-    for (size_t k = 1; k < pfds.size(); ++k)
-      if (pfds[k].revents) takeIncoming(pending[k - 1], stash, adopt);
-    pending.erase(std::remove_if(pending.begin(), pending.end(), [](const Link& l) { return l.fd.get() < 0; }),
-                  pending.end());
-    if (!pfds[0].revents) continue;
-    if (int err = acceptPending(listenFd, pending, stash, adopt)) {
-      shortage.wait(err, "accept", deadline_);  // throws once the shortage outlasts its grace
-    } else {
-      shortage.reset();
-    }
-  }
-  // Strangers still silent: they are not ours to keep.
-  for (Link& l : pending)
-    COLLIE_WARN(base::kLogNet, "%s: rank %d dropped a silent connection from %s", transport_, ctx_.rank,
-                l.from.c_str());
-}
-
-int Handshake::acceptPending(int listenFd, std::deque<Link>& pending, Stash& stash,
-                             const std::function<void(Link&)>& adopt) {
-  for (;;) {
-    sockaddr_storage addr{};
-    socklen_t len = sizeof(addr);
-    int fd = ::accept4(listenFd, reinterpret_cast<sockaddr*>(&addr), &len, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (fd < 0) {
-      int err = errno;
-      if (err == EINTR || err == ECONNABORTED || err == EPROTO) continue;
-      if (err == EAGAIN || err == EWOULDBLOCK) return 0;
-      if (!base::isFdShortage(err)) COLLIE_SYSCHECK(fd, "accept");
-      if (pending.empty()) return err;
-      dropOldest(pending, stash, adopt, "to free a file descriptor");
-      continue;
-    }
-    if (pending.size() >= kMaxUnverified) dropOldest(pending, stash, adopt, "to make room (too many waiting)");
-    Link l;
-    l.fd.reset(fd);
-    l.from = describePeer(fd, addr);
-    l.expires = std::min(deadline_, Clock::now() + kHelloWait);
-    if (takeIncoming(l, stash, adopt) == 0) pending.push_back(std::move(l));  // its hello may be there already
-  }
-}
-
-void Handshake::dropOldest(std::deque<Link>& pending, Stash& stash, const std::function<void(Link&)>& adopt,
-                           const char* why) {
-  Link& oldest = pending.front();
-  if (takeIncoming(oldest, stash, adopt) == 0)  // a real peer's hello that just arrived is kept
-    COLLIE_WARN(base::kLogNet, "%s: rank %d closed the unverified connection from %s %s", transport_, ctx_.rank,
-                oldest.from.c_str(), why);
-  pending.pop_front();
-}
-
 void Handshake::await(const std::vector<Link*>& links, const std::function<void(Link&)>& onMessage) {
   const int me = ctx_.rank;
   for (;;) {
@@ -344,13 +195,6 @@ int listenAndPublish(const sockaddr_storage& bind, TransportKind kind, PeerInfo&
 sockaddr_storage socketAddressOf(const PeerInfo& info, TransportKind kind) {
   const TransportAddress* a = info.address(kind);
   return a ? base::unpackAddress(a->bytes, a->length) : sockaddr_storage{};
-}
-
-int duplicateListener(int fd, const char* transportName) {
-  COLLIE_USAGE_CHECK(fd >= 0, "%s transport: shareListener() before listen()", transportName);
-  const int copy = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
-  COLLIE_SYSCHECK(copy, base::format("dup of the %s listener", transportName).c_str());
-  return copy;
 }
 
 std::chrono::milliseconds unansweredLimit(const CommContext& ctx, int peer, const sockaddr_storage& target,

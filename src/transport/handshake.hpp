@@ -5,18 +5,11 @@
 //     the rank it is for, a channel number (which of the pair's links; tcp: the socket index) and the
 //     communicator's secret, compared in constant time. The transport's own fields follow (fixed size per
 //     transport, Wire::messageBytes).
-//   - tcp and shm connect a pair from either side at any time: the rank that needs the peer dials it and speaks first,
-//     the process's accept loop answers (accept_loop.hpp: strangers refused as below), and the dial rule settles
-//     two dials at once (dialer.hpp). ucx keeps the collective form below: of each pair, the higher rank dials the
-//     lower one (dials()), which accepts while it is connecting itself.
-//   - Handshake::acceptHigher() (ucx) accepts from the higher-ranked peers until each has all its channels: it reads
-//     every pending connection at once (a silent stranger delays nobody); a connection that closes, sends
-//     garbage, cannot show the secret or sends no hello within kHelloWait is logged (WARN, NET) with where it
-//     came from and closed; at most kMaxUnverified wait for their hello at once (a new one closes the oldest,
-//     so a flood costs a bounded number of descriptors); a verified hello from a rank that is not in this
-//     call's peer list but may be in a later one goes into the transport's Stash, which the next call reads
-//     first. accept() failing with EMFILE/ENFILE closes the oldest unverified connection, or backs off and
-//     retries (base::FdShortageBackoff), failing after a short grace with "out of file descriptors: ...".
+//   - A pair is connected from either side at any time: the rank that needs the peer dials it and speaks first, the
+//     process's accept loop answers (accept_loop.hpp: a connection that closes, sends garbage, cannot show the
+//     secret or sends no hello within kHelloWait is logged and closed; at most kMaxUnverified wait at once), and
+//     the dial rule settles two dials at once (dialer.hpp). Eager connection at init runs the same rule, each rank
+//     dialling the listed peers below it.
 //   - Handshake::await() reads the answers on the links of this call, checking each like a hello.
 //   - Every wait ends at one deadline (ctx.timeout, COLLIE_TIMEOUT when zero) with a Timeout naming exactly
 //     the ranks still missing.
@@ -31,7 +24,6 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <string>
 #include <vector>
@@ -102,9 +94,6 @@ bool secretsEqual(const uint8_t* a, const uint8_t* b, size_t bytes);
 bool headerAuthentic(const Header& h, TransportKind kind, int rank, const uint8_t* secret);
 /// The Header a rank of the communicator with `secret` (16 bytes) sends: this protocol's magic and version.
 Header makeHeader(TransportKind kind, uint32_t type, int fromRank, int toRank, int channel, const uint8_t* secret);
-/// Whether an accepted hello comes from a rank that may dial `rank`: a higher one below `nranks`, on a channel in
-/// [0, channels). Pure.
-bool helloSenderValid(const Header& h, int rank, int nranks, int channels);
 /// Whether a hello may come from its sender when any member may dial (accept_loop.hpp): another rank below
 /// `nranks`, on a channel in [0, channels). Pure.
 bool dialerValid(const Header& h, int rank, int nranks, int channels);
@@ -113,8 +102,6 @@ constexpr uint32_t kRefusedDuplicate = 0x100;  ///< the pair is being connected 
 constexpr uint32_t kRefusedFailed = 0x101;     ///< the communicator failed here (or could not answer)
 /// Where an accepted connection came from: its address, or for a unix socket the process (SO_PEERCRED).
 std::string describePeer(int fd, const sockaddr_storage& addr);
-/// Whether `me` dials `peer` (the higher rank dials; the lower one accepts).
-inline bool dials(int me, int peer) { return me > peer; }
 /// "1, 2, 5"
 std::string rankList(const std::vector<int>& ranks);
 /// Milliseconds left until `deadline`, for poll() (0 when past).
@@ -160,19 +147,6 @@ class Wire {
   virtual int read(Link& link) = 0;
 };
 
-/// Verified connections from ranks that were not in the peer list of the connect() running when they arrived
-/// (a later connect() picks them up). One per transport, which keeps it across connect() calls.
-class Stash {
- public:
-  /// How many hellos were ever kept here.
-  uint64_t kept() const { return kept_.load(std::memory_order_relaxed); }
-
- private:
-  friend class Handshake;
-  std::vector<Link> links_;
-  std::atomic<uint64_t> kept_{0};
-};
-
 /// One connect() call of one transport (see the top of this file).
 class Handshake {
  public:
@@ -183,9 +157,6 @@ class Handshake {
   int rank() const { return ctx_.rank; }
   const CommContext& context() const { return ctx_; }
   base::Deadline deadline() const { return deadline_; }
-  /// Peers of this call below this rank (it dials them) and above it (they dial it), ascending.
-  const std::vector<int>& lower() const { return lower_; }
-  const std::vector<int>& higher() const { return higher_; }
   /// " in <comm>" or "", for messages.
   std::string where() const;
 
@@ -206,23 +177,12 @@ class Handshake {
   /// queued by then). Returns how many of `pfds` are ready (0: none, the wait ended or a signal came).
   int pollWaiting(std::vector<pollfd>& pfds, const std::vector<int>& missing, base::Deadline until);
 
-  /// Accepts from the higher-ranked peers on `listenFd` (non-blocking) until each has all its channels. Each
-  /// verified hello of this call goes to adopt(link) with link.peer and link.channel set from it; adopt takes
-  /// the link (moves from it) or throws. Hellos for a later call go into `stash`; strangers are logged and closed.
-  void acceptHigher(int listenFd, Stash& stash, const std::function<void(Link&)>& adopt);
   /// Reads messages on `links` until each is done: every complete message is checked (authentic, from
   /// link.peer, on link.channel) and handed to onMessage(link), which sets link.done when it expects no more.
   /// EOF fails with RemoteError naming the peer; a wrong message with InternalError.
   void await(const std::vector<Link*>& links, const std::function<void(Link&)>& onMessage);
 
  private:
-  /// Reads a message on an accepted link: 1 adopted, stashed or refused (link consumed), 0 not complete yet.
-  int takeIncoming(Link& link, Stash& stash, const std::function<void(Link&)>& adopt);
-  /// Accepts every pending connection into `pending` (oldest first), reading each at once. Returns 0, or the
-  /// EMFILE/ENFILE that stopped it with no unverified connection left to close.
-  int acceptPending(int listenFd, std::deque<Link>& pending, Stash& stash, const std::function<void(Link&)>& adopt);
-  /// Makes room: closes the oldest unverified connection (after a last look for its hello), saying why.
-  void dropOldest(std::deque<Link>& pending, Stash& stash, const std::function<void(Link&)>& adopt, const char* why);
   /// checkWaiting's checks without failing for a gone peer: throws when aborted; returns the first of `missing`
   /// whose process has exited (-1: none, or not looked at yet this kLivenessEvery).
   int goneAmong(const std::vector<int>& missing);
@@ -237,9 +197,6 @@ class Handshake {
   int channels_;
   std::chrono::milliseconds timeout_;
   base::Deadline deadline_;
-  std::vector<int> lower_, higher_;
-  std::vector<std::vector<bool>> adopted_;  ///< [rank][channel], higher peers only
-  std::vector<bool> inCall_;                ///< [rank]: listed in this call
   base::Deadline nextLivenessCheck_{};
 };
 
@@ -249,8 +206,6 @@ class Handshake {
 int listenAndPublish(const sockaddr_storage& bind, TransportKind kind, PeerInfo& self, sockaddr_storage* bound);
 /// The socket address `kind` published in `info` (family AF_UNSPEC when it published none).
 sockaddr_storage socketAddressOf(const PeerInfo& info, TransportKind kind);
-/// A second descriptor of listening socket `fd` for Transport::shareListener (the same socket, the same address).
-int duplicateListener(int fd, const char* transportName);
 /// How long a dial of `peer` at `target` may go unanswered before the peer's host counts as down
 /// (base::connectWithRetry's unansweredLimit): `deadMs` (COLLIE_PEER_DEAD_TIMEOUT) for a peer on another host (its
 /// hostHash or netNs differs) at an address off loopback; zero, no limit, for a peer on this host (silence there is

@@ -153,7 +153,8 @@ class Transport {
   /// Connection per peer, in the order of `peers`. Fails within ctx.timeout if a peer never shows.
   virtual std::vector<std::unique_ptr<Connection>> connect(const CommContext& ctx, const std::vector<int>& peers) = 0;
   /// Whether this transport connects a pair from either side at any time (serve() and dial() below, the dial rule
-  /// of dialer.hpp). false (ucx): connect() is its only way, collective per pair.
+  /// of dialer.hpp): tcp, shm and ucx. false: connect() is its only way, collective per pair (core then connects
+  /// every pair at init).
   virtual bool dialsAnyTime() const { return false; }
   /// From now on answers the dials of ctx's communicator whatever this rank is doing (the process's accept loop,
   /// accept_loop.hpp). Only where dialsAnyTime().

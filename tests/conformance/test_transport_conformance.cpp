@@ -6,8 +6,8 @@
 //   - failure: a peer that closes (after its last data) or is killed gives RemoteError naming it, in time;
 //   - handshake: strangers (garbage, silent, hung up, a real transport with the wrong secret) are refused and
 //     logged while the real peers connect; missing peers time out naming exactly the missing ranks (never the
-//     rank itself); hellos that arrive before their connect() are kept (ucx) or answered at once by the accept
-//     loop (tcp, shm) and used by the later call (observed through Transport::stashedHellos, no sleeps).
+//     rank itself); hellos that arrive before their connect() are answered at once by the accept loop and used by
+//     the later call (observed through Transport::stashedHellos, no sleeps).
 // Transport-specific behaviour (striping, IPv6, single copy, waking, memfd clean-up) is in
 // tests/threaded/test_tcp_transport.cpp, tests/threaded/test_shm_transport.cpp and tests/multiproc/.
 #include <collie/config.h>
@@ -493,8 +493,8 @@ TEST_P(Conformance, TimeoutsNameExactlyTheMissingRanks) {
   }
 }
 
-// Rank 2's hello reaches rank 0 while rank 0 connects to rank 1 only: rank 0 keeps it (ucx) or answers it at once
-// from its accept loop (tcp, shm), and its second connect() uses that. Rank 1 starts only once rank 0 has counted
+// Rank 2's hello reaches rank 0 while rank 0 connects to rank 1 only: rank 0 answers it at once from its accept loop,
+// and its second connect() uses that. Rank 1 starts only once rank 0 has counted
 // the hello, so the order is forced without sleeping.
 TEST_P(Conformance, EarlyHellosAreKeptForTheNextConnect) {
   Cluster cluster = make(3);

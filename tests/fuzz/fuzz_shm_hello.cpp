@@ -1,5 +1,5 @@
 // Fuzzes the checks an shm hello goes through (the first message on the shm listener's unix socket, from any
-// local process): handshake::headerAuthentic and helloSenderValid, then shm::checkHello (type, fd count, ring
+// local process): handshake::headerAuthentic and dialerValid, then shm::checkHello (type, fd count, ring
 // geometry and size). The first input byte says how many fds came with the message (0..3); the rest fills the
 // Msg (zero-padded or cut to its size). Invariant: a hello checkHello accepts has a geometry whose ring size is
 // what ringBytes gives, with 2 or 3 fds.
@@ -22,7 +22,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   shm::Msg m{};
   std::memcpy(&m, data + 1, std::min(size - 1, sizeof(m)));
   (void)handshake::headerAuthentic(m.header, TransportKind::Shm, kRank, kSecret);
-  (void)handshake::helloSenderValid(m.header, kRank, kNranks, 1);
+  (void)handshake::dialerValid(m.header, kRank, kNranks, 1);
   try {
     shm::checkHello(m, fdsReceived, kRank, std::max(m.header.fromRank, 1));
   } catch (const Error&) {

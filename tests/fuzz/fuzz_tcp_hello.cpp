@@ -1,5 +1,5 @@
 // Fuzzes the checks a TCP hello goes through when it reaches a rank (the first 56 bytes on any connection to its
-// listener, from anyone): handshake::headerAuthentic and helloSenderValid (the accept path's), then
+// listener, from anyone): handshake::headerAuthentic and dialerValid (the accept path's), then
 // tcp::checkHelloConfig (the transport's). The receiver is rank 1 of 4 with 2 sockets per peer; the input fills
 // the Hello (zero-padded or cut to its size). Each check runs on every input, whatever the one before said: each
 // must cope with any bytes. Invariant: an authentic hello is one addressed to this rank with the right magic.
@@ -23,8 +23,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (authentic)
     FUZZ_CHECK(h.header.magic == handshake::kMagic && h.header.toRank == kRank &&
                std::memcmp(h.header.secret, kSecret, sizeof(kSecret)) == 0);
-  bool sender = handshake::helloSenderValid(h.header, kRank, kNranks, kSockets);
-  if (sender) FUZZ_CHECK(h.header.fromRank > kRank && h.header.fromRank < kNranks && h.header.channel < kSockets);
+  bool sender = handshake::dialerValid(h.header, kRank, kNranks, kSockets);
+  if (sender)
+    FUZZ_CHECK(h.header.fromRank >= 0 && h.header.fromRank != kRank && h.header.fromRank < kNranks &&
+               h.header.channel >= 0 && h.header.channel < kSockets);
   try {
     tcp::checkHelloConfig(h, kRank, kSockets, kStripeMin);
     FUZZ_CHECK(h.nsock == kSockets && h.stripeMinBytes == kStripeMin && h.header.type == tcp::kHelloType);

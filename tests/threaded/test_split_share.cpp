@@ -101,7 +101,7 @@ TEST(SplitShare, APairTheChildConnectsFirstIsTheParentsToo) {
     constexpr int n = 6;
     Options parentOptions = shareOptions();
     parentOptions.shareConnections = false;
-    parentOptions.connect = ConnectMode::Lazy;  // also over UCX, which connects eagerly unless told
+    parentOptions.connect = ConnectMode::Lazy;  // whatever COLLIE_CONNECT says
     auto parents = Communicator::createAll(n, parentOptions);
     std::vector<int> parentPeersBefore(n), parentPeersAfter(n);
     onEveryRank(n, [&](int r) {

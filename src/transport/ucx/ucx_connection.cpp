@@ -82,8 +82,9 @@ UcxConnection::UcxConnection(int rank, int peer, std::shared_ptr<UcxWorker> work
   if (s != UCS_OK) {
     ep_ = nullptr;
     close();
-    COLLIE_FAIL(ErrorCode::SystemError, "ucx: rank %d cannot make an endpoint to rank %d: %s", rank, peer,
-                ucs_status_string(s));
+    // A peer that died after its hello (UCS_ERR_UNREACHABLE over tcp) is a remote failure, not a local one.
+    COLLIE_FAIL(peerFailure(s) ? ErrorCode::RemoteError : ErrorCode::SystemError,
+                "ucx: rank %d cannot make an endpoint to rank %d: %s", rank, peer, ucs_status_string(s));
   }
 }
 
@@ -153,7 +154,36 @@ bool UcxConnection::wiredUp() {
     wireStep_ = 2;
   }
   if (wireStep_ == 2 && wire_[2].complete && wire_[3].complete) wireStep_ = 3;
-  return wireStep_ == 3;
+  if (wireStep_ == 3) return true;
+  // A peer that failed or exited before its side of the wireup ended never sends the rest: its liveness socket says
+  // so (once this side has it), rather than the timeout.
+  watchPeer();
+  if (peerGone_) {
+    if (byeGot_ == sizeof(Bye) && bye_.magic == kByeMagic && bye_.poisoned) {
+      try {
+        throwMismatch(bye_.why, base::format("from peer %d over ucx", peer_).c_str());
+      } catch (...) {
+        fail(std::current_exception());
+      }
+    }
+    fail(ErrorCode::RemoteError,
+         base::format("peer %d closed the connection during its UCX wireup (it may have exited or failed)", peer_));
+  }
+  return false;
+}
+
+void UcxConnection::wireInBackground() {
+  worker_->drive(this, [this] { return wiredUp(); });
+}
+
+void UcxConnection::adoptSideChannel(int sideFd) {
+  std::lock_guard<std::recursive_mutex> lock(worker_->mutex());
+  COLLIE_INTERNAL_CHECK(sideFd_ < 0, "ucx connection to peer %d: a second liveness socket", peer_);
+  if (closed_) {
+    ::close(sideFd);  // closed already (its communicator failed): the peer sees the socket go
+    return;
+  }
+  sideFd_ = sideFd;
 }
 
 void UcxConnection::checkPost(Transfer* t, bool send) {
@@ -449,6 +479,7 @@ void UcxConnection::closeWith(const MismatchRecord* why) {
   std::lock_guard<std::recursive_mutex> lock(worker_->mutex());
   if (closed_) return;
   closed_ = true;
+  worker_->undrive(this);
   // Messages the peer can still count on: all of them after a flush, else those before the first send that did
   // not complete.
   const bool flush = !error_ && endpointStatus_ == UCS_OK && !peerGone_;

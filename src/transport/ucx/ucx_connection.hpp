@@ -54,8 +54,8 @@ inline ucp_tag_t messageTag(int rank, uint64_t seq) {
 constexpr uint64_t kWireupSeq = (uint64_t{1} << 40) - 1;
 
 /// Sends and receives to `peer` over an endpoint made from `peerAddress` on `worker`; `sideFd` (connected,
-/// non-blocking, registered with `poller` by the caller) is owned and closed by the connection, and `poller` must
-/// outlive it.
+/// non-blocking, registered with `poller` by the caller; -1: adoptSideChannel() later) is owned and closed by the
+/// connection, and `poller` must outlive it.
 class UcxConnection final : public Connection {
  public:
   UcxConnection(int rank, int peer, std::shared_ptr<UcxWorker> worker, const std::vector<uint8_t>& peerAddress,
@@ -80,6 +80,12 @@ class UcxConnection final : public Connection {
   void beginWireup();
   /// Progresses; true once both wireup messages have completed. Throws like progress().
   bool wiredUp();
+  /// Lets the worker's linger thread move the wireup on (UcxWorker::drive) until it ends, fails or this closes:
+  /// for a connection answered while this rank's executor is elsewhere.
+  void wireInBackground();
+  /// The pair's liveness socket, for a connection made before its socket was handed over (connected,
+  /// non-blocking, registered with the poller by the caller; owned and closed by the connection from now on).
+  void adoptSideChannel(int sideFd);
 
  private:
   /// One posted transfer while UCX holds it. Heap-allocated: UCX's callback finds it through user_data, and an

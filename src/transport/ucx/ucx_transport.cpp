@@ -1,18 +1,19 @@
 // UCX transport setup.
 //
 // listen() opens a TCP listener before bootstrap and publishes its sockaddr (packed into the PeerInfo slot's 22 bytes;
-// a UCX worker address is larger). connect(ctx, peers) then runs the common handshake (transport/handshake.hpp) with
-// one socket per peer pair, exactly as tcp does with one socket:
-//   1. make this communicator's UCP worker (first connect() only; see ucx_worker.hpp);
-//   2. for every lower-ranked peer: connect to its listener and send a Hello carrying our worker address;
-//   3. Handshake::acceptHigher: accept from every higher-ranked peer, answering each verified Hello with ours;
-//      strangers (garbage, silence, a wrong secret, an address longer than kMaxAddressBytes) are logged and
-//      closed, early hellos stashed;
-//   4. Handshake::await: the answering Hello from every lower-ranked peer.
-//   5. each peer's worker address makes a UCP endpoint (UcxConnection), and a 0-byte message each way wires it
-//      up while both ranks are here (UCX over tcp connects lazily, needing the peer's progress), within the
-//      same deadline: a peer UCX cannot reach (UCX_TLS without a common transport) fails here, by name.
-// The handshake socket stays open as the pair's liveness channel, registered with ctx.poller.
+// a UCX worker address is larger); the process's accept loop serves it (accept_loop.hpp), as tcp's. A pair is
+// connected by one rank's dial (dialer.hpp: who dials, both at once, retries), over one handshake socket:
+//   1. the dialler connects to the peer's listener and sends a Hello carrying its UCP worker address;
+//   2. the peer's accept loop checks it (strangers are logged and closed) and answers with a Hello carrying its own;
+//      it then makes its endpoint to the dialler and starts the wireup (a 0-byte message each way, a flush, and a
+//      second message each way; ucx_connection.cpp), which its worker's linger thread moves on (UcxWorker::drive)
+//      whatever its executor is doing: in another call, computing, or blocked in another communicator;
+//   3. the dialler reads the answer, makes its endpoint and runs its side of the wireup within the deadline: a peer
+//      UCX cannot reach (UCX_TLS without a common transport) fails here, by name.
+// So a dial ends whatever the dialled rank is doing, as tcp's, and a message sent on a connection made on first use
+// completes without the peer's executor (its wireup is over). The answering rank takes the connection (the wireup
+// over, or finished then) when a call of its own first needs the peer. The handshake socket stays open as the
+// pair's liveness channel, registered with ctx.poller.
 #include "transport/ucx/ucx_transport.hpp"
 
 #include <fcntl.h>
@@ -23,6 +24,7 @@
 #include <cerrno>
 #include <cstring>
 #include <map>
+#include <mutex>
 #include <thread>
 
 #include "base/errors.hpp"
@@ -41,7 +43,8 @@ using handshake::Link;
 constexpr uint32_t kHello = 1;
 constexpr uint32_t kMaxAddressBytes = 64 * 1024;
 
-/// The first message on every socket, in both directions; `addressBytes` bytes of UCX worker address follow.
+/// The first message on every socket, in both directions; `addressBytes` bytes of UCX worker address follow a
+/// hello (type kHello), none a refusal (handshake::kRefusedDuplicate, kRefusedFailed).
 struct Hello {
   handshake::Header header;
   uint32_t addressBytes;
@@ -56,7 +59,7 @@ class HelloWire : public handshake::Wire {
   int read(Link& link) override {
     if (link.got == 0) link.buf.resize(sizeof(Hello));
     for (;;) {
-      if (link.got == sizeof(Hello) && link.buf.size() == sizeof(Hello)) {
+      if (link.got == sizeof(Hello) && link.buf.size() == sizeof(Hello) && link.header().type == kHello) {
         uint32_t extra = link.as<Hello>().addressBytes;
         if (extra == 0 || extra > kMaxAddressBytes) return -1;  // not a hello of ours
         link.buf.resize(sizeof(Hello) + extra);
@@ -76,28 +79,137 @@ class HelloWire : public handshake::Wire {
   }
 };
 
+/// The worker address a verified hello carries (checked: a hello, not a refusal).
+std::vector<uint8_t> addressIn(const Link& l, int rank) {
+  COLLIE_INTERNAL_CHECK(l.header().type == kHello && l.buf.size() > sizeof(Hello),
+                        "ucx handshake of rank %d: rank %d sent message type %u", rank, l.peer, l.header().type);
+  return std::vector<uint8_t>(l.buf.begin() + sizeof(Hello), l.buf.end());
+}
+
 }  // namespace
 
-UcxTransport::UcxTransport(const UcxOptions& options) : options_(options) {}
+/// The ucx messages of the dial rule (dialer.hpp).
+class UcxProtocol : public handshake::DialProtocol {
+ public:
+  explicit UcxProtocol(UcxTransport& transport) : transport_(transport) {}
 
-UcxTransport::~UcxTransport() {
-  if (listenFd_ >= 0) ::close(listenFd_);
+  UniqueFd dialSocket(handshake::Handshake& hs, int peer, int /*channel*/) override {
+    const sockaddr_storage target = UcxTransport::addressOf(hs.context().peers[static_cast<size_t>(peer)]);
+    COLLIE_ARG_CHECK(target.ss_family == AF_INET || target.ss_family == AF_INET6,
+                     "ucx connect of rank %d: rank %d published no ucx address (family %d)", hs.rank(), peer,
+                     target.ss_family);
+    // As tcp's (tcp_transport.cpp): refusals in a row mean the peer is gone, no answer from another host for the
+    // dead-peer window that its host is down.
+    constexpr int kRefusedIsGone = 3;
+    return UniqueFd(base::connectWithRetry(
+        target, hs.deadline(), static_cast<int>(base::params::connectRetries()),
+        base::format("rank %d (ucx handshake)", peer), [&hs, peer] { hs.checkWaiting({peer}); }, kRefusedIsGone,
+        handshake::unansweredLimit(hs.context(), peer, target, base::params::peerDeadTimeoutMs())));
+  }
+  void sendHello(handshake::Handshake& hs, Link& l) override {
+    l.from = base::addressToString(UcxTransport::addressOf(hs.context().peers[static_cast<size_t>(l.peer)]));
+    send(hs, l);
+    base::setNonBlocking(l.fd.get(), true);
+  }
+  void onAnswer(handshake::Handshake& hs, Link& l) override {
+    std::vector<uint8_t> address = addressIn(l, hs.rank());
+    std::lock_guard<std::mutex> lock(mu_);
+    addresses_[l.peer] = std::move(address);
+    l.done = true;
+  }
+  // On the accept loop's thread: answers, then starts this side's endpoint and wireup in the background.
+  void answer(handshake::Handshake& hs, Link& l) override {
+    std::vector<uint8_t> address = addressIn(l, hs.rank());
+    send(hs, l);
+    const CommContext& ctx = hs.context();
+    auto conn = std::make_unique<UcxConnection>(ctx.rank, l.peer, transport_.worker_, address, -1, ctx.poller);
+    conn->beginWireup();
+    conn->wireInBackground();
+    std::lock_guard<std::mutex> lock(mu_);
+    answered_[l.peer] = std::move(conn);
+  }
+  std::unique_ptr<Connection> finish(handshake::Handshake& hs, int peer, std::vector<Link>& links,
+                                     bool dialled) override {
+    const CommContext& ctx = hs.context();
+    std::unique_ptr<UcxConnection> conn;
+    if (dialled) {
+      std::vector<uint8_t> address;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        address = std::move(addresses_[peer]);
+        addresses_.erase(peer);
+      }
+      conn = std::make_unique<UcxConnection>(ctx.rank, peer, transport_.worker_, address, -1, ctx.poller);
+      conn->beginWireup();
+    } else {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = answered_.find(peer);
+      COLLIE_INTERNAL_CHECK(it != answered_.end(), "ucx connect of rank %d: no connection answered to rank %d",
+                            ctx.rank, peer);
+      conn = std::move(it->second);
+      answered_.erase(it);
+    }
+    Link& l = links.at(0);
+    base::setNonBlocking(l.fd.get(), true);
+    base::setDeadPeerTimeout(l.fd.get(), base::params::peerDeadTimeoutMs());  // a vanished host, as for tcp
+    if (ctx.poller) ctx.poller->add(l.fd.get());
+    conn->adoptSideChannel(l.fd.release());
+    // The wireup, within the handshake's deadline (the answering side's runs on its worker's linger thread).
+    while (!conn->wiredUp()) {
+      if (Clock::now() >= hs.deadline()) hs.failTimeout({peer}, "complete the UCX wireup");
+      hs.checkWaiting({peer});
+      ctx.poller ? ctx.poller->wait(std::chrono::milliseconds(1)) : std::this_thread::yield();
+    }
+    return conn;
+  }
+  void forget(int peer) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    addresses_.erase(peer);
+  }
+
+ private:
+  void send(handshake::Handshake& hs, Link& l) {
+    const std::vector<uint8_t>& mine = transport_.worker_->address();
+    std::vector<uint8_t> msg(sizeof(Hello) + mine.size());
+    Hello h{};
+    h.header = hs.header(kHello, l.peer, 0);
+    h.addressBytes = static_cast<uint32_t>(mine.size());
+    std::memcpy(msg.data(), &h, sizeof(h));
+    std::memcpy(msg.data() + sizeof(h), mine.data(), mine.size());
+    base::sendAll(l.fd.get(), msg.data(), msg.size(), hs.deadline(),
+                  base::format("rank %d (ucx handshake) at %s", l.peer, l.from.c_str()));
+  }
+
+  UcxTransport& transport_;
+  std::mutex mu_;                                           ///< the dialler's thread and the accept loop's
+  std::map<int, std::vector<uint8_t>> addresses_;           ///< dialled: the peer's worker address, from its answer
+  std::map<int, std::unique_ptr<UcxConnection>> answered_;  ///< answered, not taken yet
+};
+
+UcxTransport::UcxTransport(const UcxOptions& options) : options_(options) {
+  wire_ = std::make_unique<HelloWire>();
+  protocol_ = std::make_unique<UcxProtocol>(*this);
+  dialer_ = std::make_unique<handshake::Dialer>("ucx", TransportKind::Ucx, /*channels=*/1, *protocol_, *wire_);
 }
+
+UcxTransport::~UcxTransport() = default;
 
 sockaddr_storage UcxTransport::addressOf(const PeerInfo& info) {
   return handshake::socketAddressOf(info, TransportKind::Ucx);
 }
 
 std::unique_ptr<Transport> UcxTransport::shareListener() const {
-  auto copy = std::make_unique<UcxTransport>(options_);  // its own worker, made at its first connect()
-  copy->listenFd_ = handshake::duplicateListener(listenFd_, "ucx");
+  COLLIE_USAGE_CHECK(listener_ != nullptr, "ucx transport: shareListener() before listen()");
+  auto copy = std::make_unique<UcxTransport>(options_);  // its own worker, made at its first serve()
+  copy->listener_ = listener_;
   return copy;
 }
 
 void UcxTransport::listen(PeerInfo& self) {
-  COLLIE_USAGE_CHECK(listenFd_ < 0, "ucx transport: listen() called twice");
+  COLLIE_USAGE_CHECK(listener_ == nullptr, "ucx transport: listen() called twice");
   sockaddr_storage addr{};
-  listenFd_ = handshake::listenAndPublish(options_.bindAddr, TransportKind::Ucx, self, &addr);
+  UniqueFd fd(handshake::listenAndPublish(options_.bindAddr, TransportKind::Ucx, self, &addr));
+  listener_ = std::make_shared<handshake::Listener>(std::move(fd), std::make_unique<HelloWire>(), "ucx", self.rank);
   COLLIE_INFO(base::kLogNet, "ucx: rank %d handshake listener on %s", self.rank, base::addressToString(addr).c_str());
 }
 
@@ -105,85 +217,40 @@ bool UcxTransport::canConnect(const PeerInfo& local, const PeerInfo& peer) const
   return local.address(TransportKind::Ucx) != nullptr && peer.address(TransportKind::Ucx) != nullptr;
 }
 
-std::vector<std::unique_ptr<Connection>> UcxTransport::connect(const CommContext& ctx, const std::vector<int>& peers) {
-  COLLIE_USAGE_CHECK(listenFd_ >= 0, "ucx transport: connect() before listen()");
-  HelloWire wire;
-  handshake::Handshake hs("ucx", TransportKind::Ucx, ctx, peers, /*channels=*/1, wire);
-  const base::Deadline deadline = hs.deadline();
+void UcxTransport::makeWorker(const CommContext& ctx) {
+  // The executor's thread, before this rank's desk takes any dial (serve() runs first, and connect() and dial() call
+  // it before the dialer serves), so the accept loop's thread always finds the worker made.
   if (!worker_) worker_ = std::make_shared<UcxWorker>(ctx.rank, options_.tls);
   worker_->attach(ctx.poller);
-  const std::vector<uint8_t>& mine = worker_->address();
-  auto sendHello = [&](Link& l) {
-    std::vector<uint8_t> msg(sizeof(Hello) + mine.size());
-    Hello h{};
-    h.header = hs.header(kHello, l.peer, 0);
-    h.addressBytes = static_cast<uint32_t>(mine.size());
-    std::memcpy(msg.data(), &h, sizeof(h));
-    std::memcpy(msg.data() + sizeof(h), mine.data(), mine.size());
-    base::sendAll(l.fd.get(), msg.data(), msg.size(), deadline,
-                  base::format("rank %d (ucx handshake) at %s", l.peer, l.from.c_str()));
-  };
-  std::map<int, Link> links;
-  std::map<int, std::vector<uint8_t>> addresses;
-  auto takeAddress = [&](Link& l) {
-    COLLIE_INTERNAL_CHECK(l.header().type == kHello, "ucx connect of rank %d: rank %d sent message type %u", ctx.rank,
-                          l.peer, l.header().type);
-    addresses[l.peer].assign(l.buf.begin() + sizeof(Hello), l.buf.end());
-    l.done = true;
-  };
+}
 
-  for (int p : hs.lower()) {
-    const sockaddr_storage target = addressOf(ctx.peers[static_cast<size_t>(p)]);
-    COLLIE_ARG_CHECK(target.ss_family == AF_INET || target.ss_family == AF_INET6,
-                     "ucx connect of rank %d: rank %d published no ucx address (family %d)", ctx.rank, p,
-                     target.ss_family);
-    Link& l = links[p];
-    std::string what = base::format("rank %d (ucx handshake)", p);
-    l.fd.reset(base::connectWithRetry(
-        target, deadline, static_cast<int>(base::params::connectRetries()), what, {}, 0,
-        handshake::unansweredLimit(ctx, p, target, base::params::peerDeadTimeoutMs())));  // a host that is down
-    l.from = base::addressToString(target);
-    l.peer = p;
-    sendHello(l);
-    base::setNonBlocking(l.fd.get(), true);
-  }
-  hs.acceptHigher(listenFd_, stash_, [&](Link& l) {
-    sendHello(l);
-    takeAddress(l);
-    links[l.peer] = std::move(l);
-  });
-  std::vector<Link*> awaiting;
-  for (int p : hs.lower()) awaiting.push_back(&links[p]);
-  hs.await(awaiting, takeAddress);
+void UcxTransport::serve(const CommContext& ctx) {
+  COLLIE_USAGE_CHECK(listener_ != nullptr, "ucx transport: serve() before listen()");
+  makeWorker(ctx);
+  dialer_->serve(*listener_, ctx);
+}
 
-  std::vector<std::unique_ptr<Connection>> out;
-  out.reserve(peers.size());
-  std::vector<UcxConnection*> wiring;
-  for (int p : peers) {
-    if (p == ctx.rank) {
-      out.push_back(makeSelfConnection(p));
-      continue;
-    }
-    Link& l = links[p];
-    base::setNonBlocking(l.fd.get(), true);
-    base::setDeadPeerTimeout(l.fd.get(), base::params::peerDeadTimeoutMs());  // a vanished host, as for tcp
-    if (ctx.poller) ctx.poller->add(l.fd.get());
-    auto conn = std::make_unique<UcxConnection>(ctx.rank, p, worker_, addresses[p], l.fd.release(), ctx.poller);
-    conn->beginWireup();
-    wiring.push_back(conn.get());
-    out.push_back(std::move(conn));
-  }
-  // Step 5: the wireup messages, both ways with every peer, within the handshake's deadline.
-  for (;;) {
-    std::vector<int> missing;
-    for (UcxConnection* c : wiring)
-      if (!c->wiredUp()) missing.push_back(c->peer());
-    if (missing.empty()) break;
-    if (Clock::now() >= deadline) hs.failTimeout(missing, "complete the UCX wireup");
-    ctx.poller ? ctx.poller->wait(std::chrono::milliseconds(1)) : std::this_thread::yield();
-  }
-  COLLIE_INFO(base::kLogNet, "ucx: rank %d%s connected to %zu peer(s)", ctx.rank, hs.where().c_str(), peers.size());
+std::vector<std::unique_ptr<Connection>> UcxTransport::connect(const CommContext& ctx, const std::vector<int>& peers) {
+  COLLIE_USAGE_CHECK(listener_ != nullptr, "ucx transport: connect() before listen()");
+  makeWorker(ctx);
+  auto out = dialer_->connect(*listener_, ctx, peers, false);
+  COLLIE_INFO(base::kLogNet, "ucx: rank %d%s connected to %zu peer(s)", ctx.rank,
+              ctx.name.empty() ? "" : (" in " + ctx.name).c_str(), peers.size());
   return out;
 }
+
+std::vector<std::unique_ptr<Connection>> UcxTransport::dial(const CommContext& ctx, const std::vector<int>& peers) {
+  COLLIE_USAGE_CHECK(listener_ != nullptr, "ucx transport: dial() before listen()");
+  makeWorker(ctx);
+  return dialer_->connect(*listener_, ctx, peers, true);
+}
+
+std::vector<std::unique_ptr<Connection>> UcxTransport::refuseDials(const CommContext& ctx) {
+  return dialer_->refuseAll(ctx);
+}
+
+void UcxTransport::releasePeer(int peer) { dialer_->release(peer); }
+
+uint64_t UcxTransport::stashedHellos() const { return dialer_->answeredEarly(); }
 
 }  // namespace collie::transport::ucx

@@ -10,12 +10,15 @@
 #include <string>
 #include <vector>
 
+#include "transport/accept_loop.hpp"
+#include "transport/dialer.hpp"
 #include "transport/handshake.hpp"
 #include "transport/transport.hpp"
 
 namespace collie::transport::ucx {
 
 class UcxWorker;
+class UcxProtocol;
 
 /// Settings of a UcxTransport.
 struct UcxOptions {
@@ -23,7 +26,7 @@ struct UcxOptions {
   std::string tls;  ///< UCX transports ("tcp", "sm,self"; UCX_TLS's syntax); empty: UCX_TLS or UCX's default
 };
 
-/// UCX transport. listen() before bootstrap, then connect() once per set of peers.
+/// UCX transport. listen() before bootstrap, then connect() or dial() once per set of peers.
 class UcxTransport : public Transport {
  public:
   explicit UcxTransport(const UcxOptions& options = {});
@@ -33,27 +36,41 @@ class UcxTransport : public Transport {
 
   const char* name() const override { return "ucx"; }
   TransportKind kind() const override { return TransportKind::Ucx; }
-  /// Opens the handshake listener (TCP) and publishes its address as this transport's address: a UCX worker
-  /// address (about 200 bytes here, more with InfiniBand devices) does not fit a PeerInfo slot, so it travels in
-  /// the handshake instead.
+  /// Opens the handshake listener (TCP; the process's accept loop serves it) and publishes its address as this
+  /// transport's address: a UCX worker address (about 200 bytes here, more with InfiniBand devices) does not fit a
+  /// PeerInfo slot, so it travels in the handshake instead.
   void listen(PeerInfo& self) override;
   /// Both ranks published a ucx address.
   bool canConnect(const PeerInfo& local, const PeerInfo& peer) const override;
-  /// The common handshake (transport/handshake.hpp), one socket per peer, carrying the UCX worker addresses;
-  /// then a UCP endpoint per peer. The socket stays open as the pair's liveness channel.
+  /// The dial rule (transport/dialer.hpp) with one handshake socket per pair, its hellos carrying the UCX worker
+  /// addresses; then a UCP endpoint per peer, wired up before it is returned. The socket stays open as the pair's
+  /// liveness channel.
   std::vector<std::unique_ptr<Connection>> connect(const CommContext& ctx, const std::vector<int>& peers) override;
-  uint64_t stashedHellos() const override { return stash_.kept(); }
-  /// A transport on a duplicate of this one's listener, with a worker of its own (for core's shrink).
+  bool dialsAnyTime() const override { return true; }
+  /// Makes the communicator's UCP worker (once) and answers its dials from now on.
+  void serve(const CommContext& ctx) override;
+  std::vector<std::unique_ptr<Connection>> dial(const CommContext& ctx, const std::vector<int>& peers) override;
+  std::vector<std::unique_ptr<Connection>> refuseDials(const CommContext& ctx) override;
+  void releasePeer(int peer) override;
+  uint64_t stashedHellos() const override;
+  /// A transport on this one's listener (same address) with a worker of its own, answering only its own
+  /// communicator (for core's shrink).
   std::unique_ptr<Transport> shareListener() const override;
 
   /// Where `info` says its UCX handshake listener is (family AF_UNSPEC when it published none).
   static sockaddr_storage addressOf(const PeerInfo& info);
 
  private:
+  friend class UcxProtocol;
+  /// The communicator's worker, made by the first call that needs it (serve, connect, dial).
+  void makeWorker(const CommContext& ctx);
+
   UcxOptions options_;
-  int listenFd_ = -1;
-  std::shared_ptr<UcxWorker> worker_;  ///< made by the first connect(); shared with the connections
-  handshake::Stash stash_;
+  std::shared_ptr<handshake::Listener> listener_;  ///< shared with the transports of shareListener()
+  std::shared_ptr<UcxWorker> worker_;              ///< shared with the connections
+  std::unique_ptr<handshake::Wire> wire_;
+  std::unique_ptr<UcxProtocol> protocol_;      ///< keeps the connections answered and not yet taken
+  std::unique_ptr<handshake::Dialer> dialer_;  ///< after what it uses: destroyed first
 };
 
 }  // namespace collie::transport::ucx

@@ -1,6 +1,7 @@
 // The UCP context and worker of a UcxTransport, and the once-per-process UCX host query (see ucx_worker.hpp).
 #include "transport/ucx/ucx_worker.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -119,6 +120,7 @@ UcxWorker::~UcxWorker() {
 }
 
 void UcxWorker::attach(base::Poller* poller) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);  // the linger thread wakes poller_
   if (poller == poller_) return;
   detach();
   if (!poller) return;
@@ -128,6 +130,7 @@ void UcxWorker::attach(base::Poller* poller) {
 }
 
 void UcxWorker::detach() {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
   if (!poller_) return;
   poller_->removeSleepHook(this);
   poller_->remove(eventFd_);
@@ -153,9 +156,45 @@ void UcxWorker::opFinished(bool send) {
   }
 }
 
+void UcxWorker::drive(const void* key, std::function<bool()> step) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  undrive(key);
+  tasks_.emplace_back(key, std::move(step));
+  if (lingerAsleep_) idle_.notify_one();
+}
+
+void UcxWorker::undrive(const void* key) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  tasks_.erase(std::remove_if(tasks_.begin(), tasks_.end(), [key](const auto& t) { return t.first == key; }),
+               tasks_.end());
+}
+
+void UcxWorker::runTasks() {
+  bool moved = progress();
+  // A task may undrive itself or others (a failing connection closes): run from a copy, dropping by key.
+  auto tasks = tasks_;
+  for (auto& [key, step] : tasks) {
+    if (std::none_of(tasks_.begin(), tasks_.end(), [k = key](const auto& t) { return t.first == k; })) continue;
+    bool finished = true;
+    try {
+      finished = step();
+    } catch (const std::exception& e) {
+      COLLIE_TRACE(base::kLogNet, "ucx: a background task of the worker failed: %s", e.what());
+    }
+    if (finished) undrive(key);
+  }
+  moved |= progress();
+  if (moved && poller_) poller_->wake();  // what this thread took from UCX may be what the executor sleeps on
+}
+
 void UcxWorker::lingerLoop() {
   std::unique_lock<std::recursive_mutex> lock(mu_);
   while (!stop_) {
+    if (!tasks_.empty()) {
+      runTasks();
+      idle_.wait_for(lock, std::chrono::milliseconds(1));
+      continue;
+    }
     // Asleep for good when the worker last went idle more than kLinger ago (or never did), operations in flight
     // or not: the next completion that leaves it idle wakes this thread.
     const bool neverIdle = idleSince_ == std::chrono::steady_clock::time_point{};

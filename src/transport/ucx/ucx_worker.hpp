@@ -26,6 +26,12 @@
 // message's time (bench_transport PingPong/ucx/8 over tcp: 33 us one way with it, 16 without). Only a thread
 // asleep for good (idle past kLinger, or never used) is woken, by the next completion.
 //
+// The same thread runs the worker's background tasks (drive()): a connection answered on the accept loop's thread
+// while this rank's executor is elsewhere has its wireup moved on here, so that the dialling rank's connect ends
+// whatever this rank is doing (ucx_transport.cpp). While a task runs, the thread progresses every millisecond
+// whatever is in flight, and wakes the poller when anything moved (the executor may sleep on an event UCX has
+// already handed to this thread).
+//
 // ucxHostInfo() answers, once per process, what collie-info and COLLIE_NET=auto ask: the UCX version and the
 // transport/device resources UCX would use here (after UCX_TLS and UCX_NET_DEVICES), and whether one of them
 // is RDMA (rc, dc, ud: InfiniBand or RoCE through libibverbs).
@@ -36,6 +42,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -76,12 +83,21 @@ class UcxWorker final : public base::SleepHook {
   void opStarted(bool send);
   void opFinished(bool send);
 
+  /// Runs `step` on the linger thread, under mutex(), after each of its progress ticks (every millisecond) until it
+  /// returns true or throws (the exception is dropped: the task keeps what it needs to report). `key` names the task
+  /// for undrive(); one task per key.
+  void drive(const void* key, std::function<bool()> step);
+  /// After it returns (call with or without mutex()), the task of `key` does not run and will not run again.
+  void undrive(const void* key);
+
   bool prepareToSleep() override;
   void finishSleep() override {}
 
  private:
   void detach();
   void lingerLoop();
+  /// The background tasks' tick: progress, then each task once; drops those that finished. Under mu_.
+  void runTasks();
 
   ucp_context_h context_ = nullptr;
   ucp_worker_h worker_ = nullptr;
@@ -97,6 +113,7 @@ class UcxWorker final : public base::SleepHook {
   int64_t sendsInFlight_ = 0;
   std::chrono::steady_clock::time_point idleSince_{};
   bool stop_ = false;
+  std::vector<std::pair<const void*, std::function<bool()>>> tasks_;  ///< drive(); run by the linger thread
   std::thread linger_;
 };
 
