@@ -76,7 +76,8 @@ class UcxConnection final : public Connection {
   void poison(const MismatchRecord& why) override { closeWith(&why); }
 
   /// Starts the pair's wireup: a 0-byte message each way, outside the numbered ones, so that UCX connects the
-  /// endpoint while both ranks are in connect() (and a send posted later completes without the peer's help).
+  /// endpoint while both ranks are connecting the pair (the answering rank on its worker's linger thread), and a send
+  /// posted later completes without the peer's help.
   void beginWireup();
   /// Progresses; true once both wireup messages have completed. Throws like progress().
   bool wiredUp();
