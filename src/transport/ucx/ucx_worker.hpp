@@ -1,6 +1,6 @@
 // One UCP context and worker (UCX, OpenUCX) and what collie asks of UCX outside a connection.
 //
-// A UcxTransport owns one UcxWorker per communicator, made at its first connect(); its connections share it
+// A UcxTransport owns one UcxWorker per communicator, made at its first serve(); its connections share it
 // (std::shared_ptr, so the worker outlives the last endpoint). Per communicator rather than per process because
 // (1) the tag space is the communicator's: a tag is (sender rank, message number), which would collide between
 // two communicators on one worker; (2) ranks run as threads of one process in the tests, each needing its own
