@@ -26,6 +26,7 @@
 #include <nccl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -169,9 +170,12 @@ bool isFloat(const Type& ty) {
   return ty.t == ncclFloat16 || ty.t == ncclFloat32 || ty.t == ncclFloat64 || ty.t == ncclBfloat16;
 }
 
+// value() depends on i only through i % kPeriod (storePeriodic relies on it).
+constexpr size_t kPeriod = 1009;
+
 // The value rank r contributes at element i for op: small integers, so every result is exact.
 double value(const Type& ty, ncclRedOp_t op, int r, size_t i) {
-  const long k = static_cast<long>(i % 1009);
+  const long k = static_cast<long>(i % kPeriod);
   switch (op) {
     case ncclProd: {
       double v = ((k + r) % 3 == 0) ? 2 : 1;
@@ -225,10 +229,24 @@ using Buf = std::vector<unsigned char>;
 
 Buf makeBuf(const Type& ty, size_t count) { return Buf(ty.size * count + 1); }  // +1: never empty
 
+// Stores f(offset + i) as element i of buf for i < count, f being periodic (kPeriod): one period is converted,
+// the rest copied (converting every element of the large counts was most of this test's time).
+template <class F>
+void storePeriodic(const Type& ty, void* buf, size_t count, size_t offset, F f) {
+  Buf period(kPeriod * ty.size);
+  for (size_t k = 0; k < kPeriod; ++k) store(ty, period.data(), k, f(k));
+  char* out = static_cast<char*>(buf);
+  for (size_t i = 0, k = offset % kPeriod; i < count; k = 0) {
+    const size_t n = std::min(count - i, kPeriod - k);
+    std::memcpy(out + i * ty.size, period.data() + k * ty.size, n * ty.size);
+    i += n;
+  }
+}
+
 // The data rank r contributes for element i, unchanged by the moving collectives: block b of rank r starts at
 // element b * count, and each block differs.
 void fill(const Type& ty, void* buf, size_t count, int r, size_t offset = 0) {
-  for (size_t i = 0; i < count; ++i) store(ty, buf, i, value(ty, ncclSum, r, offset + i));
+  storePeriodic(ty, buf, count, offset, [&](size_t i) { return value(ty, ncclSum, r, i); });
 }
 
 // Compares count elements of got with want; reports the first difference.
@@ -301,10 +319,10 @@ void testAllReduce(ncclComm_t comm) {
       ncclRedOp_t op = static_cast<ncclRedOp_t>(o);
       for (size_t count : kCounts) {
         Buf want = makeBuf(ty, count);
-        for (size_t i = 0; i < count; ++i) store(ty, want.data(), i, reduced(ty, op, i, gSize));
+        storePeriodic(ty, want.data(), count, 0, [&](size_t i) { return reduced(ty, op, i, gSize); });
         for (bool inPlace : {false, true}) {
           Buf send = makeBuf(ty, count), recv = makeBuf(ty, count);
-          for (size_t i = 0; i < count; ++i) store(ty, send.data(), i, value(ty, op, gRank, i));
+          storePeriodic(ty, send.data(), count, 0, [&](size_t i) { return value(ty, op, gRank, i); });
           void* out = inPlace ? send.data() : recv.data();
           NCCL_OK(ncclAllReduce(send.data(), out, count, ty.t, op, comm, nullptr));
           expectEqual(ty, out, want.data(), count, label("AllReduce", ty, count, inPlace, opName(op)));
@@ -321,10 +339,10 @@ void testReduce(ncclComm_t comm) {
       for (size_t count : kCounts) {
         const int root = static_cast<int>((count + static_cast<size_t>(o)) % static_cast<size_t>(gSize));
         Buf want = makeBuf(ty, count);
-        for (size_t i = 0; i < count; ++i) store(ty, want.data(), i, reduced(ty, op, i, gSize));
+        storePeriodic(ty, want.data(), count, 0, [&](size_t i) { return reduced(ty, op, i, gSize); });
         for (bool inPlace : {false, true}) {
           Buf send = makeBuf(ty, count), recv = makeBuf(ty, count);
-          for (size_t i = 0; i < count; ++i) store(ty, send.data(), i, value(ty, op, gRank, i));
+          storePeriodic(ty, send.data(), count, 0, [&](size_t i) { return value(ty, op, gRank, i); });
           void* out = inPlace ? send.data() : recv.data();
           // recvbuff may be NULL away from the root (out of place).
           NCCL_OK(ncclReduce(send.data(), (inPlace || gRank == root) ? out : nullptr, count, ty.t, op, root, comm,
@@ -388,10 +406,10 @@ void testReduceScatter(ncclComm_t comm) {
         const size_t total = count * static_cast<size_t>(gSize);
         const size_t first = static_cast<size_t>(gRank) * count;  // this rank's block, as element indices
         Buf want = makeBuf(ty, count);
-        for (size_t i = 0; i < count; ++i) store(ty, want.data(), i, reduced(ty, op, first + i, gSize));
+        storePeriodic(ty, want.data(), count, first, [&](size_t i) { return reduced(ty, op, i, gSize); });
         for (bool inPlace : {false, true}) {
           Buf send = makeBuf(ty, total), recv = makeBuf(ty, count);
-          for (size_t i = 0; i < total; ++i) store(ty, send.data(), i, value(ty, op, gRank, i));
+          storePeriodic(ty, send.data(), total, 0, [&](size_t i) { return value(ty, op, gRank, i); });
           void* out = inPlace ? send.data() + first * ty.size : recv.data();
           NCCL_OK(ncclReduceScatter(send.data(), out, count, ty.t, op, comm, nullptr));
           expectEqual(ty, out, want.data(), count, label("ReduceScatter", ty, count, inPlace, opName(op)));
