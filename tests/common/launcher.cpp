@@ -48,8 +48,18 @@ void onCApiThreads(int n, const std::function<void(int, collieComm_t)>& fn) {
   for (collieComm_t c : comms) EXPECT_EQ(collieCommDestroy(c), collieSuccess);
 }
 
+void destroyOnePerThread(std::vector<std::unique_ptr<Communicator>>& comms) {
+  std::vector<std::thread> threads;
+  for (auto& c : comms) threads.emplace_back([&c] { c.reset(); });
+  for (auto& t : threads) t.join();
+}
+
 void ThreadLauncher::run(int nranks, const TestBody& body, const Options& options) {
   auto comms = Communicator::createAll(nranks, options);
+  struct Destroy {
+    std::vector<std::unique_ptr<Communicator>>& comms;
+    ~Destroy() { destroyOnePerThread(comms); }
+  } destroy{comms};
   runOn(comms, body);
 }
 

@@ -43,6 +43,18 @@ inline Options lazyOptions(std::string name = {}, std::chrono::milliseconds time
 /// them.
 void onCApiThreads(int n, const std::function<void(int, collieComm_t)>& fn);
 
+/// Destroys each communicator on a thread of its own, as the ranks of a job destroy theirs: a destructor may wait
+/// a while (a UCX worker drains for 100 ms), which one thread destroying them in turn would pay N times.
+void destroyOnePerThread(std::vector<std::unique_ptr<Communicator>>& comms);
+
+/// Communicators of thread ranks (Communicator::createAll) destroyed by destroyOnePerThread when this goes.
+class ThreadRanks : public std::vector<std::unique_ptr<Communicator>> {
+ public:
+  explicit ThreadRanks(std::vector<std::unique_ptr<Communicator>> comms) : vector(std::move(comms)) {}
+  ThreadRanks(ThreadRanks&&) = default;
+  ~ThreadRanks() { destroyOnePerThread(*this); }
+};
+
 /// Runs a body on one thread per rank.
 class ThreadLauncher {
  public:

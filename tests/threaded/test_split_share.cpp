@@ -51,10 +51,10 @@ Options shareOptions(std::chrono::milliseconds timeout = 60s) {
 }
 
 /// `n` parents (thread ranks) whose connections their children may share, not sharing any themselves.
-std::vector<std::unique_ptr<Communicator>> createParents(int n, std::chrono::milliseconds timeout = 60s) {
+ThreadRanks createParents(int n, std::chrono::milliseconds timeout = 60s) {
   Options o = shareOptions(timeout);
   o.shareConnections = false;
-  return Communicator::createAll(n, o);
+  return ThreadRanks(Communicator::createAll(n, o));
 }
 
 /// Runs fn(r) on one thread per rank and joins them.
@@ -72,7 +72,7 @@ TEST(SplitShare, EveryCollectiveOnTheParentsConnectionsTakesNoDescriptor) {
       checkCase(comm, Coll::AllToAll, DataType::Int32, ReduceOp::Sum, 33, false, 0);
     });
     const long before = settledOpenDescriptors();
-    std::vector<std::unique_ptr<Communicator>> children(n);
+    ThreadRanks children{std::vector<std::unique_ptr<Communicator>>(n)};
     onEveryRank(n, [&](int r) {
       auto& parent = *parents[static_cast<size_t>(r)];
       children[static_cast<size_t>(r)] = parent.split(r % 3, n - r, shareOptions());
@@ -88,7 +88,7 @@ TEST(SplitShare, EveryCollectiveOnTheParentsConnectionsTakesNoDescriptor) {
       EXPECT_EQ(child.connectedPeers(), child.size() - 1) << "rank " << r;
     });
     EXPECT_EQ(settledOpenDescriptors(), before) << "descriptors the sharing children took";
-    children.clear();
+    destroyOnePerThread(children);
     EXPECT_EQ(settledOpenDescriptors(), before) << "descriptors after destroying the children";
     ThreadLauncher::runOn(parents, [](Communicator& comm) {
       checkCase(comm, Coll::AllReduce, DataType::Int64, ReduceOp::Sum, 4099, false, 0);
@@ -102,7 +102,7 @@ TEST(SplitShare, APairTheChildConnectsFirstIsTheParentsToo) {
     Options parentOptions = shareOptions();
     parentOptions.shareConnections = false;
     parentOptions.connect = ConnectMode::Lazy;  // whatever COLLIE_CONNECT says
-    auto parents = Communicator::createAll(n, parentOptions);
+    ThreadRanks parents(Communicator::createAll(n, parentOptions));
     std::vector<int> parentPeersBefore(n), parentPeersAfter(n);
     onEveryRank(n, [&](int r) {
       auto& parent = *parents[static_cast<size_t>(r)];
@@ -125,11 +125,11 @@ TEST(SplitShare, TheParentDestroyedFirstLeavesTheChildWorking) {
   overShmAndTcp([] {
     constexpr int n = 5;
     auto parents = createParents(n);
-    std::vector<std::unique_ptr<Communicator>> children(n);
+    ThreadRanks children{std::vector<std::unique_ptr<Communicator>>(n)};
     onEveryRank(n, [&](int r) {
       children[static_cast<size_t>(r)] = parents[static_cast<size_t>(r)]->split(0, -r, shareOptions());
     });
-    parents.clear();
+    destroyOnePerThread(parents);
     ThreadLauncher::runOn(children, [](Communicator& child) {
       everyCollectiveChecked(child);  // new pairs are connected through the destroyed parent's links
       EXPECT_EQ(child.connectedPeers(), child.size() - 1);
@@ -263,7 +263,7 @@ TEST(SplitShare, AFailureOfTheChildReachesThePeersOfTheParentAtOnce) {
     ThreadLauncher::runOn(parents, [](Communicator& comm) {  // connects every pair
       checkCase(comm, Coll::AllToAll, DataType::Int32, ReduceOp::Sum, 33, false, 0);
     });
-    std::vector<std::unique_ptr<Communicator>> children(n);
+    ThreadRanks children{std::vector<std::unique_ptr<Communicator>>(n)};
     onEveryRank(n, [&](int r) {
       children[static_cast<size_t>(r)] = parents[static_cast<size_t>(r)]->split(r < 2 ? 0 : 1, r, shareOptions());
     });
@@ -290,8 +290,8 @@ TEST(SplitShare, AFailureOfTheChildReachesThePeersOfTheParentAtOnce) {
       EXPECT_NE(errors[static_cast<size_t>(r)], "no error") << "rank " << r;
       EXPECT_LT(seconds[static_cast<size_t>(r)], 15.0) << "rank " << r << ": " << errors[static_cast<size_t>(r)];
     }
-    children.clear();
-    parents.clear();
+    destroyOnePerThread(children);
+    destroyOnePerThread(parents);
   });
 }
 
