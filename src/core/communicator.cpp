@@ -148,6 +148,8 @@ void CommImpl::ensureConnected(const std::vector<Job>& jobs) {
   if (!missing.empty()) {
     try {
       connectMissing(missing);
+    } catch (const transport::MismatchError&) {
+      throw;  // a dialled peer that failed on mismatched calls said which (Dialer::refuseAll): nothing to look for
     } catch (const Error& e) {
       explainConnectFailure(jobs, missing, e);
     }
@@ -259,7 +261,7 @@ void CommImpl::closeLinks(Links& links, const transport::MismatchRecord* mismatc
   // Dials are turned down from now on, and connections answered but not taken yet are taken to be closed or
   // poisoned with the others.
   for (auto& t : links.transports) {
-    for (auto& c : t->refuseDials(links.ctx)) {
+    for (auto& c : t->refuseDials(links.ctx, mismatch)) {
       auto& slot = links.conns[static_cast<size_t>(c->peer())];
       if (!slot) slot = std::move(c);
     }

@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 
 #include "base/errors.hpp"
@@ -45,11 +46,40 @@ void Dialer::serve(Listener& listener, const CommContext& ctx) {
   listener.add(&desk_);
 }
 
-void Dialer::refuse(Link& link, uint32_t type) const {
+void Dialer::refuse(Link& link, uint32_t type, const MismatchRecord& why) const {
   std::vector<uint8_t> msg(wire_.messageBytes(), 0);
   const Header h = makeHeader(kind_, type, desk_.rank, link.peer, link.channel, desk_.secret);
   std::memcpy(msg.data(), &h, sizeof(h));
-  [[maybe_unused]] ssize_t n = ::send(link.fd.get(), msg.data(), msg.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+  // A fresh socket's buffer takes both at once; a write that does not go whole leaves the dialler its deadline's
+  // RemoteError. Two writes: on shm's SOCK_SEQPACKET socket each is a packet of its own, read as one.
+  if (::send(link.fd.get(), msg.data(), msg.size(), MSG_NOSIGNAL | MSG_DONTWAIT) != static_cast<ssize_t>(msg.size()))
+    return;
+  if (type == kRefusedMismatch) [[maybe_unused]]
+    ssize_t n = ::send(link.fd.get(), &why, sizeof(why), MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
+void Dialer::failRefusedMismatch(Handshake& hs, Link& link) const {
+  MismatchRecord why;
+  size_t got = 0;
+  // The refuser wrote the record right after the refusal: wait for it briefly, not to the call's deadline.
+  const base::Deadline until = std::min(hs.deadline(), Clock::now() + kHelloWait);
+  while (got < sizeof(why)) {
+    const ssize_t n = ::recv(link.fd.get(), reinterpret_cast<uint8_t*>(&why) + got, sizeof(why) - got, MSG_DONTWAIT);
+    if (n > 0) {
+      got += static_cast<size_t>(n);
+      continue;
+    }
+    if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) || Clock::now() >= until) break;
+    pollfd pfd{link.fd.get(), POLLIN, 0};
+    ::poll(&pfd, 1, pollMs(until));
+  }
+  const int n = hs.context().nranks;
+  const bool valid = got == sizeof(why) && why.rankA >= 0 && why.rankA < n && why.rankB >= 0 && why.rankB < n;
+  COLLIE_ENFORCE(valid, ErrorCode::RemoteError,
+                 "%s connect of rank %d%s: rank %d turned the connection down: its communicator failed on mismatched "
+                 "calls (which, it did not say whole: see its log)",
+                 transport_, hs.rank(), hs.where().c_str(), link.peer);
+  throwMismatch(why, base::format("from rank %d, turning this rank's %s dial down", link.peer, transport_).c_str());
 }
 
 // On the accept loop's thread (its lock held).
@@ -57,11 +87,13 @@ void Dialer::take(Link& link) {
   const int p = link.peer, me = desk_.rank;
   const auto channel = static_cast<size_t>(link.channel);
   uint32_t refusal = 0;
+  MismatchRecord why;
   {
     std::lock_guard<std::mutex> lock(mu_);
     Pair& pair = pairs_[static_cast<size_t>(p)];
     if (refusing_) {
-      refusal = kRefusedFailed;
+      refusal = refusalWhy_ ? kRefusedMismatch : kRefusedFailed;
+      if (refusalWhy_) why = *refusalWhy_;
     } else if (pair.state == State::Idle || (pair.state == State::Dialing && me > p)) {
       pair.state = State::Answering;  // hi gives its own dial up for lo's
       pair.links.clear();
@@ -74,8 +106,8 @@ void Dialer::take(Link& link) {
   }
   if (refusal != 0) {
     COLLIE_TRACE(base::kLogNet, "%s: rank %d turns the dial of rank %d (channel %zu) away (%s)", transport_, me, p,
-                 channel, refusal == kRefusedFailed ? "failed here" : "duplicate");
-    refuse(link, refusal);
+                 channel, refusal == kRefusedDuplicate ? "duplicate" : "failed here");
+    refuse(link, refusal, why);
     return;
   }
   std::string error;
@@ -113,11 +145,12 @@ void Dialer::take(Link& link) {
   }
 }
 
-std::vector<std::unique_ptr<Connection>> Dialer::refuseAll(const CommContext& ctx) {
+std::vector<std::unique_ptr<Connection>> Dialer::refuseAll(const CommContext& ctx, const MismatchRecord* why) {
   std::map<int, std::vector<Link>> answered;
   {
     std::unique_lock<std::mutex> lock(mu_);
     refusing_ = true;
+    if (why && !refusalWhy_) refusalWhy_ = *why;
     answered_.wait(lock, [this] { return answering_ == 0; });  // answer() does not wait on the dialler
     for (size_t p = 0; p < pairs_.size(); ++p) {
       Pair& pair = pairs_[p];
@@ -224,6 +257,7 @@ std::vector<int> Dialer::awaitAnswers(Handshake& hs, std::map<int, std::vector<D
                        "%s connect of rank %d%s: %s (expected rank %d) answered the handshake with a wrong magic, "
                        "secret or rank",
                        transport_, me, hs.where().c_str(), l.from.c_str(), l.peer);
+        if (h.type == kRefusedMismatch) failRefusedMismatch(hs, l);
         COLLIE_ENFORCE(h.type != kRefusedFailed, ErrorCode::RemoteError,
                        "%s connect of rank %d%s: rank %d turned the connection down: its communicator has failed "
                        "(or it could not answer: see its log)",

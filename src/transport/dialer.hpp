@@ -26,11 +26,13 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "base/errors.hpp"
 #include "transport/accept_loop.hpp"
+#include "transport/fingerprint.hpp"
 #include "transport/handshake.hpp"
 
 namespace collie::transport::handshake {
@@ -76,10 +78,12 @@ class Dialer {
   /// descriptors, during the call, fails with SystemError naming that first.
   std::vector<std::unique_ptr<Connection>> connect(Listener& listener, const CommContext& ctx,
                                                    const std::vector<int>& peers, bool dialAll);
-  /// The communicator failed: dials are answered with kRefusedFailed from now on. Waits for the answers under way
-  /// (the dialler of one already counts itself connected) and returns every connection answered but not yet taken
-  /// by a connect() (made with ctx; one that cannot be made is closed), for the caller to close or poison.
-  std::vector<std::unique_ptr<Connection>> refuseAll(const CommContext& ctx);
+  /// The communicator failed: dials are answered with kRefusedFailed from now on, or with kRefusedMismatch and
+  /// `*why` when it failed on mismatched calls (the dialler then throws MismatchError(*why), as it would had it
+  /// been connected and its link poisoned). Waits for the answers under way (the dialler of one already counts
+  /// itself connected) and returns every connection answered but not yet taken by a connect() (made with ctx; one
+  /// that cannot be made is closed), for the caller to close or poison.
+  std::vector<std::unique_ptr<Connection>> refuseAll(const CommContext& ctx, const MismatchRecord* why = nullptr);
   /// The connection made for `peer` (Taken) is about to be closed on both sides: from now on a dial from either
   /// side connects the pair afresh. The connection stays usable until the caller closes it. Both ends must release
   /// before either may dial again (core's release of init's all-gather links says how they agree: release, then a
@@ -106,7 +110,11 @@ class Dialer {
   };
 
   void take(Link& link);  ///< Desk::take
-  void refuse(Link& link, uint32_t type) const;
+  /// Turns the dial on `link` away with `type`; kRefusedMismatch sends `why` after it.
+  void refuse(Link& link, uint32_t type, const MismatchRecord& why = {}) const;
+  /// After a kRefusedMismatch on `link`: reads the MismatchRecord that follows it and throws MismatchError; throws
+  /// RemoteError as for kRefusedFailed when it does not come whole or names ranks outside the communicator.
+  [[noreturn]] void failRefusedMismatch(Handshake& hs, Link& link) const;
   void open(Handshake& hs, Dial& d);
   /// Reads the answers on every dial until each is done or refused; returns the refused peers.
   std::vector<int> awaitAnswers(Handshake& hs, std::map<int, std::vector<Dial>>& dials);
@@ -131,7 +139,8 @@ class Dialer {
   std::condition_variable answered_;
   std::vector<Pair> pairs_;  ///< by peer rank
   bool refusing_ = false;
-  int answering_ = 0;  ///< take() calls inside protocol_.answer() (refuseAll waits for them)
+  std::optional<MismatchRecord> refusalWhy_;  ///< refuseAll's `why`
+  int answering_ = 0;                         ///< take() calls inside protocol_.answer() (refuseAll waits for them)
   uint64_t answeredEarly_ = 0;
 };
 

@@ -100,6 +100,8 @@ bool dialerValid(const Header& h, int rank, int nranks, int channels);
 /// Header::type of the answers that turn a dial away (dialer.hpp), the same for every transport.
 constexpr uint32_t kRefusedDuplicate = 0x100;  ///< the pair is being connected by the other side's dial
 constexpr uint32_t kRefusedFailed = 0x101;     ///< the communicator failed here (or could not answer)
+/// The communicator failed here on mismatched calls: a MismatchRecord follows the refusal, in a write of its own.
+constexpr uint32_t kRefusedMismatch = 0x102;
 /// Where an accepted connection came from: its address, or for a unix socket the process (SO_PEERCRED).
 std::string describePeer(int fd, const sockaddr_storage& addr);
 /// "1, 2, 5"

@@ -165,11 +165,12 @@ class Transport {
   virtual std::vector<std::unique_ptr<Connection>> dial(const CommContext& ctx, const std::vector<int>& peers) {
     return connect(ctx, peers);
   }
-  /// The communicator failed: dials are turned down from now on (the dialler fails at once). Returns the
-  /// connections answered but not yet taken by a connect() or dial() (made with ctx), so that the caller closes or
-  /// poisons them like the others.
-  virtual std::vector<std::unique_ptr<Connection>> refuseDials(const CommContext& ctx) {
+  /// The communicator failed: dials are turned down from now on (the dialler fails at once; with MismatchError(*why)
+  /// when `why` is given, as a poisoned link would tell it). Returns the connections answered but not yet taken by a
+  /// connect() or dial() (made with ctx), so that the caller closes or poisons them like the others.
+  virtual std::vector<std::unique_ptr<Connection>> refuseDials(const CommContext& ctx, const MismatchRecord* why) {
     (void)ctx;
+    (void)why;
     return {};
   }
   /// The connection to `peer` made by connect() or dial() is about to be closed on both sides (the caller closes it

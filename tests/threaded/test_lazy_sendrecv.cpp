@@ -252,5 +252,42 @@ TEST(LazySendRecv, DialingAPeerWhoseCommunicatorIsGoneFailsAtOnce) {
   });
 }
 
+TEST(LazySendRecv, ADialTurnedDownByAPeerThatFailedOnAMismatchReportsTheMismatch) {
+  // Rank 3 of 9 fails on mismatched calls with rank 2 (a Send of int32 against a Recv of float). Rank 0, never
+  // connected to rank 3 (dialer.hpp), then sends to it: its dial is turned down, and the refusal carries the
+  // mismatch, so rank 0 reports the same mismatch (InvalidUsage naming both calls), not that rank 3 "failed".
+  overShmAndTcp([] {
+    Options o = lazy("refused");
+    o.timeout = 20s;
+    ThreadRanks comms(Communicator::createAll(9, o));
+    std::vector<int32_t> out(10, 7);
+    std::vector<float> in(10);
+    std::thread sender([&] {
+      try {
+        comms[2]->send(out.data(), out.size(), DataType::Int32, 3);
+      } catch (const Error&) {  // may complete before rank 3 looks, or fail with the mismatch
+      }
+    });
+    try {
+      comms[3]->recv(in.data(), in.size(), DataType::Float32, 2);
+      ADD_FAILURE() << "a receive of float from a send of int32 returned";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::InvalidUsage) << e.what();
+    }
+    sender.join();
+    try {
+      comms[0]->send(out.data(), out.size(), DataType::Int32, 3);
+      ADD_FAILURE() << "a send to a rank whose communicator failed returned";
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      EXPECT_EQ(e.code(), ErrorCode::InvalidUsage) << what;
+      EXPECT_NE(what.find("mismatched calls"), std::string::npos) << what;
+      EXPECT_NE(what.find("rank 2 called Send"), std::string::npos) << what;
+      EXPECT_NE(what.find("rank 3 called Recv"), std::string::npos) << what;
+    }
+    for (auto& c : comms) c->abort();
+  });
+}
+
 }  // namespace
 }  // namespace collie::test

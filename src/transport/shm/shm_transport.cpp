@@ -321,8 +321,8 @@ std::vector<std::unique_ptr<Connection>> ShmTransport::dial(const CommContext& c
   return dialer_->connect(*listener_, ctx, peers, true);
 }
 
-std::vector<std::unique_ptr<Connection>> ShmTransport::refuseDials(const CommContext& ctx) {
-  return dialer_->refuseAll(ctx);
+std::vector<std::unique_ptr<Connection>> ShmTransport::refuseDials(const CommContext& ctx, const MismatchRecord* why) {
+  return dialer_->refuseAll(ctx, why);
 }
 
 void ShmTransport::releasePeer(int peer) { dialer_->release(peer); }

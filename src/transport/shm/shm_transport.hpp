@@ -56,7 +56,7 @@ class ShmTransport : public Transport, private handshake::DialProtocol {
   bool dialsAnyTime() const override { return true; }
   void serve(const CommContext& ctx) override;
   std::vector<std::unique_ptr<Connection>> dial(const CommContext& ctx, const std::vector<int>& peers) override;
-  std::vector<std::unique_ptr<Connection>> refuseDials(const CommContext& ctx) override;
+  std::vector<std::unique_ptr<Connection>> refuseDials(const CommContext& ctx, const MismatchRecord* why) override;
   void releasePeer(int peer) override;
   uint64_t stashedHellos() const override;
   /// A ShmTransport with these options on this listener (same address), answering only its own communicator, with

@@ -196,8 +196,8 @@ std::vector<std::unique_ptr<Connection>> TcpTransport::dial(const CommContext& c
   return dialer_->connect(*listener_, ctx, peers, true);
 }
 
-std::vector<std::unique_ptr<Connection>> TcpTransport::refuseDials(const CommContext& ctx) {
-  return dialer_->refuseAll(ctx);
+std::vector<std::unique_ptr<Connection>> TcpTransport::refuseDials(const CommContext& ctx, const MismatchRecord* why) {
+  return dialer_->refuseAll(ctx, why);
 }
 
 void TcpTransport::releasePeer(int peer) { dialer_->release(peer); }

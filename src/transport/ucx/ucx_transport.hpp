@@ -50,7 +50,7 @@ class UcxTransport : public Transport {
   /// Makes the communicator's UCP worker (once) and answers its dials from now on.
   void serve(const CommContext& ctx) override;
   std::vector<std::unique_ptr<Connection>> dial(const CommContext& ctx, const std::vector<int>& peers) override;
-  std::vector<std::unique_ptr<Connection>> refuseDials(const CommContext& ctx) override;
+  std::vector<std::unique_ptr<Connection>> refuseDials(const CommContext& ctx, const MismatchRecord* why) override;
   void releasePeer(int peer) override;
   uint64_t stashedHellos() const override;
   /// A transport on this one's listener (same address) with a worker of its own, answering only its own
