@@ -52,10 +52,9 @@ void Dialer::refuse(Link& link, uint32_t type, const MismatchRecord& why) const 
   std::memcpy(msg.data(), &h, sizeof(h));
   // A fresh socket's buffer takes both at once; a write that does not go whole leaves the dialler its deadline's
   // RemoteError. Two writes: on shm's SOCK_SEQPACKET socket each is a packet of its own, read as one.
-  if (::send(link.fd.get(), msg.data(), msg.size(), MSG_NOSIGNAL | MSG_DONTWAIT) != static_cast<ssize_t>(msg.size()))
-    return;
-  if (type == kRefusedMismatch) [[maybe_unused]]
-    ssize_t n = ::send(link.fd.get(), &why, sizeof(why), MSG_NOSIGNAL | MSG_DONTWAIT);
+  const ssize_t sent = ::send(link.fd.get(), msg.data(), msg.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+  if (type != kRefusedMismatch || sent != static_cast<ssize_t>(msg.size())) return;
+  [[maybe_unused]] ssize_t n = ::send(link.fd.get(), &why, sizeof(why), MSG_NOSIGNAL | MSG_DONTWAIT);
 }
 
 void Dialer::failRefusedMismatch(Handshake& hs, Link& link) const {

@@ -1,4 +1,5 @@
-// The dial rule's Dialer (transport/dialer.hpp) against a communicator that fails while it answers a dial.
+// The dial rule's Dialer (transport/dialer.hpp) against a communicator that fails while it answers a dial, and the
+// refusals it sends once failed (a plain one, and one that carries the mismatch it failed on).
 //
 // Two Dialers in this process are ranks 0 and 1 of one 2-rank communicator (same secret), each serving its own
 // loopback TCP Listener on the process's real accept loop, with the real Handshake. The transport part is this
@@ -26,6 +27,7 @@
 #include "base/socket.hpp"
 #include "transport/accept_loop.hpp"
 #include "transport/dialer.hpp"
+#include "transport/fingerprint.hpp"
 
 namespace collie::transport::handshake {
 namespace {
@@ -220,6 +222,35 @@ TEST(Dialer, DialAfterRefuseAllIsTurnedDown) {
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::RemoteError) << e.what();  // at once, not the timeout
     EXPECT_NE(std::string(e.what()).find("turned the connection down"), std::string::npos) << e.what();
+  }
+}
+
+// A communicator that failed on mismatched calls says which in its refusal (kRefusedMismatch and the record): the
+// dialler throws MismatchError with that record, at once; a record naming a rank outside the communicator is not
+// believed (RemoteError, as a plain refusal).
+TEST(Dialer, DialAfterRefuseAllWithAMismatchThrowsThatMismatch) {
+  for (bool valid : {true, false}) {
+    SCOPED_TRACE(valid ? "a record of ranks 1 and 0" : "a record naming rank 7 of 2");
+    TwoRanks ranks;
+    ranks.gate.release();
+    const MismatchRecord why{valid ? 1 : 7, 0, Fingerprint{3, 0, 0x1111}, Fingerprint{3, 0, 0x2222}};
+    EXPECT_TRUE(ranks.dialers[1]->refuseAll(ranks.ctx[1], &why).empty());
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      ranks.dialers[0]->connect(*ranks.listeners[0], ranks.ctx[0], {1}, true);
+      ADD_FAILURE() << "rank 0 connected to rank 1, whose communicator had failed";
+    } catch (const MismatchError& e) {
+      EXPECT_TRUE(valid) << e.what();
+      EXPECT_EQ(e.record().rankA, 1);
+      EXPECT_EQ(e.record().rankB, 0);
+      EXPECT_EQ(e.record().a, why.a);
+      EXPECT_EQ(e.record().b, why.b);
+    } catch (const Error& e) {
+      EXPECT_FALSE(valid) << e.what();
+      EXPECT_EQ(e.code(), ErrorCode::RemoteError) << e.what();
+      EXPECT_NE(std::string(e.what()).find("mismatched calls"), std::string::npos) << e.what();
+    }
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);
   }
 }
 
