@@ -5,12 +5,12 @@
 #include <sys/socket.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
 
 #include "base/errors.hpp"
 #include "base/fd_limits.hpp"
 #include "base/log.hpp"
+#include "base/socket.hpp"
 
 namespace collie::transport::handshake {
 namespace {
@@ -59,21 +59,15 @@ void Dialer::refuse(Link& link, uint32_t type, const MismatchRecord& why) const 
 
 void Dialer::failRefusedMismatch(Handshake& hs, Link& link) const {
   MismatchRecord why;
-  size_t got = 0;
-  // The refuser wrote the record right after the refusal: wait for it briefly, not to the call's deadline.
-  const base::Deadline until = std::min(hs.deadline(), Clock::now() + kHelloWait);
-  while (got < sizeof(why)) {
-    const ssize_t n = ::recv(link.fd.get(), reinterpret_cast<uint8_t*>(&why) + got, sizeof(why) - got, MSG_DONTWAIT);
-    if (n > 0) {
-      got += static_cast<size_t>(n);
-      continue;
-    }
-    if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) || Clock::now() >= until) break;
-    pollfd pfd{link.fd.get(), POLLIN, 0};
-    ::poll(&pfd, 1, pollMs(until));
+  bool whole = true;
+  try {  // written right after the refusal: waited for briefly, not to the call's deadline
+    base::recvAll(link.fd.get(), &why, sizeof(why), std::min(hs.deadline(), Clock::now() + kHelloWait),
+                  base::format("rank %d", link.peer));
+  } catch (const Error&) {
+    whole = false;
   }
   const int n = hs.context().nranks;
-  const bool valid = got == sizeof(why) && why.rankA >= 0 && why.rankA < n && why.rankB >= 0 && why.rankB < n;
+  const bool valid = whole && why.rankA >= 0 && why.rankA < n && why.rankB >= 0 && why.rankB < n;
   COLLIE_ENFORCE(valid, ErrorCode::RemoteError,
                  "%s connect of rank %d%s: rank %d turned the connection down: its communicator failed on mismatched "
                  "calls (which, it did not say whole: see its log)",

@@ -55,11 +55,7 @@ void destroyOnePerThread(std::vector<std::unique_ptr<Communicator>>& comms) {
 }
 
 void ThreadLauncher::run(int nranks, const TestBody& body, const Options& options) {
-  auto comms = Communicator::createAll(nranks, options);
-  struct Destroy {
-    std::vector<std::unique_ptr<Communicator>>& comms;
-    ~Destroy() { destroyOnePerThread(comms); }
-  } destroy{comms};
+  ThreadRanks comms(Communicator::createAll(nranks, options));
   runOn(comms, body);
 }
 
