@@ -488,13 +488,16 @@ double Tuner::cost(Collective coll, Algorithm algo, int nranks, size_t bytes, si
   CostTerms terms = costTerms(coll, algo, nranks, bytes, slice);
   if (model_.shape.hosts <= 1) {
     // Halving-doubling's small AllReduce runs as recursive doubling (rhd.cpp): log2 p rounds of one whole message.
-    // On one host over tcp it is priced so, which makes it auto's choice where ranks share the CPUs (4 ranks on 2
-    // CPUs, 8 B-2 KiB: 22-30 us against direct's 37-54, perf/RESULTS.md). Elsewhere it keeps the price of the
-    // halving form, which overestimates it: over shm direct stays ahead (4 ranks, 8 B: 3.3 us against 4.5), and
-    // across hosts rhdAcrossHosts prices the rounds.
-    // With 2 or 3 ranks (2 participants) it is direct's one exchange, which stays the choice.
-    if (algo == Algorithm::HalvingDoubling && coll == Collective::AllReduce && model_.transport == "tcp" &&
-        nranks >= 4 && algorithms::patterns::allReduceByRecursiveDoubling(bytes)) {
+    // On one host over a network transport (tcp, ucx) it is priced so, which makes it auto's choice where ranks
+    // share the CPUs (4 ranks on 2 CPUs, 8 B-2 KiB: tcp 22-30 us against direct's 37-54; UCX over its tcp 71-76
+    // against 103-207, perf/RESULTS.md). Elsewhere it keeps the price of the halving form, which overestimates it:
+    // over shm direct stays ahead (4 ranks, 8 B: 3.3 us against 4.5), and across hosts rhdAcrossHosts prices the
+    // rounds. (UCX over its own shared memory alone, COLLIE_SHM_DISABLE=1 UCX_TLS=sm, is priced as a network too,
+    // and loses 15-25% to direct up to 128 B there.) With 2 or 3 ranks (2 participants) it is direct's one
+    // exchange, which stays the choice.
+    const bool network = model_.transport == "tcp" || model_.transport == "ucx";
+    if (algo == Algorithm::HalvingDoubling && coll == Collective::AllReduce && network && nranks >= 4 &&
+        algorithms::patterns::allReduceByRecursiveDoubling(bytes)) {
       const algorithms::patterns::HalvingDoubling hd(nranks);
       const double rounds = algorithms::patterns::treeDepth(hd.pof2), fold = hd.extra > 0 ? 1 : 0;
       const double S = static_cast<double>(bytes);
