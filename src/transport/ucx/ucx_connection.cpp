@@ -94,6 +94,7 @@ void UcxConnection::onSend(void* request, ucs_status_t status, void* user) {
   Op* op = static_cast<Op*>(user);
   if (!op->conn) {  // abandoned by its connection (see release)
     ucp_request_free(request);
+    op->orphanOf->forget(op);
     delete op;
     return;
   }
@@ -105,6 +106,7 @@ void UcxConnection::onRecv(void* request, ucs_status_t status, const ucp_tag_rec
   Op* op = static_cast<Op*>(user);
   if (!op->conn) {
     ucp_request_free(request);
+    op->orphanOf->forget(op);
     delete op;
     return;
   }
@@ -468,8 +470,10 @@ void UcxConnection::release(bool flush) {
       dispose(op);
     } else {
       worker_->opFinished(op->send);
-      op->conn = nullptr;  // UCX still holds it: its callback frees it
+      op->conn = nullptr;  // UCX still holds it: its callback frees it, or the worker once destroyed
       op->t = nullptr;
+      op->orphanOf = worker_.get();
+      worker_->adopt(op, [](void* p) { delete static_cast<Op*>(p); });
     }
   }
   ops_.clear();

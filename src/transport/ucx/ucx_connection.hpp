@@ -92,7 +92,7 @@ class UcxConnection final : public Connection {
   /// One posted transfer while UCX holds it. Heap-allocated: UCX's callback finds it through user_data, and an
   /// operation UCX never finishes (see abandon()) is freed by that callback instead.
   struct Op {
-    UcxConnection* conn;  ///< null once abandoned
+    UcxConnection* conn;  ///< null once abandoned (then `orphanOf` keeps it)
     Transfer* t;
     void* request = nullptr;
     uint64_t seq;  ///< the message's number (both parts of a message share it)
@@ -107,6 +107,7 @@ class UcxConnection final : public Connection {
     /// A head's UCX message (sent, or received into): the MsgHead, then an inline body. A receive's has room for
     /// sizeof(MsgHead) + kInlineBytes, so a sender's inline body always arrives whole and its head reports it.
     std::unique_ptr<uint8_t[]> wire{};
+    UcxWorker* orphanOf = nullptr;  ///< the worker that adopted it (UcxWorker::adopt)
   };
 
   static void onSend(void* request, ucs_status_t status, void* user);

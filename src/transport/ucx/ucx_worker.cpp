@@ -116,6 +116,7 @@ UcxWorker::~UcxWorker() {
   while (std::chrono::steady_clock::now() < until)
     if (ucp_worker_progress(worker_) == 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
   ucp_worker_destroy(worker_);
+  for (auto [op, free] : orphans_) free(op);  // UCX will not call back any more
   ucp_cleanup(context_);
 }
 
@@ -154,6 +155,12 @@ void UcxWorker::opFinished(bool send) {
     idleSince_ = std::chrono::steady_clock::now();
     if (lingerAsleep_) idle_.notify_one();  // a ticking linger thread sees it within a millisecond
   }
+}
+
+void UcxWorker::adopt(void* op, void (*free)(void*)) { orphans_.emplace_back(op, free); }
+
+void UcxWorker::forget(void* op) {
+  std::erase_if(orphans_, [op](const auto& o) { return o.first == op; });
 }
 
 void UcxWorker::drive(const void* key, std::function<bool()> step) {

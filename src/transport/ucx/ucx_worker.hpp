@@ -84,6 +84,12 @@ class UcxWorker final : public base::SleepHook {
   void opStarted(bool send);
   void opFinished(bool send);
 
+  /// Keeps an operation its connection gave up on while UCX still holds its request (call with mutex() held): its
+  /// completion callback frees it and calls forget(); one UCX never calls back (a send to a dead peer over shared
+  /// memory, whose transports cannot report one) is freed with `free` after ucp_worker_destroy.
+  void adopt(void* op, void (*free)(void*));
+  void forget(void* op);
+
   /// Runs `step` on the linger thread, under mutex(), after each of its progress ticks (every millisecond) until it
   /// returns true or throws (the exception is dropped: the task keeps what it needs to report). `key` names the task
   /// for undrive(); one task per key.
@@ -115,6 +121,7 @@ class UcxWorker final : public base::SleepHook {
   std::chrono::steady_clock::time_point idleSince_{};
   bool stop_ = false;
   std::vector<std::pair<const void*, std::function<bool()>>> tasks_;  ///< drive(); run by the linger thread
+  std::vector<std::pair<void*, void (*)(void*)>> orphans_;            ///< adopt()
   std::thread linger_;
 };
 
