@@ -90,7 +90,8 @@ class UcxConnection final : public Connection {
 
  private:
   /// One posted transfer while UCX holds it. Heap-allocated: UCX's callback finds it through user_data, and an
-  /// operation UCX never finishes (see abandon()) is freed by that callback instead.
+  /// operation its connection gave up on while UCX still holds it (release()) is freed by that callback, or by the
+  /// worker after ucp_worker_destroy when UCX never calls back (UcxWorker::adopt).
   struct Op {
     UcxConnection* conn;  ///< null once abandoned (then `orphanOf` keeps it)
     Transfer* t;
