@@ -424,3 +424,43 @@ std::vector<std::unique_ptr<Connection>> Dialer::connectPeers(Listener& listener
 }
 
 }  // namespace collie::transport::handshake
+
+namespace collie::transport {
+
+handshake::Listener& DialingTransport::listener(const char* call) const {
+  COLLIE_USAGE_CHECK(listener_ != nullptr, "%s transport: %s() before listen()", name(), call);
+  return *listener_;
+}
+
+void DialingTransport::serve(const CommContext& ctx) {
+  handshake::Listener& l = listener("serve");
+  prepare(ctx);
+  dialer().serve(l, ctx);
+}
+
+std::vector<std::unique_ptr<Connection>> DialingTransport::connect(const CommContext& ctx,
+                                                                   const std::vector<int>& peers) {
+  handshake::Listener& l = listener("connect");
+  prepare(ctx);
+  auto out = dialer().connect(l, ctx, peers, /*dialAll=*/false);
+  COLLIE_INFO(base::kLogNet, "%s: rank %d%s connected to %zu peer(s)%s", name(), ctx.rank,
+              ctx.name.empty() ? "" : (" in " + ctx.name).c_str(), peers.size(), connectionDetail().c_str());
+  return out;
+}
+
+std::vector<std::unique_ptr<Connection>> DialingTransport::dial(const CommContext& ctx, const std::vector<int>& peers) {
+  handshake::Listener& l = listener("dial");
+  prepare(ctx);
+  return dialer().connect(l, ctx, peers, /*dialAll=*/true);
+}
+
+std::vector<std::unique_ptr<Connection>> DialingTransport::refuseDials(const CommContext& ctx,
+                                                                       const MismatchRecord* why) {
+  return dialer().refuseAll(ctx, why);
+}
+
+void DialingTransport::releasePeer(int peer) { dialer().release(peer); }
+
+uint64_t DialingTransport::stashedHellos() const { return dialer().answeredEarly(); }
+
+}  // namespace collie::transport

@@ -145,3 +145,36 @@ class Dialer {
 };
 
 }  // namespace collie::transport::handshake
+
+namespace collie::transport {
+
+/// What tcp, shm and ucx share: a transport whose pairs connect by the dial rule (one handshake::Dialer on the
+/// listener it opens in listen()), so that connect(), dial(), serve() and the rest are one piece of code.
+class DialingTransport : public Transport {
+ public:
+  bool dialsAnyTime() const final { return true; }
+  void serve(const CommContext& ctx) final;
+  /// The dial rule's collective form: this rank dials the listed peers below it and waits for the others. Fails
+  /// with Timeout naming the missing ranks when a peer does not show up within ctx.timeout (COLLIE_TIMEOUT when zero).
+  std::vector<std::unique_ptr<Connection>> connect(const CommContext& ctx, const std::vector<int>& peers) final;
+  std::vector<std::unique_ptr<Connection>> dial(const CommContext& ctx, const std::vector<int>& peers) final;
+  std::vector<std::unique_ptr<Connection>> refuseDials(const CommContext& ctx, const MismatchRecord* why) final;
+  void releasePeer(int peer) final;
+  uint64_t stashedHellos() const final;
+
+ protected:
+  /// The transport's Dialer (a member of the derived class, declared after what it uses so that it goes first).
+  virtual handshake::Dialer& dialer() const = 0;
+  /// Runs on the executor's thread before this rank serves, connects or dials for ctx's communicator (ucx: makes its
+  /// worker, which answering a dial needs).
+  virtual void prepare(const CommContext& ctx) { (void)ctx; }
+  /// What connect()'s INFO line says of each connection ("" or e.g. " with 4 socket(s) each").
+  virtual std::string connectionDetail() const { return {}; }
+
+  std::shared_ptr<handshake::Listener> listener_;  ///< made by listen(); shared with the transports of shareListener()
+
+ private:
+  handshake::Listener& listener(const char* call) const;
+};
+
+}  // namespace collie::transport

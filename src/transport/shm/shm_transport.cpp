@@ -306,29 +306,6 @@ bool ShmTransport::canConnect(const PeerInfo& local, const PeerInfo& peer) const
          local.netNs == peer.netNs;
 }
 
-void ShmTransport::serve(const CommContext& ctx) {
-  COLLIE_USAGE_CHECK(listener_ != nullptr, "shm transport: serve() before listen()");
-  dialer_->serve(*listener_, ctx);
-}
-
-std::vector<std::unique_ptr<Connection>> ShmTransport::connect(const CommContext& ctx, const std::vector<int>& peers) {
-  COLLIE_USAGE_CHECK(listener_ != nullptr, "shm transport: connect() before listen()");
-  return dialer_->connect(*listener_, ctx, peers, false);
-}
-
-std::vector<std::unique_ptr<Connection>> ShmTransport::dial(const CommContext& ctx, const std::vector<int>& peers) {
-  COLLIE_USAGE_CHECK(listener_ != nullptr, "shm transport: dial() before listen()");
-  return dialer_->connect(*listener_, ctx, peers, true);
-}
-
-std::vector<std::unique_ptr<Connection>> ShmTransport::refuseDials(const CommContext& ctx, const MismatchRecord* why) {
-  return dialer_->refuseAll(ctx, why);
-}
-
-void ShmTransport::releasePeer(int peer) { dialer_->release(peer); }
-
-uint64_t ShmTransport::stashedHellos() const { return dialer_->answeredEarly(); }
-
 void ShmTransport::makeControl(const CommContext& ctx) {
   if (waker_) return;
   SegmentPurpose purpose;

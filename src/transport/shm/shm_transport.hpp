@@ -34,7 +34,10 @@ struct ShmOptions {
   bool crossMemoryForThreads = false;
 };
 
-class ShmTransport : public Transport, private handshake::DialProtocol {
+/// Shared-memory transport for ranks on one host. Its pairs connect by the dial rule (transport/dialer.hpp): each
+/// side's hello carries, over SCM_RIGHTS, the fd of the ring it receives on, of its control line and of its poller's
+/// eventfd; then each says whether it can read the other's memory.
+class ShmTransport : public DialingTransport, private handshake::DialProtocol {
  public:
   explicit ShmTransport(const ShmOptions& options = {});
   ~ShmTransport() override;
@@ -48,17 +51,6 @@ class ShmTransport : public Transport, private handshake::DialProtocol {
   void listen(PeerInfo& self) override;
   /// Both ranks listen on shm, run on the same host (hostHash) and share a network namespace.
   bool canConnect(const PeerInfo& local, const PeerInfo& peer) const override;
-  /// The common handshake (transport/handshake.hpp), dialled by the higher rank of each pair; each side's hello
-  /// carries, over SCM_RIGHTS, the fd of the ring it receives on, of its control line and of its poller's
-  /// eventfd; then each says whether it can read the other's memory. Fails with Timeout naming the missing ranks
-  /// when a peer does not show up within ctx.timeout.
-  std::vector<std::unique_ptr<Connection>> connect(const CommContext& ctx, const std::vector<int>& peers) override;
-  bool dialsAnyTime() const override { return true; }
-  void serve(const CommContext& ctx) override;
-  std::vector<std::unique_ptr<Connection>> dial(const CommContext& ctx, const std::vector<int>& peers) override;
-  std::vector<std::unique_ptr<Connection>> refuseDials(const CommContext& ctx, const MismatchRecord* why) override;
-  void releasePeer(int peer) override;
-  uint64_t stashedHellos() const override;
   /// A ShmTransport with these options on this listener (same address), answering only its own communicator, with
   /// a control line and waker of its own (made at its first connection, for that communicator's poller).
   std::unique_ptr<Transport> shareListener() const override;
@@ -72,6 +64,7 @@ class ShmTransport : public Transport, private handshake::DialProtocol {
  private:
   struct PairSetup;  ///< one side of one pair's handshake (shm_transport.cpp)
 
+  handshake::Dialer& dialer() const override { return *dialer_; }
   // The dial rule's messages (handshake::DialProtocol, dialer.hpp).
   UniqueFd dialSocket(handshake::Handshake& hs, int peer, int channel) override;
   void sendHello(handshake::Handshake& hs, handshake::Link& link) override;
@@ -94,9 +87,8 @@ class ShmTransport : public Transport, private handshake::DialProtocol {
   int singleCopy_;  ///< 0 off, 1 auto (threads; processes where process_vm_readv pays), 2 wherever allowed
   size_t singleCopyMin_;
   Backing backing_;
-  std::shared_ptr<handshake::Listener> listener_;  ///< shared with the transports of shareListener()
-  std::mutex mu_;                                  ///< guards what both threads make: the control line, answering_
-  UniqueFd controlFd_;                             ///< this rank's RankControl (its segment is in the waker)
+  std::mutex mu_;       ///< guards what both threads make: the control line, answering_
+  UniqueFd controlFd_;  ///< this rank's RankControl (its segment is in the waker)
   std::shared_ptr<ShmWaker> waker_;
   std::map<int, std::unique_ptr<PairSetup>> dialing_;    ///< by peer: this rank's dials (the dialler's thread)
   std::map<int, std::unique_ptr<PairSetup>> answering_;  ///< by peer: dials answered, not taken yet

@@ -178,30 +178,6 @@ int64_t TcpTransport::stripeMinFor(int nranks) const {
 // 15-40% (two ranks share each CPU), so more ranks write all they can at once.
 size_t TcpTransport::sendBurstFor(int nranks) { return nranks == 2 ? size_t{256} << 10 : SIZE_MAX; }
 
-void TcpTransport::serve(const CommContext& ctx) {
-  COLLIE_USAGE_CHECK(listener_ != nullptr, "tcp transport: serve() before listen()");
-  dialer_->serve(*listener_, ctx);
-}
-
-std::vector<std::unique_ptr<Connection>> TcpTransport::connect(const CommContext& ctx, const std::vector<int>& peers) {
-  COLLIE_USAGE_CHECK(listener_ != nullptr, "tcp transport: connect() before listen()");
-  auto out = dialer_->connect(*listener_, ctx, peers, false);
-  COLLIE_INFO(base::kLogNet, "tcp: rank %d%s connected to %zu peer(s) with %d socket(s) each", ctx.rank,
-              ctx.name.empty() ? "" : (" in " + ctx.name).c_str(), peers.size(), nsock_);
-  return out;
-}
-
-std::vector<std::unique_ptr<Connection>> TcpTransport::dial(const CommContext& ctx, const std::vector<int>& peers) {
-  COLLIE_USAGE_CHECK(listener_ != nullptr, "tcp transport: dial() before listen()");
-  return dialer_->connect(*listener_, ctx, peers, true);
-}
-
-std::vector<std::unique_ptr<Connection>> TcpTransport::refuseDials(const CommContext& ctx, const MismatchRecord* why) {
-  return dialer_->refuseAll(ctx, why);
-}
-
-void TcpTransport::releasePeer(int peer) { dialer_->release(peer); }
-
-uint64_t TcpTransport::stashedHellos() const { return dialer_->answeredEarly(); }
+std::string TcpTransport::connectionDetail() const { return base::format(" with %d socket(s) each", nsock_); }
 
 }  // namespace collie::transport::tcp

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "transport/accept_loop.hpp"
@@ -28,8 +29,10 @@ struct TcpOptions {
 
 class TcpProtocol;
 
-/// TCP transport. listen() before bootstrap, then connect() or dial() once per set of peers.
-class TcpTransport : public Transport {
+/// TCP transport. listen() before bootstrap, then connect() or dial() once per set of peers: the common handshake
+/// (transport/handshake.hpp) on each of socketsPerPeer() sockets per peer, by the dial rule (dialer.hpp).
+/// Connections that cannot show the secret are logged and dropped.
+class TcpTransport : public DialingTransport {
  public:
   explicit TcpTransport(const TcpOptions& options = {});
   ~TcpTransport() override;
@@ -43,16 +46,6 @@ class TcpTransport : public Transport {
   void listen(PeerInfo& self) override;
   /// Always true: TCP is the fallback transport.
   bool canConnect(const PeerInfo& /*local*/, const PeerInfo& /*peer*/) const override { return true; }
-  /// The common handshake (transport/handshake.hpp) on each of socketsPerPeer() sockets per peer, dialled by the
-  /// higher rank of each pair. Connections that cannot show the secret are logged and dropped. Fails with Timeout
-  /// naming the missing ranks when a peer does not show up within ctx.timeout (COLLIE_TIMEOUT when zero).
-  std::vector<std::unique_ptr<Connection>> connect(const CommContext& ctx, const std::vector<int>& peers) override;
-  bool dialsAnyTime() const override { return true; }
-  void serve(const CommContext& ctx) override;
-  std::vector<std::unique_ptr<Connection>> dial(const CommContext& ctx, const std::vector<int>& peers) override;
-  std::vector<std::unique_ptr<Connection>> refuseDials(const CommContext& ctx, const MismatchRecord* why) override;
-  void releasePeer(int peer) override;
-  uint64_t stashedHellos() const override;
   /// A TcpTransport with these options on this listener (same address), answering only its own communicator.
   std::unique_ptr<Transport> shareListener() const override;
 
@@ -69,12 +62,14 @@ class TcpTransport : public Transport {
   static size_t sendBurstFor(int nranks);
 
  private:
+  handshake::Dialer& dialer() const override { return *dialer_; }
+  std::string connectionDetail() const override;
+
   TcpOptions options_;
   int nsock_;
   int64_t stripeMin_;
   bool stripeSet_;  ///< the threshold was set (options or COLLIE_STRIPE_MIN_BYTES), not defaulted
   sockaddr_storage listenAddr_{};
-  std::shared_ptr<handshake::Listener> listener_;  ///< shared with the transports of shareListener()
   std::unique_ptr<handshake::Wire> wire_;
   std::unique_ptr<TcpProtocol> protocol_;
   std::unique_ptr<handshake::Dialer> dialer_;  ///< after what it uses: destroyed first

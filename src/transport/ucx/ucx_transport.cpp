@@ -217,40 +217,11 @@ bool UcxTransport::canConnect(const PeerInfo& local, const PeerInfo& peer) const
   return local.address(TransportKind::Ucx) != nullptr && peer.address(TransportKind::Ucx) != nullptr;
 }
 
-void UcxTransport::makeWorker(const CommContext& ctx) {
+void UcxTransport::prepare(const CommContext& ctx) {
   // The executor's thread, before this rank's desk takes any dial (serve() runs first, and connect() and dial() call
   // it before the dialer serves), so the accept loop's thread always finds the worker made.
   if (!worker_) worker_ = std::make_shared<UcxWorker>(ctx.rank, options_.tls);
   worker_->attach(ctx.poller);
 }
-
-void UcxTransport::serve(const CommContext& ctx) {
-  COLLIE_USAGE_CHECK(listener_ != nullptr, "ucx transport: serve() before listen()");
-  makeWorker(ctx);
-  dialer_->serve(*listener_, ctx);
-}
-
-std::vector<std::unique_ptr<Connection>> UcxTransport::connect(const CommContext& ctx, const std::vector<int>& peers) {
-  COLLIE_USAGE_CHECK(listener_ != nullptr, "ucx transport: connect() before listen()");
-  makeWorker(ctx);
-  auto out = dialer_->connect(*listener_, ctx, peers, false);
-  COLLIE_INFO(base::kLogNet, "ucx: rank %d%s connected to %zu peer(s)", ctx.rank,
-              ctx.name.empty() ? "" : (" in " + ctx.name).c_str(), peers.size());
-  return out;
-}
-
-std::vector<std::unique_ptr<Connection>> UcxTransport::dial(const CommContext& ctx, const std::vector<int>& peers) {
-  COLLIE_USAGE_CHECK(listener_ != nullptr, "ucx transport: dial() before listen()");
-  makeWorker(ctx);
-  return dialer_->connect(*listener_, ctx, peers, true);
-}
-
-std::vector<std::unique_ptr<Connection>> UcxTransport::refuseDials(const CommContext& ctx, const MismatchRecord* why) {
-  return dialer_->refuseAll(ctx, why);
-}
-
-void UcxTransport::releasePeer(int peer) { dialer_->release(peer); }
-
-uint64_t UcxTransport::stashedHellos() const { return dialer_->answeredEarly(); }
 
 }  // namespace collie::transport::ucx

@@ -26,8 +26,10 @@ struct UcxOptions {
   std::string tls;  ///< UCX transports ("tcp", "sm,self"; UCX_TLS's syntax); empty: UCX_TLS or UCX's default
 };
 
-/// UCX transport. listen() before bootstrap, then connect() or dial() once per set of peers.
-class UcxTransport : public Transport {
+/// UCX transport. listen() before bootstrap, then connect() or dial() once per set of peers: the dial rule
+/// (transport/dialer.hpp) with one handshake socket per pair, its hellos carrying the UCX worker addresses; then a
+/// UCP endpoint per peer, wired up before it is returned. The socket stays open as the pair's liveness channel.
+class UcxTransport : public DialingTransport {
  public:
   explicit UcxTransport(const UcxOptions& options = {});
   ~UcxTransport() override;
@@ -42,17 +44,6 @@ class UcxTransport : public Transport {
   void listen(PeerInfo& self) override;
   /// Both ranks published a ucx address.
   bool canConnect(const PeerInfo& local, const PeerInfo& peer) const override;
-  /// The dial rule (transport/dialer.hpp) with one handshake socket per pair, its hellos carrying the UCX worker
-  /// addresses; then a UCP endpoint per peer, wired up before it is returned. The socket stays open as the pair's
-  /// liveness channel.
-  std::vector<std::unique_ptr<Connection>> connect(const CommContext& ctx, const std::vector<int>& peers) override;
-  bool dialsAnyTime() const override { return true; }
-  /// Makes the communicator's UCP worker (once) and answers its dials from now on.
-  void serve(const CommContext& ctx) override;
-  std::vector<std::unique_ptr<Connection>> dial(const CommContext& ctx, const std::vector<int>& peers) override;
-  std::vector<std::unique_ptr<Connection>> refuseDials(const CommContext& ctx, const MismatchRecord* why) override;
-  void releasePeer(int peer) override;
-  uint64_t stashedHellos() const override;
   /// A transport on this one's listener (same address) with a worker of its own, answering only its own
   /// communicator (for core's shrink).
   std::unique_ptr<Transport> shareListener() const override;
@@ -62,12 +53,12 @@ class UcxTransport : public Transport {
 
  private:
   friend class UcxProtocol;
-  /// The communicator's worker, made by the first call that needs it (serve, connect, dial).
-  void makeWorker(const CommContext& ctx);
+  handshake::Dialer& dialer() const override { return *dialer_; }
+  /// Makes the communicator's worker, once (the first serve, connect or dial), and attaches it to ctx's poller.
+  void prepare(const CommContext& ctx) override;
 
   UcxOptions options_;
-  std::shared_ptr<handshake::Listener> listener_;  ///< shared with the transports of shareListener()
-  std::shared_ptr<UcxWorker> worker_;              ///< shared with the connections
+  std::shared_ptr<UcxWorker> worker_;  ///< shared with the connections
   std::unique_ptr<handshake::Wire> wire_;
   std::unique_ptr<UcxProtocol> protocol_;      ///< keeps the connections answered and not yet taken
   std::unique_ptr<handshake::Dialer> dialer_;  ///< after what it uses: destroyed first
