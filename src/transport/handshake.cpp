@@ -206,4 +206,32 @@ std::chrono::milliseconds unansweredLimit(const CommContext& ctx, int peer, cons
   return std::chrono::milliseconds(deadMs);
 }
 
+UniqueFd dialPublishedListener(Handshake& hs, const char* transport, TransportKind kind, int peer,
+                               const std::string& what, int64_t deadMs) {
+  const sockaddr_storage target = socketAddressOf(hs.context().peers[static_cast<size_t>(peer)], kind);
+  COLLIE_ARG_CHECK(target.ss_family == AF_INET || target.ss_family == AF_INET6,
+                   "%s connect of rank %d: rank %d published no %s address (family %d)", transport, hs.rank(), peer,
+                   transport, target.ss_family);
+  constexpr int kRefusedIsGone = 3;
+  return UniqueFd(base::connectWithRetry(
+      target, hs.deadline(), static_cast<int>(base::params::connectRetries()), what,
+      [&hs, peer] { hs.checkWaiting({peer}); }, kRefusedIsGone, unansweredLimit(hs.context(), peer, target, deadMs)));
+}
+
+int readStream(Link& link) {
+  while (link.got < link.buf.size()) {
+    ssize_t n = ::recv(link.fd.get(), link.buf.data() + link.got, link.buf.size() - link.got, MSG_DONTWAIT);
+    if (n > 0) {
+      link.got += static_cast<size_t>(n);
+    } else if (n < 0 && errno == EINTR) {
+      continue;
+    } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      return 0;
+    } else {
+      return -1;
+    }
+  }
+  return 1;
+}
+
 }  // namespace collie::transport::handshake

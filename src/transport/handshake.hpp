@@ -214,6 +214,16 @@ sockaddr_storage socketAddressOf(const PeerInfo& info, TransportKind kind);
 /// a full listen queue of a live process; Handshake::checkWaiting finds a gone one) or where deadMs is 0.
 std::chrono::milliseconds unansweredLimit(const CommContext& ctx, int peer, const sockaddr_storage& target,
                                           int64_t deadMs);
+/// A socket connected to the listener `peer` published as `kind` (InvalidArgument when it published none), tried
+/// until hs's deadline. The listener was up when it published its address and stays up while its communicator lives,
+/// so refusals mean the peer is gone: a few in a row (a full backlog drops a SYN, it does not refuse it) end the dial
+/// with RemoteError rather than the timeout; so does no answer at all from another host for `deadMs`
+/// (unansweredLimit). `transport` and `what` ("rank 3 (tcp socket 1)") name it in messages.
+UniqueFd dialPublishedListener(Handshake& hs, const char* transport, TransportKind kind, int peer,
+                               const std::string& what, int64_t deadMs);
+/// Reads without blocking from link's stream socket into link.buf until it holds link.buf.size() bytes (link.got
+/// of them so far): 1 when it does, 0 when more is to come, -1 on EOF or an error. For the Wires of stream sockets.
+int readStream(Link& link);
 
 }  // namespace handshake
 }  // namespace collie::transport

@@ -40,19 +40,7 @@ class StreamWire : public handshake::Wire {
   size_t messageBytes() const override { return sizeof(Hello); }
   int read(Link& link) override {
     link.buf.resize(sizeof(Hello));
-    while (link.got < sizeof(Hello)) {
-      ssize_t n = ::recv(link.fd.get(), link.buf.data() + link.got, sizeof(Hello) - link.got, MSG_DONTWAIT);
-      if (n > 0) {
-        link.got += static_cast<size_t>(n);
-      } else if (n < 0 && errno == EINTR) {
-        continue;
-      } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-        return 0;
-      } else {
-        return -1;
-      }
-    }
-    return 1;
+    return handshake::readStream(link);
   }
 };
 
@@ -65,20 +53,8 @@ class TcpProtocol : public handshake::DialProtocol {
       : transport_(transport), deadMs_(deadMs), bufferBytes_(bufferBytes) {}
 
   UniqueFd dialSocket(handshake::Handshake& hs, int peer, int channel) override {
-    const sockaddr_storage target = TcpTransport::addressOf(hs.context().peers[static_cast<size_t>(peer)]);
-    COLLIE_ARG_CHECK(target.ss_family == AF_INET || target.ss_family == AF_INET6,
-                     "tcp connect of rank %d: rank %d published no tcp address (family %d)", hs.rank(), peer,
-                     target.ss_family);
-    const std::string what = base::format("rank %d (tcp socket %d)", peer, channel);
-    // The peer's listener was up when it published this address (and stays up while its communicator lives), so
-    // refusals mean it is gone: a few in a row (a listener's backlog overflow drops a SYN, it does not refuse it)
-    // end the dial with RemoteError rather than the timeout; so does no answer at all from another host for the
-    // dead-peer window (its host is down or cut off).
-    constexpr int kRefusedIsGone = 3;
-    return UniqueFd(base::connectWithRetry(
-        target, hs.deadline(), static_cast<int>(base::params::connectRetries()), what,
-        [&hs, peer] { hs.checkWaiting({peer}); }, kRefusedIsGone,
-        handshake::unansweredLimit(hs.context(), peer, target, deadMs_)));
+    return handshake::dialPublishedListener(hs, "tcp", TransportKind::Tcp, peer,
+                                            base::format("rank %d (tcp socket %d)", peer, channel), deadMs_);
   }
   void sendHello(handshake::Handshake& hs, Link& l) override {
     l.from = base::addressToString(TcpTransport::addressOf(hs.context().peers[static_cast<size_t>(l.peer)]));

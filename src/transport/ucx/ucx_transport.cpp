@@ -59,22 +59,12 @@ class HelloWire : public handshake::Wire {
   int read(Link& link) override {
     if (link.got == 0) link.buf.resize(sizeof(Hello));
     for (;;) {
-      if (link.got == sizeof(Hello) && link.buf.size() == sizeof(Hello) && link.header().type == kHello) {
-        uint32_t extra = link.as<Hello>().addressBytes;
-        if (extra == 0 || extra > kMaxAddressBytes) return -1;  // not a hello of ours
-        link.buf.resize(sizeof(Hello) + extra);
-      }
-      if (link.got == link.buf.size()) return 1;
-      ssize_t n = ::recv(link.fd.get(), link.buf.data() + link.got, link.buf.size() - link.got, MSG_DONTWAIT);
-      if (n > 0) {
-        link.got += static_cast<size_t>(n);
-      } else if (n < 0 && errno == EINTR) {
-        continue;
-      } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-        return 0;
-      } else {
-        return -1;
-      }
+      const int r = handshake::readStream(link);
+      if (r != 1) return r;
+      if (link.buf.size() != sizeof(Hello) || link.header().type != kHello) return 1;  // all of it, or a refusal
+      const uint32_t extra = link.as<Hello>().addressBytes;
+      if (extra == 0 || extra > kMaxAddressBytes) return -1;  // not a hello of ours
+      link.buf.resize(sizeof(Hello) + extra);                 // then its address
     }
   }
 };
@@ -94,17 +84,9 @@ class UcxProtocol : public handshake::DialProtocol {
   explicit UcxProtocol(UcxTransport& transport) : transport_(transport) {}
 
   UniqueFd dialSocket(handshake::Handshake& hs, int peer, int /*channel*/) override {
-    const sockaddr_storage target = UcxTransport::addressOf(hs.context().peers[static_cast<size_t>(peer)]);
-    COLLIE_ARG_CHECK(target.ss_family == AF_INET || target.ss_family == AF_INET6,
-                     "ucx connect of rank %d: rank %d published no ucx address (family %d)", hs.rank(), peer,
-                     target.ss_family);
-    // As tcp's (tcp_transport.cpp): refusals in a row mean the peer is gone, no answer from another host for the
-    // dead-peer window that its host is down.
-    constexpr int kRefusedIsGone = 3;
-    return UniqueFd(base::connectWithRetry(
-        target, hs.deadline(), static_cast<int>(base::params::connectRetries()),
-        base::format("rank %d (ucx handshake)", peer), [&hs, peer] { hs.checkWaiting({peer}); }, kRefusedIsGone,
-        handshake::unansweredLimit(hs.context(), peer, target, base::params::peerDeadTimeoutMs())));
+    return handshake::dialPublishedListener(hs, "ucx", TransportKind::Ucx, peer,
+                                            base::format("rank %d (ucx handshake)", peer),
+                                            base::params::peerDeadTimeoutMs());
   }
   void sendHello(handshake::Handshake& hs, Link& l) override {
     l.from = base::addressToString(UcxTransport::addressOf(hs.context().peers[static_cast<size_t>(l.peer)]));
