@@ -51,11 +51,7 @@ class SelfConnection : public Connection {
 
  private:
   void post(std::deque<Transfer*>& queue, Transfer* t, const char* what) {
-    COLLIE_USAGE_CHECK(!closed_, "%s posted on the closed self connection of rank %d", what, rank_);
-    COLLIE_INTERNAL_CHECK(t->kind == MemoryKind::Host, "self connection of rank %d: %s of a device buffer", rank_,
-                          what);
-    COLLIE_INTERNAL_CHECK(t->bytes == 0 || t->buf != nullptr, "self connection of rank %d: %s of %zu bytes from null",
-                          rank_, what, t->bytes);
+    checkPosted("self connection", rank_, rank_, closed_, *t, what);
     t->complete = false;
     queue.push_back(t);
   }

@@ -50,6 +50,17 @@ Transport* chooseTransport(const std::vector<std::unique_ptr<Transport>>& transp
   return i < 0 ? nullptr : transports[static_cast<size_t>(i)].get();
 }
 
+void failPosted(const char* connection, int rank, int peer, bool closed, const Transfer& t, const char* what) {
+  COLLIE_USAGE_CHECK(!closed, "%s posted on the closed %s of rank %d to peer %d", what, connection, rank, peer);
+  COLLIE_INTERNAL_CHECK(t.kind == MemoryKind::Host,
+                        "%s of rank %d to peer %d: %s of a device buffer (device buffers must be staged)", connection,
+                        rank, peer, what);
+  COLLIE_INTERNAL_CHECK(t.bytes == 0 || t.buf != nullptr, "%s of rank %d to peer %d: %s of %zu bytes at null",
+                        connection, rank, peer, what, t.bytes);
+  COLLIE_FAIL(ErrorCode::InternalError, "%s of rank %d to peer %d: failPosted with nothing wrong", connection, rank,
+              peer);
+}
+
 bool Connection::probe(Arrival* next) {
   (void)next;
   COLLIE_FAIL(ErrorCode::InvalidUsage,

@@ -194,6 +194,16 @@ Transport* chooseTransport(const std::vector<std::unique_ptr<Transport>>& transp
 int chooseTransportIndex(const std::vector<std::unique_ptr<Transport>>& transports, const PeerInfo& local,
                          const PeerInfo& peer);
 
+/// The checks every Connection makes on a posted Transfer before it touches it: the connection ("tcp connection")
+/// of `rank` to `peer` is open (InvalidUsage), and `t` is a host buffer, not null unless empty (InternalError: core
+/// stages device buffers and checks the user's pointers). `what`: "send" or "receive". Inline: every post runs it.
+[[noreturn]] void failPosted(const char* connection, int rank, int peer, bool closed, const Transfer& t,
+                             const char* what);
+inline void checkPosted(const char* connection, int rank, int peer, bool closed, const Transfer& t, const char* what) {
+  if (closed || t.kind != MemoryKind::Host || (t.bytes != 0 && t.buf == nullptr))
+    failPosted(connection, rank, peer, closed, t, what);
+}
+
 /// A connection of a rank to itself (sends are copied into the matching receives).
 std::unique_ptr<Connection> makeSelfConnection(int rank);
 

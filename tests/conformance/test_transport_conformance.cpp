@@ -244,6 +244,48 @@ TEST_P(Conformance, FingerprintMismatchIsReported) {
   EXPECT_FALSE(recv.complete);
 }
 
+// A post that cannot be taken (a device buffer, a null buffer with bytes, a closed connection) fails before it touches
+// the transfer or the connection: the transfer keeps its state and the pair still carries the next message. The self
+// connection makes the same checks (transport::checkPosted).
+TEST_P(Conformance, APostThatCannotBeTakenFailsBeforeItTouchesAnything) {
+  Cluster cluster = make(2);
+  cluster.connectAll();
+  std::vector<uint8_t> a(64, 3), b(64, 0);
+  auto expectRefused = [](Connection& c, Transfer& t, bool send, ErrorCode code, const char* words) {
+    t.complete = true;  // a post that went ahead would clear it
+    try {
+      send ? c.postSend(&t) : c.postRecv(&t);
+      ADD_FAILURE() << "a post of " << words << " was taken";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), code) << e.what();
+      EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+    }
+    EXPECT_TRUE(t.complete) << words;
+  };
+  std::unique_ptr<Connection> self = makeSelfConnection(0);
+  for (Connection* c : {cluster.ranks[0]->conns[1].get(), self.get()}) {
+    for (bool send : {true, false}) {
+      Transfer device{a.data(), a.size()};
+      device.kind = MemoryKind::Device;
+      expectRefused(*c, device, send, ErrorCode::InternalError, "device buffer");
+      Transfer null{nullptr, 8};
+      expectRefused(*c, null, send, ErrorCode::InternalError, "8 bytes at null");
+    }
+  }
+  Transfer send{a.data(), a.size()}, recv{b.data(), b.size()};
+  cluster.ranks[0]->conns[1]->postSend(&send);
+  cluster.ranks[1]->conns[0]->postRecv(&recv);
+  drive(*cluster.ranks[0], {&send});
+  drive(*cluster.ranks[1], {&recv});
+  EXPECT_EQ(a, b);
+  self->close();
+  Transfer late{a.data(), a.size()};
+  expectRefused(*self, late, true, ErrorCode::InvalidUsage, "posted on the closed self connection");
+  cluster.ranks[0]->conns[1]->close();
+  expectRefused(*cluster.ranks[0]->conns[1], late, true, ErrorCode::InvalidUsage, "posted on the closed");
+  expectRefused(*cluster.ranks[0]->conns[1], late, false, ErrorCode::InvalidUsage, "posted on the closed");
+}
+
 // ---- failure -----------------------------------------------------------------------------------------------
 
 // A contract the goodbyes after init rely on (core/release_gather_links.cpp): a connection delivers what the peer sent

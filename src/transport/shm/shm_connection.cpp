@@ -149,11 +149,7 @@ void ShmConnection::check(bool ok, const char* what) const {
 }
 
 void ShmConnection::postSend(Transfer* t) {
-  COLLIE_USAGE_CHECK(!closed_, "send posted on the closed shm connection of rank %d to peer %d", rank_, peer_);
-  COLLIE_INTERNAL_CHECK(t->kind == MemoryKind::Host,
-                        "shm connection to peer %d: send of a device buffer (device buffers must be staged)", peer_);
-  COLLIE_INTERNAL_CHECK(t->bytes == 0 || t->buf != nullptr, "shm connection to peer %d: send of %zu bytes from null",
-                        peer_, t->bytes);
+  checkPosted("shm connection", rank_, peer_, closed_, *t, "send");
   t->complete = false;
   const bool direct = t->bytes >= directMin_ && t->bytes > kInlineBytes;
   // A small message (one slot) with nothing queued before it goes into its slot at once: the peer may be waiting
@@ -194,12 +190,7 @@ void ShmConnection::sendSmall(Transfer* t) {
 }
 
 void ShmConnection::postRecv(Transfer* t) {
-  COLLIE_USAGE_CHECK(!closed_, "receive posted on the closed shm connection of rank %d to peer %d", rank_, peer_);
-  COLLIE_INTERNAL_CHECK(t->kind == MemoryKind::Host,
-                        "shm connection to peer %d: receive into a device buffer (device buffers must be staged)",
-                        peer_);
-  COLLIE_INTERNAL_CHECK(t->bytes == 0 || t->buf != nullptr, "shm connection to peer %d: receive of %zu bytes into null",
-                        peer_, t->bytes);
+  checkPosted("shm connection", rank_, peer_, closed_, *t, "receive");
   t->complete = false;
   probing_ = false;
   recvs_.push_back(RecvOp{t, 0});

@@ -141,12 +141,7 @@ TcpConnection::Op* TcpConnection::newOp(Transfer* t, uint32_t parts) {
 
 void TcpConnection::post(Transfer* t, bool send) {
   const char* what = send ? "send" : "receive";
-  COLLIE_USAGE_CHECK(!closed_, "%s posted on the closed tcp connection of rank %d to peer %d", what, rank_, peer_);
-  COLLIE_INTERNAL_CHECK(t->kind == MemoryKind::Host,
-                        "tcp connection to peer %d: %s of a device buffer (device buffers must be staged)", peer_,
-                        what);
-  COLLIE_INTERNAL_CHECK(t->bytes == 0 || t->buf != nullptr, "tcp connection to peer %d: %s of %zu bytes from null",
-                        peer_, what, t->bytes);
+  checkPosted("tcp connection", rank_, peer_, closed_, *t, what);
   t->complete = false;
   uint32_t seq = send ? sendSeq_++ : recvSeq_++;
   const bool cut = striped(t->bytes);

@@ -190,12 +190,7 @@ void UcxConnection::adoptSideChannel(int sideFd) {
 
 void UcxConnection::checkPost(Transfer* t, bool send) {
   const char* what = send ? "send" : "receive";
-  COLLIE_USAGE_CHECK(!closed_, "%s posted on the closed ucx connection of rank %d to peer %d", what, rank_, peer_);
-  COLLIE_INTERNAL_CHECK(t->kind == MemoryKind::Host,
-                        "ucx connection to peer %d: %s of a device buffer (device buffers must be staged)", peer_,
-                        what);
-  COLLIE_INTERNAL_CHECK(t->bytes == 0 || t->buf != nullptr, "ucx connection to peer %d: %s of %zu bytes from null",
-                        peer_, what, t->bytes);
+  checkPosted("ucx connection", rank_, peer_, closed_, *t, what);
   if (error_) std::rethrow_exception(error_);
   t->complete = false;
 }
