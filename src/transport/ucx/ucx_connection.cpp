@@ -16,13 +16,16 @@
 // messages were delivered, then shuts the socket; a killed one just drops it. On EOF, receives numbered below
 // the Bye's count are still coming through UCX and are waited for; every other pending transfer fails with
 // RemoteError naming the peer at once (MismatchError when the Bye carries a mismatch: poison()). The socket is
-// registered with the poller, so a sleeping rank wakes.
+// registered with the poller, so a sleeping rank wakes. When UCX tells first (an operation fails because the
+// peer's endpoint is gone), the rank waits up to kByeWait for the Bye, so a peer's mismatch is reported as that
+// whichever channel brings news of it first.
 // Endpoints use UCP_ERR_HANDLING_MODE_PEER where a network transport is enabled, so UCX reports a dead peer on
 // its own operations as an error status (never a fatal abort); UCX 1.13's shared-memory transports cannot, so
 // with only those (UCX_TLS=sm,self) the liveness socket alone tells. Every UCX error is reported with
 // ucs_status_string.
 #include "transport/ucx/ucx_connection.hpp"
 
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -49,6 +52,10 @@ constexpr auto kFlushWait = 50ms;
 // one still queued inside its UCX then never comes: after this, the wait ends as a closed peer, not a timeout.
 constexpr auto kGoodbyeGrace = 2s;
 constexpr auto kReleaseWait = 1s;
+// How long a rank whose UCX operation failed on the peer's side waits for that peer's Bye before it reports a
+// closed connection: the Bye (on the liveness socket) may carry the mismatch the peer failed on, and it was
+// written before the peer closed its endpoint but travels on another connection.
+constexpr auto kByeWait = 200ms;
 
 // UCS_ERR_SHMEM_SEGMENT: over UCX's shared-memory transports a send attaches the peer's segment (shmat), which fails
 // once the peer has died and its segment is gone (seen when a rank is killed mid-call: "shmat failed: Invalid
@@ -304,6 +311,12 @@ std::exception_ptr UcxConnection::checkHead(const Op* op) const {
   return nullptr;
 }
 
+bool UcxConnection::failedByPeer(const Op* op) {
+  for (const Op* part : {op, static_cast<const Op*>(op->pair)})
+    if (part && peerFailure(part->status)) return true;
+  return false;
+}
+
 std::exception_ptr UcxConnection::check(const Op* op) const {
   const char* what = op->send ? "send" : "receive";
   const size_t expected = op->t->bytes;
@@ -334,6 +347,7 @@ std::exception_ptr UcxConnection::check(const Op* op) const {
 bool UcxConnection::reap() {
   bool any = false;
   std::exception_ptr error;
+  bool byPeer = false;  // error is UCX's report of the peer's side gone
   auto keep = ops_.begin();
   for (Op* op : ops_) {
     if (op->consumed) {  // the body of a message its head completed (heads come first in ops_)
@@ -357,6 +371,7 @@ bool UcxConnection::reap() {
     any = true;
     if (!error) {
       error = check(op);
+      byPeer = error && failedByPeer(op);
       if (!error && !op->send && op->head && !op->pair && op->t->bytes > 0)
         std::memcpy(op->t->buf, op->wire.get() + sizeof(MsgHead), op->t->bytes);  // the inline body
       if (!error) op->t->complete = true;
@@ -365,8 +380,34 @@ bool UcxConnection::reap() {
     dispose(op);
   }
   ops_.erase(keep, ops_.end());
-  if (error) fail(error);
+  if (error) {
+    if (byPeer) failClosedByPeer(error);
+    fail(error);
+  }
   return any;
+}
+
+void UcxConnection::failClosedByPeer(std::exception_ptr closed) {
+  const auto until = Clock::now() + kByeWait;
+  for (;;) {
+    watchPeer();
+    if (peerGone_ || byeGot_ == sizeof(Bye) || sideFd_ < 0) break;
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now()).count();
+    if (left <= 0) break;
+    pollfd p{sideFd_, POLLIN, 0};
+    (void)::poll(&p, 1, static_cast<int>(left));
+  }
+  failIfPoisoned();
+  fail(closed);
+}
+
+void UcxConnection::failIfPoisoned() {
+  if (byeGot_ != sizeof(Bye) || bye_.magic != kByeMagic || !bye_.poisoned) return;
+  try {
+    throwMismatch(bye_.why, base::format("from peer %d over ucx", peer_).c_str());
+  } catch (...) {
+    fail(std::current_exception());
+  }
 }
 
 void UcxConnection::watchPeer() {
@@ -400,13 +441,7 @@ bool UcxConnection::progress() {
   watchPeer();  // only on a pass that moved nothing: the socket costs a syscall
   if (!peerGone_) return false;
   const bool said = byeGot_ == sizeof(Bye) && bye_.magic == kByeMagic;
-  if (said && bye_.poisoned) {
-    try {
-      throwMismatch(bye_.why, base::format("from peer %d over ucx", peer_).c_str());
-    } catch (...) {
-      fail(std::current_exception());
-    }
-  }
+  failIfPoisoned();
   size_t coming = 0;
   for (const Op* op : ops_) coming += (said && !op->send && op->seq < bye_.messagesSent) ? 1 : 0;
   if (!coming) {

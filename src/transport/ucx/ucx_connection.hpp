@@ -130,8 +130,15 @@ class UcxConnection final : public Connection {
   void dispose(Op* op);
   /// Completes (or fails) the transfers whose UCX operation finished; true if any did.
   bool reap();
+  /// Whether op (or its body) failed because UCX found the peer's side gone.
+  static bool failedByPeer(const Op* op);
   /// Reads the liveness socket: the peer's Bye, then EOF (or an error: it died).
   void watchPeer();
+  /// Fails with the mismatch the peer's Bye carries, if it came and carries one.
+  void failIfPoisoned();
+  /// UCX reported the peer's side gone: waits (kByeWait at most) for the peer's Bye, and fails with the mismatch
+  /// it carries, else with `closed`.
+  [[noreturn]] void failClosedByPeer(std::exception_ptr closed);
   void closeWith(const MismatchRecord* why);
   [[noreturn]] void fail(ErrorCode code, const std::string& message);
   [[noreturn]] void fail(std::exception_ptr error);
