@@ -6,7 +6,8 @@
 // two communicators on one worker; (2) ranks run as threads of one process in the tests, each needing its own
 // worker; (3) the worker's lifetime is then the communicator's, with nothing global to tear down. The price is
 // a UCP context and worker per communicator (1-6 ms and 2-9 ms to create here, UCX_TLS=tcp and sm), and the
-// destructor's 100 ms of progress before ucp_worker_destroy (ucx_worker.cpp: UCX 1.13 asserts on a wireup reply left).
+// destructor's progress before ucp_worker_destroy until UCX is quiet for 10 ms (100 ms at most; ucx_worker.cpp:
+// UCX 1.13 asserts on a wireup reply left).
 //
 // The worker is driven by the thread that drives the communicator's connections (UCS_THREAD_MODE_SERIALIZED:
 // that thread may change between calls, never two at once). Progress is ucp_worker_progress; sleeping goes
