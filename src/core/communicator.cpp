@@ -199,6 +199,8 @@ CommStats CommImpl::stats() const {
 void CommImpl::explainConnectFailure(const std::vector<Job>& jobs, const std::vector<int>& missing, const Error& e) {
   // Long enough for a connected peer waiting in this call to check its links (the executor does once a second).
   constexpr auto kPoisonGrace = std::chrono::milliseconds(1500);
+  // An abort, or this rank's own mistake (a refused argument, settings that differ from a peer's), is the answer.
+  if (abort_.load() || (e.code() != ErrorCode::RemoteError && e.code() != ErrorCode::Timeout)) throw;
   const auto until = std::chrono::steady_clock::now() + kPoisonGrace;
   for (int p = 0; p < nranks_; ++p) {
     auto& c = links_.conns[static_cast<size_t>(p)];
@@ -388,12 +390,16 @@ void CommImpl::execute(const std::vector<OpDesc>& ops, const ExecConfig& config,
     if (repeated) recorder_.finish(false);  // Planner::repeat began its entry: it ends, failed, having sent nothing
     throw Error(failCode_.load(), failureMessage());
   }
+  bool connecting = false;
   try {
     const bool anySource = ops.size() == 1 && ops[0].root == kAnySource && ops[0].coll == Collective::Recv;
+    connecting = anySource;  // matchAnySource connects every peer
     const std::vector<Job>& jobs = repeated    ? *repeated
                                    : anySource ? planner_.plan({matchAnySource(ops[0], config)})
                                                : planner_.plan(ops);
+    connecting = true;
     ensureConnected(jobs);
+    connecting = false;
     executor_->run(jobs, config);
     recorder_.finish(true);
   } catch (const transport::MismatchError& e) {
@@ -405,7 +411,8 @@ void CommImpl::execute(const std::vector<OpDesc>& ops, const ExecConfig& config,
     throw Error(ErrorCode::InvalidUsage, message);
   } catch (const Error& e) {
     recorder_.failed(e.code(), e.what());
-    if (base::isFatal(e.code()) || abort_.load()) fail(e.code(), e.what());
+    // Any failure to connect is fatal too: a dial given up leaves its pairs half made on both ends (dialer.hpp).
+    if (base::isFatal(e.code()) || abort_.load() || connecting) fail(e.code(), e.what());
     throw;
   } catch (const std::exception& e) {
     recorder_.failed(ErrorCode::InternalError, e.what());
