@@ -305,7 +305,11 @@ void ProcessLauncher::start(const TestBody& body) {
       stopRoot();
       throw std::runtime_error(std::string("fork failed: ") + strerror(err));
     }
-    if (pid == 0) childMain(r, nranks_, id, options_, body, parent);
+    if (pid == 0) {
+      for (const RankEnv& e : rankEnv_)
+        if (e.rank == r) ::setenv(e.name.c_str(), e.value.c_str(), 1);
+      childMain(r, nranks_, id, options_, body, parent);
+    }
     pids_.push_back(pid);
     exits_[static_cast<size_t>(r)].rank = r;
     exits_[static_cast<size_t>(r)].pid = pid;

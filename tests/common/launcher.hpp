@@ -102,6 +102,10 @@ class ProcessLauncher {
   ProcessLauncher(const ProcessLauncher&) = delete;
   ProcessLauncher& operator=(const ProcessLauncher&) = delete;
 
+  /// Sets an environment variable in one rank's child only, before it creates its communicator (call before start).
+  void setEnv(int rank, std::string name, std::string value) {
+    rankEnv_.push_back({rank, std::move(name), std::move(value)});
+  }
   /// Forks the root helper (which makes the UniqueId) and one child per rank; returns at once. Each child creates its
   /// communicator, runs body, destroys the communicator and _exit()s: 0, or kChildGtestFailure / kChildException /
   /// kChildInitFailure with the reason on stderr prefixed "[rank R] ".
@@ -122,6 +126,11 @@ class ProcessLauncher {
  private:
   int nranks_;
   Options options_;
+  struct RankEnv {
+    int rank;
+    std::string name, value;
+  };
+  std::vector<RankEnv> rankEnv_;
   std::vector<pid_t> pids_;
   std::vector<RankExit> exits_;
   SharedArea* shared_ = nullptr;

@@ -104,5 +104,20 @@ std::string killName(const ::testing::TestParamInfo<KillCase>& info) {
 
 INSTANTIATE_TEST_SUITE_P(Proc, LazyKilled, ::testing::ValuesIn(killCases()), killName);
 
+// Ranks whose settings differ (COLLIE_SOCKETS_PER_PEER on one rank) cannot form a communicator: the bootstrap's
+// tree connects every rank, so some pair of it compares the two settings in its hello. Every rank must fail init,
+// quickly (the pair that disagrees ends its links, and their neighbours hear of it), none may hang to its timeout.
+TEST(LazySettings, ASettingThatDiffersOnOneRankFailsInitOnEveryRankQuickly) {
+  ScopedEnv shm("COLLIE_SHM_DISABLE", "1");
+  ProcessLauncher launcher(kRanks, lazyOptions("lazy-settings", kTimeout));
+  launcher.setEnv(kRanks - 1, "COLLIE_SOCKETS_PER_PEER", "3");
+  launcher.start([](Communicator& comm) { ADD_FAILURE() << "rank " << comm.rank() << " initialised"; });
+  auto exits = launcher.wait(60s);
+  for (int r = 0; r < kRanks; ++r) {
+    EXPECT_TRUE(exits[r].exited && exits[r].exitCode == kChildInitFailure) << exits[r].describe();
+    EXPECT_LT(exits[r].seconds, kQuickNs / 1e9) << exits[r].describe();
+  }
+}
+
 }  // namespace
 }  // namespace collie::test
