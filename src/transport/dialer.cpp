@@ -17,6 +17,9 @@ namespace {
 
 /// How long a dial closed before any answer waits before it is tried again.
 constexpr std::chrono::milliseconds kRedialPause{20};
+// How long a rank whose dial was turned away as a duplicate waits for the peer's own dial before it dials again: the
+// peer gives its dial up when its connect fails before it opened it (then it refuses, and this rank hears so).
+constexpr std::chrono::milliseconds kRedialRefused{300};
 
 }  // namespace
 
@@ -280,7 +283,8 @@ std::vector<int> Dialer::awaitAnswers(Handshake& hs, std::map<int, std::vector<D
   return refused;
 }
 
-void Dialer::awaitDials(Handshake& hs, const std::vector<int>& peers) {
+std::vector<int> Dialer::awaitDials(Handshake& hs, const std::vector<int>& peers,
+                                    std::optional<Clock::time_point> until) {
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     std::vector<int> missing, unheard;  // unheard: no dial of theirs is being answered here yet
@@ -289,7 +293,8 @@ void Dialer::awaitDials(Handshake& hs, const std::vector<int>& peers) {
       if (state != State::Answered) missing.push_back(p);
       if (state != State::Answered && state != State::Answering) unheard.push_back(p);
     }
-    if (missing.empty()) return;
+    if (missing.empty()) return {};
+    if (until && Clock::now() >= *until) return unheard;
     lock.unlock();
     if (Clock::now() >= hs.deadline()) hs.failTimeout(missing, "connect");
     hs.checkWaiting(unheard);  // a peer being answered may have connected, used the pair and exited meanwhile
@@ -297,7 +302,7 @@ void Dialer::awaitDials(Handshake& hs, const std::vector<int>& peers) {
     if (listener_ && listener_->acceptShortage(&err) >= base::FdShortageBackoff::kGrace)
       COLLIE_FAIL(ErrorCode::SystemError, "accept failed: %s", base::fdShortageMessage(err).c_str());
     lock.lock();
-    answered_.wait_until(lock, std::min(hs.deadline(), Clock::now() + kLivenessEvery));
+    answered_.wait_until(lock, std::min({hs.deadline(), Clock::now() + kLivenessEvery, until.value_or(hs.deadline())}));
   }
 }
 
@@ -375,31 +380,33 @@ std::vector<std::unique_ptr<Connection>> Dialer::connectPeers(Listener& listener
     }
   }
   std::map<int, std::unique_ptr<Connection>> made;
-  const std::vector<int> refused = awaitAnswers(hs, dials);
-  for (auto& [p, list] : dials) {
-    if (std::find(refused.begin(), refused.end(), p) != refused.end()) {
-      waiting.push_back(p);  // the peer's own dial is on its way (dialer.hpp)
-      protocol_.forget(p);
-      continue;
-    }
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      Pair& pair = pairs_[static_cast<size_t>(p)];
-      if (pair.state != State::Dialing) {
-        // This rank (the higher) gave its dial up for the peer's, and the peer then answered this one: it abandoned
-        // its own dial, which it does only when its connect failed (then its communicator fails, and answering its
-        // dial usually failed too: that error says why).
-        if (!pair.error.empty()) throw Error(pair.code, pair.error);
-        COLLIE_FAIL(ErrorCode::RemoteError,
-                    "%s connect of rank %d%s: rank %d gave up its dial of this rank (its connect failed: it may have "
-                    "failed)",
-                    transport_, me, hs.where().c_str(), p);
+  for (;;) {
+    const std::vector<int> refused = awaitAnswers(hs, dials);
+    takeAnswered(hs, dials, refused, made);
+    if (refused.empty()) break;
+    // The peer's own dial is on its way (dialer.hpp), unless its connect failed before it opened it: then it went
+    // back to Idle and is failing. A peer not heard of within kRedialRefused is dialled again: it turns that dial
+    // away again (still dialling), answers it (the pair connects; its failing communicator then closes or poisons
+    // it), or refuses it (failed: this rank hears why now, not at its timeout).
+    for (int p : refused) protocol_.forget(p);
+    const std::vector<int> unheard = awaitDials(hs, refused, Clock::now() + kRedialRefused);
+    for (int p : refused) {
+      if (std::find(unheard.begin(), unheard.end(), p) == unheard.end()) {
+        waiting.push_back(p);  // its dial is being answered here
+        dials.erase(p);
+        continue;
       }
-      pair.state = State::Taken;
+      std::vector<Dial>& list = dials[p];
+      list.clear();
+      list.resize(static_cast<size_t>(channels_));
+      for (int c = 0; c < channels_; ++c) {
+        Dial& d = list[static_cast<size_t>(c)];
+        d.link.peer = p;
+        d.link.channel = c;
+        open(hs, d);
+      }
     }
-    std::vector<Link> links;
-    for (Dial& d : list) links.push_back(std::move(d.link));
-    made[p] = protocol_.finish(hs, p, links, true);
+    if (unheard.empty()) break;
   }
   awaitDials(hs, waiting);
   for (int p : waiting) {
@@ -421,6 +428,37 @@ std::vector<std::unique_ptr<Connection>> Dialer::connectPeers(Listener& listener
   out.reserve(peers.size());
   for (int p : peers) out.push_back(p == me ? makeSelfConnection(p) : std::move(made[p]));
   return out;
+}
+
+void Dialer::takeAnswered(Handshake& hs, std::map<int, std::vector<Dial>>& dials, const std::vector<int>& refused,
+                          std::map<int, std::unique_ptr<Connection>>& made) {
+  const int me = hs.rank();
+  for (auto it = dials.begin(); it != dials.end();) {
+    const int p = it->first;
+    if (std::find(refused.begin(), refused.end(), p) != refused.end()) {
+      ++it;
+      continue;
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      Pair& pair = pairs_[static_cast<size_t>(p)];
+      if (pair.state != State::Dialing) {
+        // This rank (the higher) gave its dial up for the peer's, and the peer then answered this one: it abandoned
+        // its own dial, which it does only when its connect failed (then its communicator fails, and answering its
+        // dial usually failed too: that error says why).
+        if (!pair.error.empty()) throw Error(pair.code, pair.error);
+        COLLIE_FAIL(ErrorCode::RemoteError,
+                    "%s connect of rank %d%s: rank %d gave up its dial of this rank (its connect failed: it may have "
+                    "failed)",
+                    transport_, me, hs.where().c_str(), p);
+      }
+      pair.state = State::Taken;
+    }
+    std::vector<Link> links;
+    for (Dial& d : it->second) links.push_back(std::move(d.link));
+    it = dials.erase(it);  // Taken: Undo leaves it alone
+    made[p] = protocol_.finish(hs, p, links, true);
+  }
 }
 
 }  // namespace collie::transport::handshake

@@ -7,8 +7,11 @@
 //   - a rank dials a peer only when it has no connection to it, is not dialling it and is not answering its dial;
 //   - a hello from a peer the rank is not dialling (and has no connection to) is answered: the pair is connected;
 //   - both dial at once: lo, dialling hi, turns hi's dial away ("duplicate"); hi, dialling lo, gives its own dial up
-//     and answers lo's. hi's dial then gets lo's "duplicate" and hi waits for the answered one, which is certain to
-//     come (lo's hello is on its way: lo was dialling when it turned hi away). lo's dial gets hi's answer.
+//     and answers lo's. hi's dial then gets lo's "duplicate" and hi waits for the answered one: lo's hello is on its
+//     way (lo was dialling when it turned hi away), unless lo's connect failed before lo opened that dial (lo then
+//     goes back to Idle and its communicator fails). So hi, not hearing from lo within a moment (kRedialRefused),
+//     dials again: turned away again while lo still dials, answered or refused once lo gave up. lo's dial gets hi's
+//     answer.
 // So every pair ends with exactly one connection on both sides, and nothing is sent on a dial that is turned away
 // (only its hello). A rank whose connect fails gives its dials up (Idle again) before its communicator refuses dials:
 // a higher peer that gave its own dial up for such a dial may then see its dial answered, or its links part turned
@@ -118,8 +121,14 @@ class Dialer {
   void open(Handshake& hs, Dial& d);
   /// Reads the answers on every dial until each is done or refused; returns the refused peers.
   std::vector<int> awaitAnswers(Handshake& hs, std::map<int, std::vector<Dial>>& dials);
-  /// Waits until every one of `peers` has been answered (their dials to this rank).
-  void awaitDials(Handshake& hs, const std::vector<int>& peers);
+  /// Waits until every one of `peers` has been answered (their dials to this rank); with `until`, returns then
+  /// the peers not heard of yet (no dial of theirs being answered here), or none once all were answered.
+  std::vector<int> awaitDials(Handshake& hs, const std::vector<int>& peers,
+                              std::optional<Clock::time_point> until = std::nullopt);
+  /// Marks the pairs of `dials` that were answered (all but `refused`) Taken, moves their connections into `made`
+  /// and drops them from `dials`.
+  void takeAnswered(Handshake& hs, std::map<int, std::vector<Dial>>& dials, const std::vector<int>& refused,
+                    std::map<int, std::unique_ptr<Connection>>& made);
   /// connect() without its choice of which failure to report.
   std::vector<std::unique_ptr<Connection>> connectPeers(Listener& listener, const CommContext& ctx,
                                                         const std::vector<int>& peers, bool dialAll);

@@ -21,6 +21,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "base/errors.hpp"
@@ -111,7 +112,17 @@ class TestProtocol : public DialProtocol {
  public:
   TestProtocol(const std::vector<sockaddr_storage>& addresses, AnswerGate* gate) : addresses_(addresses), gate_(gate) {}
 
+  /// This rank's dial of `peer` waits on `gate`, then fails as if the peer were gone (RemoteError).
+  void failDialOf(int peer, AnswerGate* gate) {
+    failPeer_ = peer;
+    dialGate_ = gate;
+  }
+
   UniqueFd dialSocket(Handshake& hs, int peer, int /*channel*/) override {
+    if (peer == failPeer_) {
+      dialGate_->enterAndWait();
+      COLLIE_FAIL(ErrorCode::RemoteError, "test: rank %d is gone", peer);
+    }
     return UniqueFd(
         base::connectWithRetry(addresses_[static_cast<size_t>(peer)], hs.deadline(), 10, "test peer", {}, 3));
   }
@@ -141,27 +152,29 @@ class TestProtocol : public DialProtocol {
 
   const std::vector<sockaddr_storage>& addresses_;
   AnswerGate* gate_;
+  int failPeer_ = -1;
+  AnswerGate* dialGate_ = nullptr;
 };
 
-/// Ranks 0 and 1 of one communicator: a listener, a context and a Dialer each (rank 1's answers held by `gate`).
-struct TwoRanks {
-  std::vector<sockaddr_storage> addresses = std::vector<sockaddr_storage>(2);
+/// The n ranks of one communicator: a listener, a context and a Dialer each (rank 1's answers held by `gate`).
+struct Ranks {
+  std::vector<sockaddr_storage> addresses;
   std::vector<std::unique_ptr<Listener>> listeners;
-  std::vector<CommContext> ctx = std::vector<CommContext>(2);
+  std::vector<CommContext> ctx;
   HeaderWire wire;
   AnswerGate gate;
   std::vector<std::unique_ptr<TestProtocol>> protocols;
   std::vector<std::unique_ptr<Dialer>> dialers;  // after the listeners: destroyed before them
 
-  TwoRanks() {
-    for (int r = 0; r < 2; ++r) {
+  explicit Ranks(int n = 2) : addresses(static_cast<size_t>(n)), ctx(static_cast<size_t>(n)) {
+    for (int r = 0; r < n; ++r) {
       addresses[r] = base::parseAddress("127.0.0.1:0");
       UniqueFd fd(base::listenOn(addresses[r]));
       base::setNonBlocking(fd.get(), true);
       listeners.push_back(std::make_unique<Listener>(std::move(fd), std::make_unique<HeaderWire>(), "test", r));
       ctx[r].rank = r;
-      ctx[r].nranks = 2;
-      ctx[r].peers.resize(2);
+      ctx[r].nranks = n;
+      ctx[r].peers.resize(static_cast<size_t>(n));
       for (size_t i = 0; i < sizeof(ctx[r].secret); ++i) ctx[r].secret[i] = static_cast<uint8_t>(0xa5 ^ i);
       ctx[r].name = "dialer test";
       ctx[r].timeout = std::chrono::duration_cast<std::chrono::milliseconds>(kBound) - 1s;
@@ -170,7 +183,7 @@ struct TwoRanks {
       dialers[r]->serve(*listeners[r], ctx[r]);
     }
   }
-  ~TwoRanks() { gate.release(); }  // never leaves the accept loop held, whatever failed
+  ~Ranks() { gate.release(); }  // never leaves the accept loop held, whatever failed
 };
 
 /// Sends 8 bytes from `from` to `to` and checks they arrive: the two are the ends of one live socket.
@@ -184,7 +197,7 @@ void expectLinked(Connection& from, Connection& to, uint64_t value) {
 }
 
 TEST(Dialer, AnswerInFlightWhenTheCommunicatorFailsIsReturnedByRefuseAll) {
-  TwoRanks ranks;
+  Ranks ranks;
   std::future<std::vector<std::unique_ptr<Connection>>> dialled, refused;
   struct ReleaseFirst {  // on every way out: the gate opens before the futures wait for their threads
     AnswerGate& gate;
@@ -213,7 +226,7 @@ TEST(Dialer, AnswerInFlightWhenTheCommunicatorFailsIsReturnedByRefuseAll) {
 }
 
 TEST(Dialer, DialAfterRefuseAllIsTurnedDown) {
-  TwoRanks ranks;
+  Ranks ranks;
   ranks.gate.release();
   EXPECT_TRUE(ranks.dialers[1]->refuseAll(ranks.ctx[1]).empty());
   try {
@@ -231,7 +244,7 @@ TEST(Dialer, DialAfterRefuseAllIsTurnedDown) {
 TEST(Dialer, DialAfterRefuseAllWithAMismatchThrowsThatMismatch) {
   for (bool valid : {true, false}) {
     SCOPED_TRACE(valid ? "a record of ranks 1 and 0" : "a record naming rank 7 of 2");
-    TwoRanks ranks;
+    Ranks ranks;
     ranks.gate.release();
     const MismatchRecord why{valid ? 1 : 7, 0, Fingerprint{3, 0, 0x1111}, Fingerprint{3, 0, 0x2222}};
     EXPECT_TRUE(ranks.dialers[1]->refuseAll(ranks.ctx[1], &why).empty());
@@ -252,6 +265,49 @@ TEST(Dialer, DialAfterRefuseAllWithAMismatchThrowsThatMismatch) {
     }
     EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);
   }
+}
+
+// Rank 0 dials ranks 1 and 2 (in that order); its dial of 1 hangs, then fails (rank 1 gone), before it opens its dial
+// of 2. Meanwhile rank 2 dials rank 0 and is turned away as a duplicate (rank 0, the lower, is dialling it). Rank 0's
+// connect fails and its communicator refuses dials. Rank 2 must hear so soon (it dials again when rank 0's dial does
+// not come), not wait its whole timeout for a dial rank 0 gave up.
+TEST(Dialer, ATurnedAwayDialWhosePeerGaveUpItsOwnDialFailsSoon) {
+  Ranks ranks(3);
+  ranks.gate.release();  // rank 1 answers at once (nobody dials it here but rank 0, whose dial fails first)
+  AnswerGate dialGate;
+  ranks.protocols[0]->failDialOf(1, &dialGate);
+  struct ReleaseFirst {
+    AnswerGate& gate;
+    ~ReleaseFirst() { gate.release(); }
+  } releaseFirst{dialGate};
+  auto lo = std::async(std::launch::async, [&]() -> std::string {
+    try {
+      ranks.dialers[0]->connect(*ranks.listeners[0], ranks.ctx[0], {1, 2}, true);
+      return "connected";
+    } catch (const Error& e) {
+      ranks.dialers[0]->refuseAll(ranks.ctx[0]);  // as its failing communicator does
+      return e.what();
+    }
+  });
+  ASSERT_TRUE(dialGate.awaitEntered()) << "rank 0 never dialled rank 1";
+  const auto start = std::chrono::steady_clock::now();
+  auto hi = std::async(std::launch::async, [&]() -> std::string {
+    try {
+      ranks.dialers[2]->connect(*ranks.listeners[2], ranks.ctx[2], {0}, true);
+      return "connected";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::RemoteError) << e.what();
+      return e.what();
+    }
+  });
+  std::this_thread::sleep_for(200ms);  // rank 2's hello reaches rank 0 while it dials rank 2: turned away
+  dialGate.release();                  // rank 0's connect fails before it opens its dial of rank 2
+  ASSERT_EQ(lo.wait_for(kBound), std::future_status::ready);
+  EXPECT_NE(lo.get().find("rank 1 is gone"), std::string::npos);
+  ASSERT_EQ(hi.wait_for(kBound), std::future_status::ready) << "rank 2 still waits for rank 0's dial";
+  const std::string h = hi.get();
+  EXPECT_NE(h.find("turned the connection down"), std::string::npos) << h;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 2s) << h;
 }
 
 }  // namespace
