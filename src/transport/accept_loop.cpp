@@ -168,6 +168,7 @@ void Listener::add(Desk* desk) {
 }
 
 void Listener::remove(Desk* desk) {
+  if (loop_->pid() != ::getpid()) return;  // a forked child (as ~Listener): the loop's lock may be held for good
   std::lock_guard<std::mutex> lock(loop_->mu);  // take() runs under it: not running now, and never again after
   {
     std::lock_guard<std::mutex> pending(pendingMu_);
@@ -320,6 +321,14 @@ void Listener::acceptAll() {
     Link l;
     l.fd.reset(fd);
     l.from = describePeer(fd, addr);
+    // A unix socket in the abstract namespace has no permissions: any process of the network namespace may connect.
+    // One of another user is no peer (every rank of a host runs as one user) and is not held for a hello.
+    if (uid_t uid = 0; addr.ss_family == AF_UNIX && !sameUser(fd, &uid)) {
+      COLLIE_WARN(base::kLogNet, "%s: rank %d refused a connection from %s: it runs as user %u, this rank as %u",
+                  transport_.c_str(), rank_, l.from.c_str(), static_cast<unsigned>(uid),
+                  static_cast<unsigned>(::geteuid()));
+      continue;
+    }
     l.expires = Clock::now() + kHelloWait;
     if (read(l) == 0) waiting_.push_back(std::move(l));  // its hello may be there already
   }

@@ -53,6 +53,14 @@ std::string describePeer(int fd, const sockaddr_storage& addr) {
   return "a local process";
 }
 
+bool sameUser(int fd, uid_t* uid) {
+  ucred cred{};
+  socklen_t len = sizeof(cred);
+  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) return false;
+  *uid = cred.uid;
+  return cred.uid == ::geteuid();
+}
+
 Handshake::Handshake(const char* transport, TransportKind kind, const CommContext& ctx, const std::vector<int>& peers,
                      int channels, Wire& wire)
     : transport_(transport), kind_(kind), ctx_(ctx), wire_(wire), channels_(channels) {

@@ -104,6 +104,8 @@ constexpr uint32_t kRefusedFailed = 0x101;     ///< the communicator failed here
 constexpr uint32_t kRefusedMismatch = 0x102;
 /// Where an accepted connection came from: its address, or for a unix socket the process (SO_PEERCRED).
 std::string describePeer(int fd, const sockaddr_storage& addr);
+/// Whether the process at the other end of unix socket `fd` runs as this process's effective user (its uid in *uid).
+bool sameUser(int fd, uid_t* uid);
 /// "1, 2, 5"
 std::string rankList(const std::vector<int>& ranks);
 /// Milliseconds left until `deadline`, for poll() (0 when past).

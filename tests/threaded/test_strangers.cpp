@@ -9,6 +9,7 @@
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -395,6 +396,42 @@ TEST(HelloWait, ARankClosesASilentConnectionWhileItWaitsForItsPeers) {
   rank0.join();
   EXPECT_NE(log.find("no hello within 2000 ms"), std::string::npos) << log;
   testing::exchange(cluster, {1, 4097});
+}
+
+// ---- a process of another user at a rank's shm listener ------------------------------------------------------------
+
+// The shm listener is a unix socket in the abstract namespace, which has no permissions: a process of another user
+// in the network namespace can connect. It is closed at once (and logged), not held kHelloWait as a stranger of this
+// user is (whose hello may be a peer's whose communicator is not made yet), so it cannot pin this process's
+// descriptors. A child process switches to user nobody and connects; it reports whether its connection was closed
+// within a second.
+TEST(OtherUser, AProcessOfAnotherUserAtTheShmListenerIsClosedAtOnce) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root, to run a process as another user";
+  testing::Cluster cluster(2, [] { return makeTransport(Door::Shm); });
+  const std::string name = transport::ShmTransport::addressOf(cluster.ranks[0]->ctx.peers[0]);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path + 1, name.data(), name.size());
+  const auto len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+  enum Outcome { kClosed = 0, kHeldOpen = 1, kNoConnect = 2, kNoSetuid = 3 };
+  ::testing::internal::CaptureStderr();
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0) << std::strerror(errno);
+  if (child == 0) {  // only system calls from here: this process has other threads
+    if (::setgid(65534) != 0 || ::setuid(65534) != 0) ::_exit(kNoSetuid);
+    const int fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    if (fd < 0 || ::connect(fd, reinterpret_cast<const sockaddr*>(&addr), len) != 0) ::_exit(kNoConnect);
+    pollfd p{fd, POLLIN, 0};
+    char byte;
+    if (::poll(&p, 1, 1000) == 1 && ::recv(fd, &byte, 1, MSG_DONTWAIT) == 0) ::_exit(kClosed);
+    ::_exit(kHeldOpen);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  ASSERT_TRUE(WIFEXITED(status)) << status;
+  EXPECT_EQ(WEXITSTATUS(status), kClosed) << "1: held open for a second; 2: could not connect; 3: setuid failed";
+  EXPECT_NE(log.find("it runs as user 65534"), std::string::npos) << log;
 }
 
 // ---- a root that times out tells the ranks that checked in which ranks never did -----------------------------------
