@@ -168,7 +168,7 @@ void Listener::add(Desk* desk) {
 }
 
 void Listener::remove(Desk* desk) {
-  if (loop_->pid() != ::getpid()) return;  // a forked child (as ~Listener): the loop's lock may be held for good
+  if (loop_->pid() != ::getpid()) return;       // a forked child (as ~Listener): the loop's lock may be held for good
   std::lock_guard<std::mutex> lock(loop_->mu);  // take() runs under it: not running now, and never again after
   {
     std::lock_guard<std::mutex> pending(pendingMu_);
