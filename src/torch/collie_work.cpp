@@ -20,19 +20,28 @@ CollieWork::CollieWork(int rank, c10d::OpType type, std::string name, std::vecto
 CollieWork::~CollieWork() = default;
 
 void CollieWork::complete(const std::function<void()>& beforeFutureCallbacks) {
+  // The handles are waited on outside completeMutex_, so that isCompleted() and wait(timeout) on other threads
+  // never block behind a thread waiting here; the mutex guards only the one-time post-processing.
+  std::vector<collie::Work> handles;
+  std::string message;
+  {
+    std::lock_guard<std::mutex> lock(completeMutex_);
+    if (done_) return;
+    handles = handles_;
+    message = issueError_;
+  }
+  for (const collie::Work& h : handles) {
+    try {
+      h.wait();
+    } catch (const std::exception& e) {
+      if (message.empty()) message = reporter_ ? reporter_->explain(e.what()) : e.what();
+    }
+  }
   c10::intrusive_ptr<c10::ivalue::Future> future;
   std::exception_ptr error;
   {
     std::lock_guard<std::mutex> lock(completeMutex_);
-    if (done_) return;
-    std::string message = issueError_;
-    for (const collie::Work& h : handles_) {
-      try {
-        h.wait();
-      } catch (const std::exception& e) {
-        if (message.empty()) message = reporter_ ? reporter_->explain(e.what()) : e.what();
-      }
-    }
+    if (done_) return;  // another thread completed it meanwhile
     if (message.empty()) {
       try {
         for (auto& fn : post_) fn();
@@ -58,15 +67,25 @@ void CollieWork::complete(const std::function<void()>& beforeFutureCallbacks) {
 }
 
 bool CollieWork::isCompleted() {
+  if (!handlesDone()) return false;
+  complete();
+  return true;
+}
+
+bool CollieWork::poll() {
   {
     std::lock_guard<std::mutex> lock(completeMutex_);
     if (done_) return true;
-    if (issueError_.empty()) {
-      for (const collie::Work& h : handles_)
-        if (!h.test()) return false;
-    }
+    if (future_) return false;  // the FutureWaiter completes it
   }
-  complete();
+  return isCompleted();
+}
+
+bool CollieWork::handlesDone() {
+  std::lock_guard<std::mutex> lock(completeMutex_);
+  if (done_ || !issueError_.empty()) return true;
+  for (const collie::Work& h : handles_)
+    if (!h.test()) return false;
   return true;
 }
 

@@ -1,9 +1,11 @@
 // The c10d Work of the collie torch backend. A CollieWork is one torch.distributed call: the collie async handles
 // it waits on, the post-processing to run once they are done (staging copies written back, gathered pieces
 // split out), and the output tensors. It completes (once) on whichever thread first needs it: wait() on the
-// caller's thread, isCompleted() when every handle is done, or the FutureWaiter thread once get_future() was
-// asked for (DDP's reducer chains its bucket callbacks on that future). A failure of collie becomes the Work's
-// exception (a RuntimeError in Python) and the future's error.
+// caller's thread, isCompleted() when every handle is done, the FutureWaiter thread once get_future() was asked for
+// (DDP's reducer chains its bucket callbacks on that future), or the process group (a later call's pruning, a
+// barrier, the group's destruction). The handles are waited on outside the Work's mutex, so isCompleted() and
+// wait(timeout) never block behind another thread's wait. A failure of collie becomes the Work's exception (a
+// RuntimeError in Python) and the future's error.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -62,6 +64,7 @@ class CollieWork : public c10d::Work {
   /// Marks the call as failed already (a group that threw at its end).
   void failWith(const std::string& message) { issueError_ = message; }
 
+  /// True once every handle is done; completes the Work then (its outputs are written). Never blocks.
   bool isCompleted() override;
   bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
@@ -72,8 +75,18 @@ class CollieWork : public c10d::Work {
   /// Waits for every handle, runs the post-processing, sets the exception and the future (calling
   /// `beforeFutureCallbacks` first, when given and the future exists: its callbacks run next). Idempotent.
   void complete(const std::function<void()>& beforeFutureCallbacks = nullptr);
+  /// isCompleted(), except that a Work whose future was asked for is left to the FutureWaiter (its callbacks run
+  /// there). For the process group's pruning of the Works it keeps; never blocks.
+  bool poll();
+  /// Whether it is complete; never completes it.
+  bool done() {
+    std::lock_guard<std::mutex> lock(completeMutex_);
+    return done_;
+  }
 
  private:
+  bool handlesDone();
+
   std::string name_;
   std::vector<at::Tensor> outputs_;
   std::vector<collie::Work> handles_;
