@@ -1,5 +1,5 @@
-// ProcessGroupCollie: rendezvous, the reductions, broadcast, the all-gathers and the barrier
-// (process_group_collie.hpp). The data-exchange calls (all-to-all, gather, scatter, send/recv) are in
+// ProcessGroupCollie: rendezvous, the reductions, broadcast, the all-gathers, the barrier and the Works kept in
+// flight (process_group_collie.hpp). The data-exchange calls (all-to-all, gather, scatter, send/recv) are in
 // process_group_p2p.cpp.
 #include "process_group_collie.hpp"
 
@@ -46,12 +46,36 @@ ProcessGroupCollie::ProcessGroupCollie(const c10::intrusive_ptr<c10d::Store>& st
 
 ProcessGroupCollie::~ProcessGroupCollie() {
   waiter_->stop();
+  std::vector<c10::intrusive_ptr<CollieWork>> inFlight;
+  {
+    std::lock_guard<std::mutex> lock(inFlightMutex_);
+    inFlight.swap(inFlight_);
+  }
+  // Destroying the communicator waits for every call issued (each ends by the group's timeout at the latest), so
+  // the Works' buffers stay alive until collie is done with them; then their outputs are written.
   comm_.reset();
+  for (const auto& w : inFlight) w->complete();
 }
 
 c10::intrusive_ptr<CollieWork> ProcessGroupCollie::makeWork(c10d::OpType type, const char* name,
                                                             std::vector<at::Tensor> outputs) {
   return c10::make_intrusive<CollieWork>(rank_, type, name, std::move(outputs), waiter_, reporter_);
+}
+
+ProcessGroupCollie::WorkPtr ProcessGroupCollie::issued(c10::intrusive_ptr<CollieWork> work) {
+  std::vector<c10::intrusive_ptr<CollieWork>> kept;
+  {
+    std::lock_guard<std::mutex> lock(inFlightMutex_);
+    kept = inFlight_;
+  }
+  // Polled outside the lock: completing a Work runs its post-processing (and, for a barrier, completes earlier
+  // Works, whose future callbacks may issue calls on this group).
+  for (const auto& w : kept) w->poll();
+  std::lock_guard<std::mutex> lock(inFlightMutex_);
+  inFlight_.erase(std::remove_if(inFlight_.begin(), inFlight_.end(), [](const auto& w) { return w->done(); }),
+                  inFlight_.end());
+  inFlight_.push_back(work);
+  return work;
 }
 
 void ProcessGroupCollie::checkRank(int64_t rank, const char* what) const {
@@ -69,7 +93,7 @@ ProcessGroupCollie::WorkPtr ProcessGroupCollie::broadcast(std::vector<at::Tensor
     work->add(comm_->broadcastAsync(s.ptr(), s.ptr(), s.count, s.type, static_cast<int>(opts.rootRank)));
   });
   if (!s.contig.is_same(s.original)) work->then([s] { s.copyBack(); });
-  return work;
+  return issued(work);
 }
 
 ProcessGroupCollie::WorkPtr ProcessGroupCollie::allreduce(std::vector<at::Tensor>& tensors,
@@ -84,7 +108,7 @@ ProcessGroupCollie::WorkPtr ProcessGroupCollie::allreduce(std::vector<at::Tensor
   issueCollie("allreduce", reporter_.get(),
               [&] { work->add(comm_->allReduceAsync(s.ptr(), s.ptr(), s.count, s.type, op)); });
   if (!s.contig.is_same(s.original)) work->then([s] { s.copyBack(); });
-  return work;
+  return issued(work);
 }
 
 ProcessGroupCollie::WorkPtr ProcessGroupCollie::allreduce_coalesced(std::vector<at::Tensor>& tensors,
@@ -110,7 +134,7 @@ ProcessGroupCollie::WorkPtr ProcessGroupCollie::allreduce_coalesced(std::vector<
       offset += t.numel();
     }
   });
-  return work;
+  return issued(work);
 }
 
 ProcessGroupCollie::WorkPtr ProcessGroupCollie::reduce(std::vector<at::Tensor>& tensors,
@@ -126,7 +150,7 @@ ProcessGroupCollie::WorkPtr ProcessGroupCollie::reduce(std::vector<at::Tensor>& 
   issueCollie("reduce", reporter_.get(),
               [&] { work->add(comm_->reduceAsync(s.ptr(), s.ptr(), s.count, s.type, op, root)); });
   if (rank_ == root && !s.contig.is_same(s.original)) work->then([s] { s.copyBack(); });
-  return work;
+  return issued(work);
 }
 
 ProcessGroupCollie::WorkPtr ProcessGroupCollie::allgather(std::vector<std::vector<at::Tensor>>& outputs,
@@ -147,7 +171,7 @@ ProcessGroupCollie::WorkPtr ProcessGroupCollie::allgather(std::vector<std::vecto
   work->then([flat, outs, n, in]() mutable {
     for (size_t r = 0; r < outs.size(); ++r) copyFromBytes(flat.data_ptr<uint8_t>() + r * n, outs[r]);
   });
-  return work;
+  return issued(work);
 }
 
 ProcessGroupCollie::WorkPtr ProcessGroupCollie::_allgather_base(at::Tensor& output, at::Tensor& input,
@@ -162,7 +186,7 @@ ProcessGroupCollie::WorkPtr ProcessGroupCollie::_allgather_base(at::Tensor& outp
   issueCollie("_allgather_base", reporter_.get(),
               [&] { work->add(comm_->allGatherAsync(in.ptr(), out.ptr(), in.count, DataType::Uint8)); });
   work->then([in, out] { out.copyBack(); });
-  return work;
+  return issued(work);
 }
 
 ProcessGroupCollie::WorkPtr ProcessGroupCollie::allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputLists,
@@ -201,7 +225,7 @@ ProcessGroupCollie::WorkPtr ProcessGroupCollie::allgather_coalesced(std::vector<
       at += byteSize(t);
     }
   });
-  return work;
+  return issued(work);
 }
 
 ProcessGroupCollie::WorkPtr ProcessGroupCollie::reduce_scatter(std::vector<at::Tensor>& outputs,
@@ -222,7 +246,7 @@ ProcessGroupCollie::WorkPtr ProcessGroupCollie::reduce_scatter(std::vector<at::T
   issueCollie("reduce_scatter", reporter_.get(),
               [&] { work->add(comm_->reduceScatterAsync(in.ptr(), out.ptr(), out.count, out.type, op)); });
   work->then([in, out] { out.copyBack(); });
-  return work;
+  return issued(work);
 }
 
 ProcessGroupCollie::WorkPtr ProcessGroupCollie::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
@@ -240,15 +264,26 @@ ProcessGroupCollie::WorkPtr ProcessGroupCollie::_reduce_scatter_base(at::Tensor&
   issueCollie("_reduce_scatter_base", reporter_.get(),
               [&] { work->add(comm_->reduceScatterAsync(in.ptr(), out.ptr(), out.count, out.type, op)); });
   work->then([in, out] { out.copyBack(); });
-  return work;
+  return issued(work);
 }
 
 ProcessGroupCollie::WorkPtr ProcessGroupCollie::barrier(const c10d::BarrierOptions& opts) {
   auto work = makeWork(c10d::OpType::BARRIER, "barrier", {});
-  issueCollie("barrier", reporter_.get(),
-              [&] { comm_->barrier(); });  // after every call issued before it (collie keeps call order)
-  work->complete();
-  return work;
+  std::vector<c10::intrusive_ptr<CollieWork>> earlier;
+  {
+    std::lock_guard<std::mutex> lock(inFlightMutex_);
+    earlier = inFlight_;
+  }
+  at::Tensor token = at::zeros({1}, at::kByte);  // a 1-byte all-reduce: done once every rank has called barrier
+  issueCollie("barrier", reporter_.get(), [&] {
+    work->add(comm_->allReduceAsync(token.data_ptr(), token.data_ptr(), 1, DataType::Uint8, ReduceOp::Max));
+  });
+  // collie runs a communicator's calls in order: the ones issued before the barrier are done too, and their
+  // post-processing runs now (outputs written), whether or not their handles were kept.
+  work->then([token, earlier] {
+    for (const auto& w : earlier) w->complete();
+  });
+  return issued(work);
 }
 
 }  // namespace collie::torchbackend

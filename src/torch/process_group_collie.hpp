@@ -2,8 +2,12 @@
 // process group through the creator registered by the Python package collie.torch (module.cpp). The constructor
 // meets the other ranks through the c10d Store PyTorch passes in (rank 0 makes a collie::UniqueId and sets it,
 // the others get it, so env://, file:// and tcp:// all work) and creates a collie::Communicator whose timeout is
-// the group's timeout. Collectives run on collie's async calls; each returns a CollieWork (collie_work.hpp).
-// CPU tensors only. Against torch 1.x the class is a c10d::ProcessGroup; against torch 2.x a c10d::Backend.
+// the group's timeout. Collectives run on collie's async calls; each returns a CollieWork (collie_work.hpp), which
+// the group keeps until it is complete, as gloo does, so that a dropped handle neither frees buffers collie still
+// uses nor leaves outputs unwritten: each new call completes those whose handles are done, a barrier (an async
+// 1-byte all-reduce) completes every Work issued before it, and the destructor keeps them until the collie
+// communicator is gone. CPU tensors only. Against torch 1.x the class is a c10d::ProcessGroup; against torch 2.x a
+// c10d::Backend.
 #pragma once
 
 #include <torch/version.h>
@@ -24,6 +28,7 @@
 #include <chrono>
 #include <collie/collie.hpp>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Types.hpp>
@@ -83,6 +88,9 @@ class ProcessGroupCollie : public COLLIE_C10D_BASE {
 
  private:
   c10::intrusive_ptr<CollieWork> makeWork(c10d::OpType type, const char* name, std::vector<at::Tensor> outputs);
+  /// Keeps an issued Work until it is complete (its buffers are collie's until then), first dropping those that
+  /// are (completing those whose handles are done). Returns it.
+  WorkPtr issued(c10::intrusive_ptr<CollieWork> work);
   /// Sends and receives `sendBytes[p]`/`recvBytes[p]` bytes to/from every peer p as one collie group (self: memcpy).
   void exchange(CollieWork& work, const char* send, const std::vector<size_t>& sendOff,
                 const std::vector<size_t>& sendBytes, char* recv, const std::vector<size_t>& recvOff,
@@ -95,6 +103,8 @@ class ProcessGroupCollie : public COLLIE_C10D_BASE {
   std::chrono::milliseconds timeout_;
   bool coalescing_ = false;
   std::vector<c10::intrusive_ptr<CollieWork>> coalesced_;  // p2p Works issued since startCoalescing
+  std::mutex inFlightMutex_;
+  std::vector<c10::intrusive_ptr<CollieWork>> inFlight_;  // issued, not known to be complete (handles may be gone)
 };
 
 /// Runs `fn` (which issues collie calls), turning a collie::Error into a RuntimeError naming the call (and the

@@ -94,7 +94,7 @@ ProcessGroupCollie::WorkPtr ProcessGroupCollie::alltoall_base(at::Tensor& output
              recvLen);
   }
   work->then([in, out] { out.copyBack(); });
-  return work;
+  return issued(work);
 }
 
 ProcessGroupCollie::WorkPtr ProcessGroupCollie::alltoall(std::vector<at::Tensor>& outputs,
@@ -127,7 +127,7 @@ ProcessGroupCollie::WorkPtr ProcessGroupCollie::alltoall(std::vector<at::Tensor>
   work->then([send, recv, recvOff, outs]() mutable {
     for (size_t p = 0; p < outs.size(); ++p) copyFromBytes(recv.data_ptr<uint8_t>() + recvOff[p], outs[p]);
   });
-  return work;
+  return issued(work);
 }
 
 ProcessGroupCollie::WorkPtr ProcessGroupCollie::gather(std::vector<std::vector<at::Tensor>>& outputs,
@@ -144,7 +144,7 @@ ProcessGroupCollie::WorkPtr ProcessGroupCollie::gather(std::vector<std::vector<a
     issueCollie("gather", reporter_.get(),
                 [&] { work->add(comm_->sendAsync(in.ptr(), in.count, DataType::Uint8, root)); });
     work->then([in] {});
-    return work;
+    return issued(work);
   }
   TORCH_CHECK(outputs.size() == 1 && static_cast<int>(outputs[0].size()) == size_,
               "collie gather: the root needs one list of ", size_, " output tensors");
@@ -162,7 +162,7 @@ ProcessGroupCollie::WorkPtr ProcessGroupCollie::gather(std::vector<std::vector<a
   work->then([outs] {
     for (const Staged& s : outs) s.copyBack();
   });
-  return work;
+  return issued(work);
 }
 
 ProcessGroupCollie::WorkPtr ProcessGroupCollie::scatter(std::vector<at::Tensor>& outputs,
@@ -179,7 +179,7 @@ ProcessGroupCollie::WorkPtr ProcessGroupCollie::scatter(std::vector<at::Tensor>&
     issueCollie("scatter", reporter_.get(),
                 [&] { work->add(comm_->recvAsync(out.ptr(), out.count, DataType::Uint8, root)); });
     work->then([out] { out.copyBack(); });
-    return work;
+    return issued(work);
   }
   TORCH_CHECK(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == size_,
               "collie scatter: the root needs one list of ", size_, " input tensors");
@@ -194,7 +194,7 @@ ProcessGroupCollie::WorkPtr ProcessGroupCollie::scatter(std::vector<at::Tensor>&
   });
   outputs[0].copy_(inputs[0][root]);
   work->then([ins] {});
-  return work;
+  return issued(work);
 }
 
 ProcessGroupCollie::WorkPtr ProcessGroupCollie::send(std::vector<at::Tensor>& tensors, int dstRank, int tag) {
@@ -207,7 +207,8 @@ ProcessGroupCollie::WorkPtr ProcessGroupCollie::send(std::vector<at::Tensor>& te
     if (!coalescing_) work->add(w);
   });
   work->then([s] {});
-  if (coalescing_) coalesced_.push_back(work);
+  if (!coalescing_) return issued(work);
+  coalesced_.push_back(work);  // completed at endCoalescing
   return work;
 }
 
@@ -221,7 +222,8 @@ ProcessGroupCollie::WorkPtr ProcessGroupCollie::recv(std::vector<at::Tensor>& te
     if (!coalescing_) work->add(w);
   });
   work->then([s] { s.copyBack(); });
-  if (coalescing_) coalesced_.push_back(work);
+  if (!coalescing_) return issued(work);
+  coalesced_.push_back(work);  // completed at endCoalescing
   return work;
 }
 
@@ -236,7 +238,7 @@ ProcessGroupCollie::WorkPtr ProcessGroupCollie::recvAnysource(std::vector<at::Te
     work->setSourceOf(w);
   });
   work->then([s] { s.copyBack(); });
-  return work;
+  return issued(work);
 }
 
 void ProcessGroupCollie::startCoalescing() {

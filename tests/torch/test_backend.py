@@ -7,6 +7,11 @@ every value element by element against what the call must give:
                 list form), batch_isend_irecv around a ring, all-reduce in bf16 and fp16 (exact small integers),
                 complex sum, non-contiguous tensors, async get_future (a callback waiting on a later future), recv
                 from any source, bad arguments raising at once
+  async         Works whose handles are dropped or never waited on (a 32 MiB all_gather, an isend of a temporary):
+                kept by the group and completed by the barrier after them, outputs checked without waiting; after
+                get_future() is_completed() does not block and wait(timeout) times out while a peer is late;
+                barrier(async_op=True) returns before the peers reach it and completes the calls before it; a
+                dropped call's output is written when the group is destroyed
   killed        a rank SIGKILLs itself; every other rank's pending all_reduce raises RuntimeError naming it within the
                 group's timeout
   torchrun      the real launcher: python3 -m torch.distributed.run --nproc_per_node 2 ... (env://)
@@ -162,6 +167,102 @@ def case_collectives(rank, ws):
     dist.barrier()
 
 
+# ---- async: dropped handles, futures, barrier(async_op=True) -------------------------------------------------------
+ASYNC_BIG = 8 << 20  # float32 elements (32 MiB): buffers freed too early are unmapped, and collie's writes fault
+LATE_WAIT_S = 20  # how long a late rank waits for rank 0's go before it calls anyway (the check then fails)
+QUICK_S = 5  # what "returns at once" allows, on a loaded machine
+
+
+def wait_for_go(key):
+    try:
+        dist.distributed_c10d._get_default_store().wait([key], datetime.timedelta(seconds=LATE_WAIT_S))
+    except RuntimeError:
+        pass  # rank 0 is stuck (the bug under test): call anyway, so that its check fails rather than hangs
+
+
+def case_async(rank, ws):
+    store = dist.distributed_c10d._get_default_store()
+    n = ASYNC_BIG
+    # An all_gather whose handle is dropped: the group keeps its buffers, and the barrier writes the outputs.
+    outs = [torch.zeros(n) for _ in range(ws)]
+    dist.all_gather(outs, torch.full((n,), float(rank + 1)), async_op=True)
+    dist.barrier()
+    for r in range(ws):
+        check_equal(outs[r], torch.full((n,), float(r + 1)), f"dropped all_gather piece {r} after barrier")
+    del outs
+    # Handle kept but never waited on: the outputs are there after the barrier.
+    outs = [torch.zeros(5, dtype=torch.int64) for _ in range(ws)]
+    work = dist.all_gather(outs, torch.arange(5) + 10 * rank, async_op=True)
+    dist.barrier()
+    for r in range(ws):
+        check_equal(outs[r], torch.arange(5) + 10 * r, f"unwaited all_gather piece {r} after barrier")
+    if not work.is_completed():
+        raise AssertionError("all_gather before a barrier is not completed after it")
+    # An isend of a temporary, handle dropped: the tensor lives until collie has sent it.
+    if rank == 0:
+        dist.isend(torch.full((n,), 7.0), 1)
+        junk = [torch.full((n,), -1.0) for _ in range(2)]  # would take the freed memory
+    elif rank == 1:
+        got = torch.zeros(n)
+        dist.recv(got, 0)
+        check_equal(got, torch.full((n,), 7.0), "recv of a dropped isend's temporary")
+    dist.barrier()
+
+    # After get_future(), with the peers late: is_completed() answers at once, wait(timeout) raises at its timeout.
+    t = torch.arange(4, dtype=torch.float32) * (rank + 1)
+    if rank == 0:
+        work = dist.all_reduce(t, async_op=True)
+        fut = work.get_future()
+        start = time.time()
+        slowest, completed = 0.0, False
+        while time.time() - start < 0.5:
+            call = time.time()
+            completed = completed or work.is_completed()
+            slowest = max(slowest, time.time() - call)
+        call = time.time()
+        try:
+            work.wait(timeout=datetime.timedelta(milliseconds=300))
+            timeout_error = None
+        except RuntimeError as e:
+            timeout_error = str(e)
+        waited = time.time() - call
+        store.set("collie_test/future_go", "1")
+        check_equal(fut.wait()[0], torch.arange(4) * sum(range(1, ws + 1)), "all_reduce future value")
+        if completed or slowest > QUICK_S:
+            raise AssertionError(f"is_completed() after get_future(): answered {completed} before the peers called, "
+                                 f"slowest call {slowest:.1f} s")
+        if timeout_error is None or "timed out" not in timeout_error or waited > QUICK_S:
+            raise AssertionError(f"wait(timeout=300 ms) after get_future(): {timeout_error!r} after {waited:.1f} s")
+    else:
+        wait_for_go("collie_test/future_go")
+        dist.all_reduce(t)
+
+    # barrier(async_op=True) returns before the peers reach it; waiting on it completes a dropped call before it.
+    outs = [torch.zeros(3) for _ in range(ws)]
+    dist.all_gather(outs, torch.full((3,), float(rank - 5)), async_op=True)
+    if rank == 0:
+        start = time.time()
+        work = dist.barrier(async_op=True)
+        took = time.time() - start
+        pending = not work.is_completed()
+        store.set("collie_test/barrier_go", "1")
+        work.wait()
+        if took > QUICK_S or not pending:
+            raise AssertionError(f"barrier(async_op=True) returned after {took:.1f} s, completed: {not pending}, "
+                                 "before the peers called barrier")
+    else:
+        wait_for_go("collie_test/barrier_go")
+        dist.barrier(async_op=True).wait()
+    for r in range(ws):
+        check_equal(outs[r], torch.full((3,), float(r - 5)), f"dropped all_gather piece {r} after barrier(async)")
+
+    # A dropped call the group's destruction completes: a transposed view, written back through a staging copy.
+    base = torch.arange(12, dtype=torch.float32).reshape(3, 4) * (rank + 1)
+    dist.all_reduce(base.t(), async_op=True)
+    dist.destroy_process_group()
+    check_equal(base, torch.arange(12).reshape(3, 4) * sum(range(1, ws + 1)), "dropped all_reduce after destroy")
+
+
 # ---- a killed rank -------------------------------------------------------------------------------------------------
 KILL_TIMEOUT_S = 15
 
@@ -275,7 +376,7 @@ def run_torchrun(nproc):
 
 
 # ---- launcher ----------------------------------------------------------------------------------------------------------
-CASES = {"collectives": (case_collectives, 60), "killed": (case_killed, KILL_TIMEOUT_S), "ddp": (case_ddp, 60)}
+CASES = {"collectives": (case_collectives, 60), "async": (case_async, 60), "killed": (case_killed, KILL_TIMEOUT_S), "ddp": (case_ddp, 60)}
 
 
 def rank_main(case, rank, ws, init_file, queue):
@@ -284,10 +385,13 @@ def rank_main(case, rank, ws, init_file, queue):
         dist.init_process_group("collie", init_method=f"file://{init_file}", rank=rank, world_size=ws,
                                 timeout=datetime.timedelta(seconds=timeout_s))
         fn(rank, ws)
-        dist.destroy_process_group()
+        if dist.is_initialized():  # the async case destroys its group itself
+            dist.destroy_process_group()
         queue.put((rank, None))
     except BaseException:
         queue.put((rank, traceback.format_exc()))
+        queue.close()
+        queue.join_thread()  # os._exit would drop what the queue's thread has not sent yet
         os._exit(1)
 
 
