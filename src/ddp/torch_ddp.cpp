@@ -108,13 +108,24 @@ struct DistributedDataParallel::State {
     std::lock_guard<std::mutex> lock(mu);
     if (!reducer->requireSync()) return;  // noSync: accumulate locally
     torch::Tensor& g = params[i].mutable_grad();
-    if (!g.defined()) return;
     if (!callbackQueued) {
       callbackQueued = true;
       std::weak_ptr<State> weak = self;
       torch::autograd::Engine::get_default_engine().queue_callback([weak] {
         if (auto s = weak.lock()) s->finalizeBackward();
       });
+    }
+    if (!g.defined()) {
+      // The accumulator ran without a gradient (a function gave none for this input). As PyTorch's reducer: zeros
+      // in the bucket; with find-unused, not locally used (a parameter no rank used keeps its gradient).
+      if (options.reducer.findUnusedParameters) {
+        reducer->markUnused(i, nullptr);
+      } else {
+        view(i).zero_();
+        staged[i] = true;
+        reducer->markReady(i);
+      }
+      return;
     }
     TORCH_CHECK(!g.is_sparse(), "collie DDP: sparse gradients are not supported (", names[i], ")");
     const torch::Tensor& v = view(i);
@@ -142,13 +153,11 @@ struct DistributedDataParallel::State {
       const bool local = !findUnused || reducer->locallyUsed(i);
       if (bucketViewParam(i)) {
         if (!g.defined() || g.data_ptr() != v.data_ptr()) g = v;  // from now on the gradient is the bucket
-      } else if (!local) {
+      } else if (!local || staged[i]) {
         if (g.defined())
           g.copy_(v);
-        else
+        else  // no gradient reached it on this rank
           g = v.to(params[i].device(), /*non_blocking=*/false, /*copy=*/true);
-      } else if (staged[i]) {
-        g.copy_(v);
       }
     }
   }

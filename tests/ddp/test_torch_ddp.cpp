@@ -3,7 +3,8 @@
 // process with batch N*B (SGD and Adam, 20 steps, float32, within 1e-5 relative), for N in {2, 3, 4}, and
 // all ranks end bit-identical. Also: no_sync accumulation, the bucket rebuild (identical on all ranks) for a
 // model whose gradients become ready in neither registration order nor its reverse, unused parameters (the
-// error, find-unused mode), fp16/bf16 compression within their tolerance, gradient-as-bucket-view.
+// error, find-unused mode), a parameter whose accumulator runs without a gradient, fp16/bf16 compression within
+// their tolerance, gradient-as-bucket-view.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -353,6 +354,74 @@ TEST_F(TorchDdp, FindUnusedParametersMatchesPerShardReference) {
       opts());
   for (int r = 0; r < n; ++r) expectClose(res.params[r], want, 1e-5, "rank " + std::to_string(r));
   expectBitIdentical(res);
+}
+
+// `x * w`, whose backward gives no gradient for w: w's accumulator runs with none (its hook sees grad undefined).
+struct TimesNoGradForW : torch::autograd::Function<TimesNoGradForW> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor x, torch::Tensor w) {
+    ctx->save_for_backward({w});
+    return x * w;
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list g) {
+    return {g[0] * ctx->get_saved_variables()[0], torch::Tensor()};
+  }
+};
+
+struct GatedImpl : torch::nn::Module {
+  GatedImpl() {
+    lin = register_module("lin", torch::nn::Linear(4, 3));
+    gate = register_parameter("gate", torch::tensor({2.0, -1.0, 3.0}, torch::kFloat64));
+    torch::NoGradGuard g;
+    lin->to(torch::kFloat64);
+    lin->weight.copy_(torch::arange(12, torch::kFloat64).reshape({3, 4}));
+    lin->bias.fill_(1);
+  }
+  torch::Tensor forward(torch::Tensor x) { return TimesNoGradForW::apply(lin->forward(x), gate); }
+  torch::nn::Linear lin{nullptr};
+  torch::Tensor gate;
+};
+TORCH_MODULE(Gated);
+
+// A parameter given no gradient (its accumulator runs without one): as PyTorch's reducer, zeros take its place, the
+// iteration completes and its gradient is those zeros (also as a bucket view); with find-unused it is unused on every
+// rank and stays undefined. The other gradients are the exact average (small integers, float64).
+TEST_F(TorchDdp, ParameterGivenNoGradientTakesPartWithZeros) {
+  const int n = 2, rows = 3;
+  auto input = [](int r) { return torch::arange(rows * 4, torch::kFloat64).reshape({rows, 4}) * (r + 1); };
+  // loss = sum((x W^T + b) * gate): dW = gate (x) column sums of x, db = rows * gate; averaged over the ranks.
+  const auto gate = torch::tensor({2.0, -1.0, 3.0}, torch::kFloat64);
+  torch::Tensor wantW = torch::zeros({3, 4}, torch::kFloat64);
+  for (int r = 0; r < n; ++r) wantW += gate.unsqueeze(1) * input(r).sum(0).unsqueeze(0) / n;
+  const torch::Tensor wantB = gate * rows;
+  for (int mode = 0; mode < 3; ++mode) {
+    const bool bucketView = mode == 1, findUnused = mode == 2;
+    SCOPED_TRACE(findUnused ? "findUnusedParameters" : bucketView ? "gradientAsBucketView" : "default");
+    ThreadLauncher::run(
+        n,
+        [&](Communicator& comm) {
+          Gated net;
+          DdpOptions o;
+          o.reducer.findUnusedParameters = findUnused;
+          o.reducer.gradientAsBucketView = bucketView;
+          DistributedDataParallel ddp(net.ptr(), comm, o);
+          for (int step = 0; step < 2; ++step) {
+            for (auto& p : net->parameters()) p.mutable_grad() = torch::Tensor();
+            net->forward(input(comm.rank())).sum().backward();
+            ASSERT_TRUE(net->lin->weight.grad().defined());
+            EXPECT_TRUE(net->lin->weight.grad().equal(wantW)) << "step " << step << "\n" << net->lin->weight.grad();
+            EXPECT_TRUE(net->lin->bias.grad().equal(wantB)) << "step " << step << "\n" << net->lin->bias.grad();
+            const torch::Tensor& g = net->gate.grad();
+            if (findUnused) {
+              EXPECT_FALSE(g.defined()) << "step " << step << ": unused on every rank, must stay undefined";
+            } else {
+              ASSERT_TRUE(g.defined()) << "step " << step;
+              EXPECT_TRUE(g.equal(torch::zeros({3}, torch::kFloat64))) << "step " << step << "\n" << g;
+            }
+          }
+        },
+        opts());
+  }
 }
 
 // Compression: one backward's averaged gradients against the exact average, then 20 SGD steps against the
