@@ -161,7 +161,12 @@ void CommImpl::ensureConnected(const std::vector<Job>& jobs) {
 }
 
 void CommImpl::connectMissing(const std::vector<int>& peers, bool dial) {
-  connectPeers(links_, peers, dial);
+  try {
+    connectPeers(links_, peers, dial);
+  } catch (...) {
+    connectFailed_ = true;  // whatever the error: execute() ends the communicator (see there)
+    throw;
+  }
   for (int p : peers) executor_->setConnection(p, links_.conns[static_cast<size_t>(p)].get());
   executorGeneration_ = links_.generation;  // made here and given to the executor
 }
@@ -390,16 +395,12 @@ void CommImpl::execute(const std::vector<OpDesc>& ops, const ExecConfig& config,
     if (repeated) recorder_.finish(false);  // Planner::repeat began its entry: it ends, failed, having sent nothing
     throw Error(failCode_.load(), failureMessage());
   }
-  bool connecting = false;
   try {
     const bool anySource = ops.size() == 1 && ops[0].root == kAnySource && ops[0].coll == Collective::Recv;
-    connecting = anySource;  // matchAnySource connects every peer
     const std::vector<Job>& jobs = repeated    ? *repeated
                                    : anySource ? planner_.plan({matchAnySource(ops[0], config)})
                                                : planner_.plan(ops);
-    connecting = true;
     ensureConnected(jobs);
-    connecting = false;
     executor_->run(jobs, config);
     recorder_.finish(true);
   } catch (const transport::MismatchError& e) {
@@ -412,7 +413,7 @@ void CommImpl::execute(const std::vector<OpDesc>& ops, const ExecConfig& config,
   } catch (const Error& e) {
     recorder_.failed(e.code(), e.what());
     // Any failure to connect is fatal too: a dial given up leaves its pairs half made on both ends (dialer.hpp).
-    if (base::isFatal(e.code()) || abort_.load() || connecting) fail(e.code(), e.what());
+    if (base::isFatal(e.code()) || abort_.load() || connectFailed_) fail(e.code(), e.what());
     throw;
   } catch (const std::exception& e) {
     recorder_.failed(ErrorCode::InternalError, e.what());

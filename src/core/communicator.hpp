@@ -163,6 +163,7 @@ class CommImpl {
   base::Poller& poller_;              // share_'s family's
   Links& links_;                      // share_'s
   uint64_t executorGeneration_ = 0;   // links_.generation when the executor last took the links' connections
+  bool connectFailed_ = false;        // a connectMissing failed: the pairs it gave up are half made (fatal)
   std::unique_ptr<Executor> executor_;
   std::unique_ptr<AnySourceMatcher> anySource_;
   ExecConfig execConfig_;          // made once the links are known
