@@ -173,7 +173,9 @@ COLLIE_EXPORT collieResult_t collieCommShrink(collieComm_t comm, const int* excl
                                               collieComm_t* newcomm);
 
 COLLIE_EXPORT const char* collieGetErrorString(collieResult_t result);
-/** The message of the last failure on comm, or of this thread's last failure when comm is NULL. */
+/** The message of the last failure on comm, or of this thread's last failure when comm is NULL. The string is
+ * this thread's own copy: another thread's failure does not change it; it stays valid until this thread's next
+ * collie call. */
 COLLIE_EXPORT const char* collieGetLastError(collieComm_t comm);
 
 COLLIE_EXPORT collieResult_t collieAllReduce(const void* sendbuff, void* recvbuff, size_t count,

@@ -49,6 +49,7 @@ struct collieRequest {
 namespace {
 
 thread_local std::string tlsLastError;
+thread_local std::string tlsReturnedError;  // what collieGetLastError(comm) returns: a copy made under the lock
 
 collieResult_t toResult(ErrorCode code) { return static_cast<collieResult_t>(code); }
 
@@ -413,15 +414,20 @@ const char* collieGetErrorString(collieResult_t result) {
   return collie::base::errorCodeName(static_cast<ErrorCode>(result));
 }
 
+// The communicator's message is copied while its lock is held: another thread's failure may replace it at once.
 const char* collieGetLastError(collieComm_t handle) {
   if (handle) {
     std::lock_guard<std::mutex> lock(handle->mu);
     if (handle->shared) {
       CommShared& shared = *handle->shared;
       std::lock_guard<std::mutex> lock2(shared.errorMu);
-      if (!shared.lastError.empty()) return shared.lastError.c_str();
+      if (!shared.lastError.empty()) {
+        tlsReturnedError = shared.lastError;
+        return tlsReturnedError.c_str();
+      }
     } else if (!handle->initError.empty()) {
-      return handle->initError.c_str();
+      tlsReturnedError = handle->initError;
+      return tlsReturnedError.c_str();
     }
   }
   return tlsLastError.c_str();

@@ -154,6 +154,47 @@ TEST(CApiFailures, LastErrorOfTheCommunicatorIsTheLatestFailure) {
   EXPECT_EQ(collieCommDestroy(comm), collieSuccess);
 }
 
+// collieGetLastError(comm) gives this thread a copy: another thread's failure on comm, recorded while the string
+// is read or after, neither frees it nor changes it (TSan saw the shared string freed under a reader).
+TEST(CApiFailures, LastErrorOfTheCommunicatorIsACopyAnotherThreadCannotChange) {
+  collieComm_t comm = nullptr;
+  ASSERT_EQ(collieCommInitAll(&comm, 1, nullptr), collieSuccess);
+  float x[4] = {1, 2, 3, 4};
+  // Two messages of one length: the second would be written over the first where it lies.
+  EXPECT_EQ(collieBroadcast(x, x, 4, collieFloat32, 1000001, comm, nullptr), collieInvalidArgument);
+  const char* mine = collieGetLastError(comm);
+  ASSERT_PRED2(mentions, mine, "1000001");
+  const std::string before = mine;
+  std::thread([&] {
+    EXPECT_EQ(collieBroadcast(x, x, 4, collieFloat32, 1000002, comm, nullptr), collieInvalidArgument);
+  }).join();
+  EXPECT_EQ(std::string(mine), before) << "another thread's failure changed the string this thread was given";
+  EXPECT_PRED2(mentions, collieGetLastError(comm), "1000002") << "the latest failure on comm";
+
+  // Readers while another thread fails again and again: each read is one whole message.
+  std::atomic<bool> stop{false};
+  std::thread failing([&] {
+    for (int i = 0; i < 2000; ++i) {
+      if (i % 2) {
+        collieAllReduce(x, x, 4, static_cast<collieDataType_t>(42), collieSum, comm, nullptr);
+      } else {
+        collieBroadcast(x, x, 4, collieFloat32, 1000000 + i, comm, nullptr);
+      }
+    }
+    stop = true;
+  });
+  long reads = 0, torn = 0;
+  while (!stop) {
+    const std::string m = collieGetLastError(comm);
+    ++reads;
+    if (!mentions(m.c_str(), "datatype") && !mentions(m.c_str(), "root")) ++torn;
+  }
+  failing.join();
+  EXPECT_EQ(torn, 0) << "of " << reads << " reads";
+  EXPECT_TRUE(x[0] == 1 && x[1] == 2 && x[2] == 3 && x[3] == 4) << "a refused call wrote the buffer";
+  EXPECT_EQ(collieCommDestroy(comm), collieSuccess);
+}
+
 TEST(CApiFailures, NullCommAndNullOutputs) {
   float x = 0;
   EXPECT_EQ(collieAllReduce(&x, &x, 1, collieFloat32, collieSum, nullptr, nullptr), collieInvalidArgument);
