@@ -740,6 +740,22 @@ void testErrors(ncclComm_t comm) {
   r = ncclBroadcast(buf, buf, 4, ncclInt32, gSize, comm, nullptr);  // root out of range: collie's own check
   CHECK(r == ncclInvalidArgument, "root out of range gave %d", static_cast<int>(r));
   lastErrorHas("root", "root out of range");
+  // A peer is a rank: -1 is not "any source" (collie's COLLIE_ANY_SOURCE), and nothing is received.
+  int32_t got[4] = {-7, -7, -7, -7};
+  r = ncclRecv(got, 4, ncclInt32, -1, comm, nullptr);
+  CHECK(r == ncclInvalidArgument, "ncclRecv from peer -1 gave %d", static_cast<int>(r));
+  lastErrorHas("peer", "ncclRecv from peer -1");
+  r = ncclRecv(got, 4, ncclInt32, gSize, comm, nullptr);
+  CHECK(r == ncclInvalidArgument, "ncclRecv from peer nranks gave %d", static_cast<int>(r));
+  lastErrorHas("peer", "ncclRecv from peer nranks");
+  r = ncclSend(buf, 4, ncclInt32, -1, comm, nullptr);
+  CHECK(r == ncclInvalidArgument, "ncclSend to peer -1 gave %d", static_cast<int>(r));
+  lastErrorHas("peer", "ncclSend to peer -1");
+  NCCL_OK(ncclGroupStart());
+  r = ncclRecv(got, 4, ncclInt32, -1, comm, nullptr);
+  CHECK(r == ncclInvalidArgument, "ncclRecv from peer -1 in a group gave %d", static_cast<int>(r));
+  NCCL_OK(ncclGroupEnd());
+  CHECK(got[0] == -7 && got[1] == -7 && got[2] == -7 && got[3] == -7, "a refused ncclRecv wrote recvbuff");
   r = ncclAllReduce(buf, buf, 4, ncclInt32, ncclSum, nullptr, nullptr);
   CHECK(r == ncclInvalidArgument, "NULL comm gave %d", static_cast<int>(r));
   CHECK(*ncclGetLastError(nullptr), "NULL comm: no message");

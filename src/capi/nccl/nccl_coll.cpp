@@ -126,6 +126,14 @@ NCCL_ABI(ncclResult_t, ncclAlltoAll, const void* sendbuff, void* recvbuff, size_
 
 namespace {
 
+// NCCL's peer is a rank, nothing else: collieRecv would take -1 (COLLIE_ANY_SOURCE) as a receive from any sender.
+ncclResult_t checkPeer(ncclComm* comm, const char* fn, collieComm_t c, int peer) {
+  int n = 0;
+  NCCL_TRY(fromCollie(comm, fn, collieCommCount(c, &n)));
+  if (peer < 0 || peer >= n) return fail(comm, ncclInvalidArgument, "%s: peer=%d is not in [0, %d)", fn, peer, n);
+  return ncclSuccess;
+}
+
 // Gather and Scatter, which collie's C API lacks: Send/Recv in one group (the root's own block included, unless in
 // place), so they work on any buffers collie takes, on the caller's stream, and inside a caller's group.
 ncclResult_t rootedExchange(const char* fn, bool gather, const void* sendbuff, void* recvbuff, size_t count,
@@ -211,6 +219,7 @@ NCCL_ABI(ncclResult_t, ncclSend, const void* sendbuff, size_t count, ncclDataTyp
     collieDataType_t t = collieInt8;
     NCCL_TRY(resolveLive(comm, fn, &c));
     NCCL_TRY(toCollieType(comm, fn, datatype, &t));
+    NCCL_TRY(checkPeer(comm, fn, c, peer));
     return fromCollie(comm, fn, collieSend(sendbuff, count, t, peer, c, stream));
   });
 }
@@ -223,6 +232,7 @@ NCCL_ABI(ncclResult_t, ncclRecv, void* recvbuff, size_t count, ncclDataType_t da
     collieDataType_t t = collieInt8;
     NCCL_TRY(resolveLive(comm, fn, &c));
     NCCL_TRY(toCollieType(comm, fn, datatype, &t));
+    NCCL_TRY(checkPeer(comm, fn, c, peer));  // collie would take -1 (COLLIE_ANY_SOURCE) as any sender
     return fromCollie(comm, fn, collieRecv(recvbuff, count, t, peer, c, stream));
   });
 }
