@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -651,6 +652,38 @@ void testSingleThreadComms() {
   CHECK(r0 == 1 && r1 == 0, "grouped split ranks %d %d, expected 1 0", r0, r1);
   groupSum(s, 2, "grouped ncclCommSplit");
   for (ncclComm_t c : {s[0], s[1], g[0], g[1]}) NCCL_OK(ncclCommDestroy(c));
+
+  // ncclCommAbort and ncclCommDestroy inside the group that creates the communicator: the group's end must not
+  // touch the freed handles. On a thread of its own (groups are per thread), so that a hang fails here.
+  {
+    ncclResult_t abortR = ncclInternalError, destroyR = ncclInternalError, endR = ncclInternalError;
+    std::atomic<bool> done{false};
+    std::thread t([&] {
+      ncclUniqueId a, b;
+      NCCL_OK(ncclGetUniqueId(&a));
+      NCCL_OK(ncclGetUniqueId(&b));
+      ncclComm_t x = nullptr, y = nullptr;
+      NCCL_OK(ncclGroupStart());
+      NCCL_OK(ncclCommInitRank(&x, 1, a, 0));
+      NCCL_OK(ncclCommInitRank(&y, 1, b, 0));
+      abortR = ncclCommAbort(x);
+      destroyR = ncclCommDestroy(y);
+      endR = ncclGroupEnd();
+      done = true;
+    });
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (!done && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    if (!done) {
+      std::fprintf(stderr, "rank %d: ncclGroupEnd after ncclCommAbort/Destroy in the group did not return in 60 s\n",
+                   gRank);
+      std::_Exit(1);
+    }
+    t.join();
+    CHECK(abortR == ncclSuccess && destroyR == ncclSuccess && endR == ncclSuccess,
+          "abort %d, destroy %d, group end %d inside the creating group", static_cast<int>(abortR),
+          static_cast<int>(destroyR), static_cast<int>(endR));
+  }
 
   // ncclCommInitAll, with a devlist: each communicator reports its device.
   ncclComm_t all[3] = {nullptr, nullptr, nullptr};

@@ -38,6 +38,7 @@
 // collectives, point-to-point, groups and ncclMemAlloc; cuda_driver.cpp the little of CUDA the layer needs.
 #include "nccl_abi.hpp"
 
+#include <algorithm>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
@@ -427,6 +428,10 @@ ncclResult_t finishDeferred(const char* fn, bool* inProgress) {
     if (r != ncclSuccess && result == ncclSuccess) result = fail(nullptr, r, "%s: %s", fn, why.c_str());
   }
   return result;
+}
+
+void forgetDeferred(ncclComm* comm) {
+  tlsGroupDeferred.erase(std::remove(tlsGroupDeferred.begin(), tlsGroupDeferred.end(), comm), tlsGroupDeferred.end());
 }
 
 }  // namespace collie_nccl

@@ -151,6 +151,8 @@ void deferToGroupEnd(ncclComm* comm, const char* fn, std::function<collieResult_
 /// config), frees the handles of NCCL_SPLIT_NOCOLOR splits, and returns the first failure. *inProgress tells
 /// whether a non-blocking one is still running.
 ncclResult_t finishDeferred(const char* fn, bool* inProgress);
+/// Takes comm off this thread's group's deferred creations (ncclCommDestroy/Abort before the group's end).
+void forgetDeferred(ncclComm* comm);
 
 }  // namespace collie_nccl
 

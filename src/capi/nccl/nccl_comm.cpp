@@ -4,7 +4,8 @@
 // returning an error with its reason. Built on collie's C API through the helpers of nccl_abi.hpp.
 //
 // Inits and splits inside a group are deferred to the outermost ncclGroupEnd (nccl_abi.cpp, deferToGroupEnd), as
-// NCCL defers them, so that one thread can create several ranks of one communicator. A non-blocking config outside
+// NCCL defers them, so that one thread can create several ranks of one communicator; ncclCommDestroy or ncclCommAbort
+// of one before that end waits for its creation and takes it off the group's list. A non-blocking config outside
 // a group uses collie's own non-blocking init (ncclInProgress, then ncclCommGetAsyncError). ncclCommSplit always
 // completes before it returns (collie's split blocks), which a non-blocking config allows.
 #include <memory>
@@ -127,6 +128,7 @@ NCCL_ABI(ncclResult_t, ncclCommFinalize, ncclComm_t comm) {
 
 NCCL_ABI(ncclResult_t, ncclCommDestroy, ncclComm_t comm) {
   if (!comm) return ncclSuccess;
+  forgetDeferred(comm);  // created in a group still open: its end must not wait for it
   waitDeferred(comm);
   collieResult_t r = comm->c ? collieCommDestroy(comm->c) : collieSuccess;
   freeComm(comm);
@@ -135,6 +137,7 @@ NCCL_ABI(ncclResult_t, ncclCommDestroy, ncclComm_t comm) {
 
 NCCL_ABI(ncclResult_t, ncclCommAbort, ncclComm_t comm) {
   if (!comm) return ncclSuccess;
+  forgetDeferred(comm);  // created in a group still open: its end must not wait for it
   waitDeferred(comm);
   collieResult_t r = comm->c ? collieCommAbort(comm->c) : collieSuccess;
   freeComm(comm);
