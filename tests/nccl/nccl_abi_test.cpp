@@ -16,10 +16,12 @@
 // the sum divided once (truncating for integers, one rounding for floating point) as NCCL and collie both do.
 // Then: ncclCommSplit (with NCCL_SPLIT_NOCOLOR; splitShare decided by the parent's config, as NCCL does),
 // ncclCommShrink (of a healthy communicator), ncclCommCount/UserRank, non-blocking init and ncclCommGetAsyncError,
-// inits and splits inside a group driven by one thread, ncclCommInitAll, ncclCommInitRankScalable, config checking,
-// registration, ncclMemAlloc, ncclCommFinalize/Abort/Destroy, and the errors: a bad datatype, an fp8 datatype, a custom
-// op, an unsupported function (ncclGetLastError non-empty each time), ncclGetErrorString and ncclGetVersion. Exits 0
-// when every check passed, 1 otherwise, naming each failed check.
+// inits and splits inside a group driven by one thread (and aborted or destroyed before its end), ncclCommInitAll,
+// ncclCommInitRankScalable, config checking, registration, ncclMemAlloc, ncclCommFinalize/Abort/Destroy, and the
+// errors: a bad datatype, an fp8 datatype, a custom op, a peer outside [0, nranks) (-1 is no "any source"), Gather and
+// Scatter blocks past the end of the address space (refused before any is sent), an unsupported function
+// (ncclGetLastError non-empty each time), ncclGetErrorString and ncclGetVersion. Exits 0 when every check passed, 1
+// otherwise, naming each failed check.
 #include <dirent.h>
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -698,6 +700,28 @@ void testSingleThreadComms() {
           count);
   }
   groupSum(all, 3, "ncclCommInitAll");
+  // Gather and Scatter whose root's 3 blocks run past the end of the address space, though blocks 0 and 1 alone are
+  // buffers collie takes: refused before any block is queued (the group ran block 1 and failed the communicator),
+  // nothing written, the communicator still works.
+  {
+    unsigned char small[64];
+    std::memset(small, 0x5a, sizeof(small));
+    const size_t count = SIZE_MAX / 3;  // int8, in place at root 0: 3 * count bytes wrap, 2 * count do not
+    ncclResult_t r = ncclGather(small, small, count, ncclInt8, 0, all[0], nullptr);
+    CHECK(r == ncclInvalidArgument, "ncclGather with blocks past the address space gave %d", static_cast<int>(r));
+    CHECK(std::strstr(ncclGetLastError(all[0]), "recvbuff"), "ncclGather: '%s' names no recvbuff",
+          ncclGetLastError(all[0]));
+    r = ncclScatter(small, small, count, ncclInt8, 0, all[0], nullptr);
+    CHECK(r == ncclInvalidArgument, "ncclScatter with blocks past the address space gave %d", static_cast<int>(r));
+    CHECK(std::strstr(ncclGetLastError(all[0]), "sendbuff"), "ncclScatter: '%s' names no sendbuff",
+          ncclGetLastError(all[0]));
+    CHECK(static_cast<size_t>(std::count(small, small + sizeof(small), 0x5a)) == sizeof(small),
+          "a refused Gather/Scatter wrote a byte");
+    ncclResult_t async = ncclInternalError;
+    NCCL_OK(ncclCommGetAsyncError(all[0], &async));
+    CHECK(async == ncclSuccess, "the refused Gather/Scatter left async error %d", static_cast<int>(async));
+    groupSum(all, 3, "ncclCommInitAll after a refused Gather and Scatter");
+  }
   for (ncclComm_t c : all) NCCL_OK(ncclCommDestroy(c));
 
   // ncclCommInitRankScalable with one id, inside a group.

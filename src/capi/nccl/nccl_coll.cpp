@@ -134,6 +134,13 @@ ncclResult_t checkPeer(ncclComm* comm, const char* fn, collieComm_t c, int peer)
   return ncclSuccess;
 }
 
+// Whether a buffer of `bytes` at p is one collie takes: at most PTRDIFF_MAX bytes, its end within the address space.
+bool fitsAddressSpace(const void* p, size_t bytes) {
+  uintptr_t end = 0;
+  return bytes <= static_cast<size_t>(PTRDIFF_MAX) &&
+         !__builtin_add_overflow(reinterpret_cast<uintptr_t>(p), bytes, &end);
+}
+
 // Gather and Scatter, which collie's C API lacks: Send/Recv in one group (the root's own block included, unless in
 // place), so they work on any buffers collie takes, on the caller's stream, and inside a caller's group.
 ncclResult_t rootedExchange(const char* fn, bool gather, const void* sendbuff, void* recvbuff, size_t count,
@@ -163,6 +170,18 @@ ncclResult_t rootedExchange(const char* fn, bool gather, const void* sendbuff, v
   }
   const char* own = gather ? static_cast<const char*>(sendbuff) : static_cast<const char*>(recvbuff);
   const bool inPlace = isRoot && own == blocks + static_cast<size_t>(root) * bytes;
+  // collie checks each Send/Recv alone: a block past the end of the address space would be refused only after the
+  // blocks before it were queued, and the group would run them. So the whole of each buffer is checked first.
+  const size_t blocksBytes = bytes * static_cast<size_t>(n);
+  if (isRoot && !fitsAddressSpace(blocks, blocksBytes)) {
+    return fail(comm, ncclInvalidArgument,
+                "%s on rank %d: %s=%p + %zu bytes (%d blocks of count=%zu) overflows the address space", fn, me,
+                gather ? "recvbuff" : "sendbuff", static_cast<const void*>(blocks), blocksBytes, n, count);
+  }
+  if (!inPlace && !fitsAddressSpace(own, bytes)) {
+    return fail(comm, ncclInvalidArgument, "%s on rank %d: %s=%p + %zu bytes (count=%zu) overflows the address space",
+                fn, me, gather ? "sendbuff" : "recvbuff", static_cast<const void*>(own), bytes, count);
+  }
   collieResult_t r = collieGroupStart();
   if (r != collieSuccess) return fromCollie(comm, fn, r);
   collieResult_t first = collieSuccess;
@@ -188,11 +207,16 @@ ncclResult_t rootedExchange(const char* fn, bool gather, const void* sendbuff, v
     if (!inPlace) note(collieRecv(recvbuff, count, t, root, c, stream));
   }
   r = collieGroupEnd();
-  if (first != collieSuccess) {
-    return fail(comm, fromCollieCode(first), "%s: %s", fn,
-                firstMessage.empty() ? collieGetErrorString(first) : firstMessage.c_str());
+  if (first == collieSuccess) return fromCollie(comm, fn, r);
+  if (firstMessage.empty()) firstMessage = collieGetErrorString(first);
+  if (r == collieSuccess || r == collieInProgress) {
+    return fail(comm, fromCollieCode(first), "%s: %s", fn, firstMessage.c_str());
   }
-  return fromCollie(comm, fn, r);
+  // The group ran what was queued before the refused call and failed: its error is what the communicator now has.
+  const char* m = collieGetLastError(nullptr);
+  return fail(comm, fromCollieCode(r), "%s: %s%s (after a refused call: %s)", fn,
+              (m && *m) ? m : collieGetErrorString(r), r == collieTimeout ? " (collie timeout)" : "",
+              firstMessage.c_str());
 }
 
 }  // namespace
