@@ -140,7 +140,8 @@ COLLIE_EXPORT collieResult_t collieCommDestroy(collieComm_t comm);
 /** Stops all work at once (blocked calls on other threads return an error) and frees the communicator. */
 COLLIE_EXPORT collieResult_t collieCommAbort(collieComm_t comm);
 /** Returns, in *asyncError, the error the communicator hit in the background, collieInProgress during a
- * non-blocking init, else collieSuccess. */
+ * non-blocking init, else collieSuccess. After a failure, collieGetLastError (comm's and this thread's) gives that
+ * failure's message. */
 COLLIE_EXPORT collieResult_t collieCommGetAsyncError(collieComm_t comm, collieResult_t* asyncError);
 COLLIE_EXPORT collieResult_t collieCommCount(const collieComm_t comm, int* count);
 COLLIE_EXPORT collieResult_t collieCommUserRank(const collieComm_t comm, int* rank);

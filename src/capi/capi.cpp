@@ -1,7 +1,8 @@
 // The C API (include/collie/collie.h), built on the C++ API, plus core/api_access.hpp for what the C++ API does not
-// offer (calls ordered on a CUDA stream, binding to a GPU). Every entry point catches everything: no exception
-// crosses this boundary. A failure's message is kept in the handle, per communicator (collieGetLastError(comm)),
-// and per thread (collieGetLastError(NULL)). Every config goes through one parser (parseConfig).
+// offer (calls ordered on a CUDA stream, binding to a GPU, a background failure's message). Every entry point catches
+// everything: no exception crosses this boundary. A failure's message is kept in the handle, per communicator
+// (collieGetLastError(comm)), and per thread (collieGetLastError(NULL)). Every config goes through one parser
+// (parseConfig).
 //
 // A handle shares ownership of its Communicator (and its last error) with every call in flight, so collieCommAbort
 // on one thread can free the handle while a call blocked on another thread unwinds safely.
@@ -338,8 +339,16 @@ collieResult_t collieCommGetAsyncError(collieComm_t handle, collieResult_t* asyn
     *asyncError = collieInProgress;
   } else if (handle->initResult != collieSuccess) {
     *asyncError = handle->initResult;
+  } else if (!handle->shared) {
+    *asyncError = collieInvalidUsage;
   } else {
-    *asyncError = handle->shared ? toResult(handle->shared->comm->asyncError()) : collieInvalidUsage;
+    const ErrorCode code = handle->shared->comm->asyncError();
+    *asyncError = toResult(code);
+    // The failure's own message: no call on comm may have recorded it (async work), and an older one may be there.
+    if (code != ErrorCode::Success) {
+      std::string why = collie::InternalAccess::coreComm(*handle->shared->comm).failureMessage();
+      if (!why.empty()) recordError(handle->shared, why);
+    }
   }
   return collieSuccess;
 }

@@ -195,6 +195,46 @@ TEST(CApiFailures, LastErrorOfTheCommunicatorIsACopyAnotherThreadCannotChange) {
   EXPECT_EQ(collieCommDestroy(comm), collieSuccess);
 }
 
+// A failure in the background (async work that times out, no call on this thread to record it) comes with its own
+// message from collieCommGetAsyncError, not an older mistake of the caller's left in the communicator.
+TEST(CApiFailures, AsyncErrorBringsItsOwnMessageNotAnOlderMistake) {
+  constexpr int n = 2;
+  collieUniqueId id;
+  ASSERT_EQ(collieGetUniqueId(&id), collieSuccess);
+  std::vector<collieComm_t> comms(n, nullptr);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      collieConfig_t config = COLLIE_CONFIG_INITIALIZER;
+      config.timeoutMs = 1000;
+      EXPECT_EQ(collieCommInitRankConfig(&comms[static_cast<size_t>(r)], n, id, r, &config), collieSuccess)
+          << collieGetLastError(nullptr);
+    });
+  }
+  for (auto& t : threads) t.join();
+  ASSERT_TRUE(comms[0] && comms[1]);
+  collieComm_t comm = comms[0];
+  float x[4] = {1, 2, 3, 4};
+  EXPECT_EQ(collieAllReduce(x, x, 4, static_cast<collieDataType_t>(42), collieSum, comm, nullptr),
+            collieInvalidArgument);
+  ASSERT_PRED2(mentions, collieGetLastError(comm), "datatype");
+  // Rank 1 never joins: the work times out on collie's executor.
+  collieRequest_t req = nullptr;
+  ASSERT_EQ(collieAllReduceAsync(x, x, 4, collieFloat32, collieSum, comm, &req), collieSuccess);
+  collieResult_t async = collieSuccess;
+  const auto deadline = Clock::now() + 30s;
+  while (async == collieSuccess && Clock::now() < deadline) {
+    ASSERT_EQ(collieCommGetAsyncError(comm, &async), collieSuccess);
+    if (async == collieSuccess) std::this_thread::sleep_for(1ms);
+  }
+  EXPECT_EQ(async, collieTimeout);
+  EXPECT_PRED2(mentions, collieGetLastError(nullptr), "no progress") << "this thread's message is not the failure's";
+  EXPECT_PRED2(mentions, collieGetLastError(comm), "no progress") << "comm's message is the older mistake";
+  EXPECT_NE(collieWait(req), collieSuccess);
+  EXPECT_EQ(collieRequestFree(req), collieSuccess);
+  for (collieComm_t c : comms) EXPECT_EQ(collieCommDestroy(c), collieSuccess);
+}
+
 TEST(CApiFailures, NullCommAndNullOutputs) {
   float x = 0;
   EXPECT_EQ(collieAllReduce(&x, &x, 1, collieFloat32, collieSum, nullptr, nullptr), collieInvalidArgument);

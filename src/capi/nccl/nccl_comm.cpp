@@ -285,7 +285,7 @@ NCCL_ABI(ncclResult_t, ncclCommGetAsyncError, ncclComm_t comm, ncclResult_t* asy
   if (r != collieSuccess) return fromCollie(comm, fn, r);
   *asyncError = fromCollieCode(e);
   if (e != collieSuccess && e != collieInProgress) {
-    const char* m = collieGetLastError(c);
+    const char* m = collieGetLastError(nullptr);  // the failure's own message (collieCommGetAsyncError records it)
     fail(comm, *asyncError, "%s", (m && *m) ? m : collieGetErrorString(e));
   }
   return ncclSuccess;
