@@ -157,10 +157,15 @@ std::vector<std::unique_ptr<Connection>> Dialer::refuseAll(const CommContext& ct
       }
     }
   }
+  // Each is made only to be poisoned or closed by a failing communicator: a last message from its dialler (shm's Ack)
+  // is waited for kHelloWait at most, not the call's timeout (a dialler may still be busy opening other peers).
+  CommContext quick = ctx;
+  if (quick.timeout.count() <= 0 || quick.timeout > kHelloWait)
+    quick.timeout = std::chrono::duration_cast<std::chrono::milliseconds>(kHelloWait);
   std::vector<std::unique_ptr<Connection>> out;
   for (auto& [p, links] : answered) {
     try {
-      Handshake hs(transport_, kind_, ctx, {p}, channels_, wire_);
+      Handshake hs(transport_, kind_, quick, {p}, channels_, wire_);
       out.push_back(protocol_.finish(hs, p, links, false));
     } catch (const std::exception& e) {
       COLLIE_TRACE(base::kLogNet, "%s: rank %d closes the connection it answered to rank %d: %s", transport_, ctx.rank,
