@@ -9,6 +9,7 @@
 #include <collie/collie.h>
 
 #include <collie/collie.hpp>
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <future>
@@ -37,7 +38,8 @@ struct CommShared {
 struct collieComm {
   std::mutex mu;
   std::shared_ptr<CommShared> shared;  // null until a non-blocking init finishes
-  std::thread initThread;              // non-blocking init
+  std::thread initThread;              // non-blocking init: joined by collieCommDestroy/Abort only
+  std::condition_variable initCv;      // notified under mu when initDone turns true
   collieResult_t initResult = collieSuccess;
   std::string initError;
   bool initDone = true;
@@ -88,16 +90,12 @@ collieResult_t argError(const char* message) {
   return collieInvalidArgument;
 }
 
-// The communicator of a handle, waiting for a non-blocking init to finish.
+// The communicator of a handle, waiting for a non-blocking init to finish. Any number of threads may wait at once;
+// the init thread is joined only by collieCommDestroy/Abort (joinInit), so none of them finds it gone early.
 collieResult_t resolve(collieComm_t handle, std::shared_ptr<CommShared>* out) {
   if (!handle) return argError("comm is NULL");
   std::unique_lock<std::mutex> lock(handle->mu);
-  if (handle->initThread.joinable()) {  // a non-blocking init still running: wait for it outside the lock
-    std::thread pending = std::move(handle->initThread);
-    lock.unlock();
-    pending.join();
-    lock.lock();
-  }
+  handle->initCv.wait(lock, [handle] { return handle->initDone; });
   if (handle->initResult != collieSuccess) {
     tlsLastError = handle->initError;
     return handle->initResult;
@@ -224,6 +222,7 @@ collieResult_t initRank(collieComm_t* out, int nranks, const collieUniqueId& id,
     handle->initResult = r;
     if (r != collieSuccess) handle->initError = tlsLastError;
     handle->initDone = true;
+    handle->initCv.notify_all();
   };
   if (blocking) {
     init();
@@ -315,6 +314,7 @@ collieResult_t collieCommDestroy(collieComm_t handle) {
   if (!handle) return collieSuccess;
   std::shared_ptr<CommShared> comm;
   resolve(handle, &comm);
+  if (handle->initThread.joinable()) handle->initThread.join();  // done with the handle: it set initDone
   {
     std::lock_guard<std::mutex> lock(handle->mu);
     handle->shared.reset();

@@ -655,5 +655,34 @@ TEST(CApiInit, NonBlockingInitThatFailsReportsTheErrorAsync) {
   EXPECT_EQ(collieCommDestroy(comm), collieSuccess);
 }
 
+// Several threads use a handle while its non-blocking init runs: each waits for the init and gets the communicator
+// (the first waiter used to take the init thread away to join it, and a second one then found no communicator:
+// "comm was destroyed"); Destroy afterwards is safe.
+TEST(CApiInit, ThreadsUsingAHandleWhileItsNonBlockingInitRunsAllGetTheCommunicator) {
+  collieUniqueId id;
+  ASSERT_EQ(collieGetUniqueId(&id), collieSuccess);
+  collieConfig_t config = COLLIE_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  config.timeoutMs = 20000;
+  collieComm_t comm0 = nullptr, comm1 = nullptr;
+  ASSERT_EQ(collieCommInitRankConfig(&comm0, 2, id, 0, &config), collieInProgress);
+  constexpr int kUsers = 3;
+  std::vector<collieResult_t> results(kUsers, collieInternalError);
+  std::vector<int> counts(kUsers, -1);
+  std::vector<std::thread> users;
+  for (int u = 0; u < kUsers; ++u) users.emplace_back([&, u] { results[u] = collieCommCount(comm0, &counts[u]); });
+  std::this_thread::sleep_for(300ms);  // every user waits on the init now: rank 1 is not there yet
+  ASSERT_EQ(collieCommInitRankConfig(&comm1, 2, id, 1, &config), collieInProgress);
+  for (std::thread& t : users) t.join();
+  for (int u = 0; u < kUsers; ++u) {
+    EXPECT_EQ(results[u], collieSuccess) << "user " << u << ": " << collieGetLastError(nullptr);
+    EXPECT_EQ(counts[u], 2) << "user " << u;
+  }
+  int n = -1;
+  EXPECT_EQ(collieCommCount(comm1, &n), collieSuccess);
+  EXPECT_EQ(collieCommDestroy(comm0), collieSuccess);
+  EXPECT_EQ(collieCommDestroy(comm1), collieSuccess);
+}
+
 }  // namespace
 }  // namespace collie::test
