@@ -166,6 +166,7 @@ int SeqpacketWire::read(Link& link) {
       link.fds.emplace_back(got);  // owned (and closed) whatever happens next
     }
   }
+  if (link.fds.size() > kMaxFds) return -1;  // the control buffer holds one more (CMSG_SPACE rounds up): garbage
   if ((mh.msg_flags & MSG_CTRUNC) && n == static_cast<ssize_t>(sizeof(Msg))) {
     // Fewer descriptors than the message announces (and no more than fit): the kernel could not install them
     // here, which at our descriptor limit is the cause, not the peer.
