@@ -174,18 +174,30 @@ ProcessGroupCollie::WorkPtr ProcessGroupCollie::allgather(std::vector<std::vecto
   return issued(work);
 }
 
+// One all-gather of `input` into `output` (the group size times as many elements): checked and staged, for
+// _allgather_base and allgather_into_tensor_coalesced. `what` names the call and, coalesced, the pair.
+ProcessGroupCollie::StagedPair ProcessGroupCollie::stageAllgather(at::Tensor& output, at::Tensor& input,
+                                                                  const std::string& what) const {
+  Staged in = stageBytes(input, what + ": input");
+  Staged out = stageBytes(output, what + ": output");
+  TORCH_CHECK(output.scalar_type() == input.scalar_type(), "collie ", what, ": output dtype ",
+              c10::toString(output.scalar_type()), " differs from input dtype ", c10::toString(input.scalar_type()));
+  TORCH_CHECK(output.numel() == input.numel() * size_, "collie ", what, ": output has ", output.numel(),
+              " elements, expected input elements (", input.numel(), ") times the group size (", size_, ")");
+  return {in, out, collie::ReduceOp::Sum};
+}
+
+void ProcessGroupCollie::issueAllgather(CollieWork& work, const StagedPair& p, const char* name) {
+  issueCollie(name, reporter_.get(),
+              [&] { work.add(comm_->allGatherAsync(p.in.ptr(), p.out.ptr(), p.in.count, DataType::Uint8)); });
+  work.then([p] { p.out.copyBack(); });
+}
+
 ProcessGroupCollie::WorkPtr ProcessGroupCollie::_allgather_base(at::Tensor& output, at::Tensor& input,
                                                                 const c10d::AllgatherOptions& opts) {
-  Staged in = stageBytes(input, "_allgather_base: input");
-  Staged out = stageBytes(output, "_allgather_base: output");
-  TORCH_CHECK(output.scalar_type() == input.scalar_type(), "collie _allgather_base: output dtype ",
-              c10::toString(output.scalar_type()), " differs from input dtype ", c10::toString(input.scalar_type()));
-  TORCH_CHECK(output.numel() == input.numel() * size_, "collie _allgather_base: output has ", output.numel(),
-              " elements, expected input elements (", input.numel(), ") times the group size (", size_, ")");
+  const StagedPair p = stageAllgather(output, input, "_allgather_base");
   auto work = makeWork(c10d::OpType::_ALLGATHER_BASE, "_allgather_base", {output});
-  issueCollie("_allgather_base", reporter_.get(),
-              [&] { work->add(comm_->allGatherAsync(in.ptr(), out.ptr(), in.count, DataType::Uint8)); });
-  work->then([in, out] { out.copyBack(); });
+  issueAllgather(*work, p, "_allgather_base");
   return issued(work);
 }
 
@@ -249,23 +261,64 @@ ProcessGroupCollie::WorkPtr ProcessGroupCollie::reduce_scatter(std::vector<at::T
   return issued(work);
 }
 
+// One reduce-scatter of `input` (the group size times as many elements) into `output`: checked and staged, for
+// _reduce_scatter_base and reduce_scatter_tensor_coalesced.
+ProcessGroupCollie::StagedPair ProcessGroupCollie::stageReduceScatter(at::Tensor& output, at::Tensor& input,
+                                                                      const c10d::ReduceOp& reduceOp,
+                                                                      const std::string& what) const {
+  checkCpuDense(input, what + ": input");
+  checkCpuDense(output, what + ": output");
+  TORCH_CHECK(output.scalar_type() == input.scalar_type(), "collie ", what, ": output dtype ",
+              c10::toString(output.scalar_type()), " differs from input dtype ", c10::toString(input.scalar_type()));
+  TORCH_CHECK(input.numel() == output.numel() * size_, "collie ", what, ": input has ", input.numel(),
+              " elements, expected output elements (", output.numel(), ") times the group size (", size_, ")");
+  const ReduceOp op = reductionFor(reduceOp, output.scalar_type(), what);
+  return {stageTyped(preMultiplied(input, reduceOp), what + ": input"), stageTyped(output, what + ": output"), op};
+}
+
+void ProcessGroupCollie::issueReduceScatter(CollieWork& work, const StagedPair& p, const char* name) {
+  issueCollie(name, reporter_.get(),
+              [&] { work.add(comm_->reduceScatterAsync(p.in.ptr(), p.out.ptr(), p.out.count, p.out.type, p.op)); });
+  work.then([p] { p.out.copyBack(); });
+}
+
 ProcessGroupCollie::WorkPtr ProcessGroupCollie::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                                                                      const c10d::ReduceScatterOptions& opts) {
-  checkCpuDense(input, "_reduce_scatter_base: input");
-  checkCpuDense(output, "_reduce_scatter_base: output");
-  TORCH_CHECK(output.scalar_type() == input.scalar_type(), "collie _reduce_scatter_base: output dtype ",
-              c10::toString(output.scalar_type()), " differs from input dtype ", c10::toString(input.scalar_type()));
-  TORCH_CHECK(input.numel() == output.numel() * size_, "collie _reduce_scatter_base: input has ", input.numel(),
-              " elements, expected output elements (", output.numel(), ") times the group size (", size_, ")");
-  const ReduceOp op = reductionFor(opts.reduceOp, output.scalar_type(), "_reduce_scatter_base");
-  Staged in = stageTyped(preMultiplied(input, opts.reduceOp), "_reduce_scatter_base: input");
-  Staged out = stageTyped(output, "_reduce_scatter_base: output");
+  const StagedPair p = stageReduceScatter(output, input, opts.reduceOp, "_reduce_scatter_base");
   auto work = makeWork(c10d::OpType::_REDUCE_SCATTER_BASE, "_reduce_scatter_base", {output});
-  issueCollie("_reduce_scatter_base", reporter_.get(),
-              [&] { work->add(comm_->reduceScatterAsync(in.ptr(), out.ptr(), out.count, out.type, op)); });
-  work->then([in, out] { out.copyBack(); });
+  issueReduceScatter(*work, p, "_reduce_scatter_base");
   return issued(work);
 }
+
+#if TORCH_VERSION_MAJOR >= 2
+// torch 2.x's coalescing manager: one Work for several all-gathers (or reduce-scatters), every pair checked and
+// staged before any is issued.
+ProcessGroupCollie::WorkPtr ProcessGroupCollie::allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs,
+                                                                                std::vector<at::Tensor>& inputs,
+                                                                                const c10d::AllgatherOptions& opts) {
+  TORCH_CHECK(outputs.size() == inputs.size(), "collie allgather_into_tensor_coalesced: ", outputs.size(),
+              " outputs for ", inputs.size(), " inputs");
+  std::vector<StagedPair> pairs;
+  for (size_t i = 0; i < inputs.size(); ++i)
+    pairs.push_back(stageAllgather(outputs[i], inputs[i], "allgather_into_tensor_coalesced #" + std::to_string(i)));
+  auto work = makeWork(c10d::OpType::COALESCED, "allgather_into_tensor_coalesced", outputs);
+  for (const StagedPair& p : pairs) issueAllgather(*work, p, "allgather_into_tensor_coalesced");
+  return issued(work);
+}
+
+ProcessGroupCollie::WorkPtr ProcessGroupCollie::reduce_scatter_tensor_coalesced(
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::ReduceScatterOptions& opts) {
+  TORCH_CHECK(outputs.size() == inputs.size(), "collie reduce_scatter_tensor_coalesced: ", outputs.size(),
+              " outputs for ", inputs.size(), " inputs");
+  std::vector<StagedPair> pairs;
+  for (size_t i = 0; i < inputs.size(); ++i)
+    pairs.push_back(stageReduceScatter(outputs[i], inputs[i], opts.reduceOp,
+                                       "reduce_scatter_tensor_coalesced #" + std::to_string(i)));
+  auto work = makeWork(c10d::OpType::COALESCED, "reduce_scatter_tensor_coalesced", outputs);
+  for (const StagedPair& p : pairs) issueReduceScatter(*work, p, "reduce_scatter_tensor_coalesced");
+  return issued(work);
+}
+#endif
 
 ProcessGroupCollie::WorkPtr ProcessGroupCollie::barrier(const c10d::BarrierOptions& opts) {
   auto work = makeWork(c10d::OpType::BARRIER, "barrier", {});

@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "collie_work.hpp"
+#include "tensor_staging.hpp"
 
 namespace collie::torchbackend {
 
@@ -66,6 +67,13 @@ class ProcessGroupCollie : public COLLIE_C10D_BASE {
   WorkPtr reduce_scatter(std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
                          const c10d::ReduceScatterOptions& opts) override;
   WorkPtr _reduce_scatter_base(at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) override;
+#if TORCH_VERSION_MAJOR >= 2
+  // What torch 2.x's coalescing manager calls for all_gather_into_tensor and reduce_scatter_tensor in its block.
+  WorkPtr allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+                                          const c10d::AllgatherOptions& opts) override;
+  WorkPtr reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+                                          const c10d::ReduceScatterOptions& opts) override;
+#endif
   WorkPtr alltoall_base(at::Tensor& output, at::Tensor& input, std::vector<int64_t>& outputSplits,
                         std::vector<int64_t>& inputSplits, const c10d::AllToAllOptions& opts) override;
   WorkPtr alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
@@ -88,6 +96,17 @@ class ProcessGroupCollie : public COLLIE_C10D_BASE {
 
  private:
   c10::intrusive_ptr<CollieWork> makeWork(c10d::OpType type, const char* name, std::vector<at::Tensor> outputs);
+  /// One all-gather or reduce-scatter, checked and staged (op: the reduce-scatter's).
+  struct StagedPair {
+    Staged in, out;
+    collie::ReduceOp op;
+  };
+  StagedPair stageAllgather(at::Tensor& output, at::Tensor& input, const std::string& what) const;
+  StagedPair stageReduceScatter(at::Tensor& output, at::Tensor& input, const c10d::ReduceOp& reduceOp,
+                                const std::string& what) const;
+  /// Issues a staged pair's collie call on `work`, and its copy back once done.
+  void issueAllgather(CollieWork& work, const StagedPair& p, const char* name);
+  void issueReduceScatter(CollieWork& work, const StagedPair& p, const char* name);
   /// Keeps an issued Work until it is complete (its buffers are collie's until then), first dropping those that
   /// are (completing those whose handles are done). Returns it.
   WorkPtr issued(c10::intrusive_ptr<CollieWork> work);

@@ -6,7 +6,8 @@ every value element by element against what the call must give:
   collectives   reduce_scatter (list and _reduce_scatter_base), alltoall with uneven splits (alltoall_base and the
                 list form), batch_isend_irecv around a ring, all-reduce in bf16 and fp16 (exact small integers),
                 complex sum, non-contiguous tensors, async get_future (a callback waiting on a later future), recv
-                from any source, bad arguments raising at once
+                from any source, bad arguments raising at once; with torch 2.x the coalescing manager (all_reduce,
+                all_gather_into_tensor, reduce_scatter_tensor; both of its styles)
   async         Works whose handles are dropped or never waited on (a 32 MiB all_gather, an isend of a temporary):
                 kept by the group and completed by the barrier after them, outputs checked without waiting; after
                 get_future() is_completed() does not block and wait(timeout) times out while a peer is late;
@@ -164,6 +165,40 @@ def case_collectives(rank, ws):
                   "all_gather dtypes")
     expect_raises(lambda: dist.reduce_scatter(torch.empty(2), [torch.empty(3)] * ws), "shape", "reduce_scatter sizes")
     expect_raises(lambda: dist.all_reduce(torch.ones(2, dtype=torch.int16)), "int16|Short", "all_reduce int16")
+    dist.barrier()
+    coalescing_checks(rank, ws)
+
+
+def coalescing_checks(rank, ws):
+    """torch 2.x's coalescing manager: all_reduce, all_gather_into_tensor and reduce_scatter_tensor in a block, in both
+    of its styles (no device: one coalesced call after the block; a device: that call between start and end of
+    coalescing, whose Work is the only one waited on). Outputs are read right after the block."""
+    if int(torch.__version__.split(".")[0]) < 2:
+        return  # torch 1.13's _coalescing_manager is another API
+    from torch.distributed.distributed_c10d import _coalescing_manager
+    total = sum(range(1, ws + 1))
+    for device in (None, torch.device("cpu")):
+        style = f"coalescing manager (device {device})"
+        reduced = [torch.full((5,), float(rank + 1)), torch.arange(3.0) * (rank + 1)]
+        with _coalescing_manager(device=device):
+            for t in reduced:
+                dist.all_reduce(t)
+        check_equal(reduced[0], torch.full((5,), float(total)), f"{style}: all_reduce 0")
+        check_equal(reduced[1], torch.arange(3.0) * total, f"{style}: all_reduce 1")
+        ins = [torch.full((4,), float(rank)), torch.arange(2, dtype=torch.int64) + 10 * rank]
+        outs = [torch.zeros(4 * ws), torch.zeros(2 * ws, dtype=torch.int64)]
+        with _coalescing_manager(device=device):
+            for o, i in zip(outs, ins):
+                dist.all_gather_into_tensor(o, i)
+        check_equal(outs[0], torch.cat([torch.full((4,), float(r)) for r in range(ws)]), f"{style}: all_gather 0")
+        check_equal(outs[1], torch.cat([torch.arange(2) + 10 * r for r in range(ws)]), f"{style}: all_gather 1")
+        rs_in = [torch.arange(6.0 * ws) * (rank + 1), torch.ones(ws, dtype=torch.int32) * (rank + 1)]
+        rs_out = [torch.zeros(6), torch.zeros(1, dtype=torch.int32)]
+        with _coalescing_manager(device=device):
+            for o, i in zip(rs_out, rs_in):
+                dist.reduce_scatter_tensor(o, i)
+        check_equal(rs_out[0], torch.arange(6.0 * rank, 6.0 * (rank + 1)) * total, f"{style}: reduce_scatter 0")
+        check_equal(rs_out[1], torch.tensor([total], dtype=torch.int32), f"{style}: reduce_scatter 1")
     dist.barrier()
 
 
