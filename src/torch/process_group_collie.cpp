@@ -62,12 +62,13 @@ c10::intrusive_ptr<CollieWork> ProcessGroupCollie::makeWork(c10d::OpType type, c
   return c10::make_intrusive<CollieWork>(rank_, type, name, std::move(outputs), waiter_, reporter_);
 }
 
+std::vector<c10::intrusive_ptr<CollieWork>> ProcessGroupCollie::inFlightNow() {
+  std::lock_guard<std::mutex> lock(inFlightMutex_);
+  return inFlight_;
+}
+
 ProcessGroupCollie::WorkPtr ProcessGroupCollie::issued(c10::intrusive_ptr<CollieWork> work) {
-  std::vector<c10::intrusive_ptr<CollieWork>> kept;
-  {
-    std::lock_guard<std::mutex> lock(inFlightMutex_);
-    kept = inFlight_;
-  }
+  const std::vector<c10::intrusive_ptr<CollieWork>> kept = inFlightNow();
   // Polled outside the lock: completing a Work runs its post-processing (and, for a barrier, completes earlier
   // Works, whose future callbacks may issue calls on this group).
   for (const auto& w : kept) w->poll();
@@ -322,11 +323,7 @@ ProcessGroupCollie::WorkPtr ProcessGroupCollie::reduce_scatter_tensor_coalesced(
 
 ProcessGroupCollie::WorkPtr ProcessGroupCollie::barrier(const c10d::BarrierOptions& opts) {
   auto work = makeWork(c10d::OpType::BARRIER, "barrier", {});
-  std::vector<c10::intrusive_ptr<CollieWork>> earlier;
-  {
-    std::lock_guard<std::mutex> lock(inFlightMutex_);
-    earlier = inFlight_;
-  }
+  const std::vector<c10::intrusive_ptr<CollieWork>> earlier = inFlightNow();
   at::Tensor token = at::zeros({1}, at::kByte);  // a 1-byte all-reduce: done once every rank has called barrier
   issueCollie("barrier", reporter_.get(), [&] {
     work->add(comm_->allReduceAsync(token.data_ptr(), token.data_ptr(), 1, DataType::Uint8, ReduceOp::Max));

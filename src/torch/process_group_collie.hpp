@@ -110,6 +110,8 @@ class ProcessGroupCollie : public COLLIE_C10D_BASE {
   /// Keeps an issued Work until it is complete (its buffers are collie's until then), first dropping those that
   /// are (completing those whose handles are done). Returns it.
   WorkPtr issued(c10::intrusive_ptr<CollieWork> work);
+  /// A copy of the Works kept in flight (completing one may issue calls on this group: never under the lock).
+  std::vector<c10::intrusive_ptr<CollieWork>> inFlightNow();
   /// Sends and receives `sendBytes[p]`/`recvBytes[p]` bytes to/from every peer p as one collie group (self: memcpy).
   void exchange(CollieWork& work, const char* send, const std::vector<size_t>& sendOff,
                 const std::vector<size_t>& sendBytes, char* recv, const std::vector<size_t>& recvOff,

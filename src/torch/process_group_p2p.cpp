@@ -269,11 +269,7 @@ void ProcessGroupCollie::endCoalescing(std::vector<WorkPtr>& reqs) {
   // Every call issued before the block's end is done (collie keeps call order), collectives issued inside it included
   // (torch 2.x's coalescing manager issues its allreduce_coalesced there, then waits on the Work returned here only):
   // their outputs are written now, not at the group's next call.
-  std::vector<c10::intrusive_ptr<CollieWork>> kept;
-  {
-    std::lock_guard<std::mutex> lock(inFlightMutex_);
-    kept = inFlight_;
-  }
+  const std::vector<c10::intrusive_ptr<CollieWork>> kept = inFlightNow();
   for (const auto& w : kept) w->complete();
 #if COLLIE_C10D_END_COALESCING_RETURNS_WORK
   auto all = makeWork(c10d::OpType::UNKNOWN, "coalesced", {});
