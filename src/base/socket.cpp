@@ -67,16 +67,25 @@ int msUntil(Deadline deadline) {
   return ms > INT_MAX ? INT_MAX : static_cast<int>(ms);
 }
 
-/// Polls one fd for `events` until the deadline. Returns false on timeout.
-bool pollUntil(int fd, short events, Deadline deadline) {
+/// Throws when `stop` is set and true: the waiter's owner gave up on it (an abort).
+void checkStop(const std::atomic<bool>* stop, const std::string& what) {
+  if (stop && stop->load(std::memory_order_relaxed))
+    COLLIE_FAIL(ErrorCode::InvalidUsage, "stopped waiting for %s: aborted", what.c_str());
+}
+
+/// Polls one fd for `events` until the deadline. Returns false on timeout; with `stop`, looks at it every kStopLookMs.
+bool pollUntil(int fd, short events, Deadline deadline, const std::atomic<bool>* stop = nullptr,
+               const std::string& what = {}) {
   for (;;) {
+    checkStop(stop, what);
     pollfd p{fd, events, 0};
-    int ms = msUntil(deadline);
+    const int left = msUntil(deadline);
+    const int ms = stop ? std::min(left, kStopLookMs) : left;
     int rc = ::poll(&p, 1, ms);
     if (rc > 0) return true;
     if (rc == 0) {
-      if (ms == 0) return false;
-      continue;  // rounding: poll woke a little early
+      if (left == 0) return false;
+      continue;  // rounding (poll woke a little early), or time to look at `stop`
     }
     if (errno != EINTR) COLLIE_SYSCHECK(rc, "poll");
   }
@@ -323,7 +332,8 @@ int listenOn(sockaddr_storage& addr, int backlog) {
 }
 
 int connectWithRetry(const sockaddr_storage& addr, Deadline deadline, int retries, const std::string& what,
-                     const std::function<void()>& beforeRetry, int refusedLimit, milliseconds unansweredLimit) {
+                     const std::function<void()>& beforeRetry, int refusedLimit, milliseconds unansweredLimit,
+                     const std::atomic<bool>* stop) {
   auto backoff = milliseconds(10);
   int lastErr = 0;
   int refused = 0;  // refusals in a row
@@ -353,7 +363,7 @@ int connectWithRetry(const sockaddr_storage& addr, Deadline deadline, int retrie
     int err = rc == 0 ? 0 : errno;
     if (err == EINPROGRESS) {
       const bool bounded = unansweredLimit.count() > 0 && *silentSince + unansweredLimit < deadline;
-      if (!pollUntil(fd.get(), POLLOUT, bounded ? *silentSince + unansweredLimit : deadline)) {
+      if (!pollUntil(fd.get(), POLLOUT, bounded ? *silentSince + unansweredLimit : deadline, stop, what)) {
         if (bounded) failUnanswered("its SYNs went unanswered");
         COLLIE_FAIL(ErrorCode::Timeout, "timed out connecting to %s at %s (attempt %d)", what.c_str(),
                     addressToString(addr).c_str(), attempt);
@@ -394,7 +404,11 @@ int connectWithRetry(const sockaddr_storage& addr, Deadline deadline, int retrie
     if (beforeRetry) beforeRetry();
     COLLIE_TRACE(kLogNet, "connect to %s at %s: %s; retrying in %lld ms", what.c_str(), addressToString(addr).c_str(),
                  errnoString(err).c_str(), static_cast<long long>(backoff.count()));
-    std::this_thread::sleep_for(std::min<SteadyClock::duration>(backoff, deadline - now));
+    const auto wakeAt = now + std::min<SteadyClock::duration>(backoff, deadline - now);
+    for (auto left = wakeAt - now; left > SteadyClock::duration::zero(); left = wakeAt - SteadyClock::now()) {
+      std::this_thread::sleep_for(stop ? std::min<SteadyClock::duration>(left, milliseconds(kStopLookMs)) : left);
+      checkStop(stop, what);
+    }
     backoff = std::min(backoff * 2, milliseconds(1000));
   }
 }
@@ -432,7 +446,8 @@ int acceptUntil(int listenFd, Deadline deadline, sockaddr_storage* peer) {
   }
 }
 
-void sendAll(int fd, const void* buf, size_t bytes, Deadline deadline, const std::string& what) {
+void sendAll(int fd, const void* buf, size_t bytes, Deadline deadline, const std::string& what,
+             const std::atomic<bool>* stop) {
   const char* p = static_cast<const char*>(buf);
   size_t done = 0;
   while (done < bytes) {
@@ -444,7 +459,7 @@ void sendAll(int fd, const void* buf, size_t bytes, Deadline deadline, const std
     int err = errno;
     if (err == EINTR) continue;
     if (err == EAGAIN || err == EWOULDBLOCK) {
-      if (!pollUntil(fd, POLLOUT, deadline)) {
+      if (!pollUntil(fd, POLLOUT, deadline, stop, what)) {
         COLLIE_FAIL(ErrorCode::Timeout, "timed out sending to %s (%zu of %zu bytes sent)", what.c_str(), done, bytes);
       }
       continue;
@@ -457,7 +472,8 @@ void sendAll(int fd, const void* buf, size_t bytes, Deadline deadline, const std
   }
 }
 
-void recvAll(int fd, void* buf, size_t bytes, Deadline deadline, const std::string& what) {
+void recvAll(int fd, void* buf, size_t bytes, Deadline deadline, const std::string& what,
+             const std::atomic<bool>* stop) {
   char* p = static_cast<char*>(buf);
   size_t done = 0;
   while (done < bytes) {
@@ -473,7 +489,7 @@ void recvAll(int fd, void* buf, size_t bytes, Deadline deadline, const std::stri
     int err = errno;
     if (err == EINTR) continue;
     if (err == EAGAIN || err == EWOULDBLOCK) {
-      if (!pollUntil(fd, POLLIN, deadline)) {
+      if (!pollUntil(fd, POLLIN, deadline, stop, what)) {
         COLLIE_FAIL(ErrorCode::Timeout, "timed out receiving from %s (%zu of %zu bytes received)", what.c_str(), done,
                     bytes);
       }

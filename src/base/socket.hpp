@@ -6,6 +6,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -63,18 +64,26 @@ int listenOn(sockaddr_storage& addr, int backlog = 1024);
 /// all (no SYN-ACK and no refusal: the SYNs vanish, or the host has no route) throws RemoteError: the peer's host is
 /// down or cut off (COLLIE_PEER_DEAD_TIMEOUT's rule for a connected peer, applied before the first connection). A
 /// refusal is an answer: the host is up.
+/// `stop`, when set, is looked at while waiting (every kStopLookMs): once true the wait throws InvalidUsage
+/// ("aborted"), the way a communicator's abort ends a bootstrap still waiting for its root.
 int connectWithRetry(const sockaddr_storage& addr, Deadline deadline, int retries, const std::string& what,
                      const std::function<void()>& beforeRetry = {}, int refusedLimit = 0,
-                     std::chrono::milliseconds unansweredLimit = std::chrono::milliseconds(0));
+                     std::chrono::milliseconds unansweredLimit = std::chrono::milliseconds(0),
+                     const std::atomic<bool>* stop = nullptr);
 /// Whether `addr` is a loopback address (127.0.0.0/8, ::1, or IPv4 loopback mapped into IPv6).
 bool isLoopbackAddress(const sockaddr_storage& addr);
 /// accept() with a deadline; returns -1 on timeout. Also fills *peer.
 int acceptUntil(int listenFd, Deadline deadline, sockaddr_storage* peer);
 
 /// Blocking exact-size I/O with a deadline. Throw RemoteError on EOF/reset and Timeout past the deadline;
-/// `what` names the other side in the message.
-void sendAll(int fd, const void* buf, size_t bytes, Deadline deadline, const std::string& what);
-void recvAll(int fd, void* buf, size_t bytes, Deadline deadline, const std::string& what);
+/// `what` names the other side in the message. `stop`: as connectWithRetry's.
+void sendAll(int fd, const void* buf, size_t bytes, Deadline deadline, const std::string& what,
+             const std::atomic<bool>* stop = nullptr);
+void recvAll(int fd, void* buf, size_t bytes, Deadline deadline, const std::string& what,
+             const std::atomic<bool>* stop = nullptr);
+
+/// How often a wait given a stop flag looks at it: the most an abort waits for a blocked bootstrap to notice.
+constexpr int kStopLookMs = 20;
 
 void setNonBlocking(int fd, bool on);
 void setNoDelay(int fd);

@@ -37,9 +37,10 @@ struct CommShared {
 
 struct collieComm {
   std::mutex mu;
-  std::shared_ptr<CommShared> shared;  // null until a non-blocking init finishes
-  std::thread initThread;              // non-blocking init: joined by collieCommDestroy/Abort only
-  std::condition_variable initCv;      // notified under mu when initDone turns true
+  std::shared_ptr<CommShared> shared;                    // null until a non-blocking init finishes
+  std::thread initThread;                                // non-blocking init: joined by collieCommDestroy/Abort only
+  std::unique_ptr<collie::core::CreationStop> initStop;  // non-blocking init: collieCommAbort ends its waits
+  std::condition_variable initCv;                        // notified under mu when initDone turns true
   collieResult_t initResult = collieSuccess;
   std::string initError;
   bool initDone = true;
@@ -215,7 +216,9 @@ collieResult_t initRank(collieComm_t* out, int nranks, const collieUniqueId& id,
   auto init = [handle, nranks, uid, rank, options] {
     std::shared_ptr<CommShared> comm;
     collieResult_t r = guarded(nullptr, [&] {
-      comm = std::make_shared<CommShared>(collie::Communicator::create(nranks, uid, rank, options));
+      comm = std::make_shared<CommShared>(
+          handle->initStop ? collie::InternalAccess::create(nranks, uid, rank, options, *handle->initStop)
+                           : collie::Communicator::create(nranks, uid, rank, options));
     });
     std::lock_guard<std::mutex> lock(handle->mu);
     handle->shared = std::move(comm);
@@ -236,6 +239,7 @@ collieResult_t initRank(collieComm_t* out, int nranks, const collieUniqueId& id,
     return collieSuccess;
   }
   handle->initDone = false;
+  handle->initStop = std::make_unique<collie::core::CreationStop>();
   handle->initThread = std::thread(init);
   *out = handle;
   return collieInProgress;
@@ -326,6 +330,10 @@ collieResult_t collieCommDestroy(collieComm_t handle) {
 
 collieResult_t collieCommAbort(collieComm_t handle) {
   if (!handle) return collieSuccess;
+  {
+    std::lock_guard<std::mutex> lock(handle->mu);
+    if (!handle->initDone) handle->initStop->stop();  // a non-blocking init still running fails now (InvalidUsage)
+  }
   std::shared_ptr<CommShared> comm;
   resolve(handle, &comm);
   if (comm) comm->comm->abort();

@@ -24,6 +24,11 @@ struct InternalAccess {
     if (!comm) return nullptr;
     return std::unique_ptr<Communicator>(new Communicator(std::make_unique<Communicator::Impl>(std::move(comm))));
   }
+  /// Communicator::create whose wait another thread may end (`stop`: the C API's abort of a non-blocking init).
+  static std::unique_ptr<Communicator> create(int nranks, const UniqueId& id, int rank, const Options& options,
+                                              const core::CreationStop& stop) {
+    return wrap(core::CommImpl::create(nranks, core::decodeUniqueId(id.raw), rank, options, &stop));
+  }
   /// A Work handle on a completion state.
   static Work work(std::shared_ptr<core::WorkState> state) { return Work(std::move(state)); }
 

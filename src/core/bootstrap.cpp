@@ -108,23 +108,25 @@ std::array<uint8_t, 16> randomSecret() {
 }
 
 std::vector<transport::PeerInfo> bootstrapExchange(const UniqueIdData& id, int rank, int nranks,
-                                                   const transport::PeerInfo& self, std::chrono::milliseconds timeout) {
+                                                   const transport::PeerInfo& self, std::chrono::milliseconds timeout,
+                                                   const std::atomic<bool>* stop) {
   base::Deadline deadline = std::chrono::steady_clock::now() + timeout;
   std::string root = "bootstrap root " + base::addressToString(id.root);
-  transport::UniqueFd conn(base::connectWithRetry(id.root, deadline, 1 << 30, root));
+  transport::UniqueFd conn(
+      base::connectWithRetry(id.root, deadline, 1 << 30, root, {}, 0, std::chrono::milliseconds(0), stop));
   BootstrapHello hello;
   hello.secret = id.secret;
   hello.rank = rank;
   hello.nranks = nranks;
   hello.info = self;
   std::vector<uint8_t> out = encodeBootstrapHello(hello);
-  base::sendAll(conn.get(), out.data(), out.size(), deadline, root);
+  base::sendAll(conn.get(), out.data(), out.size(), deadline, root, stop);
   std::vector<uint8_t> in(kBootstrapReplyHeaderBytes);
-  base::recvAll(conn.get(), in.data(), in.size(), deadline, root);
+  base::recvAll(conn.get(), in.data(), in.size(), deadline, root, stop);
   const std::vector<int> known = bootstrapPeers(rank, nranks);
   in.resize(bootstrapReplyBytes(in.data(), in.size(), known));  // the parsers' messages say what is wrong
   base::recvAll(conn.get(), in.data() + kBootstrapReplyHeaderBytes, in.size() - kBootstrapReplyHeaderBytes, deadline,
-                root);
+                root, stop);
   BootstrapReply reply = parseBootstrapReply(in.data(), in.size(), known);
   if (reply.status != ErrorCode::Success)
     COLLIE_FAIL(reply.status, "%s refused rank %d: %s", root.c_str(), rank, reply.message.c_str());

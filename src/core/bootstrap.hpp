@@ -14,6 +14,7 @@
 #include <collie/collie.h>
 
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -48,8 +49,10 @@ class BootstrapRoot {
 
 /// Checks in with the root and returns the PeerInfo table indexed by rank, in which only this rank and its
 /// bootstrapPeers are known (bootstrap_plan.hpp); the other entries have rank -1 until the ranks all-gather them.
+/// Once `stop` (when given) turns true, a wait for the root ends at once with InvalidUsage (the communicator's abort).
 std::vector<transport::PeerInfo> bootstrapExchange(const UniqueIdData& id, int rank, int nranks,
-                                                   const transport::PeerInfo& self, std::chrono::milliseconds timeout);
+                                                   const transport::PeerInfo& self, std::chrono::milliseconds timeout,
+                                                   const std::atomic<bool>* stop = nullptr);
 
 /// A hash identifying this host (host name and boot id), equal for ranks on the same machine.
 uint64_t localHostHash();

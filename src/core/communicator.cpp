@@ -51,16 +51,23 @@ CommImpl::CommImpl(int rank, int nranks, const Options& options, std::shared_ptr
           },
           [this] { closeIfAborted(); }) {}
 
-std::unique_ptr<CommImpl> CommImpl::create(int nranks, const UniqueIdData& id, int rank, const Options& options) {
+void CreationStop::stop() {
+  family_->abort.store(true);
+  family_->poller.wake();  // an executor waiting on the table's all-gather or calibration looks at the flag now
+}
+
+std::unique_ptr<CommImpl> CommImpl::create(int nranks, const UniqueIdData& id, int rank, const Options& options,
+                                           const CreationStop* stop) {
   COLLIE_ARG_CHECK(nranks >= 1, "nranks=%d: expected at least 1", nranks);
   COLLIE_ARG_CHECK(rank >= 0 && rank < nranks, "rank=%d: expected 0 <= rank < nranks=%d", rank, nranks);
   AlgoSelection selection = currentAlgoSelection();  // a bad COLLIE_ALGO fails here, naming the variable
-  std::unique_ptr<CommImpl> comm(new CommImpl(rank, nranks, options));
+  std::unique_ptr<CommImpl> comm(
+      new CommImpl(rank, nranks, options, stop ? std::make_shared<LinkShare>(stop->family_) : nullptr));
   comm->secret_ = id.secret;
   comm->links_.transports = makeTransports();
   transport::PeerInfo self = localPeerInfo(rank);
   for (auto& t : comm->links_.transports) t->listen(self);
-  auto peers = bootstrapExchange(id, rank, nranks, self, comm->timeout_);         // self and bootstrapPeers only
+  auto peers = bootstrapExchange(id, rank, nranks, self, comm->timeout_, &comm->abort_);  // self and its tree peers
   comm->planner_.tuner() = Tuner(comm->measured_.modelFor({}), AlgoSelection());  // the table's all-gather: Send/Recv
   comm->connect(peers, tableGatherNeeded(nranks));  // decided alike on every rank, whatever its table holds
   comm->planner_.tuner() = Tuner(comm->measured_.modelFor(kindsInUse(comm->links_.transports, comm->links_.ctx.peers)),

@@ -34,10 +34,24 @@ namespace collie::core {
 
 class DeviceStager;
 
+/// Lets another thread stop a communicator's creation (the C API's abort of a non-blocking init, as NCCL's
+/// ncclCommAbort of a communicator still in ncclInProgress): every wait of CommImpl::create given it (for the
+/// bootstrap root, the table's all-gather, connecting, calibration) ends within kStopLookMs with InvalidUsage.
+class CreationStop {
+ public:
+  void stop();
+
+ private:
+  friend class CommImpl;
+  std::shared_ptr<ShareFamily> family_ = std::make_shared<ShareFamily>();  ///< the new communicator's: its abort flag
+};
+
 class CommImpl {
  public:
-  /// Joins communicator `id` as `rank` of `nranks` (collective; blocks until all have joined).
-  static std::unique_ptr<CommImpl> create(int nranks, const UniqueIdData& id, int rank, const Options& options);
+  /// Joins communicator `id` as `rank` of `nranks` (collective; blocks until all have joined). `stop`, when given,
+  /// may end the wait from another thread; one CreationStop serves one creation.
+  static std::unique_ptr<CommImpl> create(int nranks, const UniqueIdData& id, int rank, const Options& options,
+                                          const CreationStop* stop = nullptr);
   ~CommImpl();  ///< waits for queued work, then closes every connection
 
   int rank() const { return rank_; }

@@ -756,6 +756,19 @@ void testSingleThreadComms() {
   }
   groupSum(nb, 2, "non-blocking ncclCommInitRankConfig");
   for (ncclComm_t c : nb) NCCL_OK(ncclCommDestroy(c));
+
+  // ncclCommAbort of a communicator whose non-blocking init still waits (rank 1 of 2 never comes) ends it at once,
+  // not at collie's timeout (10 minutes by default).
+  NCCL_OK(ncclGetUniqueId(&id));
+  ncclComm_t alone = nullptr;
+  ncclResult_t r = ncclCommInitRankConfig(&alone, 2, id, 0, &config);
+  CHECK(r == ncclInProgress, "non-blocking init of 1 rank of 2 returned %d: %s", static_cast<int>(r),
+        ncclGetLastError(nullptr));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const auto abortStart = std::chrono::steady_clock::now();
+  NCCL_OK(ncclCommAbort(alone));
+  const double abortTook = std::chrono::duration<double>(std::chrono::steady_clock::now() - abortStart).count();
+  CHECK(abortTook < 5.0, "ncclCommAbort of a pending non-blocking init took %.1f s", abortTook);
 }
 
 // ---- API facts and errors ------------------------------------------------------------------------------------------

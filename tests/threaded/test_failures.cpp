@@ -25,6 +25,7 @@
 #include "common/sanitizers.hpp"
 #include "core/bootstrap.hpp"
 #include "core/bootstrap_wire.hpp"
+#include "core/setup.hpp"
 
 namespace collie::test {
 namespace {
@@ -682,6 +683,68 @@ TEST(CApiInit, ThreadsUsingAHandleWhileItsNonBlockingInitRunsAllGetTheCommunicat
   EXPECT_EQ(collieCommCount(comm1, &n), collieSuccess);
   EXPECT_EQ(collieCommDestroy(comm0), collieSuccess);
   EXPECT_EQ(collieCommDestroy(comm1), collieSuccess);
+}
+
+// collieCommAbort of a handle whose non-blocking init still waits ends that wait at once, as NCCL's ncclCommAbort of a
+// communicator in ncclInProgress does: here rank 0 waits for the bootstrap root, which waits for rank 1, who never
+// comes. It used to wait for the init's timeout (20 s here, 10 minutes by default).
+TEST(CApiInit, AbortEndsANonBlockingInitWaitingForTheRoot) {
+  collieUniqueId id;
+  ASSERT_EQ(collieGetUniqueId(&id), collieSuccess);
+  collieConfig_t config = COLLIE_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  config.timeoutMs = 20000;
+  collieComm_t comm = nullptr;
+  ASSERT_EQ(collieCommInitRankConfig(&comm, 2, id, 0, &config), collieInProgress);
+  std::this_thread::sleep_for(200ms);  // well inside the bootstrap's wait
+  collieResult_t state = collieSuccess;
+  ASSERT_EQ(collieCommGetAsyncError(comm, &state), collieSuccess);
+  EXPECT_EQ(state, collieInProgress);
+  auto t0 = Clock::now();
+  EXPECT_EQ(collieCommAbort(comm), collieSuccess);
+  EXPECT_LT(secondsSince(t0), 2.0);
+}
+
+// The same after the bootstrap: ranks 0 and 1 have their table, rank 2 checked in with the root and listens but never
+// answers (a process stalled in its init), so both wait in calibration: rank 0 in a call (executor) that waits to
+// connect rank 2, rank 1 in connecting ranks 0 and 2 (handshake). Aborting either ends its init at once.
+TEST(CApiInit, AbortEndsANonBlockingInitWaitingForAPeer) {
+  constexpr int n = 3;
+  collieUniqueId raw;
+  ASSERT_EQ(collieGetUniqueId(&raw), collieSuccess);
+  UniqueId id;
+  id.raw = raw;
+  std::vector<std::unique_ptr<transport::Transport>> silentTransports = core::makeTransports();
+  core::BootstrapHello hello;
+  hello.secret = core::decodeUniqueId(raw).secret;
+  hello.rank = n - 1;
+  hello.nranks = n;
+  hello.info = core::localPeerInfo(n - 1);
+  for (auto& t : silentTransports) t->listen(hello.info);  // listening, never serving: dials to it go unanswered
+  int silent = connectToRoot(id);
+  ASSERT_GE(silent, 0);
+  std::vector<uint8_t> bytes = core::encodeBootstrapHello(hello);
+  ASSERT_EQ(send(silent, bytes.data(), bytes.size(), MSG_NOSIGNAL), static_cast<ssize_t>(bytes.size()));
+
+  collieConfig_t config = COLLIE_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  config.timeoutMs = 20000;
+  std::vector<collieComm_t> comms(2, nullptr);
+  for (int r = 0; r < 2; ++r)
+    ASSERT_EQ(collieCommInitRankConfig(&comms[static_cast<size_t>(r)], n, raw, r, &config), collieInProgress);
+  std::this_thread::sleep_for(500ms);  // past the bootstrap: the root has every hello
+  ASSERT_TRUE(closedByPeer(silent, 5s)) << "the root did not answer the three ranks";
+  for (collieComm_t c : comms) {
+    collieResult_t state = collieSuccess;
+    ASSERT_EQ(collieCommGetAsyncError(c, &state), collieSuccess);
+    EXPECT_EQ(state, collieInProgress);
+  }
+  for (collieComm_t c : comms) {
+    auto t0 = Clock::now();
+    EXPECT_EQ(collieCommAbort(c), collieSuccess);
+    EXPECT_LT(secondsSince(t0), 2.0);
+  }
+  close(silent);
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <string>
@@ -232,6 +233,42 @@ TEST(Sockets, ConnectSucceedsOnceTheListenerAppears) {
   int fd = base::connectWithRetry(addr, in(10s), 0, "late listener");
   late.join();
   EXPECT_GE(fd, 0);
+  ::close(fd);
+  ::close(lfd);
+}
+
+// A stop flag ends a wait long before its deadline (a communicator's abort of an init waiting on its bootstrap root):
+// the retries of a connection nobody answers, and a receive from a peer that says nothing.
+TEST(Sockets, AStopFlagEndsTheWaitsWithinItsLook) {
+  sockaddr_storage addr = base::parseAddress("127.0.0.1:0");
+  ::close(base::listenOn(addr));
+  std::atomic<bool> stop{false};
+  std::thread stopper([&] {
+    std::this_thread::sleep_for(300ms);  // past the first backoffs: 10, 20, 40, 80, 160 ms
+    stop = true;
+  });
+  auto start = SteadyClock::now();
+  std::string message;
+  EXPECT_EQ(codeOf([&] { base::connectWithRetry(addr, in(30s), 0, "the root", {}, 0, 0ms, &stop); }, &message),
+            ErrorCode::InvalidUsage);
+  EXPECT_LT(SteadyClock::now() - start, 2s);
+  EXPECT_NE(message.find("aborted"), std::string::npos) << message;
+  stopper.join();
+
+  sockaddr_storage listening = base::parseAddress("127.0.0.1:0");
+  int lfd = base::listenOn(listening);
+  int fd = base::connectWithRetry(listening, in(5s), 0, "the root");
+  stop = false;
+  std::thread later([&] {
+    std::this_thread::sleep_for(100ms);
+    stop = true;
+  });
+  start = SteadyClock::now();
+  char byte = 0;
+  EXPECT_EQ(codeOf([&] { base::recvAll(fd, &byte, 1, in(30s), "the root", &stop); }, &message),
+            ErrorCode::InvalidUsage);
+  EXPECT_LT(SteadyClock::now() - start, 2s);
+  later.join();
   ::close(fd);
   ::close(lfd);
 }
