@@ -292,6 +292,10 @@ class COLLIE_EXPORT Communicator {
 /// Calls made on this thread between groupStart and groupEnd are issued together and complete at groupEnd.
 COLLIE_EXPORT void groupStart();
 COLLIE_EXPORT void groupEnd();
+/// Ends a group without waiting for it: its calls are issued together and run in the background; each call's Work
+/// completes (or fails) with its communicator's part of the group. Every call in the group must be an async one
+/// (sendAsync, allReduceAsync...): a blocking call in it is refused (InvalidUsage) and nothing is issued.
+COLLIE_EXPORT void groupEndAsync();
 
 /// "major.minor.patch"
 COLLIE_EXPORT const char* versionString();

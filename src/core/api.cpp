@@ -192,6 +192,7 @@ void Communicator::checkSpan(size_t want, size_t have, const char* what) {
 
 void groupStart() { core::groupStart(); }
 void groupEnd() { core::groupEnd(); }
+void groupEndAsync() { core::groupEndAsync(); }
 const char* versionString() { return COLLIE_VERSION_STRING; }
 
 }  // namespace collie

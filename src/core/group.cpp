@@ -1,9 +1,11 @@
 // Groups (collieGroupStart/End): calls made on this thread between the outermost start and end are recorded,
 // then issued together at the end — one batch per communicator, all batches in flight at once so that
-// several communicators driven by one thread (collieCommInitAll) progress together — and the end returns
-// when all are done. Inside a batch, consecutive Send/Recv calls run concurrently.
+// several communicators driven by one thread (collieCommInitAll) progress together — and groupEnd returns
+// when all are done; groupEndAsync returns at once, each call's Work reporting it. Inside a batch, consecutive
+// Send/Recv calls run concurrently.
 #include "core/group.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <map>
 #include <vector>
@@ -38,30 +40,49 @@ void groupStart() {
 
 void groupAdd(CommImpl* comm, OpDesc op) { group().ops.emplace_back(comm, std::move(op)); }
 
-void groupEnd() {
-  GroupState& g = group();
-  COLLIE_USAGE_CHECK(g.depth > 0, "groupEnd without a matching groupStart");
-  if (--g.depth > 0) return;
-  openGroups.fetch_sub(1, std::memory_order_relaxed);
-  std::vector<std::pair<CommImpl*, OpDesc>> ops;
-  ops.swap(g.ops);
-  // Batches in order of first appearance of each communicator.
-  std::vector<CommImpl*> order;
-  std::map<CommImpl*, std::vector<OpDesc>> batches;
-  for (auto& [comm, op] : ops) {
-    if (!batches.count(comm)) order.push_back(comm);
-    batches[comm].push_back(std::move(op));
-  }
-  // Communicators sharing connections run one call at a time (link_share.hpp): two in one group would wait on each
-  // other until the timeout.
+namespace {
+
+// Throws InvalidUsage when the group cannot be issued: calls of two communicators that share their connections
+// (link_share.hpp: they run one call at a time, so two in one group would wait on each other until the timeout), or,
+// ended without a wait, a blocking call (no Work would report it).
+void checkIssuable(const std::vector<std::pair<CommImpl*, OpDesc>>& ops, const std::vector<CommImpl*>& order,
+                   bool wait) {
+  for (const auto& [comm, op] : ops)
+    COLLIE_USAGE_CHECK(wait || op.work,
+                       "groupEndAsync: the group holds a blocking %s on %s rank %d, whose result no "
+                       "Work would report: make it with the call's Async form, or end the group with groupEnd",
+                       algorithms::collectiveName(op.coll), comm->name().c_str(), comm->rank());
   for (size_t i = 0; i < order.size(); ++i)
     for (size_t j = i + 1; j < order.size(); ++j)
       COLLIE_USAGE_CHECK(order[i]->sharingFamily() == nullptr || order[i]->sharingFamily() != order[j]->sharingFamily(),
                          "a group holds calls of %s and %s, which share their connections (split with "
                          "shareConnections): they run one call at a time, so call them in separate groups",
                          order[i]->name().c_str(), order[j]->name().c_str());
+}
+
+// groupEnd (wait) and groupEndAsync (each call's Work reports it).
+void endGroup(bool wait) {
+  GroupState& g = group();
+  COLLIE_USAGE_CHECK(g.depth > 0, "%s without a matching groupStart", wait ? "groupEnd" : "groupEndAsync");
+  if (--g.depth > 0) return;
+  openGroups.fetch_sub(1, std::memory_order_relaxed);
+  std::vector<std::pair<CommImpl*, OpDesc>> ops;
+  ops.swap(g.ops);
+  std::vector<CommImpl*> order;  // communicators in order of first appearance: one batch each
+  for (const auto& entry : ops)
+    if (std::find(order.begin(), order.end(), entry.first) == order.end()) order.push_back(entry.first);
+  try {
+    checkIssuable(ops, order, wait);
+  } catch (const Error& e) {  // nothing issued, no buffer touched; the async calls' Works say why
+    for (auto& entry : ops)
+      if (entry.second.work) entry.second.work->complete(e.code(), e.what());
+    throw;
+  }
+  std::map<CommImpl*, std::vector<OpDesc>> batches;
+  for (auto& [comm, op] : ops) batches[comm].push_back(std::move(op));
   std::vector<std::shared_ptr<WorkState>> works;
   for (CommImpl* comm : order) works.push_back(comm->submitBatch(std::move(batches[comm])));
+  if (!wait) return;
   const WorkState* firstFailure = nullptr;
   for (auto& w : works) {
     w->wait();
@@ -69,5 +90,11 @@ void groupEnd() {
   }
   if (firstFailure) throw Error(firstFailure->code, firstFailure->message);
 }
+
+}  // namespace
+
+void groupEnd() { endGroup(true); }
+
+void groupEndAsync() { endGroup(false); }
 
 }  // namespace collie::core

@@ -16,6 +16,9 @@ bool anyGroupOpen();
 void groupStart();
 /// Issues the calls recorded since the outermost groupStart, one batch per communicator, and waits for them all.
 void groupEnd();
+/// groupEnd without the wait: every call in the group must be an async one (its Work reports it), else InvalidUsage
+/// and nothing is issued.
+void groupEndAsync();
 /// Records a call made inside a group.
 void groupAdd(CommImpl* comm, OpDesc op);
 

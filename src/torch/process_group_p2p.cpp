@@ -1,6 +1,7 @@
 // ProcessGroupCollie: the calls that exchange data between pairs of ranks (process_group_collie.hpp):
 // all-to-all with even splits on collie's AllToAll, uneven splits and lists as one collie group of sends and
-// receives (collie::groupStart/groupEnd, so that every pair exchanges at once, never in a cycle that waits), gather
+// receives (collie::groupStart/groupEndAsync, so that every pair exchanges at once, never in a cycle that waits,
+// and the call returns before they are done), gather
 // and scatter as sends to / receives at the root, send and recv (from any source: collie's recvAnyAsync, whose
 // Work names the sender for sourceRank()), and batch_isend_irecv's coalescing as a collie group.
 #include <c10/util/Exception.h>
@@ -57,14 +58,15 @@ void ProcessGroupCollie::exchange(CollieWork& work, const char* send, const std:
       for (int k = 1; k < size_; ++k) {  // each rank starts with its next neighbour: pairs spread over the ring
         const int to = (rank_ + k) % size_;
         const int from = (rank_ - k + size_) % size_;
-        if (sendBytes[to] > 0) comm_->sendAsync(send + sendOff[to], sendBytes[to], DataType::Uint8, to);
-        if (recvBytes[from] > 0) comm_->recvAsync(recv + recvOff[from], recvBytes[from], DataType::Uint8, from);
+        if (sendBytes[to] > 0) work.add(comm_->sendAsync(send + sendOff[to], sendBytes[to], DataType::Uint8, to));
+        if (recvBytes[from] > 0)
+          work.add(comm_->recvAsync(recv + recvOff[from], recvBytes[from], DataType::Uint8, from));
       }
     } catch (...) {
       groupEnd();
       throw;
     }
-    groupEnd();
+    groupEndAsync();  // the Works added above complete with the group, as an async_op=True caller expects
   } catch (const Error& e) {
     work.failWith(reporter_->explain(e.what()));
   }

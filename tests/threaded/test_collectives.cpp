@@ -128,6 +128,65 @@ TEST_P(SamePeerTwice, TwoSendsAndTwoRecvsInOneGroupMatchInOrder) {
 
 INSTANTIATE_TEST_SUITE_P(Threads, SamePeerTwice, ::testing::Values(1000, 200003, 1 << 20));
 
+// groupEndAsync returns before the group is done: rank 0 ends its group of uneven sends and receives while rank 1
+// has not started its own (it sleeps 600 ms first); the Works complete once it has, with every element right.
+TEST(GroupEndAsync, ReturnsAtOnceAndTheWorksCompleteWithTheGroup) {
+  ThreadLauncher::run(
+      2,
+      [](Communicator& comm) {
+        const int rank = comm.rank(), peer = 1 - rank;
+        const DataType t = DataType::Int32;
+        const size_t sendCount = rank == 0 ? 1000 : 300001, recvCount = rank == 0 ? 300001 : 1000;
+        Buffer out(t, sendCount), in(t, recvCount);
+        out.fillInput(0, sendCount, kNoReduction, rank, 0);
+        if (rank == 1) std::this_thread::sleep_for(600ms);
+        const auto t0 = std::chrono::steady_clock::now();
+        groupStart();
+        Work sent = comm.sendAsync(out.data(), sendCount, t, peer);
+        Work got = comm.recvAsync(in.data(), recvCount, t, peer);
+        groupEndAsync();
+        if (rank == 0) EXPECT_LT(std::chrono::steady_clock::now() - t0, 300ms) << "groupEndAsync waited for the peer";
+        sent.wait();
+        got.wait();
+        EXPECT_TRUE(matchesInput(in.data(), recvCount, t, kNoReduction, peer, 0));
+      },
+      testOptions());
+}
+
+// A blocking call in a group ended with groupEndAsync: refused before anything is issued (no Work would report the
+// blocking call), and the group's async calls fail with the same reason rather than wait forever. The communicator
+// stays usable.
+TEST(GroupEndAsync, RefusesABlockingCallAndFailsTheGroupsWorks) {
+  ThreadLauncher::run(
+      2,
+      [](Communicator& comm) {
+        const int peer = 1 - comm.rank();
+        std::vector<int32_t> a(64, 7), b(64, -1);
+        groupStart();
+        Work w = comm.sendAsync(a.data(), a.size(), DataType::Int32, peer);
+        comm.recv(b.data(), b.size(), DataType::Int32, peer);  // blocking, deferred to the group's end
+        try {
+          groupEndAsync();
+          ADD_FAILURE() << "groupEndAsync took a blocking call";
+        } catch (const Error& e) {
+          EXPECT_EQ(e.code(), ErrorCode::InvalidUsage);
+          EXPECT_NE(std::string(e.what()).find("blocking Recv"), std::string::npos) << e.what();
+        }
+        EXPECT_TRUE(w.test());
+        try {
+          w.wait();
+          ADD_FAILURE() << "the refused group's send reported success";
+        } catch (const Error& e) {
+          EXPECT_EQ(e.code(), ErrorCode::InvalidUsage);
+        }
+        EXPECT_EQ(b, std::vector<int32_t>(64, -1)) << "a refused group touched a buffer";
+        int x = comm.rank() + 1;
+        comm.allReduce(&x, &x, 1, DataType::Int32, ReduceOp::Sum);
+        EXPECT_EQ(x, 3);
+      },
+      testOptions());
+}
+
 // A small call right after a larger one must not stall. Every TCP socket of a communicator needs TCP_NODELAY: with
 // Nagle's algorithm on, a small segment sent while the previous one is unacknowledged waits for the peer's delayed
 // ACK (~40 ms on Linux). So: after a barrier, rank 0 broadcasts 4000 bytes and then 4 bytes over the same socket

@@ -11,8 +11,9 @@ every value element by element against what the call must give:
   async         Works whose handles are dropped or never waited on (a 32 MiB all_gather, an isend of a temporary):
                 kept by the group and completed by the barrier after them, outputs checked without waiting; after
                 get_future() is_completed() does not block and wait(timeout) times out while a peer is late;
-                barrier(async_op=True) returns before the peers reach it and completes the calls before it; a
-                dropped call's output is written when the group is destroyed
+                barrier(async_op=True) and all_to_all with uneven splits (both forms) return before the peers
+                reach them; the barrier completes the calls before it; a dropped call's output is written when the
+                group is destroyed
   killed        a rank SIGKILLs itself; every other rank's pending all_reduce raises RuntimeError naming it within the
                 group's timeout
   torchrun      the real launcher: python3 -m torch.distributed.run --nproc_per_node 2 ... (env://)
@@ -290,6 +291,35 @@ def case_async(rank, ws):
         dist.barrier(async_op=True).wait()
     for r in range(ws):
         check_equal(outs[r], torch.full((3,), float(r - 5)), f"dropped all_gather piece {r} after barrier(async)")
+
+    # all_to_all with uneven splits, and its list form, return at once with async_op=True (a collie group ended
+    # without waiting), while the peers have not called yet; wait() gives every element.
+    in_splits = [rank + p + 1 for p in range(ws)]
+    out_splits = [q + rank + 1 for q in range(ws)]
+    send = torch.cat([torch.full((in_splits[p], 2), float(100 * rank + p)) for p in range(ws)])
+    recv = torch.zeros(sum(out_splits), 2)
+    ins = [torch.full((p + rank + 1,), float(10 * rank + p)) for p in range(ws)]
+    outs = [torch.zeros(q + rank + 1) for q in range(ws)]
+    if rank == 0:
+        start = time.time()
+        single = dist.all_to_all_single(recv, send, out_splits, in_splits, async_op=True)
+        listed = dist.all_to_all(outs, ins, async_op=True)
+        took = time.time() - start
+        pending = not single.is_completed() and not listed.is_completed()
+        store.set("collie_test/alltoall_go", "1")
+        single.wait()
+        listed.wait()
+        if took > QUICK_S or not pending:
+            raise AssertionError(f"uneven all_to_all(async_op=True) returned after {took:.1f} s, completed: "
+                                 f"{not pending}, before the peers called")
+    else:
+        wait_for_go("collie_test/alltoall_go")
+        dist.all_to_all_single(recv, send, out_splits, in_splits, async_op=True).wait()
+        dist.all_to_all(outs, ins, async_op=True).wait()
+    check_equal(recv, torch.cat([torch.full((out_splits[q], 2), float(100 * q + rank)) for q in range(ws)]),
+                "async uneven all_to_all_single")
+    for q in range(ws):
+        check_equal(outs[q], torch.full((q + rank + 1,), float(10 * q + rank)), f"async all_to_all from {q}")
 
     # A dropped call the group's destruction completes: a transposed view, written back through a staging copy.
     base = torch.arange(12, dtype=torch.float32).reshape(3, 4) * (rank + 1)
