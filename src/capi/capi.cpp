@@ -114,6 +114,15 @@ collieResult_t withComm(collieComm_t handle, F&& body) {
   return guarded(comm, [&] { body(*comm->comm); });
 }
 
+// A new handle owning `created` (out of memory: *out stays NULL and the communicator is destroyed).
+collieResult_t newHandle(std::unique_ptr<collie::Communicator> created, collieComm_t* out) {
+  return guarded(nullptr, [&] {
+    auto handle = std::make_unique<collieComm>();
+    handle->shared = std::make_shared<CommShared>(std::move(created));
+    *out = handle.release();
+  });
+}
+
 // A C caller may pass any int as an enum (42 as a datatype, say); loading it as the C enum type would be undefined
 // behaviour in C++, so the bits are read as an int and validated later on the C++ side (whose enums are int-based).
 template <typename E>
@@ -210,7 +219,8 @@ collieResult_t initRank(collieComm_t* out, int nranks, const collieUniqueId& id,
   if (collieResult_t r = parseConfig(config, &parsed); r != collieSuccess) return r;
   const collie::Options options = parsed.options;
   const bool blocking = parsed.blocking;
-  auto* handle = new collieComm;
+  collieComm* handle = nullptr;
+  if (collieResult_t r = guarded(nullptr, [&] { handle = new collieComm; }); r != collieSuccess) return r;
   collie::UniqueId uid;
   uid.raw = id;
   auto init = [handle, nranks, uid, rank, options] {
@@ -238,9 +248,15 @@ collieResult_t initRank(collieComm_t* out, int nranks, const collieUniqueId& id,
     *out = handle;
     return collieSuccess;
   }
-  handle->initDone = false;
-  handle->initStop = std::make_unique<collie::core::CreationStop>();
-  handle->initThread = std::thread(init);
+  collieResult_t started = guarded(nullptr, [&] {  // no thread (or no memory for its stop): nothing began
+    handle->initDone = false;
+    handle->initStop = std::make_unique<collie::core::CreationStop>();
+    handle->initThread = std::thread(init);
+  });
+  if (started != collieSuccess) {
+    delete handle;
+    return started;
+  }
   *out = handle;
   return collieInProgress;
 }
@@ -293,9 +309,11 @@ collieResult_t collieCommInitAll(collieComm_t* comms, int ndev, const int* devli
   collieResult_t r = guarded(nullptr, [&] { all = collie::Communicator::createAll(ndev); });
   if (r != collieSuccess) return r;
   for (int i = 0; i < ndev; ++i) {
-    comms[i] = new collieComm;
     if (devlist) collie::InternalAccess::bindDevice(*all[static_cast<size_t>(i)], devlist[i]);  // may share a GPU
-    comms[i]->shared = std::make_shared<CommShared>(std::move(all[static_cast<size_t>(i)]));
+    if (r = newHandle(std::move(all[static_cast<size_t>(i)]), &comms[i]); r != collieSuccess) {
+      for (int j = 0; j < i; ++j) collieCommAbort(comms[j]);  // no half-made set: every peer is aborted
+      return r;
+    }
   }
   return collieSuccess;
 }
@@ -309,9 +327,7 @@ collieResult_t collieCommInitFromEnv(collieComm_t* comm, collieConfig_t* config)
   std::unique_ptr<collie::Communicator> created;
   collieResult_t r = guarded(nullptr, [&] { created = collie::Communicator::createFromEnv(options); });
   if (r != collieSuccess) return r;
-  *comm = new collieComm;
-  (*comm)->shared = std::make_shared<CommShared>(std::move(created));
-  return collieSuccess;
+  return newHandle(std::move(created), comm);
 }
 
 collieResult_t collieCommDestroy(collieComm_t handle) {
@@ -408,9 +424,7 @@ collieResult_t collieCommSplit(collieComm_t comm, int color, int key, collieComm
   std::unique_ptr<collie::Communicator> created;
   collieResult_t r = withComm(comm, [&](collie::Communicator& c) { created = c.split(color, key, options); });
   if (r != collieSuccess || !created) return r;
-  *newcomm = new collieComm;
-  (*newcomm)->shared = std::make_shared<CommShared>(std::move(created));
-  return collieSuccess;
+  return newHandle(std::move(created), newcomm);
 }
 
 collieResult_t collieCommShrink(collieComm_t comm, const int* excludeRanks, int excludeCount, collieComm_t* newcomm) {
@@ -422,9 +436,7 @@ collieResult_t collieCommShrink(collieComm_t comm, const int* excludeRanks, int 
   std::unique_ptr<collie::Communicator> created;
   collieResult_t r = withComm(comm, [&](collie::Communicator& c) { created = c.shrink(exclude); });
   if (r != collieSuccess) return r;
-  *newcomm = new collieComm;
-  (*newcomm)->shared = std::make_shared<CommShared>(std::move(created));
-  return collieSuccess;
+  return newHandle(std::move(created), newcomm);
 }
 
 const char* collieGetErrorString(collieResult_t result) {

@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_set>
@@ -312,9 +313,10 @@ NCCL_ABI(ncclResult_t, ncclMemAlloc, void** ptr, size_t size) {
     void* p = nullptr;
     int e = posix_memalign(&p, kHostAllocAlignment, size);
     if (e != 0) return fail(nullptr, ncclSystemError, "%s(%zu bytes): %s", fn, size, std::strerror(e));
+    std::unique_ptr<void, decltype(&std::free)> owned(p, &std::free);  // freed if the bookkeeping throws
     std::lock_guard<std::mutex> lock(hostAllocMu);
     hostAllocs.insert(p);
-    *ptr = p;
+    *ptr = owned.release();
     return ncclSuccess;
   });
 }
