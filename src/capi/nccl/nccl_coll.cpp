@@ -35,96 +35,6 @@ std::unordered_set<void*> hostAllocs;  // ncclMemAlloc's host allocations, for n
 }  // namespace
 
 // ---- Collectives and point-to-point --------------------------------------------------------------------------------
-NCCL_ABI(ncclResult_t, ncclReduce, const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
-         ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream) {
-  const char* fn = "ncclReduce";
-  return guarded(comm, fn, [&]() -> ncclResult_t {
-    collieComm_t c = nullptr;
-    collieDataType_t t = collieInt8;
-    collieRedOp_t o = collieSum;
-    NCCL_TRY(resolveLive(comm, fn, &c));
-    NCCL_TRY(toCollieType(comm, fn, datatype, &t));
-    NCCL_TRY(toCollieOp(comm, fn, op, &o));
-    return fromCollie(comm, fn, collieReduce(sendbuff, recvbuff, count, t, o, root, c, stream));
-  });
-}
-
-NCCL_ABI(ncclResult_t, ncclBcast, void* buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
-         cudaStream_t stream) {
-  const char* fn = "ncclBcast";
-  return guarded(comm, fn, [&]() -> ncclResult_t {
-    collieComm_t c = nullptr;
-    collieDataType_t t = collieInt8;
-    NCCL_TRY(resolveLive(comm, fn, &c));
-    NCCL_TRY(toCollieType(comm, fn, datatype, &t));
-    return fromCollie(comm, fn, collieBroadcast(buff, buff, count, t, root, c, stream));
-  });
-}
-
-NCCL_ABI(ncclResult_t, ncclBroadcast, const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
-         int root, ncclComm_t comm, cudaStream_t stream) {
-  const char* fn = "ncclBroadcast";
-  return guarded(comm, fn, [&]() -> ncclResult_t {
-    collieComm_t c = nullptr;
-    collieDataType_t t = collieInt8;
-    NCCL_TRY(resolveLive(comm, fn, &c));
-    NCCL_TRY(toCollieType(comm, fn, datatype, &t));
-    return fromCollie(comm, fn, collieBroadcast(sendbuff, recvbuff, count, t, root, c, stream));
-  });
-}
-
-NCCL_ABI(ncclResult_t, ncclAllReduce, const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
-         ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
-  const char* fn = "ncclAllReduce";
-  return guarded(comm, fn, [&]() -> ncclResult_t {
-    collieComm_t c = nullptr;
-    collieDataType_t t = collieInt8;
-    collieRedOp_t o = collieSum;
-    NCCL_TRY(resolveLive(comm, fn, &c));
-    NCCL_TRY(toCollieType(comm, fn, datatype, &t));
-    NCCL_TRY(toCollieOp(comm, fn, op, &o));
-    return fromCollie(comm, fn, collieAllReduce(sendbuff, recvbuff, count, t, o, c, stream));
-  });
-}
-
-NCCL_ABI(ncclResult_t, ncclReduceScatter, const void* sendbuff, void* recvbuff, size_t recvcount,
-         ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
-  const char* fn = "ncclReduceScatter";
-  return guarded(comm, fn, [&]() -> ncclResult_t {
-    collieComm_t c = nullptr;
-    collieDataType_t t = collieInt8;
-    collieRedOp_t o = collieSum;
-    NCCL_TRY(resolveLive(comm, fn, &c));
-    NCCL_TRY(toCollieType(comm, fn, datatype, &t));
-    NCCL_TRY(toCollieOp(comm, fn, op, &o));
-    return fromCollie(comm, fn, collieReduceScatter(sendbuff, recvbuff, recvcount, t, o, c, stream));
-  });
-}
-
-NCCL_ABI(ncclResult_t, ncclAllGather, const void* sendbuff, void* recvbuff, size_t sendcount, ncclDataType_t datatype,
-         ncclComm_t comm, cudaStream_t stream) {
-  const char* fn = "ncclAllGather";
-  return guarded(comm, fn, [&]() -> ncclResult_t {
-    collieComm_t c = nullptr;
-    collieDataType_t t = collieInt8;
-    NCCL_TRY(resolveLive(comm, fn, &c));
-    NCCL_TRY(toCollieType(comm, fn, datatype, &t));
-    return fromCollie(comm, fn, collieAllGather(sendbuff, recvbuff, sendcount, t, c, stream));
-  });
-}
-
-NCCL_ABI(ncclResult_t, ncclAlltoAll, const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
-         ncclComm_t comm, cudaStream_t stream) {
-  const char* fn = "ncclAlltoAll";
-  return guarded(comm, fn, [&]() -> ncclResult_t {
-    collieComm_t c = nullptr;
-    collieDataType_t t = collieInt8;
-    NCCL_TRY(resolveLive(comm, fn, &c));
-    NCCL_TRY(toCollieType(comm, fn, datatype, &t));
-    return fromCollie(comm, fn, collieAllToAll(sendbuff, recvbuff, count, t, c, stream));
-  });
-}
-
 namespace {
 
 // NCCL's peer is a rank, nothing else: collieRecv would take -1 (COLLIE_ANY_SOURCE) as a receive from any sender.
@@ -134,6 +44,79 @@ ncclResult_t checkPeer(ncclComm* comm, const char* fn, collieComm_t c, int peer)
   if (peer < 0 || peer >= n) return fail(comm, ncclInvalidArgument, "%s: peer=%d is not in [0, %d)", fn, peer, n);
   return ncclSuccess;
 }
+
+constexpr int kNoPeer = -2;  // forward(): a call that names no peer
+
+// What every data call does first: the communicator live (not finalized), the datatype converted, for a reduction
+// the operator (op: null for calls that do not reduce), for Send/Recv the peer checked; then `call(c, t, o)`, whose
+// result is converted.
+template <typename F>
+ncclResult_t forward(ncclComm* comm, const char* fn, const ncclDataType_t& datatype, const ncclRedOp_t* op, F&& call,
+                     int peer = kNoPeer) {
+  return guarded(comm, fn, [&]() -> ncclResult_t {
+    collieComm_t c = nullptr;
+    collieDataType_t t = collieInt8;
+    collieRedOp_t o = collieSum;
+    NCCL_TRY(resolveLive(comm, fn, &c));
+    NCCL_TRY(toCollieType(comm, fn, datatype, &t));
+    if (op) NCCL_TRY(toCollieOp(comm, fn, *op, &o));
+    if (peer != kNoPeer) NCCL_TRY(checkPeer(comm, fn, c, peer));
+    return fromCollie(comm, fn, call(c, t, o));
+  });
+}
+
+}  // namespace
+
+NCCL_ABI(ncclResult_t, ncclReduce, const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+         ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream) {
+  return forward(comm, "ncclReduce", datatype, &op, [&](collieComm_t c, collieDataType_t t, collieRedOp_t o) {
+    return collieReduce(sendbuff, recvbuff, count, t, o, root, c, stream);
+  });
+}
+
+NCCL_ABI(ncclResult_t, ncclBcast, void* buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
+         cudaStream_t stream) {
+  return forward(comm, "ncclBcast", datatype, nullptr, [&](collieComm_t c, collieDataType_t t, collieRedOp_t) {
+    return collieBroadcast(buff, buff, count, t, root, c, stream);
+  });
+}
+
+NCCL_ABI(ncclResult_t, ncclBroadcast, const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+         int root, ncclComm_t comm, cudaStream_t stream) {
+  return forward(comm, "ncclBroadcast", datatype, nullptr, [&](collieComm_t c, collieDataType_t t, collieRedOp_t) {
+    return collieBroadcast(sendbuff, recvbuff, count, t, root, c, stream);
+  });
+}
+
+NCCL_ABI(ncclResult_t, ncclAllReduce, const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+         ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
+  return forward(comm, "ncclAllReduce", datatype, &op, [&](collieComm_t c, collieDataType_t t, collieRedOp_t o) {
+    return collieAllReduce(sendbuff, recvbuff, count, t, o, c, stream);
+  });
+}
+
+NCCL_ABI(ncclResult_t, ncclReduceScatter, const void* sendbuff, void* recvbuff, size_t recvcount,
+         ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
+  return forward(comm, "ncclReduceScatter", datatype, &op, [&](collieComm_t c, collieDataType_t t, collieRedOp_t o) {
+    return collieReduceScatter(sendbuff, recvbuff, recvcount, t, o, c, stream);
+  });
+}
+
+NCCL_ABI(ncclResult_t, ncclAllGather, const void* sendbuff, void* recvbuff, size_t sendcount, ncclDataType_t datatype,
+         ncclComm_t comm, cudaStream_t stream) {
+  return forward(comm, "ncclAllGather", datatype, nullptr, [&](collieComm_t c, collieDataType_t t, collieRedOp_t) {
+    return collieAllGather(sendbuff, recvbuff, sendcount, t, c, stream);
+  });
+}
+
+NCCL_ABI(ncclResult_t, ncclAlltoAll, const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+         ncclComm_t comm, cudaStream_t stream) {
+  return forward(comm, "ncclAlltoAll", datatype, nullptr, [&](collieComm_t c, collieDataType_t t, collieRedOp_t) {
+    return collieAllToAll(sendbuff, recvbuff, count, t, c, stream);
+  });
+}
+
+namespace {
 
 // Whether a buffer of `bytes` at p is one collie takes: at most PTRDIFF_MAX bytes, its end within the address space.
 bool fitsAddressSpace(const void* p, size_t bytes) {
@@ -238,28 +221,22 @@ NCCL_ABI(ncclResult_t, ncclScatter, const void* sendbuff, void* recvbuff, size_t
 
 NCCL_ABI(ncclResult_t, ncclSend, const void* sendbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
          cudaStream_t stream) {
-  const char* fn = "ncclSend";
-  return guarded(comm, fn, [&]() -> ncclResult_t {
-    collieComm_t c = nullptr;
-    collieDataType_t t = collieInt8;
-    NCCL_TRY(resolveLive(comm, fn, &c));
-    NCCL_TRY(toCollieType(comm, fn, datatype, &t));
-    NCCL_TRY(checkPeer(comm, fn, c, peer));
-    return fromCollie(comm, fn, collieSend(sendbuff, count, t, peer, c, stream));
-  });
+  return forward(
+      comm, "ncclSend", datatype, nullptr,
+      [&](collieComm_t c, collieDataType_t t, collieRedOp_t) {
+        return collieSend(sendbuff, count, t, peer, c, stream);
+      },
+      peer);
 }
 
 NCCL_ABI(ncclResult_t, ncclRecv, void* recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
          cudaStream_t stream) {
-  const char* fn = "ncclRecv";
-  return guarded(comm, fn, [&]() -> ncclResult_t {
-    collieComm_t c = nullptr;
-    collieDataType_t t = collieInt8;
-    NCCL_TRY(resolveLive(comm, fn, &c));
-    NCCL_TRY(toCollieType(comm, fn, datatype, &t));
-    NCCL_TRY(checkPeer(comm, fn, c, peer));  // collie would take -1 (COLLIE_ANY_SOURCE) as any sender
-    return fromCollie(comm, fn, collieRecv(recvbuff, count, t, peer, c, stream));
-  });
+  return forward(  // the peer checked: collie would take -1 (COLLIE_ANY_SOURCE) as any sender
+      comm, "ncclRecv", datatype, nullptr,
+      [&](collieComm_t c, collieDataType_t t, collieRedOp_t) {
+        return collieRecv(recvbuff, count, t, peer, c, stream);
+      },
+      peer);
 }
 
 // ---- Groups ---------------------------------------------------------------------------------------------------------
