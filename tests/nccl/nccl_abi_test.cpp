@@ -769,6 +769,25 @@ void testSingleThreadComms() {
   NCCL_OK(ncclCommAbort(alone));
   const double abortTook = std::chrono::duration<double>(std::chrono::steady_clock::now() - abortStart).count();
   CHECK(abortTook < 5.0, "ncclCommAbort of a pending non-blocking init took %.1f s", abortTook);
+
+  // The same with the init in a group, NCCL's usual way of starting non-blocking inits: ncclGroupEnd returns
+  // ncclInProgress and the abort stops the init (it used to wait for the init's timeout there).
+  NCCL_OK(ncclGetUniqueId(&id));
+  NCCL_OK(ncclGroupStart());
+  NCCL_OK(ncclCommInitRankConfig(&alone, 2, id, 0, &config));
+  r = ncclGroupEnd();
+  CHECK(r == ncclInProgress, "ncclGroupEnd of a non-blocking init of 1 rank of 2 returned %d: %s", static_cast<int>(r),
+        ncclGetLastError(nullptr));
+  ncclResult_t state = ncclSuccess;
+  NCCL_OK(ncclCommGetAsyncError(alone, &state));
+  CHECK(state == ncclInProgress, "a non-blocking init in a group waiting for its peer is in state %d",
+        static_cast<int>(state));
+  const auto groupAbortStart = std::chrono::steady_clock::now();
+  NCCL_OK(ncclCommAbort(alone));
+  const double groupAbortTook =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - groupAbortStart).count();
+  CHECK(groupAbortTook < 5.0, "ncclCommAbort of a pending non-blocking init made in a group took %.1f s",
+        groupAbortTook);
 }
 
 // ---- API facts and errors ------------------------------------------------------------------------------------------

@@ -402,6 +402,47 @@ void deferToGroupEnd(ncclComm* comm, const char* fn, std::function<collieResult_
   tlsGroupDeferred.push_back(comm);
 }
 
+ncclResult_t startInitInGroup(ncclComm* comm, const char* fn,
+                              const std::function<collieResult_t(collieComm_t*)>& init) {
+  tlsGroupDeferred.push_back(comm);  // first: nothing can fail once the init runs
+  collieComm_t c = nullptr;
+  collieResult_t r = init(&c);
+  if (r != collieSuccess && r != collieInProgress) {
+    forgetDeferred(comm);
+    return fromCollie(nullptr, fn, r);
+  }
+  comm->c = c;
+  comm->initInGroup = true;
+  return ncclSuccess;
+}
+
+namespace {
+
+// Whether comm's init in a group still runs.
+bool initRunning(ncclComm* comm) {
+  collieResult_t e = collieSuccess;
+  return collieCommGetAsyncError(comm->c, &e) == collieSuccess && e == collieInProgress;
+}
+
+// Waits for comm's init in a group; a failed one is destroyed and its failure kept as a deferred creation's.
+void waitInitInGroup(ncclComm* comm, const char* fn) {
+  int n = 0;
+  collieResult_t r = collieCommCount(comm->c, &n);  // waits for the init, and fails as it did
+  if (r != collieSuccess) {
+    const char* m = collieGetLastError(nullptr);
+    const std::string why = (m && *m) ? m : collieGetErrorString(r);
+    collieCommDestroy(comm->c);
+    std::lock_guard<std::mutex> lock(comm->mu);
+    comm->c = nullptr;
+    comm->deferredResult = fromCollieCode(r);
+    comm->deferredError = why;
+    std::snprintf(comm->lastError, sizeof(comm->lastError), "%s: %s", fn, why.c_str());
+  }
+  comm->initInGroup = false;
+}
+
+}  // namespace
+
 ncclResult_t finishDeferred(const char* fn, bool* inProgress) {
   *inProgress = false;
   std::vector<ncclComm*> deferred;
@@ -409,9 +450,10 @@ ncclResult_t finishDeferred(const char* fn, bool* inProgress) {
   ncclResult_t result = ncclSuccess;
   for (ncclComm* comm : deferred) {
     if (!comm->blocking && !comm->discardAtGroupEnd) {
-      *inProgress = *inProgress || !comm->deferredDone.load();
+      *inProgress = *inProgress || (comm->initInGroup ? initRunning(comm) : !comm->deferredDone.load());
       continue;  // non-blocking: polled with ncclCommGetAsyncError
     }
+    if (comm->initInGroup) waitInitInGroup(comm, fn);
     waitDeferred(comm);
     ncclResult_t r;
     std::string why;

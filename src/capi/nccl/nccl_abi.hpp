@@ -59,6 +59,9 @@ struct ncclComm {
   ncclResult_t deferredResult = ncclSuccess;
   std::string deferredError;
   bool discardAtGroupEnd = false;  ///< a split with NCCL_SPLIT_NOCOLOR: the caller never sees this handle
+  /// An init in a group: `c` is collie's non-blocking init of it (ncclCommAbort stops it), which the outermost
+  /// ncclGroupEnd waits for when the config blocks (finishDeferred). Only the group's thread reads it.
+  bool initInGroup = false;
 };
 
 namespace collie_nccl {
@@ -144,9 +147,12 @@ void freeComm(ncclComm* comm);
 // ---- Groups ---------------------------------------------------------------------------------------------------
 /// This thread's ncclGroupStart nesting depth.
 int& groupDepth();
-/// Inside a group: runs `create` (which makes the collie communicator of comm) on a thread of its own; the
+/// Inside a group: runs `create` (which makes the collie communicator of comm: a split) on a thread of its own; the
 /// outermost ncclGroupEnd waits for it (finishDeferred).
 void deferToGroupEnd(ncclComm* comm, const char* fn, std::function<collieResult_t(collieComm_t*)> create);
+/// Inside a group: starts comm's init as collie's non-blocking init (`init` makes it, given a non-blocking config);
+/// the outermost ncclGroupEnd waits for it when comm's config blocks. Fails as `init` does, leaving nothing behind.
+ncclResult_t startInitInGroup(ncclComm* comm, const char* fn, const std::function<collieResult_t(collieComm_t*)>& init);
 /// At the outermost ncclGroupEnd: waits for the deferred creations of this thread's group (those with a blocking
 /// config), frees the handles of NCCL_SPLIT_NOCOLOR splits, and returns the first failure. *inProgress tells
 /// whether a non-blocking one is still running.

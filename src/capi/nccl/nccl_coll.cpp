@@ -16,6 +16,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_set>
 
@@ -45,14 +46,12 @@ ncclResult_t checkPeer(ncclComm* comm, const char* fn, collieComm_t c, int peer)
   return ncclSuccess;
 }
 
-constexpr int kNoPeer = -2;  // forward(): a call that names no peer
-
 // What every data call does first: the communicator live (not finalized), the datatype converted, for a reduction
 // the operator (op: null for calls that do not reduce), for Send/Recv the peer checked; then `call(c, t, o)`, whose
 // result is converted.
 template <typename F>
 ncclResult_t forward(ncclComm* comm, const char* fn, const ncclDataType_t& datatype, const ncclRedOp_t* op, F&& call,
-                     int peer = kNoPeer) {
+                     std::optional<int> peer = std::nullopt) {
   return guarded(comm, fn, [&]() -> ncclResult_t {
     collieComm_t c = nullptr;
     collieDataType_t t = collieInt8;
@@ -60,7 +59,7 @@ ncclResult_t forward(ncclComm* comm, const char* fn, const ncclDataType_t& datat
     NCCL_TRY(resolveLive(comm, fn, &c));
     NCCL_TRY(toCollieType(comm, fn, datatype, &t));
     if (op) NCCL_TRY(toCollieOp(comm, fn, *op, &o));
-    if (peer != kNoPeer) NCCL_TRY(checkPeer(comm, fn, c, peer));
+    if (peer) NCCL_TRY(checkPeer(comm, fn, c, *peer));
     return fromCollie(comm, fn, call(c, t, o));
   });
 }

@@ -3,9 +3,10 @@
 // shrink, and the communicator functions collie does not support (revoke, windows, custom reduction operators), each
 // returning an error with its reason. Built on collie's C API through the helpers of nccl_abi.hpp.
 //
-// Inits and splits inside a group are deferred to the outermost ncclGroupEnd (nccl_abi.cpp, deferToGroupEnd), as
-// NCCL defers them, so that one thread can create several ranks of one communicator; ncclCommDestroy or ncclCommAbort
-// of one before that end waits for its creation and takes it off the group's list. A non-blocking config outside
+// Inits and splits inside a group are deferred to the outermost ncclGroupEnd, as NCCL defers them, so that one thread
+// can create several ranks of one communicator: an init starts as collie's non-blocking init (startInitInGroup), which
+// ncclCommAbort stops, a split runs on a thread of its own (deferToGroupEnd); ncclCommDestroy or ncclCommAbort of one
+// before that end takes it off the group's list (and waits for a split). A non-blocking config outside
 // a group uses collie's own non-blocking init (ncclInProgress, then ncclCommGetAsyncError). ncclCommSplit always
 // completes before it returns (collie's split blocks), which a non-blocking config allows.
 #include <memory>
@@ -35,10 +36,10 @@ ncclResult_t initRank(const char* fn, ncclComm_t* out, int nranks, const ncclUni
   comm->blocking = s.blocking;
   comm->splitShare = s.splitShare;
   if (groupDepth() > 0) {
-    deferToGroupEnd(comm.get(), fn, [nranks, cid, rank, s](collieComm_t* c) {
-      collieConfig_t cc = collieConfigFor(s, true);
+    NCCL_TRY(startInitInGroup(comm.get(), fn, [&](collieComm_t* c) {
+      collieConfig_t cc = collieConfigFor(s, false);  // the group's end waits for it if s.blocking
       return collieCommInitRankConfig(c, nranks, cid, rank, &cc);
-    });
+    }));
     *out = comm.release();
     return ncclSuccess;
   }
