@@ -138,8 +138,8 @@ COLLIE_EXPORT collieResult_t collieCommInitFromEnv(collieComm_t* comm, collieCon
 /** Waits for outstanding work, then frees the communicator. */
 COLLIE_EXPORT collieResult_t collieCommDestroy(collieComm_t comm);
 /** Stops all work at once (blocked calls on other threads return an error) and frees the communicator. A
- * non-blocking init still running is stopped too (its waits end within 20 ms); its peers then fail as they would on
- * a rank that died in init. */
+ * non-blocking init still running is stopped too (its waits end within about 100 ms); its peers then fail as they
+ * would on a rank that died in init. */
 COLLIE_EXPORT collieResult_t collieCommAbort(collieComm_t comm);
 /** Returns, in *asyncError, the error the communicator hit in the background, collieInProgress during a
  * non-blocking init, else collieSuccess. After a failure, collieGetLastError (comm's and this thread's) gives that

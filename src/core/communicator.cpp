@@ -476,8 +476,20 @@ std::shared_ptr<WorkState> CommImpl::runAsync(OpDesc op) {
 
 std::shared_ptr<WorkState> CommImpl::submitBatch(std::vector<OpDesc> ops) {
   auto work = std::make_shared<WorkState>();
-  queue_.enqueue(std::move(ops), work, takeTurn());
+  std::shared_ptr<void> turn;
+  try {
+    turn = takeTurn();
+  } catch (const Error& e) {
+    for (OpDesc& op : ops) dropUnissued(op, e.code(), e.what());
+    throw;
+  }
+  queue_.enqueue(std::move(ops), work, std::move(turn));
   return work;
+}
+
+void CommImpl::dropUnissued(OpDesc& op, ErrorCode code, const std::string& message) {
+  if (op.staged) DeviceStager::release(*op.staged);  // the stream it waits on goes on
+  if (op.work) op.work->complete(code, message);
 }
 
 // ---- Device buffers (device_stager.hpp) ------------------------------------------------------------------------

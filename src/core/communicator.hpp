@@ -35,8 +35,9 @@ namespace collie::core {
 class DeviceStager;
 
 /// Lets another thread stop a communicator's creation (the C API's abort of a non-blocking init, as NCCL's
-/// ncclCommAbort of a communicator still in ncclInProgress): every wait of CommImpl::create given it (for the
-/// bootstrap root, the table's all-gather, connecting, calibration) ends within kStopLookMs with InvalidUsage.
+/// ncclCommAbort of a communicator still in ncclInProgress): every wait of CommImpl::create given it ends with
+/// InvalidUsage, for the bootstrap root within base::kStopLookMs (20 ms), in the table's all-gather, connecting and
+/// calibration at the executor's next look or the handshake's (kLivenessEvery, 100 ms).
 class CreationStop {
  public:
   void stop();
@@ -73,8 +74,12 @@ class CommImpl {
   void runGeneral(OpDesc op);
   /// Validates, then queues the call; the returned state completes when it is done.
   std::shared_ptr<WorkState> runAsync(OpDesc op);
-  /// Queues a batch (a group's calls on this communicator) and returns its completion state.
+  /// Queues a batch (a group's calls on this communicator) and returns its completion state. When it cannot be
+  /// queued (a sharing family's turn not given in time) it throws, and every call of it is dropped (dropUnissued).
   std::shared_ptr<WorkState> submitBatch(std::vector<OpDesc> ops);
+  /// A call that will never run (its group refused, or not queued): its staged device copies are released, so the
+  /// stream they hold goes on, and its Work fails with `message`.
+  static void dropUnissued(OpDesc& op, ErrorCode code, const std::string& message);
   /// The sharing family this communicator's connections belong to when any child shares them, else null
   /// (link_share.hpp): a group must not hold calls of two of its members.
   const ShareFamily* sharingFamily() const;

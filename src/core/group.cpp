@@ -73,15 +73,24 @@ void endGroup(bool wait) {
     if (std::find(order.begin(), order.end(), entry.first) == order.end()) order.push_back(entry.first);
   try {
     checkIssuable(ops, order, wait);
-  } catch (const Error& e) {  // nothing issued, no buffer touched; the async calls' Works say why
-    for (auto& entry : ops)
-      if (entry.second.work) entry.second.work->complete(e.code(), e.what());
+  } catch (const Error& e) {  // nothing issued, no host buffer touched; the async calls' Works say why
+    for (auto& entry : ops) CommImpl::dropUnissued(entry.second, e.code(), e.what());
     throw;
   }
   std::map<CommImpl*, std::vector<OpDesc>> batches;
   for (auto& [comm, op] : ops) batches[comm].push_back(std::move(op));
   std::vector<std::shared_ptr<WorkState>> works;
-  for (CommImpl* comm : order) works.push_back(comm->submitBatch(std::move(batches[comm])));
+  for (size_t i = 0; i < order.size(); ++i) {
+    try {
+      works.push_back(order[i]->submitBatch(std::move(batches[order[i]])));  // drops its own calls if it throws
+    } catch (const Error& e) {
+      for (size_t j = i + 1; j < order.size(); ++j)
+        for (OpDesc& op : batches[order[j]]) CommImpl::dropUnissued(op, e.code(), e.what());
+      for (auto& w : works)
+        if (wait) w->wait();  // groupEnd returns only once no call of its group runs
+      throw;
+    }
+  }
   if (!wait) return;
   const WorkState* firstFailure = nullptr;
   for (auto& w : works) {

@@ -223,7 +223,8 @@ UniqueFd dialPublishedListener(Handshake& hs, const char* transport, TransportKi
   constexpr int kRefusedIsGone = 3;
   return UniqueFd(base::connectWithRetry(
       target, hs.deadline(), static_cast<int>(base::params::connectRetries()), what,
-      [&hs, peer] { hs.checkWaiting({peer}); }, kRefusedIsGone, unansweredLimit(hs.context(), peer, target, deadMs)));
+      [&hs, peer] { hs.checkWaiting({peer}); }, kRefusedIsGone, unansweredLimit(hs.context(), peer, target, deadMs),
+      hs.context().abort));
 }
 
 int readStream(Link& link) {
