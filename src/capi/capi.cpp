@@ -2,7 +2,7 @@
 // offer (calls ordered on a CUDA stream, binding to a GPU, a background failure's message). Every entry point catches
 // everything: no exception crosses this boundary. A failure's message is kept in the handle, per communicator
 // (collieGetLastError(comm)), and per thread (collieGetLastError(NULL)). Every config goes through one parser
-// (parseConfig).
+// (parseConfig, capi_config.cpp).
 //
 // A handle shares ownership of its Communicator (and its last error) with every call in flight, so collieCommAbort
 // on one thread can free the handle while a call blocked on another thread unwinds safely.
@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "base/errors.hpp"
+#include "capi/capi_config.hpp"
 #include "core/api_access.hpp"
 
 using collie::ErrorCode;
@@ -153,69 +154,19 @@ collieResult_t asyncCall(collieComm_t handle, collieRequest_t* request, F&& star
   });
 }
 
-// What a collieConfig_t asks for, once parsed.
-struct ParsedConfig {
-  collie::Options options;
-  bool blocking = true;
-};
-
-// True when the caller's config (of config->size bytes) holds the whole of field [offset, offset + bytes).
-bool covers(const collieConfig_t* config, size_t offset, size_t bytes) { return config->size >= offset + bytes; }
-#define COLLIE_CONFIG_HAS(config, field) \
-  covers(config, offsetof(collieConfig_t, field), sizeof(static_cast<collieConfig_t*>(nullptr)->field))
-
-// The one reader of collieConfig_t (every entry point that takes a config): checks size, magic and version
-// before reading any field, and reads a field only when config->size covers it (a config from an older header
-// is shorter). NULL: the defaults. Sets the thread's last error and returns collieInvalidArgument when it is bad.
-collieResult_t parseConfig(const collieConfig_t* config, ParsedConfig* out) {
-  *out = ParsedConfig{};
-  if (!config) return collieSuccess;
-  const size_t header = offsetof(collieConfig_t, version) + sizeof(config->version);
-  if (config->size < header) {
-    tlsLastError = collie::base::format(
-        "config->size=%zu is not the size of a collieConfig_t: initialise the config with COLLIE_CONFIG_INITIALIZER",
-        config->size);
-    return collieInvalidArgument;
-  }
-  if (config->magic != COLLIE_CONFIG_MAGIC) {
-    tlsLastError = collie::base::format(
-        "config->magic=0x%x is not COLLIE_CONFIG_MAGIC (0x%x): initialise the config with COLLIE_CONFIG_INITIALIZER",
-        config->magic, COLLIE_CONFIG_MAGIC);
-    return collieInvalidArgument;
-  }
-  if (config->version == 0 || config->version > static_cast<unsigned>(COLLIE_VERSION)) {
-    tlsLastError = collie::base::format(
-        "config->version=%u: expected a collie version up to %d (initialise the config with "
-        "COLLIE_CONFIG_INITIALIZER)",
-        config->version, COLLIE_VERSION);
-    return collieInvalidArgument;
-  }
-  if (COLLIE_CONFIG_HAS(config, blocking) && config->blocking != COLLIE_CONFIG_UNDEF_INT)
-    out->blocking = config->blocking != 0;
-  if (COLLIE_CONFIG_HAS(config, timeoutMs) && config->timeoutMs != COLLIE_CONFIG_UNDEF_INT) {
-    if (config->timeoutMs <= 0) {
-      tlsLastError = collie::base::format("config->timeoutMs=%d must be positive", config->timeoutMs);
-      return collieInvalidArgument;
-    }
-    out->options.timeout = std::chrono::milliseconds(config->timeoutMs);
-  }
-  if (COLLIE_CONFIG_HAS(config, commName) && config->commName) out->options.name = config->commName;
-  if (COLLIE_CONFIG_HAS(config, splitShare) && config->splitShare != COLLIE_CONFIG_UNDEF_INT) {
-    if (config->splitShare != 0 && config->splitShare != 1) {
-      tlsLastError = collie::base::format("config->splitShare=%d: expected 0 or 1", config->splitShare);
-      return collieInvalidArgument;
-    }
-    out->options.shareConnections = config->splitShare == 1;
-  }
-  return collieSuccess;
+// The config's reading (capi_config.cpp), with its failure's message as this thread's last error.
+collieResult_t parseConfig(const collieConfig_t* config, collie::capi::ParsedConfig* out) {
+  std::string why;
+  const collieResult_t r = collie::capi::parseConfig(config, out, &why);
+  if (r != collieSuccess) tlsLastError = why;
+  return r;
 }
-#undef COLLIE_CONFIG_HAS
 
 collieResult_t initRank(collieComm_t* out, int nranks, const collieUniqueId& id, int rank,
                         const collieConfig_t* config) {
   if (!out) return argError("comm is NULL");
   *out = nullptr;
-  ParsedConfig parsed;
+  collie::capi::ParsedConfig parsed;
   if (collieResult_t r = parseConfig(config, &parsed); r != collieSuccess) return r;
   const collie::Options options = parsed.options;
   const bool blocking = parsed.blocking;
@@ -311,7 +262,10 @@ collieResult_t collieCommInitAll(collieComm_t* comms, int ndev, const int* devli
   for (int i = 0; i < ndev; ++i) {
     if (devlist) collie::InternalAccess::bindDevice(*all[static_cast<size_t>(i)], devlist[i]);  // may share a GPU
     if (r = newHandle(std::move(all[static_cast<size_t>(i)]), &comms[i]); r != collieSuccess) {
-      for (int j = 0; j < i; ++j) collieCommAbort(comms[j]);  // no half-made set: every peer is aborted
+      for (int j = 0; j < i; ++j) {  // no half-made set: every peer is aborted
+        collieCommAbort(comms[j]);
+        comms[j] = nullptr;
+      }
       return r;
     }
   }
@@ -321,7 +275,7 @@ collieResult_t collieCommInitAll(collieComm_t* comms, int ndev, const int* devli
 collieResult_t collieCommInitFromEnv(collieComm_t* comm, collieConfig_t* config) {
   if (!comm) return argError("comm is NULL");
   *comm = nullptr;
-  ParsedConfig parsed;  // blocking is not used: the init from the environment always blocks
+  collie::capi::ParsedConfig parsed;  // blocking is not used: the init from the environment always blocks
   if (collieResult_t r = parseConfig(config, &parsed); r != collieSuccess) return r;
   const collie::Options& options = parsed.options;
   std::unique_ptr<collie::Communicator> created;
@@ -418,7 +372,7 @@ collieResult_t collieCommGetStats(const collieComm_t comm, collieCollStats_t* ro
 collieResult_t collieCommSplit(collieComm_t comm, int color, int key, collieComm_t* newcomm, collieConfig_t* config) {
   if (!newcomm) return argError("newcomm is NULL");
   *newcomm = nullptr;
-  ParsedConfig parsed;  // blocking is not used: split always blocks
+  collie::capi::ParsedConfig parsed;  // blocking is not used: split always blocks
   if (collieResult_t r = parseConfig(config, &parsed); r != collieSuccess) return r;
   const collie::Options& options = parsed.options;
   std::unique_ptr<collie::Communicator> created;
