@@ -294,7 +294,8 @@ COLLIE_EXPORT void groupStart();
 COLLIE_EXPORT void groupEnd();
 /// Ends a group without waiting for it: its calls are issued together and run in the background; each call's Work
 /// completes (or fails) with its communicator's part of the group. Every call in the group must be an async one
-/// (sendAsync, allReduceAsync...): a blocking call in it is refused (InvalidUsage) and nothing is issued. Like
+/// (sendAsync, allReduceAsync...): a blocking call in it is refused (InvalidUsage) and nothing is issued. On a
+/// communicator that shares connections (Options::shareConnections) it first waits for its turn, as any call does. Like
 /// groupEnd, it ends one level of nesting, and only the outermost end issues the group (by its own rule).
 COLLIE_EXPORT void groupEndAsync();
 
