@@ -93,7 +93,7 @@ collieResult_t argError(const char* message) {
 }
 
 // The communicator of a handle, waiting for a non-blocking init to finish. Any number of threads may wait at once;
-// the init thread is joined only by collieCommDestroy/Abort (joinInit), so none of them finds it gone early.
+// the init thread is joined only by collieCommDestroy (which Abort ends with), so none of them finds it gone early.
 collieResult_t resolve(collieComm_t handle, std::shared_ptr<CommShared>* out) {
   if (!handle) return argError("comm is NULL");
   std::unique_lock<std::mutex> lock(handle->mu);

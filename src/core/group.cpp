@@ -86,8 +86,8 @@ void endGroup(bool wait) {
     } catch (const Error& e) {
       for (size_t j = i + 1; j < order.size(); ++j)
         for (OpDesc& op : batches[order[j]]) CommImpl::dropUnissued(op, e.code(), e.what());
-      for (auto& w : works)
-        if (wait) w->wait();  // groupEnd returns only once no call of its group runs
+      if (wait)  // groupEnd returns only once no call of its group runs
+        for (auto& w : works) w->wait();
       throw;
     }
   }

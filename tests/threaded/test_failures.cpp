@@ -593,6 +593,14 @@ TEST(Bootstrap, ASilentStrangerOnlyDelaysInit) {
 
 // ---- Non-blocking init through the C API ---------------------------------------------------------------------
 
+// A config for a non-blocking init with the given timeout.
+collieConfig_t nonBlockingConfig(int timeoutMs) {
+  collieConfig_t config = COLLIE_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  config.timeoutMs = timeoutMs;
+  return config;
+}
+
 TEST(CApiInit, NonBlockingInitReturnsInProgressThenSucceeds) {
   constexpr int n = 3;
   collieUniqueId id;
@@ -600,9 +608,7 @@ TEST(CApiInit, NonBlockingInitReturnsInProgressThenSucceeds) {
   std::vector<collieComm_t> comms(n, nullptr);
   // All from this one thread: impossible with blocking init, where the first call waits for the others.
   for (int r = 0; r < n; ++r) {
-    collieConfig_t config = COLLIE_CONFIG_INITIALIZER;
-    config.blocking = 0;
-    config.timeoutMs = 30000;
+    collieConfig_t config = nonBlockingConfig(30000);
     config.commName = "nonblocking";
     ASSERT_EQ(collieCommInitRankConfig(&comms[static_cast<size_t>(r)], n, id, r, &config), collieInProgress)
         << collieGetLastError(nullptr);
@@ -637,9 +643,7 @@ TEST(CApiInit, NonBlockingInitThatFailsReportsTheErrorAsync) {
   // Two ranks expected, one joins: the init times out and says so through collieCommGetAsyncError.
   collieUniqueId id;
   ASSERT_EQ(collieGetUniqueId(&id), collieSuccess);
-  collieConfig_t config = COLLIE_CONFIG_INITIALIZER;
-  config.blocking = 0;
-  config.timeoutMs = 1000;
+  collieConfig_t config = nonBlockingConfig(1000);
   collieComm_t comm = nullptr;
   ASSERT_EQ(collieCommInitRankConfig(&comm, 2, id, 0, &config), collieInProgress);
   collieResult_t state = collieInProgress;
@@ -662,9 +666,7 @@ TEST(CApiInit, NonBlockingInitThatFailsReportsTheErrorAsync) {
 TEST(CApiInit, ThreadsUsingAHandleWhileItsNonBlockingInitRunsAllGetTheCommunicator) {
   collieUniqueId id;
   ASSERT_EQ(collieGetUniqueId(&id), collieSuccess);
-  collieConfig_t config = COLLIE_CONFIG_INITIALIZER;
-  config.blocking = 0;
-  config.timeoutMs = 20000;
+  collieConfig_t config = nonBlockingConfig(20000);
   collieComm_t comm0 = nullptr, comm1 = nullptr;
   ASSERT_EQ(collieCommInitRankConfig(&comm0, 2, id, 0, &config), collieInProgress);
   constexpr int kUsers = 3;
@@ -691,9 +693,7 @@ TEST(CApiInit, ThreadsUsingAHandleWhileItsNonBlockingInitRunsAllGetTheCommunicat
 TEST(CApiInit, AbortEndsANonBlockingInitWaitingForTheRoot) {
   collieUniqueId id;
   ASSERT_EQ(collieGetUniqueId(&id), collieSuccess);
-  collieConfig_t config = COLLIE_CONFIG_INITIALIZER;
-  config.blocking = 0;
-  config.timeoutMs = 20000;
+  collieConfig_t config = nonBlockingConfig(20000);
   collieComm_t comm = nullptr;
   ASSERT_EQ(collieCommInitRankConfig(&comm, 2, id, 0, &config), collieInProgress);
   std::this_thread::sleep_for(200ms);  // well inside the bootstrap's wait
@@ -726,9 +726,7 @@ TEST(CApiInit, AbortEndsANonBlockingInitWaitingForAPeer) {
   std::vector<uint8_t> bytes = core::encodeBootstrapHello(hello);
   ASSERT_EQ(send(silent, bytes.data(), bytes.size(), MSG_NOSIGNAL), static_cast<ssize_t>(bytes.size()));
 
-  collieConfig_t config = COLLIE_CONFIG_INITIALIZER;
-  config.blocking = 0;
-  config.timeoutMs = 20000;
+  collieConfig_t config = nonBlockingConfig(20000);
   std::vector<collieComm_t> comms(2, nullptr);
   for (int r = 0; r < 2; ++r)
     ASSERT_EQ(collieCommInitRankConfig(&comms[static_cast<size_t>(r)], n, raw, r, &config), collieInProgress);

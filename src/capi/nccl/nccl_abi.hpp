@@ -52,8 +52,8 @@ struct ncclComm {
   std::set<collie_nccl::Registration*> registrations;
   char lastError[collie_nccl::kErrorBytes] = {};
 
-  // An init or split deferred to the end of its group: runs on `deferred`, which stores the result below and
-  // then sets deferredDone.
+  // A split deferred to the end of its group: runs on `deferred`, which stores the result below and then sets
+  // deferredDone (an init in a group fails into the result below too: waitInitInGroup).
   std::thread deferred;
   std::atomic<bool> deferredDone{true};
   ncclResult_t deferredResult = ncclSuccess;
