@@ -7,7 +7,8 @@
  *
  * Host-memory semantics: a plain call blocks until the result is in recvbuff. The *Async forms return
  * a request to wait on (collieWait / collieTest / collieRequestFree). Calls between collieGroupStart and
- * collieGroupEnd are issued together and complete at collieGroupEnd.
+ * collieGroupEnd are issued together and complete at collieGroupEnd. As in NCCL, a call that fails inside a group
+ * fails the group: collieGroupEnd then issues none of its calls and returns that error.
  *
  * No exception crosses this boundary; every entry point returns a collieResult_t, and the message of
  * the last failure is available from collieGetLastError(comm) (or collieGetLastError(NULL) for calls
@@ -217,6 +218,10 @@ COLLIE_EXPORT collieResult_t collieBarrier(collieComm_t comm);
 
 COLLIE_EXPORT collieResult_t collieGroupStart(void);
 COLLIE_EXPORT collieResult_t collieGroupEnd(void);
+/** Fails this thread's open group as a call failed inside it does: collieGroupEnd issues none of its calls and returns
+ * `code` with `why` (collieGetLastError). For a caller that gives up building a group halfway (a check of its own
+ * failed). The first failure is kept. Outside a group, or with collieSuccess / collieInProgress: collieInvalidUsage. */
+COLLIE_EXPORT collieResult_t collieGroupFail(collieResult_t code, const char* why);
 
 /* Async forms for host buffers: the call returns at once with a request; the buffers must stay untouched
  * until collieWait returns or collieTest reports done. Free every request with collieRequestFree. */

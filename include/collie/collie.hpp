@@ -289,7 +289,10 @@ class COLLIE_EXPORT Communicator {
   std::unique_ptr<Impl> impl_;
 };
 
-/// Calls made on this thread between groupStart and groupEnd are issued together and complete at groupEnd.
+/// Calls made on this thread between groupStart and groupEnd are issued together and complete at groupEnd. A call
+/// refused inside a group (it throws: a bad argument, a failed communicator) refuses the whole group, as in NCCL:
+/// groupEnd then issues none of its calls, fails their Works, and throws the first refusal's error (issuing the rest
+/// would leave the refused call's peers waiting for it).
 COLLIE_EXPORT void groupStart();
 COLLIE_EXPORT void groupEnd();
 /// Ends a group without waiting for it: its calls are issued together and run in the background; each call's Work
@@ -298,6 +301,12 @@ COLLIE_EXPORT void groupEnd();
 /// communicator that shares connections (Options::shareConnections) it first waits for its turn, as any call does. Like
 /// groupEnd, it ends one level of nesting, and only the outermost end issues the group (by its own rule).
 COLLIE_EXPORT void groupEndAsync();
+
+/// Fails this thread's open group as a call refused inside it does: the outermost groupEnd (or groupEndAsync) issues
+/// none of the group's calls, fails their Works and throws Error(code, why). For a caller that gives up building a
+/// group (a check of its own failed halfway), so that no peer receives part of it. The first failure is kept. Outside a
+/// group, or with ErrorCode::Success: InvalidUsage.
+COLLIE_EXPORT void groupFail(ErrorCode code, const std::string& why);
 
 /// "major.minor.patch"
 COLLIE_EXPORT const char* versionString();

@@ -16,10 +16,12 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "base/errors.hpp"
 #include "capi/capi_config.hpp"
 #include "core/api_access.hpp"
+#include "core/group.hpp"
 
 using collie::ErrorCode;
 using collie::algorithms::Collective;
@@ -115,6 +117,15 @@ collieResult_t withComm(collieComm_t handle, F&& body) {
   return guarded(comm, [&] { body(*comm->comm); });
 }
 
+// A collective or point-to-point call: withComm, and a call refused inside a group refuses the group (core/group.hpp),
+// so that collieGroupEnd issues none of it and returns the error, as ncclGroupEnd does.
+template <typename F>
+collieResult_t callOn(collieComm_t handle, F&& body) {
+  const collieResult_t r = withComm(handle, std::forward<F>(body));
+  if (r != collieSuccess) collie::core::groupRefuse(static_cast<ErrorCode>(r), tlsLastError);
+  return r;
+}
+
 // A new handle owning `created` (out of memory: *out stays NULL and the communicator is destroyed).
 collieResult_t newHandle(std::unique_ptr<collie::Communicator> created, collieComm_t* out) {
   return guarded(nullptr, [&] {
@@ -140,7 +151,7 @@ collie::ReduceOp rop(const collieRedOp_t& o) { return static_cast<collie::Reduce
 // enqueued on `stream` (NULL: the default stream) and returns at once (src/core/device_stager.hpp).
 collieResult_t streamCall(collieComm_t handle, collieStream_t stream, Collective coll, const void* send, void* recv,
                           size_t count, collie::DataType type, collie::ReduceOp op, int root) {
-  return withComm(handle, [&](collie::Communicator& c) {
+  return callOn(handle, [&](collie::Communicator& c) {
     collie::InternalAccess::runOnStream(c, coll, send, recv, count, type, op, root, stream);
   });
 }
@@ -148,7 +159,7 @@ collieResult_t streamCall(collieComm_t handle, collieStream_t stream, Collective
 template <typename F>
 collieResult_t asyncCall(collieComm_t handle, collieRequest_t* request, F&& start) {
   if (request) *request = nullptr;
-  return withComm(handle, [&](collie::Communicator& c) {
+  return callOn(handle, [&](collie::Communicator& c) {
     COLLIE_ARG_CHECK(request != nullptr, "request is NULL");
     *request = new collieRequest{start(c)};
   });
@@ -460,14 +471,14 @@ static_assert(COLLIE_ANY_SOURCE == collie::kAnySource);
 
 collieResult_t collieRecvAny(void* recvbuff, size_t count, collieDataType_t datatype, int* source, collieComm_t comm) {
   if (source) *source = -1;
-  return withComm(comm, [&](collie::Communicator& c) {
+  return callOn(comm, [&](collie::Communicator& c) {
     COLLIE_ARG_CHECK(source != nullptr, "collieRecvAny on rank %d: source is NULL", c.rank());
     *source = c.recvAny(recvbuff, count, dt(datatype));
   });
 }
 
 collieResult_t collieBarrier(collieComm_t comm) {
-  return withComm(comm, [&](collie::Communicator& c) { c.barrier(); });
+  return callOn(comm, [&](collie::Communicator& c) { c.barrier(); });
 }
 
 collieResult_t collieGroupStart(void) {
@@ -476,6 +487,13 @@ collieResult_t collieGroupStart(void) {
 
 collieResult_t collieGroupEnd(void) {
   return guarded(nullptr, [] { collie::groupEnd(); });
+}
+
+collieResult_t collieGroupFail(collieResult_t code, const char* why) {
+  return guarded(nullptr, [&] {
+    COLLIE_USAGE_CHECK(code != collieInProgress, "collieGroupFail with collieInProgress: name a failure");
+    collie::groupFail(static_cast<ErrorCode>(code), why ? why : collieGetErrorString(code));
+  });
 }
 
 collieResult_t collieAllReduceAsync(const void* sendbuff, void* recvbuff, size_t count, collieDataType_t datatype,

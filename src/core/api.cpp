@@ -193,6 +193,11 @@ void Communicator::checkSpan(size_t want, size_t have, const char* what) {
 void groupStart() { core::groupStart(); }
 void groupEnd() { core::groupEnd(); }
 void groupEndAsync() { core::groupEndAsync(); }
+void groupFail(ErrorCode code, const std::string& why) {
+  COLLIE_USAGE_CHECK(core::inGroup(), "groupFail outside a group (groupStart first)");
+  COLLIE_USAGE_CHECK(code != ErrorCode::Success, "groupFail with ErrorCode::Success: name the failure");
+  core::groupRefuse(code, why);
+}
 const char* versionString() { return COLLIE_VERSION_STRING; }
 
 }  // namespace collie

@@ -430,13 +430,10 @@ void CommImpl::execute(const std::vector<OpDesc>& ops, const ExecConfig& config,
 }
 
 void CommImpl::runGeneral(OpDesc op) {
+  if (inGroup()) return recordInGroup(std::move(op));
   validate(op);
   classifyMemory(op, rank_, boundDevice_);
   if (op.device) return runDevice(std::move(op));
-  if (inGroup()) {
-    groupAdd(this, std::move(op));
-    return;
-  }
   const std::shared_ptr<void> turn = takeTurn();  // held until the call ends
   AbortCheck abortCheck{*this};
   if (!queue_.beginInline()) {
@@ -457,39 +454,21 @@ void CommImpl::runGeneral(OpDesc op) {
 std::shared_ptr<WorkState> CommImpl::runAsync(OpDesc op) {
   auto work = std::make_shared<WorkState>();
   if (op.root == kAnySource && op.coll == Collective::Recv) op.source = &work->source;  // Work::source()
+  op.work = work;
+  if (inGroup()) {
+    recordInGroup(std::move(op));
+    return work;
+  }
   validate(op);
   classifyMemory(op, rank_, boundDevice_);  // device buffers: the Work completes once the result is back
-  op.work = work;
   std::unique_lock<std::mutex> deviceLock(deviceMu_, std::defer_lock);
   if (op.device) {
     deviceLock.lock();
     stageDevice(op);
   }
-  if (inGroup()) {
-    groupAdd(this, std::move(op));
-  } else {
-    std::vector<OpDesc> ops{std::move(op)};
-    queue_.enqueue(std::move(ops), work, takeTurn());
-  }
+  std::vector<OpDesc> ops{std::move(op)};
+  queue_.enqueue(std::move(ops), work, takeTurn());
   return work;
-}
-
-std::shared_ptr<WorkState> CommImpl::submitBatch(std::vector<OpDesc> ops) {
-  auto work = std::make_shared<WorkState>();
-  std::shared_ptr<void> turn;
-  try {
-    turn = takeTurn();
-  } catch (const Error& e) {
-    for (OpDesc& op : ops) dropUnissued(op, e.code(), e.what());
-    throw;
-  }
-  queue_.enqueue(std::move(ops), work, std::move(turn));
-  return work;
-}
-
-void CommImpl::dropUnissued(OpDesc& op, ErrorCode code, const std::string& message) {
-  if (op.staged) DeviceStager::release(*op.staged);  // the stream it waits on goes on
-  if (op.work) op.work->complete(code, message);
 }
 
 // ---- Device buffers (device_stager.hpp) ------------------------------------------------------------------------
@@ -519,10 +498,6 @@ void CommImpl::runDevice(OpDesc op) {
   {
     std::lock_guard<std::mutex> lock(deviceMu_);
     stageDevice(op);
-    if (inGroup()) {
-      groupAdd(this, std::move(op));
-      return;
-    }
     queue_.enqueue({std::move(op)}, work, takeTurn());
   }
   if (streamOrdered) return;  // a C API call: it completes in stream order; failures come out asynchronously
@@ -590,7 +565,11 @@ void CommImpl::barrier() {
   op.count = token.size();
   op.type = DataType::Uint8;
   op.op = ReduceOp::Max;
-  if (inGroup()) COLLIE_FAIL(ErrorCode::InvalidUsage, "barrier called inside a group");
+  if (inGroup()) {
+    const std::string why = base::format("%s rank %d: barrier called inside a group", name_.c_str(), rank_);
+    groupRefuse(ErrorCode::InvalidUsage, why);
+    throw Error(ErrorCode::InvalidUsage, why);
+  }
   run(op);
 }
 

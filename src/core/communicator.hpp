@@ -74,6 +74,9 @@ class CommImpl {
   void runGeneral(OpDesc op);
   /// Validates, then queues the call; the returned state completes when it is done.
   std::shared_ptr<WorkState> runAsync(OpDesc op);
+  /// Inside a group: validates the call (a device call stages its copies) and records it for the group's end; a call
+  /// refused here refuses the whole group (group.hpp, groupRefuse), then throws.
+  void recordInGroup(OpDesc op);
   /// Queues a batch (a group's calls on this communicator) and returns its completion state. When it cannot be
   /// queued (a sharing family's turn not given in time) it throws, and every call of it is dropped (dropUnissued).
   std::shared_ptr<WorkState> submitBatch(std::vector<OpDesc> ops);

@@ -2,16 +2,24 @@
 // then issued together at the end — one batch per communicator, all batches in flight at once so that
 // several communicators driven by one thread (collieCommInitAll) progress together — and groupEnd returns
 // when all are done; groupEndAsync returns at once, each call's Work reporting it. Inside a batch, consecutive
-// Send/Recv calls run concurrently.
+// Send/Recv calls run concurrently. A call refused inside the group (bad argument, failed communicator) refuses the
+// whole group at its end, as in NCCL: issuing the rest would leave the peers of the refused call waiting for it. The
+// communicator's part (recordInGroup, submitBatch, dropUnissued) is at the end of this file.
 #include "core/group.hpp"
 
 #include <algorithm>
 #include <atomic>
 #include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "base/errors.hpp"
 #include "core/communicator.hpp"
+#include "core/device_stager.hpp"
+#include "core/validate.hpp"
 
 namespace collie::core {
 namespace {
@@ -19,6 +27,8 @@ namespace {
 struct GroupState {
   int depth = 0;
   std::vector<std::pair<CommImpl*, OpDesc>> ops;
+  ErrorCode refusedCode = ErrorCode::Success;  // groupRefuse: the first refused call's error
+  std::string refusedWhy;
 };
 
 std::atomic<int> openGroups{0};  // threads between their outermost groupStart and groupEnd
@@ -39,6 +49,13 @@ void groupStart() {
 }
 
 void groupAdd(CommImpl* comm, OpDesc op) { group().ops.emplace_back(comm, std::move(op)); }
+
+void groupRefuse(ErrorCode code, const std::string& why) {
+  GroupState& g = group();
+  if (g.depth == 0 || g.refusedCode != ErrorCode::Success) return;
+  g.refusedCode = code == ErrorCode::Success ? ErrorCode::InternalError : code;
+  g.refusedWhy = why;
+}
 
 namespace {
 
@@ -68,10 +85,15 @@ void endGroup(bool wait) {
   openGroups.fetch_sub(1, std::memory_order_relaxed);
   std::vector<std::pair<CommImpl*, OpDesc>> ops;
   ops.swap(g.ops);
+  const ErrorCode refusedCode = std::exchange(g.refusedCode, ErrorCode::Success);
+  const std::string refusedWhy = std::exchange(g.refusedWhy, std::string());
   std::vector<CommImpl*> order;  // communicators in order of first appearance: one batch each
   for (const auto& entry : ops)
     if (std::find(order.begin(), order.end(), entry.first) == order.end()) order.push_back(entry.first);
   try {
+    COLLIE_ENFORCE(refusedCode == ErrorCode::Success, refusedCode,
+                   "%s: none of the group's %zu calls was issued, since one made inside it was refused: %s",
+                   wait ? "groupEnd" : "groupEndAsync", ops.size(), refusedWhy.c_str());
     checkIssuable(ops, order, wait);
   } catch (const Error& e) {  // nothing issued, no host buffer touched; the async calls' Works say why
     for (auto& entry : ops) CommImpl::dropUnissued(entry.second, e.code(), e.what());
@@ -101,6 +123,41 @@ void endGroup(bool wait) {
 }
 
 }  // namespace
+
+// ---- The communicator's part: recording a call, issuing a batch, dropping what is not issued ----------------------
+
+void CommImpl::recordInGroup(OpDesc op) {
+  try {
+    validate(op);
+    classifyMemory(op, rank_, boundDevice_);
+    if (op.device) {
+      std::lock_guard<std::mutex> lock(deviceMu_);
+      stageDevice(op);
+    }
+    groupAdd(this, std::move(op));
+  } catch (const Error& e) {
+    groupRefuse(e.code(), e.what());  // the group's other calls will not be issued either
+    throw;
+  }
+}
+
+std::shared_ptr<WorkState> CommImpl::submitBatch(std::vector<OpDesc> ops) {
+  auto work = std::make_shared<WorkState>();
+  std::shared_ptr<void> turn;
+  try {
+    turn = takeTurn();
+  } catch (const Error& e) {
+    for (OpDesc& op : ops) dropUnissued(op, e.code(), e.what());
+    throw;
+  }
+  queue_.enqueue(std::move(ops), work, std::move(turn));
+  return work;
+}
+
+void CommImpl::dropUnissued(OpDesc& op, ErrorCode code, const std::string& message) {
+  if (op.staged) DeviceStager::release(*op.staged);  // the stream it waits on goes on
+  if (op.work) op.work->complete(code, message);
+}
 
 void groupEnd() { endGroup(true); }
 

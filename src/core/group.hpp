@@ -2,6 +2,8 @@
 // issued together at the end (group.cpp).
 #pragma once
 
+#include <string>
+
 #include "core/op_desc.hpp"
 
 namespace collie::core {
@@ -21,5 +23,9 @@ void groupEnd();
 void groupEndAsync();
 /// Records a call made inside a group.
 void groupAdd(CommImpl* comm, OpDesc op);
+/// Records that a call made inside this thread's open group was refused (it threw instead of being recorded), as
+/// NCCL's group does: the outermost groupEnd (or groupEndAsync) then issues none of the group's calls, fails their
+/// Works and throws with this code and message. The first refusal is kept; nothing happens outside a group.
+void groupRefuse(ErrorCode code, const std::string& why);
 
 }  // namespace collie::core

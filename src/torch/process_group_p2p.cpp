@@ -52,20 +52,25 @@ void ProcessGroupCollie::exchange(CollieWork& work, const char* send, const std:
   TORCH_CHECK(sendBytes[rank_] == recvBytes[rank_], "collie alltoall: this rank sends itself ", sendBytes[rank_],
               " bytes but expects ", recvBytes[rank_]);
   if (sendBytes[rank_] > 0) std::memcpy(recv + recvOff[rank_], send + sendOff[rank_], sendBytes[rank_]);
+  groupStart();
   try {
-    groupStart();
-    try {
-      for (int k = 1; k < size_; ++k) {  // each rank starts with its next neighbour: pairs spread over the ring
-        const int to = (rank_ + k) % size_;
-        const int from = (rank_ - k + size_) % size_;
-        if (sendBytes[to] > 0) work.add(comm_->sendAsync(send + sendOff[to], sendBytes[to], DataType::Uint8, to));
-        if (recvBytes[from] > 0)
-          work.add(comm_->recvAsync(recv + recvOff[from], recvBytes[from], DataType::Uint8, from));
-      }
-    } catch (...) {
-      groupEnd();
-      throw;
+    for (int k = 1; k < size_; ++k) {  // each rank starts with its next neighbour: pairs spread over the ring
+      const int to = (rank_ + k) % size_;
+      const int from = (rank_ - k + size_) % size_;
+      if (sendBytes[to] > 0) work.add(comm_->sendAsync(send + sendOff[to], sendBytes[to], DataType::Uint8, to));
+      if (recvBytes[from] > 0) work.add(comm_->recvAsync(recv + recvOff[from], recvBytes[from], DataType::Uint8, from));
     }
+  } catch (const std::exception& e) {
+    // Nothing of the group is issued (a collie call that threw failed it already): peers see no partial exchange.
+    groupFail(ErrorCode::InternalError, e.what());
+    try {
+      groupEnd();
+    } catch (const Error&) {  // the refusal, which says no more than e
+    }
+    work.failWith(reporter_->explain(e.what()));
+    return;
+  }
+  try {
     groupEndAsync();  // the Works added above complete with the group, as an async_op=True caller expects
   } catch (const Error& e) {
     work.failWith(reporter_->explain(e.what()));

@@ -535,11 +535,13 @@ void badArgumentsBody(Communicator& comm) {
   }
   expectError("send to self outside a group", usage, {"itself", "group"}, [&] { comm.send(s, c, t, rank); });
   expectError("recv from self outside a group", usage, {"itself"}, [&] { comm.recv(r, c, t, rank); });
-  // In a group, so that the peer may be this rank itself when n == 1.
-  grouped([&] {
-    expectError("send buffer NULL", arg, {"sendbuff"}, [&] { comm.send(nullptr, c, t, (rank + 1) % n); });
-    expectError("recv buffer NULL", arg, {"recvbuff"}, [&] { comm.recv(nullptr, c, t, (rank + 1) % n); });
-  });
+  // In a group, so that the peer may be this rank itself when n == 1; each refusal fails its group.
+  for (const bool sending : {true, false}) {
+    groupStart();
+    if (sending) expectError("send buffer NULL", arg, {"sendbuff"}, [&] { comm.send(nullptr, c, t, (rank + 1) % n); });
+    if (!sending) expectError("recv buffer NULL", arg, {"recvbuff"}, [&] { comm.recv(nullptr, c, t, (rank + 1) % n); });
+    expectError("groupEnd after a refused call", arg, {"none of the group"}, [] { groupEnd(); });
+  }
   // Partial overlaps (exact in-place positions are fine; anything else is refused).
   expectError("allReduce partial overlap", arg, {"overlap"},
               [&] { comm.allReduce(recv.at(1), r, c, t, ReduceOp::Sum); });
@@ -563,13 +565,15 @@ void badArgumentsBody(Communicator& comm) {
   EXPECT_TRUE(recv.guardsIntact());
   EXPECT_TRUE(matchesInput(s, static_cast<size_t>(n) * c, t, ReduceOp::Sum, rank, 0));
 
-  // A refused call inside a group leaves the group usable.
-  grouped([&] {
-    expectError("allReduce NULL in a group", arg, {"sendbuff"},
-                [&] { comm.allReduce(nullptr, r, c, t, ReduceOp::Sum); });
-    comm.allReduce(s, r, c, t, ReduceOp::Sum);
-  });
-  EXPECT_TRUE(matchesReduced(r, c, t, ReduceOp::Sum, n, 0)) << "the group after a refused call";
+  // A refused call inside a group fails the group, as in NCCL: the good call queued after it does not run either, and
+  // the next group does.
+  groupStart();
+  expectError("allReduce NULL in a group", arg, {"sendbuff"}, [&] { comm.allReduce(nullptr, r, c, t, ReduceOp::Sum); });
+  comm.allReduce(s, r, c, t, ReduceOp::Sum);
+  expectError("groupEnd after a refused call", arg, {"none of the group's 1 calls"}, [] { groupEnd(); });
+  EXPECT_TRUE(isSentinel(r, static_cast<size_t>(n) * c, t)) << "a refused group wrote recvbuff";
+  grouped([&] { comm.allReduce(s, r, c, t, ReduceOp::Sum); });
+  EXPECT_TRUE(matchesReduced(r, c, t, ReduceOp::Sum, n, 0)) << "the group after a refused one";
   // count 0 needs no buffers.
   comm.allReduce(nullptr, nullptr, 0, t, ReduceOp::Sum);
   comm.broadcast(nullptr, nullptr, 0, t, 0);

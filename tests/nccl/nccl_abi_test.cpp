@@ -840,10 +840,23 @@ void testErrors(ncclComm_t comm) {
   r = ncclSend(buf, 4, ncclInt32, -1, comm, nullptr);
   CHECK(r == ncclInvalidArgument, "ncclSend to peer -1 gave %d", static_cast<int>(r));
   lastErrorHas("peer", "ncclSend to peer -1");
-  NCCL_OK(ncclGroupStart());
-  r = ncclRecv(got, 4, ncclInt32, -1, comm, nullptr);
-  CHECK(r == ncclInvalidArgument, "ncclRecv from peer -1 in a group gave %d", static_cast<int>(r));
-  NCCL_OK(ncclGroupEnd());
+  // A call refused inside a group fails the group, as in NCCL: ncclGroupEnd issues none of it (the good send queued
+  // first included: issued, it would reach the next rank ahead of the calls that follow) and returns the error; the
+  // refusal by this layer's own checks (the peer, the datatype) and by collie's alike.
+  const int next = (gRank + 1) % gSize;
+  for (int refusal = 0; refusal < 3; ++refusal) {
+    NCCL_OK(ncclGroupStart());
+    NCCL_OK(ncclSend(buf, 4, ncclInt32, next, comm, nullptr));
+    if (refusal == 0) r = ncclRecv(got, 4, ncclInt32, -1, comm, nullptr);
+    if (refusal == 1) r = ncclRecv(got, 4, static_cast<ncclDataType_t>(42), next, comm, nullptr);
+    if (refusal == 2) r = ncclBroadcast(buf, got, 4, ncclInt32, gSize, comm, nullptr);  // collie refuses the root
+    CHECK(r == ncclInvalidArgument, "refusal %d in a group gave %d", refusal, static_cast<int>(r));
+    r = ncclGroupEnd();
+    CHECK(r == ncclInvalidArgument, "ncclGroupEnd of a group with refusal %d gave %d", refusal, static_cast<int>(r));
+    const char* e = ncclGetLastError(nullptr);
+    CHECK(e && std::strstr(e, "none of the group"), "ncclGroupEnd after refusal %d: ncclGetLastError(NULL) is '%s'",
+          refusal, e ? e : "(null)");
+  }
   CHECK(got[0] == -7 && got[1] == -7 && got[2] == -7 && got[3] == -7, "a refused ncclRecv wrote recvbuff");
   r = ncclAllReduce(buf, buf, 4, ncclInt32, ncclSum, nullptr, nullptr);
   CHECK(r == ncclInvalidArgument, "NULL comm gave %d", static_cast<int>(r));

@@ -208,5 +208,32 @@ TEST_P(CApiCollectives, SplitByParity) {
 
 INSTANTIATE_TEST_SUITE_P(Threads, CApiCollectives, ::testing::Values(1, 2, 3, 4));
 
+// A call that fails inside a group fails the group (collieGroupEnd issues none of it and returns the error), as a
+// collieGroupFail does; the next group runs.
+TEST(CApiGroups, AFailedCallOrCollieGroupFailIssuesNoneOfTheGroup) {
+  onCApiThreads(2, [](int rank, collieComm_t comm) {
+    const int peer = 1 - rank;
+    std::vector<int32_t> a(32, 40 + rank), b(32, -1);
+    EXPECT_OK(collieGroupStart());
+    EXPECT_OK(collieSend(a.data(), a.size(), collieInt32, peer, comm, nullptr));
+    EXPECT_EQ(collieRecv(b.data(), b.size(), collieInt32, 9, comm, nullptr), collieInvalidArgument);  // no rank 9
+    EXPECT_EQ(collieGroupEnd(), collieInvalidArgument);
+    EXPECT_NE(std::string(collieGetLastError(nullptr)).find("none of the group's 1 calls"), std::string::npos)
+        << collieGetLastError(nullptr);
+    EXPECT_OK(collieGroupStart());
+    EXPECT_OK(collieSend(a.data(), a.size(), collieInt32, peer, comm, nullptr));
+    EXPECT_OK(collieGroupFail(collieInternalError, "checked here and gave up"));
+    EXPECT_EQ(collieGroupEnd(), collieInternalError);
+    EXPECT_NE(std::string(collieGetLastError(nullptr)).find("checked here and gave up"), std::string::npos);
+    EXPECT_EQ(collieGroupFail(collieInternalError, "no group"), collieInvalidUsage);
+    EXPECT_EQ(b, std::vector<int32_t>(32, -1));
+    EXPECT_OK(collieGroupStart());
+    EXPECT_OK(collieSend(a.data(), a.size(), collieInt32, peer, comm, nullptr));
+    EXPECT_OK(collieRecv(b.data(), b.size(), collieInt32, peer, comm, nullptr));
+    EXPECT_OK(collieGroupEnd());
+    EXPECT_EQ(b, std::vector<int32_t>(32, 40 + peer));
+  });
+}
+
 }  // namespace
 }  // namespace collie::test

@@ -189,6 +189,86 @@ TEST(GroupEndAsync, RefusesABlockingCallAndFailsTheGroupsWorks) {
       testOptions());
 }
 
+// A call refused inside a group fails the whole group, as in NCCL: rank 0 queues a good send, then a send to a rank
+// that does not exist, then a good receive; groupEnd issues none of them (rank 1 makes no call in the meantime) and
+// throws the refusal, and the good calls' Works fail with it. Were the good send issued, rank 1 would find it ahead
+// of the AllReduce that follows (a mismatch) or rank 0 would wait in groupEnd for a receive that never comes. The
+// next group starts clean.
+TEST(GroupRefusal, ACallRefusedInsideAGroupIssuesNoneOfIt) {
+  ThreadLauncher::run(
+      2,
+      [](Communicator& comm) {
+        const int rank = comm.rank(), peer = 1 - rank;
+        std::vector<int32_t> a(64, 7 + rank), b(64, -1);
+        if (rank == 0) {
+          groupStart();
+          Work sent = comm.sendAsync(a.data(), a.size(), DataType::Int32, peer);
+          EXPECT_THROW(comm.sendAsync(a.data(), a.size(), DataType::Int32, 5), Error);  // no rank 5
+          Work got = comm.recvAsync(b.data(), b.size(), DataType::Int32, peer);
+          try {
+            groupEnd();
+            ADD_FAILURE() << "groupEnd issued a group with a refused call";
+          } catch (const Error& e) {
+            EXPECT_EQ(e.code(), ErrorCode::InvalidArgument) << e.what();
+            EXPECT_NE(std::string(e.what()).find("none of the group's 2 calls was issued"), std::string::npos)
+                << e.what();
+            EXPECT_NE(std::string(e.what()).find("5"), std::string::npos) << e.what();
+          }
+          for (Work* w : {&sent, &got}) {
+            EXPECT_TRUE(w->test());
+            EXPECT_THROW(w->wait(), Error);
+          }
+          EXPECT_EQ(b, std::vector<int32_t>(64, -1)) << "a refused group touched a buffer";
+        }
+        int x = rank + 1;
+        comm.allReduce(&x, &x, 1, DataType::Int32, ReduceOp::Sum);
+        EXPECT_EQ(x, 3);
+        groupStart();  // the refusal does not outlive its group
+        comm.sendAsync(a.data(), a.size(), DataType::Int32, peer);
+        comm.recvAsync(b.data(), b.size(), DataType::Int32, peer);
+        groupEnd();
+        EXPECT_EQ(b, std::vector<int32_t>(64, 7 + peer));
+      },
+      testOptions());
+}
+
+// groupFail: a caller's own check that fails halfway through building a group fails it like a refused call, and the
+// failure made in a nested group reaches the outermost end; outside a group it is refused.
+TEST(GroupRefusal, GroupFailFailsTheOutermostGroup) {
+  ThreadLauncher::run(
+      2,
+      [](Communicator& comm) {
+        const int rank = comm.rank(), peer = 1 - rank;
+        std::vector<int32_t> a(16, rank), b(16, -1);
+        groupStart();
+        Work sent = comm.sendAsync(a.data(), a.size(), DataType::Int32, peer);
+        groupStart();
+        comm.recvAsync(b.data(), b.size(), DataType::Int32, peer);
+        groupFail(ErrorCode::InternalError, "the caller's own check failed");
+        groupFail(ErrorCode::SystemError, "a second failure, not kept");
+        groupEnd();  // inner: nothing yet
+        try {
+          groupEnd();
+          ADD_FAILURE() << "groupEnd issued a failed group";
+        } catch (const Error& e) {
+          EXPECT_EQ(e.code(), ErrorCode::InternalError) << e.what();
+          EXPECT_NE(std::string(e.what()).find("the caller's own check failed"), std::string::npos) << e.what();
+        }
+        EXPECT_THROW(sent.wait(), Error);
+        EXPECT_EQ(b, std::vector<int32_t>(16, -1));
+        try {
+          groupFail(ErrorCode::InternalError, "outside");
+          ADD_FAILURE() << "groupFail outside a group";
+        } catch (const Error& e) {
+          EXPECT_EQ(e.code(), ErrorCode::InvalidUsage);
+        }
+        int x = 1;
+        comm.allReduce(&x, &x, 1, DataType::Int32, ReduceOp::Sum);
+        EXPECT_EQ(x, 2);
+      },
+      testOptions());
+}
+
 // A small call right after a larger one must not stall. Every TCP socket of a communicator needs TCP_NODELAY: with
 // Nagle's algorithm on, a small segment sent while the previous one is unacknowledged waits for the peer's delayed
 // ACK (~40 ms on Linux). So: after a barrier, rank 0 broadcasts 4000 bytes and then 4 bytes over the same socket

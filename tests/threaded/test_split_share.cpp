@@ -11,11 +11,13 @@
 //     peers fail at once;
 //   - an async call on the parent then a call on the child run in the order issued on every rank;
 //   - a group mixing the parent and a sharing child, and ranks of a color that disagree on sharing, are refused;
+//   - a group whose turn does not come within its timeout fails its Works;
 //   - collieCommSplit's config->splitShare (0, 1; anything else refused).
 #include <collie/collie.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <functional>
@@ -248,6 +250,41 @@ TEST(SplitShare, AGroupMixingTheParentAndASharingChildIsRefused) {
   for (int r = 0; r < 2; ++r)
     EXPECT_NE(errors[static_cast<size_t>(r)].find("share their connections"), std::string::npos)
         << "rank " << r << ": " << errors[static_cast<size_t>(r)];
+}
+
+// A group whose turn on the family does not come within its communicator's timeout is dropped, not left pending: rank
+// 0's parent holds the family's turn with a receive that rank 1 answers only afterwards, and rank 0's child (timeout
+// 1 s) ends a group of one send with groupEndAsync: it throws Timeout and the send's Work has failed with it (before
+// 2026-11-29 that Work never completed). The receive then completes and both communicators go on.
+TEST(SplitShare, AGroupWhoseTurnDoesNotComeIsDroppedWithItsWorksFailed) {
+  auto parents = createParents(2, 30s);
+  std::atomic<bool> childGaveUp{false};
+  onEveryRank(2, [&](int r) {
+    auto& parent = *parents[static_cast<size_t>(r)];
+    auto child = parent.split(0, r, shareOptions(1s));
+    int32_t got = -1, sent = 42, x = 7;
+    if (r == 0) {
+      Work held = parent.recvAsync(&got, 1, DataType::Int32, 1);
+      groupStart();
+      Work w = child->sendAsync(&x, 1, DataType::Int32, 1);
+      try {
+        groupEndAsync();
+        ADD_FAILURE() << "the child's group got the family's turn while the parent's receive held it";
+      } catch (const Error& e) {
+        EXPECT_EQ(e.code(), ErrorCode::Timeout) << e.what();
+      }
+      EXPECT_TRUE(w.test()) << "the dropped group's Work is still pending";
+      EXPECT_THROW(w.wait(), Error);
+      childGaveUp = true;
+      held.wait();
+      EXPECT_EQ(got, 42);
+    } else {
+      while (!childGaveUp) std::this_thread::sleep_for(10ms);
+      parent.send(&sent, 1, DataType::Int32, 0);
+    }
+    checkCase(*child, Coll::AllReduce, DataType::Int32, ReduceOp::Sum, 64, false, 0);
+    checkCase(parent, Coll::AllReduce, DataType::Int32, ReduceOp::Sum, 64, false, 0);
+  });
 }
 
 // Rank 0 aborts its child {0, 1} while ranks 2 and 3 wait on the parent to receive from rank 0: the abort closes the

@@ -5,7 +5,8 @@
 // Each call checks its communicator (not finalized), converts the datatype and operator explicitly, and passes
 // buffers and the cudaStream_t through to collie: NULL with host buffers is a blocking host call; device buffers
 // are enqueued on the stream. Gather and Scatter, which collie's C API lacks, are Send/Recv in one collie group.
-// ncclGroupEnd first waits for the inits and splits deferred in the group, then ends collie's group.
+// ncclGroupEnd first waits for the inits and splits deferred in the group, then ends collie's group. A data call that
+// fails inside a group fails the group, as in NCCL: ncclGroupEnd issues none of its calls and returns the error.
 //
 // ncclMemAlloc gives device memory (cuMemAlloc on the caller's current context) when the process uses CUDA, else
 // page-aligned host memory, since without CUDA no device memory can exist and host memory is what every collie
@@ -19,6 +20,7 @@
 #include <optional>
 #include <string>
 #include <unordered_set>
+#include <utility>
 
 #include "cuda_driver.hpp"
 #include "nccl_abi.hpp"
@@ -46,13 +48,24 @@ ncclResult_t checkPeer(ncclComm* comm, const char* fn, collieComm_t c, int peer)
   return ncclSuccess;
 }
 
+// A data call's body, guarded. As in NCCL, a data call that fails inside a group fails the group, so that the
+// outermost ncclGroupEnd issues none of it and returns the error; collie does so for the calls it refuses, this for
+// the checks of this layer (collieGroupFail keeps the first failure).
+template <typename F>
+ncclResult_t dataCall(ncclComm* comm, const char* fn, F&& body) {
+  const ncclResult_t r = guarded(comm, fn, std::forward<F>(body));
+  if (r != ncclSuccess && r != ncclInProgress && groupDepth() > 0)
+    collieGroupFail(static_cast<collieResult_t>(r), lastError(comm));
+  return r;
+}
+
 // What every data call does first: the communicator live (not finalized), the datatype converted, for a reduction
 // the operator (op: null for calls that do not reduce), for Send/Recv the peer checked; then `call(c, t, o)`, whose
 // result is converted.
 template <typename F>
 ncclResult_t forward(ncclComm* comm, const char* fn, const ncclDataType_t& datatype, const ncclRedOp_t* op, F&& call,
                      std::optional<int> peer = std::nullopt) {
-  return guarded(comm, fn, [&]() -> ncclResult_t {
+  return dataCall(comm, fn, [&]() -> ncclResult_t {
     collieComm_t c = nullptr;
     collieDataType_t t = collieInt8;
     collieRedOp_t o = collieSum;
@@ -153,8 +166,8 @@ ncclResult_t rootedExchange(const char* fn, bool gather, const void* sendbuff, v
   }
   const char* own = gather ? static_cast<const char*>(sendbuff) : static_cast<const char*>(recvbuff);
   const bool inPlace = isRoot && own == blocks + static_cast<size_t>(root) * bytes;
-  // collie checks each Send/Recv alone: a block past the end of the address space would be refused only after the
-  // blocks before it were queued, and the group would run them. So the whole of each buffer is checked first.
+  // collie checks each Send/Recv alone (a refused one fails the whole group); the whole of each buffer is checked
+  // first, so that the message names the buffer rather than one block of it.
   const size_t blocksBytes = bytes * static_cast<size_t>(n);
   if (isRoot && !fitsAddressSpace(blocks, blocksBytes)) {
     return fail(comm, ncclInvalidArgument,
@@ -189,31 +202,24 @@ ncclResult_t rootedExchange(const char* fn, bool gather, const void* sendbuff, v
     }
     if (!inPlace) note(collieRecv(recvbuff, count, t, root, c, stream));
   }
-  r = collieGroupEnd();
+  r = collieGroupEnd();  // a refused call failed the group: nothing of it was issued (in the caller's group neither)
   if (first == collieSuccess) return fromCollie(comm, fn, r);
   if (firstMessage.empty()) firstMessage = collieGetErrorString(first);
-  if (r == collieSuccess || r == collieInProgress) {
-    return fail(comm, fromCollieCode(first), "%s: %s", fn, firstMessage.c_str());
-  }
-  // The group ran what was queued before the refused call and failed: its error is what the communicator now has.
-  const char* m = collieGetLastError(nullptr);
-  return fail(comm, fromCollieCode(r), "%s: %s%s (after a refused call: %s)", fn,
-              (m && *m) ? m : collieGetErrorString(r), r == collieTimeout ? " (collie timeout)" : "",
-              firstMessage.c_str());
+  return fail(comm, fromCollieCode(first), "%s: %s", fn, firstMessage.c_str());
 }
 
 }  // namespace
 
 NCCL_ABI(ncclResult_t, ncclGather, const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
          int root, ncclComm_t comm, cudaStream_t stream) {
-  return guarded(comm, "ncclGather", [&] {
+  return dataCall(comm, "ncclGather", [&] {
     return rootedExchange("ncclGather", true, sendbuff, recvbuff, count, datatype, root, comm, stream);
   });
 }
 
 NCCL_ABI(ncclResult_t, ncclScatter, const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
          int root, ncclComm_t comm, cudaStream_t stream) {
-  return guarded(comm, "ncclScatter", [&] {
+  return dataCall(comm, "ncclScatter", [&] {
     return rootedExchange("ncclScatter", false, sendbuff, recvbuff, count, datatype, root, comm, stream);
   });
 }
