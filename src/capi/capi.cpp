@@ -490,9 +490,10 @@ collieResult_t collieGroupEnd(void) {
 }
 
 collieResult_t collieGroupFail(collieResult_t code, const char* why) {
+  const int raw = rawEnum(code);
   return guarded(nullptr, [&] {
-    COLLIE_USAGE_CHECK(code != collieInProgress, "collieGroupFail with collieInProgress: name a failure");
-    collie::groupFail(static_cast<ErrorCode>(code), why ? why : collieGetErrorString(code));
+    // groupFail refuses any code that is no failure: Success, InProgress, or none of collieResult_t's
+    collie::groupFail(static_cast<ErrorCode>(raw), why ? why : "collieGroupFail");
   });
 }
 

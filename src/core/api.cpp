@@ -187,7 +187,12 @@ CommStats Communicator::stats() const { return impl_->comm->stats(); }
 int Communicator::connectedPeers() const { return impl_->comm->connectedPeers(); }
 
 void Communicator::checkSpan(size_t want, size_t have, const char* what) {
-  COLLIE_ARG_CHECK(have >= want, "%s span holds %zu elements, expected at least %zu", what, have, want);
+  try {
+    COLLIE_ARG_CHECK(have >= want, "%s span holds %zu elements, expected at least %zu", what, have, want);
+  } catch (const Error& e) {
+    core::groupRefuse(e.code(), e.what());  // a call refused inside a group fails the group (group.hpp)
+    throw;
+  }
 }
 
 void groupStart() { core::groupStart(); }
@@ -195,7 +200,10 @@ void groupEnd() { core::groupEnd(); }
 void groupEndAsync() { core::groupEndAsync(); }
 void groupFail(ErrorCode code, const std::string& why) {
   COLLIE_USAGE_CHECK(core::inGroup(), "groupFail outside a group (groupStart first)");
-  COLLIE_USAGE_CHECK(code != ErrorCode::Success, "groupFail with ErrorCode::Success: name the failure");
+  COLLIE_USAGE_CHECK(code != ErrorCode::Success && code != ErrorCode::InProgress && static_cast<int>(code) >= 0 &&
+                         code <= ErrorCode::Timeout,
+                     "groupFail with code %d: name a failure (an ErrorCode other than Success and InProgress)",
+                     static_cast<int>(code));
   core::groupRefuse(code, why);
 }
 const char* versionString() { return COLLIE_VERSION_STRING; }

@@ -2,7 +2,9 @@
 // with NCCL's stream semantics, over any transport.
 //
 // A call on device buffers (src/core/communicator.cpp, runDevice) is enqueued on the caller's thread and returns
-// at once. On a stream of the communicator's own (non-blocking, so the legacy default stream never waits on it):
+// at once; inside a group, at the group's end (CommImpl::submitBatch, as NCCL enqueues a group at ncclGroupEnd), so
+// that a group refused there leaves the streams and buffers untouched. On a stream of the communicator's own
+// (non-blocking, so the legacy default stream never waits on it):
 //   1. wait for an event recorded on the caller's stream      (the input is ready in stream order)
 //   2. copy the input, device -> pinned host                  (then event `staged`)
 //   3. wait until a flag word in pinned memory reaches a value  (cuStreamWaitValue32; the host collective is done)

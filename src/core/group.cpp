@@ -38,6 +38,12 @@ GroupState& group() {
   return state;
 }
 
+// The code of a collie::Error; InternalError for anything else thrown (out of memory, a system error).
+ErrorCode codeOf(const std::exception& e) {
+  const auto* error = dynamic_cast<const Error*>(&e);
+  return error ? error->code() : ErrorCode::InternalError;
+}
+
 }  // namespace
 
 bool inGroup() { return group().depth > 0; }
@@ -105,9 +111,9 @@ void endGroup(bool wait) {
   for (size_t i = 0; i < order.size(); ++i) {
     try {
       works.push_back(order[i]->submitBatch(std::move(batches[order[i]])));  // drops its own calls if it throws
-    } catch (const Error& e) {
+    } catch (const std::exception& e) {
       for (size_t j = i + 1; j < order.size(); ++j)
-        for (OpDesc& op : batches[order[j]]) CommImpl::dropUnissued(op, e.code(), e.what());
+        for (OpDesc& op : batches[order[j]]) CommImpl::dropUnissued(op, codeOf(e), e.what());
       if (wait)  // groupEnd returns only once no call of its group runs
         for (auto& w : works) w->wait();
       throw;
@@ -126,28 +132,33 @@ void endGroup(bool wait) {
 
 // ---- The communicator's part: recording a call, issuing a batch, dropping what is not issued ----------------------
 
+// A call on device buffers is staged (its copies enqueued on the streams) only when the group is issued, as NCCL
+// enqueues a group's work at ncclGroupEnd: a refused group then leaves the device buffers and streams untouched.
 void CommImpl::recordInGroup(OpDesc op) {
   try {
     validate(op);
     classifyMemory(op, rank_, boundDevice_);
-    if (op.device) {
-      std::lock_guard<std::mutex> lock(deviceMu_);
-      stageDevice(op);
-    }
     groupAdd(this, std::move(op));
-  } catch (const Error& e) {
-    groupRefuse(e.code(), e.what());  // the group's other calls will not be issued either
+  } catch (const std::exception& e) {
+    groupRefuse(codeOf(e), e.what());  // the group's other calls will not be issued either
     throw;
   }
 }
 
 std::shared_ptr<WorkState> CommImpl::submitBatch(std::vector<OpDesc> ops) {
   auto work = std::make_shared<WorkState>();
+  // Staging and queueing under one lock, so that the stager's calls and the queue's run in one order.
+  std::unique_lock<std::mutex> deviceLock(deviceMu_, std::defer_lock);
   std::shared_ptr<void> turn;
   try {
+    if (std::any_of(ops.begin(), ops.end(), [](const OpDesc& op) { return op.device; })) {
+      deviceLock.lock();
+      for (OpDesc& op : ops)
+        if (op.device) stageDevice(op);
+    }
     turn = takeTurn();
-  } catch (const Error& e) {
-    for (OpDesc& op : ops) dropUnissued(op, e.code(), e.what());
+  } catch (const std::exception& e) {
+    for (OpDesc& op : ops) dropUnissued(op, codeOf(e), e.what());
     throw;
   }
   queue_.enqueue(std::move(ops), work, std::move(turn));

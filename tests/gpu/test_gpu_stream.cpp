@@ -178,6 +178,36 @@ TEST(GpuCApi, MixedHostAndDeviceBuffersAreInvalidUsage) {
   EXPECT_EQ(collieCommDestroy(comm), collieSuccess);
 }
 
+// A group refused at its end (a call in it named a rank that does not exist) leaves device buffers and the stream
+// untouched: device calls are staged only when a group is issued (before 2026-11-29 they were staged when made, and
+// the refused group's copy-back wrote the unused pinned block into recvbuff). One rank: nothing waits on a peer.
+TEST(GpuCApi, ARefusedGroupLeavesDeviceBuffersUntouched) {
+  COLLIE_SKIP_WITHOUT_GPU();
+  collieComm_t comm = nullptr;
+  ASSERT_EQ(collieCommInitAll(&comm, 1, nullptr), collieSuccess);
+  CUDA_ASSERT(cudaSetDevice(0));
+  const size_t count = 4096, bytes = count * sizeof(float);
+  DeviceMem send(bytes), recv(bytes);
+  std::vector<float> ones(count, 1.0f), before(count, -3.0f), after(count, 0.0f);
+  CUDA_ASSERT(cudaMemcpy(send.get(), ones.data(), bytes, cudaMemcpyHostToDevice));
+  CUDA_ASSERT(cudaMemcpy(recv.get(), before.data(), bytes, cudaMemcpyHostToDevice));
+  Stream stream;
+  ASSERT_EQ(collieGroupStart(), collieSuccess);
+  EXPECT_EQ(collieAllReduce(send.get(), recv.get(), count, collieFloat32, collieSum, comm, stream.get()),
+            collieSuccess);
+  EXPECT_EQ(collieSend(send.get(), count, collieFloat32, 3, comm, stream.get()), collieInvalidArgument);
+  EXPECT_EQ(collieGroupEnd(), collieInvalidArgument);
+  CUDA_ASSERT(cudaStreamSynchronize(stream.get()));
+  CUDA_ASSERT(cudaMemcpy(after.data(), recv.get(), bytes, cudaMemcpyDeviceToHost));
+  EXPECT_EQ(after, before) << "a refused group wrote a device buffer";
+  EXPECT_EQ(collieAllReduce(send.get(), recv.get(), count, collieFloat32, collieSum, comm, stream.get()),
+            collieSuccess);
+  CUDA_ASSERT(cudaStreamSynchronize(stream.get()));
+  CUDA_ASSERT(cudaMemcpy(after.data(), recv.get(), bytes, cudaMemcpyDeviceToHost));
+  EXPECT_EQ(after, ones) << "the next call on the same buffers";
+  EXPECT_EQ(collieCommDestroy(comm), collieSuccess);
+}
+
 // Rank 1 never makes its call: rank 0's stream-ordered call returns at once, its collective times out on the
 // progress thread, the stream goes on (the copy-back is released), and the failure is reported by
 // collieCommGetAsyncError and by the next call.

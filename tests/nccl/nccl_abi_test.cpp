@@ -857,6 +857,27 @@ void testErrors(ncclComm_t comm) {
     CHECK(e && std::strstr(e, "none of the group"), "ncclGroupEnd after refusal %d: ncclGetLastError(NULL) is '%s'",
           refusal, e ? e : "(null)");
   }
+  // An init that fails inside a group fails the group too, at the call (a rank out of range) or at the group's end
+  // (an id that is no id, found by the deferred init): the group's send is not issued either way.
+  for (int initCase = 0; initCase < 2; ++initCase) {
+    NCCL_OK(ncclGroupStart());
+    NCCL_OK(ncclSend(buf, 4, ncclInt32, next, comm, nullptr));
+    ncclComm_t made = nullptr;
+    ncclUniqueId id;
+    std::memset(&id, 0, sizeof id);
+    if (initCase == 0) {
+      NCCL_OK(ncclGetUniqueId(&id));
+      r = ncclCommInitRank(&made, 2, id, 5);
+      CHECK(r == ncclInvalidArgument, "ncclCommInitRank of rank 5 of 2 in a group gave %d", static_cast<int>(r));
+    } else {
+      r = ncclCommInitRank(&made, 2, id, 0);
+      CHECK(r == ncclSuccess, "ncclCommInitRank deferred in a group gave %d", static_cast<int>(r));
+    }
+    r = ncclGroupEnd();
+    CHECK(r == ncclInvalidArgument, "ncclGroupEnd of a group whose init %s failed gave %d",
+          initCase == 0 ? "call" : "deferred", static_cast<int>(r));
+    if (made) ncclCommDestroy(made);
+  }
   CHECK(got[0] == -7 && got[1] == -7 && got[2] == -7 && got[3] == -7, "a refused ncclRecv wrote recvbuff");
   r = ncclAllReduce(buf, buf, 4, ncclInt32, ncclSum, nullptr, nullptr);
   CHECK(r == ncclInvalidArgument, "NULL comm gave %d", static_cast<int>(r));

@@ -226,6 +226,10 @@ TEST(CApiGroups, AFailedCallOrCollieGroupFailIssuesNoneOfTheGroup) {
     EXPECT_EQ(collieGroupEnd(), collieInternalError);
     EXPECT_NE(std::string(collieGetLastError(nullptr)).find("checked here and gave up"), std::string::npos);
     EXPECT_EQ(collieGroupFail(collieInternalError, "no group"), collieInvalidUsage);
+    EXPECT_OK(collieGroupStart());
+    for (const int code : {0, 7, 9, 42, -1})
+      EXPECT_EQ(collieGroupFail(static_cast<collieResult_t>(code), "no failure"), collieInvalidUsage) << code;
+    EXPECT_OK(collieGroupEnd());
     EXPECT_EQ(b, std::vector<int32_t>(32, -1));
     EXPECT_OK(collieGroupStart());
     EXPECT_OK(collieSend(a.data(), a.size(), collieInt32, peer, comm, nullptr));

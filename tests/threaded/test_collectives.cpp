@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <span>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -262,6 +263,17 @@ TEST(GroupRefusal, GroupFailFailsTheOutermostGroup) {
         } catch (const Error& e) {
           EXPECT_EQ(e.code(), ErrorCode::InvalidUsage);
         }
+        groupStart();  // codes that are no failure are refused, and leave the group as it was
+        for (const int code : {0, 7, 9, -1})
+          EXPECT_THROW(groupFail(static_cast<ErrorCode>(code), "no failure"), Error) << "code " << code;
+        groupEnd();
+        // A typed call whose span is too short is refused before it reaches the communicator: it fails the group too.
+        std::vector<int32_t> in(4, 1), out(2, -1);
+        groupStart();
+        Work pending = comm.sendAsync(a.data(), a.size(), DataType::Int32, peer);
+        EXPECT_THROW(comm.allReduce(std::span<const int32_t>(in), std::span<int32_t>(out), ReduceOp::Sum), Error);
+        EXPECT_THROW(groupEnd(), Error);
+        EXPECT_THROW(pending.wait(), Error);
         int x = 1;
         comm.allReduce(&x, &x, 1, DataType::Int32, ReduceOp::Sum);
         EXPECT_EQ(x, 2);

@@ -379,6 +379,12 @@ void freeComm(ncclComm* comm) {
 // ---- Groups ---------------------------------------------------------------------------------------------------
 int& groupDepth() { return tlsGroupDepth; }
 
+ncclResult_t failGroupOn(ncclComm* comm, ncclResult_t r) {
+  if (r != ncclSuccess && r != ncclInProgress && tlsGroupDepth > 0)
+    collieGroupFail(static_cast<collieResult_t>(r), lastError(comm));
+  return r;
+}
+
 void deferToGroupEnd(ncclComm* comm, const char* fn, std::function<collieResult_t(collieComm_t*)> create) {
   tlsGroupDeferred.reserve(tlsGroupDeferred.size() + 1);  // the push_back below cannot fail once the thread runs
   comm->deferredDone = false;

@@ -79,6 +79,10 @@ ncclResult_t fromCollie(ncclComm* comm, const char* fn, collieResult_t r);
 ncclResult_t unsupported(ncclComm* comm, ncclResult_t code, const char* fn, const char* why);
 /// ncclGetLastError: comm's last message if comm has one, else this thread's (a stable per-thread copy).
 const char* lastError(ncclComm* comm);
+/// Returns r. When r is a failure of a call made inside an NCCL group, it fails collie's group first
+/// (collieGroupFail, with the message recorded for comm): the outermost ncclGroupEnd then issues none of the group and
+/// returns the error, as NCCL's group does with any error of a call inside it.
+ncclResult_t failGroupOn(ncclComm* comm, ncclResult_t r);
 
 /// Runs an entry point's body; nothing thrown (bad_alloc, a thread that cannot start) escapes.
 template <typename F>

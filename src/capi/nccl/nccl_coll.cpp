@@ -53,10 +53,7 @@ ncclResult_t checkPeer(ncclComm* comm, const char* fn, collieComm_t c, int peer)
 // the checks of this layer (collieGroupFail keeps the first failure).
 template <typename F>
 ncclResult_t dataCall(ncclComm* comm, const char* fn, F&& body) {
-  const ncclResult_t r = guarded(comm, fn, std::forward<F>(body));
-  if (r != ncclSuccess && r != ncclInProgress && groupDepth() > 0)
-    collieGroupFail(static_cast<collieResult_t>(r), lastError(comm));
-  return r;
+  return failGroupOn(comm, guarded(comm, fn, std::forward<F>(body)));
 }
 
 // What every data call does first: the communicator live (not finalized), the datatype converted, for a reduction
@@ -259,7 +256,10 @@ NCCL_ABI(ncclResult_t, ncclGroupEnd) {
   // Inits and splits first: NCCL does not allow them in one group with calls on the communicators they create.
   ncclResult_t result = ncclSuccess;
   bool inProgress = false;
+  // A deferred init or split that failed fails the group: its data calls are not issued (NCCL runs a group's inits
+  // first and launches nothing when one fails).
   if (groupDepth() == 0) result = finishDeferred(fn, &inProgress);
+  if (result != ncclSuccess) collieGroupFail(static_cast<collieResult_t>(result), lastError(nullptr));
   collieResult_t r = collieGroupEnd();
   if (result != ncclSuccess) return result;
   if (r != collieSuccess) return fromCollie(nullptr, fn, r);

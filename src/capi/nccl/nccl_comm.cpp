@@ -19,8 +19,8 @@ using namespace collie_nccl;
 
 namespace {
 
-ncclResult_t initRank(const char* fn, ncclComm_t* out, int nranks, const ncclUniqueId& id, int rank,
-                      const ncclConfig_t* config) {
+ncclResult_t initRankUnguarded(const char* fn, ncclComm_t* out, int nranks, const ncclUniqueId& id, int rank,
+                               const ncclConfig_t* config) {
   if (!out) return fail(nullptr, ncclInvalidArgument, "%s: comm is NULL", fn);
   *out = nullptr;
   if (nranks < 1 || rank < 0 || rank >= nranks) {
@@ -52,6 +52,13 @@ ncclResult_t initRank(const char* fn, ncclComm_t* out, int nranks, const ncclUni
   return r == collieInProgress ? ncclInProgress : ncclSuccess;
 }
 
+// An init entry point's body, guarded; a failure inside a group fails the group (failGroupOn), as in NCCL.
+ncclResult_t initRank(const char* fn, ncclComm_t* out, int nranks, const ncclUniqueId& id, int rank,
+                      const ncclConfig_t* config) {
+  return failGroupOn(nullptr,
+                     guarded(nullptr, fn, [&] { return initRankUnguarded(fn, out, nranks, id, rank, config); }));
+}
+
 }  // namespace
 
 NCCL_ABI(ncclResult_t, ncclGetVersion, int* version) {
@@ -71,14 +78,12 @@ NCCL_ABI(ncclResult_t, ncclGetUniqueId, ncclUniqueId* uniqueId) {
 }
 
 NCCL_ABI(ncclResult_t, ncclCommInitRank, ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank) {
-  return guarded(nullptr, "ncclCommInitRank",
-                 [&] { return initRank("ncclCommInitRank", comm, nranks, commId, rank, nullptr); });
+  return initRank("ncclCommInitRank", comm, nranks, commId, rank, nullptr);
 }
 
 NCCL_ABI(ncclResult_t, ncclCommInitRankConfig, ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank,
          ncclConfig_t* config) {
-  return guarded(nullptr, "ncclCommInitRankConfig",
-                 [&] { return initRank("ncclCommInitRankConfig", comm, nranks, commId, rank, config); });
+  return initRank("ncclCommInitRankConfig", comm, nranks, commId, rank, config);
 }
 
 // Every rank holds the same nId ids; NCCL spreads the bootstrap over their roots. collie bootstraps through one
@@ -87,9 +92,10 @@ NCCL_ABI(ncclResult_t, ncclCommInitRankScalable, ncclComm_t* newcomm, int nranks
          ncclUniqueId* commIds, ncclConfig_t* config) {
   const char* fn = "ncclCommInitRankScalable";
   if (nId < 1 || !commIds) {
-    return fail(nullptr, ncclInvalidArgument, "%s: nId=%d must be at least 1 and commIds non-NULL", fn, nId);
+    return failGroupOn(
+        nullptr, fail(nullptr, ncclInvalidArgument, "%s: nId=%d must be at least 1 and commIds non-NULL", fn, nId));
   }
-  return guarded(nullptr, fn, [&] { return initRank(fn, newcomm, nranks, commIds[0], myrank, config); });
+  return initRank(fn, newcomm, nranks, commIds[0], myrank, config);
 }
 
 NCCL_ABI(ncclResult_t, ncclCommInitAll, ncclComm_t* comms, int ndev, const int* devlist) {
@@ -167,9 +173,8 @@ ncclResult_t newChild(ncclComm_t comm, const char* fn, ncclConfig_t* config, Set
   (*child)->splitShare = s->splitShare;
   return ncclSuccess;
 }
-}  // namespace
 
-NCCL_ABI(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key, ncclComm_t* newcomm, ncclConfig_t* config) {
+ncclResult_t splitUnguarded(ncclComm_t comm, int color, int key, ncclComm_t* newcomm, ncclConfig_t* config) {
   const char* fn = "ncclCommSplit";
   if (!newcomm) return fail(comm, ncclInvalidArgument, "%s: newcomm is NULL", fn);
   *newcomm = nullptr;
@@ -204,6 +209,13 @@ NCCL_ABI(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key, ncclC
     *newcomm = child.release();
     return ncclSuccess;
   });
+}
+
+}  // namespace
+
+// A failure inside a group fails the group (failGroupOn), as in NCCL.
+NCCL_ABI(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key, ncclComm_t* newcomm, ncclConfig_t* config) {
+  return failGroupOn(comm, splitUnguarded(comm, color, key, newcomm, config));
 }
 
 // collieCommShrink: the survivors connect afresh, without the parent's connections, so it works on a parent whose
