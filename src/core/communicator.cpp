@@ -231,6 +231,7 @@ void CommImpl::explainConnectFailure(const std::vector<Job>& jobs, const std::ve
 }
 
 CommImpl::~CommImpl() {
+  groupForget(this);  // calls of it recorded in this thread's open group go, and fail the group
   queue_.drain();
   recorder_.setQueuedSource({});  // the queue goes before the recorder
   if (base::params::flightRecorderDestroy()) recorder_.dump("destroy");
@@ -462,19 +463,18 @@ std::shared_ptr<WorkState> CommImpl::runAsync(OpDesc op) {
   validate(op);
   classifyMemory(op, rank_, boundDevice_);  // device buffers: the Work completes once the result is back
   std::unique_lock<std::mutex> deviceLock(deviceMu_, std::defer_lock);
-  if (op.device) {
-    deviceLock.lock();
-    stageDevice(op);
-  }
+  if (op.device) deviceLock.lock();
+  std::shared_ptr<void> turn = takeTurn();
+  if (op.device) stageDevice(op);
   std::vector<OpDesc> ops{std::move(op)};
-  queue_.enqueue(std::move(ops), work, takeTurn());
+  queue_.enqueue(std::move(ops), work, std::move(turn));
   return work;
 }
 
 // ---- Device buffers (device_stager.hpp) ------------------------------------------------------------------------
 
-// Under deviceMu_: makes the stager on first use, then enqueues the call's copies.
-void CommImpl::stageDevice(OpDesc& op) {
+// Under deviceMu_: the stager, made on first use on the call's GPU; a call on another GPU is refused.
+DeviceStager& CommImpl::stagerFor(const OpDesc& op) {
   const CollieCudaPlugin& plugin = cuda::requirePlugin("a call on device buffers");
   if (!stager_) {
     stager_ = std::make_unique<DeviceStager>(plugin, op.deviceOrdinal >= 0 ? op.deviceOrdinal : boundDevice_);
@@ -482,10 +482,30 @@ void CommImpl::stageDevice(OpDesc& op) {
     COLLIE_FAIL(ErrorCode::InvalidUsage, "%s on rank %d: the buffers are on GPU %d, but this communicator uses GPU %d",
                 algorithms::collectiveName(op.coll), rank_, op.deviceOrdinal, stager_->device());
   }
+  return *stager_;
+}
+
+// Under deviceMu_, after the call's turn (nothing staged waits on a turn that may not come): enqueues its copies.
+void CommImpl::stageDevice(OpDesc& op) {
+  DeviceStager& stager = stagerFor(op);
   try {
-    op.staged = stager_->stage(op, rank_, nranks_, op.stream, op.streamOrdered);
+    op.staged = stager.stage(op, rank_, nranks_, op.stream, op.streamOrdered);
   } catch (const Error& e) {
     // This rank's part of the collective will not run: the communicator cannot be used any more.
+    if (base::isFatal(e.code())) recordFailure(e.code(), e.what());
+    throw;
+  }
+}
+
+// stageDevice for the device calls of a batch that runs as one (a group's): every input first, then every output
+// (DeviceStager::stageInput explains why). On a failure the caller drops the batch, which releases what was staged.
+void CommImpl::stageDeviceBatch(std::vector<OpDesc>& ops) {
+  try {
+    for (OpDesc& op : ops)
+      if (op.device) op.staged = stagerFor(op).stageInput(op, rank_, nranks_, op.stream, op.streamOrdered);
+    for (OpDesc& op : ops)
+      if (op.staged) stager_->stageOutput(*op.staged);
+  } catch (const Error& e) {
     if (base::isFatal(e.code())) recordFailure(e.code(), e.what());
     throw;
   }
@@ -497,8 +517,9 @@ void CommImpl::runDevice(OpDesc op) {
   auto work = std::make_shared<WorkState>();
   {
     std::lock_guard<std::mutex> lock(deviceMu_);
+    std::shared_ptr<void> turn = takeTurn();
     stageDevice(op);
-    queue_.enqueue({std::move(op)}, work, takeTurn());
+    queue_.enqueue({std::move(op)}, work, std::move(turn));
   }
   if (streamOrdered) return;  // a C API call: it completes in stream order; failures come out asynchronously
   work->wait();

@@ -74,8 +74,9 @@ class CommImpl {
   void runGeneral(OpDesc op);
   /// Validates, then queues the call; the returned state completes when it is done.
   std::shared_ptr<WorkState> runAsync(OpDesc op);
-  /// Inside a group: validates the call (a device call stages its copies) and records it for the group's end; a call
-  /// refused here refuses the whole group (group.hpp, groupRefuse), then throws.
+  /// Inside a group: validates the call (a device call's GPU is fixed and checked; it is staged at the group's end)
+  /// and records it for the group's end; a call refused here refuses the whole group (group.hpp, groupRefuse), then
+  /// throws.
   void recordInGroup(OpDesc op);
   /// Queues a batch (a group's calls on this communicator) and returns its completion state. When it cannot be
   /// queued (a sharing family's turn not given in time) it throws, and every call of it is dropped (dropUnissued).
@@ -152,7 +153,10 @@ class CommImpl {
   /// `op` (a Recv from any source) with the peer whose message it takes (any_source.hpp), written to op.source.
   OpDesc matchAnySource(const OpDesc& op, const ExecConfig& config);
   // Device buffers (device_stager.hpp).
+  DeviceStager& stagerFor(const OpDesc& op);
   void stageDevice(OpDesc& op);
+  void stageDeviceBatch(std::vector<OpDesc>& ops);
+  void pinDevice(OpDesc& op);  ///< a group's device call: its GPU fixed now and checked (group.cpp)
   void runDevice(OpDesc op);
   void runBatch(std::vector<OpDesc>& ops);  ///< on the progress thread
   void finishDevice(std::vector<OpDesc>& ops, ErrorCode& code, std::string& message);

@@ -161,6 +161,13 @@ void DeviceStager::reclaim() {
 }
 
 std::shared_ptr<StagedOp> DeviceStager::stage(OpDesc& op, int rank, int nranks, void* userStream, bool streamOrdered) {
+  std::shared_ptr<StagedOp> staged = stageInput(op, rank, nranks, userStream, streamOrdered);
+  stageOutput(*staged);
+  return staged;
+}
+
+std::shared_ptr<StagedOp> DeviceStager::stageInput(OpDesc& op, int rank, int nranks, void* userStream,
+                                                   bool streamOrdered) {
   reclaim();
   const BufferExtent e = bufferExtent(op, rank, nranks);  // as validateOp checked it
   auto staged = std::make_shared<StagedOp>();
@@ -188,26 +195,22 @@ std::shared_ptr<StagedOp> DeviceStager::stage(OpDesc& op, int rank, int nranks, 
   staged->flag = flag.word;
   staged->flagValue = flag.next;
   staged->waitCopyBack = !streamOrdered;
+  staged->userStream = streamOrdered ? userStream : nullptr;
+  staged->devRecv = e.recv ? devRecv : nullptr;
+  staged->pinRecv = pinRecv;
+  staged->recvBytes = e.recv ? e.recvBytes : 0;
   // From here on the call is in flight: its resources come back through reclaim() (or never, if CUDA failed).
   inFlight_.emplace_back(staged, flag);
 
-  bool waitEnqueued = false;
   try {
     DeviceGuard guard(p_, device_);
     cuda::check(p_.eventRecord(staged->evInput, userStream), "cudaEventRecord on the caller's stream");
     cuda::check(p_.streamWaitEvent(stream_, staged->evInput), "cudaStreamWaitEvent");
     if (e.send) cuda::check(p_.memcpyAsync(pinSend, devSend, e.sendBytes, stream_), "cudaMemcpyAsync (input)");
     cuda::check(p_.eventRecord(staged->evStaged, stream_), "cudaEventRecord");
-    cuda::check(p_.streamWaitFlag(stream_, staged->flag, staged->flagValue), "cuStreamWaitValue32");
-    waitEnqueued = true;
-    if (e.recv) cuda::check(p_.memcpyAsync(devRecv, pinRecv, e.recvBytes, stream_), "cudaMemcpyAsync (output)");
-    cuda::check(p_.eventRecord(staged->evDone, stream_), "cudaEventRecord");
-    if (streamOrdered)
-      cuda::check(p_.streamWaitEvent(userStream, staged->evDone), "cudaStreamWaitEvent (caller's stream)");
   } catch (...) {
-    // Nothing may wait for ever on the flag; the resources stay out of use (the stream may still touch them) and
-    // are freed with the communicator.
-    if (waitEnqueued) release(*staged);
+    // No wait on the flag is enqueued: nothing to release. The resources stay out of use (the stream may still
+    // touch them) and are freed with the communicator.
     inFlight_.pop_back();
     throw;
   }
@@ -217,6 +220,32 @@ std::shared_ptr<StagedOp> DeviceStager::stage(OpDesc& op, int rank, int nranks, 
   op.send = e.send ? pinSend : (devSend == devRecv ? pinRecv : nullptr);
   op.recv = e.recv ? pinRecv : (devRecv == devSend ? pinSend : nullptr);
   return staged;
+}
+
+void DeviceStager::stageOutput(StagedOp& staged) {
+  try {
+    DeviceGuard guard(p_, device_);
+    cuda::check(p_.streamWaitFlag(stream_, staged.flag, staged.flagValue), "cuStreamWaitValue32");
+    if (staged.recvBytes > 0) {
+      cuda::check(p_.memcpyAsync(staged.devRecv, staged.pinRecv, staged.recvBytes, stream_),
+                  "cudaMemcpyAsync (output)");
+    }
+    cuda::check(p_.eventRecord(staged.evDone, stream_), "cudaEventRecord");
+    if (staged.userStream) {
+      cuda::check(p_.streamWaitEvent(staged.userStream, staged.evDone), "cudaStreamWaitEvent (caller's stream)");
+    }
+  } catch (...) {
+    // Nothing may wait for ever on the flag; the resources stay out of use (the stream may still touch them) and are
+    // freed with the communicator.
+    release(staged);
+    for (auto it = inFlight_.begin(); it != inFlight_.end(); ++it) {
+      if (it->first.get() == &staged) {
+        inFlight_.erase(it);
+        break;
+      }
+    }
+    throw;
+  }
 }
 
 void DeviceStager::waitStaged(const StagedOp& op, const std::atomic<bool>& abort) const {

@@ -44,6 +44,11 @@ struct StagedOp {
   uint32_t flagValue = 0;
   std::atomic<bool> released{false};
   bool waitCopyBack = false;  ///< the call's completion waits for evDone (C++ API calls)
+  // What stageOutput needs (set by stageInput).
+  void* userStream = nullptr;
+  char* devRecv = nullptr;
+  const char* pinRecv = nullptr;
+  size_t recvBytes = 0;
   struct Block {
     char* ptr = nullptr;
     size_t bytes = 0;
@@ -64,8 +69,16 @@ class DeviceStager {
 
   /// On the caller's thread (one at a time): enqueues steps 1-4 for op, makes `userStream` wait for the end when
   /// `streamOrdered`, and points op's buffers at the pinned copies. Throws UnhandledCudaError (after releasing
-  /// anything already enqueued) when CUDA fails.
+  /// anything already enqueued) when CUDA fails. stageInput then stageOutput.
   std::shared_ptr<StagedOp> stage(OpDesc& op, int rank, int nranks, void* userStream, bool streamOrdered);
+  /// Steps 1-2 of `op` (the input to pinned memory), pointing op's buffers at the pinned copies. A batch of calls
+  /// that runs as one (a group's) stages every input before any output: the progress thread waits for all of its
+  /// inputs before it runs any, and one stream holds them, so a call's input must not queue behind another call's
+  /// wait for its flag (step 3).
+  std::shared_ptr<StagedOp> stageInput(OpDesc& op, int rank, int nranks, void* userStream, bool streamOrdered);
+  /// Steps 3-4 of a call whose input stageInput enqueued, and the wait of its stream when streamOrdered. On a CUDA
+  /// failure it releases the call (nothing waits for ever) and throws UnhandledCudaError.
+  void stageOutput(StagedOp& staged);
   /// On the progress thread: waits until the input is in pinned memory; throws when abort is set or CUDA fails.
   void waitStaged(const StagedOp& op, const std::atomic<bool>& abort) const;
   /// On the progress thread: lets the copy-back run (after the host collective, or after a failure). Idempotent.

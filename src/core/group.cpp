@@ -18,6 +18,7 @@
 
 #include "base/errors.hpp"
 #include "core/communicator.hpp"
+#include "core/cuda_plugin.hpp"
 #include "core/device_stager.hpp"
 #include "core/validate.hpp"
 
@@ -55,6 +56,18 @@ void groupStart() {
 }
 
 void groupAdd(CommImpl* comm, OpDesc op) { group().ops.emplace_back(comm, std::move(op)); }
+
+void groupForget(CommImpl* comm) {
+  GroupState& g = group();
+  const auto of = [comm](const std::pair<CommImpl*, OpDesc>& entry) { return entry.first == comm; };
+  if (std::none_of(g.ops.begin(), g.ops.end(), of)) return;
+  const std::string why = base::format("%s rank %d was destroyed while calls of it were in this thread's open group",
+                                       comm->name().c_str(), comm->rank());
+  for (auto& entry : g.ops)
+    if (of(entry)) CommImpl::dropUnissued(entry.second, ErrorCode::InvalidUsage, why);
+  g.ops.erase(std::remove_if(g.ops.begin(), g.ops.end(), of), g.ops.end());
+  groupRefuse(ErrorCode::InvalidUsage, why);
+}
 
 void groupRefuse(ErrorCode code, const std::string& why) {
   GroupState& g = group();
@@ -138,6 +151,7 @@ void CommImpl::recordInGroup(OpDesc op) {
   try {
     validate(op);
     classifyMemory(op, rank_, boundDevice_);
+    if (op.device) pinDevice(op);
     groupAdd(this, std::move(op));
   } catch (const std::exception& e) {
     groupRefuse(codeOf(e), e.what());  // the group's other calls will not be issued either
@@ -145,18 +159,37 @@ void CommImpl::recordInGroup(OpDesc op) {
   }
 }
 
+// The GPU a device call is staged on is fixed when the call is made (the current device where its buffers do not name
+// one: pinned memory with a stream), and checked then against this communicator's stager and the group's earlier
+// device calls on it, so that a call for another GPU is refused before any of the group is issued.
+void CommImpl::pinDevice(OpDesc& op) {
+  if (op.deviceOrdinal < 0) {
+    const CollieCudaPlugin& plugin = cuda::requirePlugin("a call on device buffers");
+    cuda::check(plugin.getDevice(&op.deviceOrdinal), "cudaGetDevice");
+  }
+  int expected = -1;
+  {
+    std::lock_guard<std::mutex> lock(deviceMu_);
+    if (stager_) expected = stager_->device();
+  }
+  for (const auto& [comm, other] : group().ops)
+    if (expected < 0 && comm == this && other.device) expected = other.deviceOrdinal;
+  COLLIE_USAGE_CHECK(expected < 0 || expected == op.deviceOrdinal,
+                     "%s on rank %d: the buffers are on GPU %d, but this communicator uses GPU %d",
+                     algorithms::collectiveName(op.coll), rank_, op.deviceOrdinal, expected);
+}
+
 std::shared_ptr<WorkState> CommImpl::submitBatch(std::vector<OpDesc> ops) {
   auto work = std::make_shared<WorkState>();
-  // Staging and queueing under one lock, so that the stager's calls and the queue's run in one order.
+  // The turn first, then staging: a staged call waits on the stream until it runs. Both under deviceMu_, so that
+  // the stager's calls and the queue's run in one order.
   std::unique_lock<std::mutex> deviceLock(deviceMu_, std::defer_lock);
   std::shared_ptr<void> turn;
   try {
-    if (std::any_of(ops.begin(), ops.end(), [](const OpDesc& op) { return op.device; })) {
-      deviceLock.lock();
-      for (OpDesc& op : ops)
-        if (op.device) stageDevice(op);
-    }
+    const bool device = std::any_of(ops.begin(), ops.end(), [](const OpDesc& op) { return op.device; });
+    if (device) deviceLock.lock();
     turn = takeTurn();
+    if (device) stageDeviceBatch(ops);
   } catch (const std::exception& e) {
     for (OpDesc& op : ops) dropUnissued(op, codeOf(e), e.what());
     throw;

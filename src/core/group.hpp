@@ -27,5 +27,10 @@ void groupAdd(CommImpl* comm, OpDesc op);
 /// NCCL's group does: the outermost groupEnd (or groupEndAsync) then issues none of the group's calls, fails their
 /// Works and throws with this code and message. The first refusal is kept; nothing happens outside a group.
 void groupRefuse(ErrorCode code, const std::string& why);
+/// For a communicator being destroyed: drops its calls recorded in this thread's open group (their Works fail) and
+/// fails the group (groupRefuse), which must not touch the communicator once it is gone. Nothing when there are none.
+/// A group open on another thread is not reached: destroying a communicator that another thread still uses is not
+/// allowed.
+void groupForget(CommImpl* comm);
 
 }  // namespace collie::core

@@ -879,6 +879,17 @@ void testErrors(ncclComm_t comm) {
     if (made) ncclCommDestroy(made);
   }
   CHECK(got[0] == -7 && got[1] == -7 && got[2] == -7 && got[3] == -7, "a refused ncclRecv wrote recvbuff");
+  // None of the refused groups' sends went out: a ring exchange of fresh values gets the fresh ones, not a stray.
+  {
+    const int prev = (gRank + gSize - 1) % gSize;
+    int32_t fresh[4] = {100 + gRank, 0, 0, 0}, in[4] = {-1, -1, -1, -1};
+    NCCL_OK(ncclGroupStart());
+    NCCL_OK(ncclSend(fresh, 4, ncclInt32, next, comm, nullptr));
+    NCCL_OK(ncclRecv(in, 4, ncclInt32, prev, comm, nullptr));
+    NCCL_OK(ncclGroupEnd());
+    CHECK(in[0] == 100 + prev, "after the refused groups rank %d received %d from rank %d, expected %d", gRank, in[0],
+          prev, 100 + prev);
+  }
   r = ncclAllReduce(buf, buf, 4, ncclInt32, ncclSum, nullptr, nullptr);
   CHECK(r == ncclInvalidArgument, "NULL comm gave %d", static_cast<int>(r));
   CHECK(*ncclGetLastError(nullptr), "NULL comm: no message");

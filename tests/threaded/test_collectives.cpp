@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <memory>
 #include <span>
 #include <string>
 #include <thread>
@@ -279,6 +280,28 @@ TEST(GroupRefusal, GroupFailFailsTheOutermostGroup) {
         EXPECT_EQ(x, 2);
       },
       testOptions());
+}
+
+// A communicator destroyed while calls of it wait in this thread's open group: its calls are dropped (their Works
+// fail) and the group fails at its end, without touching the destroyed communicator (before 2026-11-29 the group's
+// end used it after it was freed). One rank, whose send to itself and receive in one group need no peer.
+TEST(GroupRefusal, ACommunicatorDestroyedInsideAGroupFailsItsGroup) {
+  std::vector<std::unique_ptr<Communicator>> comms = Communicator::createAll(1, testOptions());
+  std::vector<int32_t> a(8, 5), b(8, -1);
+  groupStart();
+  Work sent = comms[0]->sendAsync(a.data(), a.size(), DataType::Int32, 0);
+  Work got = comms[0]->recvAsync(b.data(), b.size(), DataType::Int32, 0);
+  comms[0].reset();
+  try {
+    groupEnd();
+    ADD_FAILURE() << "groupEnd issued calls of a destroyed communicator";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::InvalidUsage) << e.what();
+    EXPECT_NE(std::string(e.what()).find("was destroyed"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(sent.wait(), Error);
+  EXPECT_THROW(got.wait(), Error);
+  EXPECT_EQ(b, std::vector<int32_t>(8, -1));
 }
 
 // A small call right after a larger one must not stall. Every TCP socket of a communicator needs TCP_NODELAY: with

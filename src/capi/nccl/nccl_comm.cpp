@@ -98,7 +98,9 @@ NCCL_ABI(ncclResult_t, ncclCommInitRankScalable, ncclComm_t* newcomm, int nranks
   return initRank(fn, newcomm, nranks, commIds[0], myrank, config);
 }
 
-NCCL_ABI(ncclResult_t, ncclCommInitAll, ncclComm_t* comms, int ndev, const int* devlist) {
+namespace {
+
+ncclResult_t initAll(ncclComm_t* comms, int ndev, const int* devlist) {
   const char* fn = "ncclCommInitAll";
   if (!comms) return fail(nullptr, ncclInvalidArgument, "%s: comm is NULL", fn);
   if (ndev < 1) return fail(nullptr, ncclInvalidArgument, "%s: ndev=%d must be at least 1", fn, ndev);
@@ -121,6 +123,13 @@ NCCL_ABI(ncclResult_t, ncclCommInitAll, ncclComm_t* comms, int ndev, const int* 
     }
     return ncclSuccess;
   });
+}
+
+}  // namespace
+
+// A failure inside a group fails the group (failGroupOn), as in NCCL.
+NCCL_ABI(ncclResult_t, ncclCommInitAll, ncclComm_t* comms, int ndev, const int* devlist) {
+  return failGroupOn(nullptr, initAll(comms, ndev, devlist));
 }
 
 // collie has no separate finalize: host calls are complete when they return, and ncclCommDestroy waits for any
@@ -231,7 +240,9 @@ NCCL_ABI(ncclResult_t, ncclCommShrink, ncclComm_t comm, int* excludeRanksList, i
     return fail(comm, ncclInvalidArgument, "%s: shrinkFlags=%d: expected NCCL_SHRINK_DEFAULT or NCCL_SHRINK_ABORT", fn,
                 shrinkFlags);
   }
-  if (groupDepth() > 0) return fail(comm, ncclInvalidUsage, "%s: not supported inside a group", fn);
+  if (groupDepth() > 0) {  // a failure inside a group fails the group (failGroupOn), as in NCCL
+    return failGroupOn(comm, fail(comm, ncclInvalidUsage, "%s: not supported inside a group", fn));
+  }
   return guarded(comm, fn, [&]() -> ncclResult_t {
     collieComm_t parent = nullptr;
     NCCL_TRY(resolveLive(comm, fn, &parent));
