@@ -305,7 +305,7 @@ COLLIE_EXPORT void groupEndAsync();
 /// Fails this thread's open group as a call refused inside it does: the outermost groupEnd (or groupEndAsync) issues
 /// none of the group's calls, fails their Works and throws Error(code, why). For a caller that gives up building a
 /// group (a check of its own failed halfway), so that no peer receives part of it. The first failure is kept. Outside a
-/// group, or with ErrorCode::Success: InvalidUsage.
+/// group, or with a code that is no failure (Success, InProgress): InvalidUsage.
 COLLIE_EXPORT void groupFail(ErrorCode code, const std::string& why);
 
 /// "major.minor.patch"

@@ -1,11 +1,13 @@
-// A call's path through a communicator's parts (see communicator.hpp): validate, classify memory, stage device
-// buffers, run inline or queue, plan and execute; plus the failure state, barrier and abort
-// (split.cpp and shrink.cpp make new communicators from this one).
+// A call's path through a communicator's parts (see communicator.hpp): validate, classify memory, run inline or
+// queue, plan and execute; plus the failure state, barrier and abort. Calls on device buffers are staged in
+// device_calls.cpp, groups recorded and issued in group.cpp; split.cpp and shrink.cpp make new communicators from
+// this one.
 #include "core/communicator.hpp"
 
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 
 #include "base/errors.hpp"
 #include "base/log.hpp"
@@ -469,110 +471,6 @@ std::shared_ptr<WorkState> CommImpl::runAsync(OpDesc op) {
   std::vector<OpDesc> ops{std::move(op)};
   queue_.enqueue(std::move(ops), work, std::move(turn));
   return work;
-}
-
-// ---- Device buffers (device_stager.hpp) ------------------------------------------------------------------------
-
-// Under deviceMu_: the stager, made on first use on the call's GPU; a call on another GPU is refused.
-DeviceStager& CommImpl::stagerFor(const OpDesc& op) {
-  const CollieCudaPlugin& plugin = cuda::requirePlugin("a call on device buffers");
-  if (!stager_) {
-    stager_ = std::make_unique<DeviceStager>(plugin, op.deviceOrdinal >= 0 ? op.deviceOrdinal : boundDevice_);
-  } else if (op.deviceOrdinal >= 0 && op.deviceOrdinal != stager_->device()) {
-    COLLIE_FAIL(ErrorCode::InvalidUsage, "%s on rank %d: the buffers are on GPU %d, but this communicator uses GPU %d",
-                algorithms::collectiveName(op.coll), rank_, op.deviceOrdinal, stager_->device());
-  }
-  return *stager_;
-}
-
-// Under deviceMu_, after the call's turn (nothing staged waits on a turn that may not come): enqueues its copies.
-void CommImpl::stageDevice(OpDesc& op) {
-  DeviceStager& stager = stagerFor(op);
-  try {
-    op.staged = stager.stage(op, rank_, nranks_, op.stream, op.streamOrdered);
-  } catch (const Error& e) {
-    // This rank's part of the collective will not run: the communicator cannot be used any more.
-    if (base::isFatal(e.code())) recordFailure(e.code(), e.what());
-    throw;
-  }
-}
-
-// stageDevice for the device calls of a batch that runs as one (a group's): every input first, then every output
-// (DeviceStager::stageInput explains why). On a failure the caller drops the batch, which releases what was staged.
-void CommImpl::stageDeviceBatch(std::vector<OpDesc>& ops) {
-  try {
-    for (OpDesc& op : ops)
-      if (op.device) op.staged = stagerFor(op).stageInput(op, rank_, nranks_, op.stream, op.streamOrdered);
-    for (OpDesc& op : ops)
-      if (op.staged) stager_->stageOutput(*op.staged);
-  } catch (const Error& e) {
-    if (base::isFatal(e.code())) recordFailure(e.code(), e.what());
-    throw;
-  }
-}
-
-// Calls on device buffers never run on the calling thread: they wait for the caller's stream.
-void CommImpl::runDevice(OpDesc op) {
-  const bool streamOrdered = op.streamOrdered;
-  auto work = std::make_shared<WorkState>();
-  {
-    std::lock_guard<std::mutex> lock(deviceMu_);
-    std::shared_ptr<void> turn = takeTurn();
-    stageDevice(op);
-    queue_.enqueue({std::move(op)}, work, std::move(turn));
-  }
-  if (streamOrdered) return;  // a C API call: it completes in stream order; failures come out asynchronously
-  work->wait();
-  if (work->code != ErrorCode::Success) throw Error(work->code, work->message);
-}
-
-void CommImpl::runBatch(std::vector<OpDesc>& ops) {
-  if (failCode_.load() != ErrorCode::Success) throw Error(failCode_.load(), failureMessage());
-  for (const OpDesc& op : ops) {
-    if (!op.staged) continue;
-    try {
-      stager_->waitStaged(*op.staged, abort_);
-    } catch (const Error& e) {
-      // Peers waiting on this rank fail now rather than at their timeout; a sharing family's connections are closed
-      // only by the call that holds its gate (otherwise that call's own failure will close them).
-      std::unique_lock<FamilyGate> gate(share_->family->use, std::defer_lock);
-      if (!share_->family->shared.load(std::memory_order_acquire) || gate.try_lock_for(timeout_)) {
-        fail(e.code(), e.what());
-      } else {
-        recordFailure(e.code(), e.what());
-        share_->family->recordFailure(e.code(), e.what());
-      }
-      throw;
-    }
-  }
-  execute(ops, progressConfig_);
-}
-
-// On the progress thread, after runBatch succeeded or failed: lets every staged copy-back run, records a failure
-// of a stream-ordered call on the communicator (its caller has returned already), and, for calls whose
-// completion is their result in device memory, waits for the copy-back.
-void CommImpl::finishDevice(std::vector<OpDesc>& ops, ErrorCode& code, std::string& message) {
-  bool ordered = false;
-  for (OpDesc& op : ops) {
-    if (!op.staged) continue;
-    DeviceStager::release(*op.staged);
-    ordered = ordered || op.streamOrdered;
-  }
-  if (code != ErrorCode::Success && ordered && recordFailure(code, message))
-    COLLIE_WARN(base::kLogColl, "%s rank %d: a call on device buffers failed: %s", name_.c_str(), rank_,
-                message.c_str());
-  if (code != ErrorCode::Success) return;
-  for (OpDesc& op : ops) {
-    if (!op.staged || !op.staged->waitCopyBack) continue;
-    try {
-      stager_->waitDone(*op.staged);
-    } catch (const Error& e) {
-      code = e.code();
-      message = e.what();
-      recordFailure(code, message);
-      return;
-    }
-  }
 }
 
 // ---- Barrier ----------------------------------------------------------------------------------------------------

@@ -1,12 +1,13 @@
 // CommImpl: one rank's communicator, composed of its parts, each in its own file:
 //   setup.hpp           transports, PeerInfo, connecting the peers (and bootstrap.hpp, calibrate.cpp at init)
 //   validate.hpp        argument checks and buffer extents, before anything is queued
-//   device_stager.hpp   device buffers staged through pinned host memory
+//   device_stager.hpp   device buffers staged through pinned host memory (the communicator's side: device_calls.cpp)
 //   progress_queue.hpp  call order, the progress thread and WorkState
 //   planner.hpp         tuner + schedule cache -> executor jobs, and the CallInfo record
 //   prepared_call.hpp   the fast path of a repeated blocking call (prepared_call.cpp)
 // This file keeps what ties them together: a call's path through them, the failure state, barrier and abort;
-// split.cpp and shrink.cpp make new communicators from this one's listeners and PeerInfo table.
+// group.cpp records and issues groups; split.cpp and shrink.cpp make new communicators from this one's listeners and
+// PeerInfo table.
 #pragma once
 
 #include <array>
@@ -33,6 +34,7 @@
 namespace collie::core {
 
 class DeviceStager;
+struct StagedOp;
 
 /// Lets another thread stop a communicator's creation (the C API's abort of a non-blocking init, as NCCL's
 /// ncclCommAbort of a communicator still in ncclInProgress): every wait of CommImpl::create given it ends with
@@ -81,6 +83,9 @@ class CommImpl {
   /// Queues a batch (a group's calls on this communicator) and returns its completion state. When it cannot be
   /// queued (a sharing family's turn not given in time) it throws, and every call of it is dropped (dropUnissued).
   std::shared_ptr<WorkState> submitBatch(std::vector<OpDesc> ops);
+  /// After every batch of a group is queued: makes the callers' streams wait for this communicator's staged calls of
+  /// it (DeviceStager::joinCaller). Throws UnhandledCudaError, after trying each, when CUDA fails.
+  void joinCallerStreams();
   /// A call that will never run (its group refused, or not queued): its staged device copies are released, so the
   /// stream they hold goes on, and its Work fails with `message`.
   static void dropUnissued(OpDesc& op, ErrorCode code, const std::string& message);
@@ -211,6 +216,8 @@ class CommImpl {
   // and queueing between calling threads.
   std::mutex deviceMu_;
   std::unique_ptr<DeviceStager> stager_;
+  std::atomic<int> stagerDevice_{-1};                   // stager_'s GPU once made (read without deviceMu_ by pinDevice)
+  std::vector<std::shared_ptr<StagedOp>> callerJoins_;  // staged group calls whose caller's stream waits at the end
   int boundDevice_ = -1;
 
   ProgressQueue queue_;  // last: its thread stops first

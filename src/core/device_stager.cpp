@@ -163,6 +163,7 @@ void DeviceStager::reclaim() {
 std::shared_ptr<StagedOp> DeviceStager::stage(OpDesc& op, int rank, int nranks, void* userStream, bool streamOrdered) {
   std::shared_ptr<StagedOp> staged = stageInput(op, rank, nranks, userStream, streamOrdered);
   stageOutput(*staged);
+  joinCaller(*staged);
   return staged;
 }
 
@@ -231,9 +232,6 @@ void DeviceStager::stageOutput(StagedOp& staged) {
                   "cudaMemcpyAsync (output)");
     }
     cuda::check(p_.eventRecord(staged.evDone, stream_), "cudaEventRecord");
-    if (staged.userStream) {
-      cuda::check(p_.streamWaitEvent(staged.userStream, staged.evDone), "cudaStreamWaitEvent (caller's stream)");
-    }
   } catch (...) {
     // Nothing may wait for ever on the flag; the resources stay out of use (the stream may still touch them) and are
     // freed with the communicator.
@@ -246,6 +244,12 @@ void DeviceStager::stageOutput(StagedOp& staged) {
     }
     throw;
   }
+}
+
+void DeviceStager::joinCaller(StagedOp& staged) {
+  if (!staged.userStream) return;
+  DeviceGuard guard(p_, device_);
+  cuda::check(p_.streamWaitEvent(staged.userStream, staged.evDone), "cudaStreamWaitEvent (caller's stream)");
 }
 
 void DeviceStager::waitStaged(const StagedOp& op, const std::atomic<bool>& abort) const {

@@ -76,9 +76,14 @@ class DeviceStager {
   /// inputs before it runs any, and one stream holds them, so a call's input must not queue behind another call's
   /// wait for its flag (step 3).
   std::shared_ptr<StagedOp> stageInput(OpDesc& op, int rank, int nranks, void* userStream, bool streamOrdered);
-  /// Steps 3-4 of a call whose input stageInput enqueued, and the wait of its stream when streamOrdered. On a CUDA
-  /// failure it releases the call (nothing waits for ever) and throws UnhandledCudaError.
+  /// Steps 3-4 of a call whose input stageInput enqueued. On a CUDA failure it releases the call (nothing waits for
+  /// ever) and throws UnhandledCudaError. A call whose output copy is enqueued has its receive buffer written even if
+  /// it is dropped later (a CUDA failure staging another call of its batch): its content is then undefined.
   void stageOutput(StagedOp& staged);
+  /// Makes the caller's stream wait for the end of a streamOrdered call (nothing for the others). A group does it once
+  /// every batch of the group is staged: two communicators' calls in one group on one stream would otherwise make the
+  /// second's input wait for the first's end, which needs the second.
+  void joinCaller(StagedOp& staged);
   /// On the progress thread: waits until the input is in pinned memory; throws when abort is set or CUDA fails.
   void waitStaged(const StagedOp& op, const std::atomic<bool>& abort) const;
   /// On the progress thread: lets the copy-back run (after the host collective, or after a failure). Idempotent.

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <exception>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -26,6 +27,8 @@ namespace collie::core {
 namespace {
 
 struct GroupState {
+  GroupState();
+  ~GroupState();
   int depth = 0;
   std::vector<std::pair<CommImpl*, OpDesc>> ops;
   ErrorCode refusedCode = ErrorCode::Success;  // groupRefuse: the first refused call's error
@@ -34,9 +37,20 @@ struct GroupState {
 
 std::atomic<int> openGroups{0};  // threads between their outermost groupStart and groupEnd
 
+// Whether this thread's GroupState exists: a plain thread_local, still readable at exit after the state is destroyed
+// (a communicator with static storage is destroyed after the thread's thread_local objects).
+thread_local bool groupStateAlive = false;
+
 GroupState& group() {
   thread_local GroupState state;
   return state;
+}
+
+GroupState::GroupState() { groupStateAlive = true; }
+
+GroupState::~GroupState() {  // a thread that ends inside a group: the group is gone, and so is its open count
+  groupStateAlive = false;
+  if (depth > 0) openGroups.fetch_sub(1, std::memory_order_relaxed);
 }
 
 // The code of a collie::Error; InternalError for anything else thrown (out of memory, a system error).
@@ -58,6 +72,7 @@ void groupStart() {
 void groupAdd(CommImpl* comm, OpDesc op) { group().ops.emplace_back(comm, std::move(op)); }
 
 void groupForget(CommImpl* comm) {
+  if (!anyGroupOpen() || !groupStateAlive) return;  // no group open, or this thread's state is gone (at exit)
   GroupState& g = group();
   const auto of = [comm](const std::pair<CommImpl*, OpDesc>& entry) { return entry.first == comm; };
   if (std::none_of(g.ops.begin(), g.ops.end(), of)) return;
@@ -121,17 +136,34 @@ void endGroup(bool wait) {
   std::map<CommImpl*, std::vector<OpDesc>> batches;
   for (auto& [comm, op] : ops) batches[comm].push_back(std::move(op));
   std::vector<std::shared_ptr<WorkState>> works;
+  // The callers' streams wait for the group's device calls once every batch is staged (CommImpl::joinCallerStreams).
+  const auto joinCallers = [&](size_t issued) {
+    std::exception_ptr first;
+    for (size_t k = 0; k < issued; ++k) {
+      try {
+        order[k]->joinCallerStreams();
+      } catch (...) {
+        if (!first) first = std::current_exception();
+      }
+    }
+    if (first) std::rethrow_exception(first);
+  };
   for (size_t i = 0; i < order.size(); ++i) {
     try {
       works.push_back(order[i]->submitBatch(std::move(batches[order[i]])));  // drops its own calls if it throws
     } catch (const std::exception& e) {
       for (size_t j = i + 1; j < order.size(); ++j)
         for (OpDesc& op : batches[order[j]]) CommImpl::dropUnissued(op, codeOf(e), e.what());
+      try {
+        joinCallers(i);
+      } catch (const Error&) {  // recorded on its communicator; the first failure is the one thrown
+      }
       if (wait)  // groupEnd returns only once no call of its group runs
         for (auto& w : works) w->wait();
       throw;
     }
   }
+  joinCallers(order.size());
   if (!wait) return;
   const WorkState* firstFailure = nullptr;
   for (auto& w : works) {
@@ -167,11 +199,7 @@ void CommImpl::pinDevice(OpDesc& op) {
     const CollieCudaPlugin& plugin = cuda::requirePlugin("a call on device buffers");
     cuda::check(plugin.getDevice(&op.deviceOrdinal), "cudaGetDevice");
   }
-  int expected = -1;
-  {
-    std::lock_guard<std::mutex> lock(deviceMu_);
-    if (stager_) expected = stager_->device();
-  }
+  int expected = stagerDevice_.load();
   for (const auto& [comm, other] : group().ops)
     if (expected < 0 && comm == this && other.device) expected = other.deviceOrdinal;
   COLLIE_USAGE_CHECK(expected < 0 || expected == op.deviceOrdinal,

@@ -208,6 +208,39 @@ TEST(GpuCApi, ARefusedGroupLeavesDeviceBuffersUntouched) {
   EXPECT_EQ(collieCommDestroy(comm), collieSuccess);
 }
 
+// One thread drives two 2-rank communicators a and b, rank r's calls on stream S[r], in one group whose batches come
+// in the order a0, b0, b1, a1: a0 receives what a1 sends and b1 what b0 sends. Each caller's stream must wait for the
+// group's calls only once all of them are staged (before 2026-11-29, b0's input waited on S0 behind a0's end, which
+// needs a1, whose stream S1 waited behind b1, which needs b0: groupEnd hung). Then the four device calls of one
+// communicator pair in one group, two on each stream.
+TEST(GpuCApi, AGroupAcrossCommunicatorsSharingAStreamCompletes) {
+  COLLIE_SKIP_WITHOUT_GPU();
+  setenv("COLLIE_TIMEOUT", "20000", 1);
+  std::vector<collieComm_t> a(2), b(2);
+  ASSERT_EQ(collieCommInitAll(a.data(), 2, nullptr), collieSuccess);
+  ASSERT_EQ(collieCommInitAll(b.data(), 2, nullptr), collieSuccess);
+  CUDA_ASSERT(cudaSetDevice(0));
+  const size_t count = 1000, bytes = count * sizeof(float);
+  Stream s0, s1;
+  DeviceMem ra0(bytes), sb0(bytes), rb1(bytes), sa1(bytes);
+  std::vector<float> seven(count, 7.0f), nine(count, 9.0f), got(count, 0.0f);
+  CUDA_ASSERT(cudaMemcpy(sa1.get(), seven.data(), bytes, cudaMemcpyHostToDevice));
+  CUDA_ASSERT(cudaMemcpy(sb0.get(), nine.data(), bytes, cudaMemcpyHostToDevice));
+  ASSERT_EQ(collieGroupStart(), collieSuccess);
+  EXPECT_EQ(collieRecv(ra0.get(), count, collieFloat32, 1, a[0], s0.get()), collieSuccess);
+  EXPECT_EQ(collieSend(sb0.get(), count, collieFloat32, 1, b[0], s0.get()), collieSuccess);
+  EXPECT_EQ(collieRecv(rb1.get(), count, collieFloat32, 0, b[1], s1.get()), collieSuccess);
+  EXPECT_EQ(collieSend(sa1.get(), count, collieFloat32, 0, a[1], s1.get()), collieSuccess);
+  EXPECT_EQ(collieGroupEnd(), collieSuccess) << collieGetLastError(nullptr);
+  CUDA_ASSERT(cudaStreamSynchronize(s0.get()));
+  CUDA_ASSERT(cudaStreamSynchronize(s1.get()));
+  CUDA_ASSERT(cudaMemcpy(got.data(), ra0.get(), bytes, cudaMemcpyDeviceToHost));
+  EXPECT_EQ(got, seven) << "a0 from a1";
+  CUDA_ASSERT(cudaMemcpy(got.data(), rb1.get(), bytes, cudaMemcpyDeviceToHost));
+  EXPECT_EQ(got, nine) << "b1 from b0";
+  for (collieComm_t c : {a[0], a[1], b[0], b[1]}) EXPECT_EQ(collieCommDestroy(c), collieSuccess);
+}
+
 // Rank 1 never makes its call: rank 0's stream-ordered call returns at once, its collective times out on the
 // progress thread, the stream goes on (the copy-back is released), and the failure is reported by
 // collieCommGetAsyncError and by the next call.

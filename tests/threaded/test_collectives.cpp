@@ -304,6 +304,25 @@ TEST(GroupRefusal, ACommunicatorDestroyedInsideAGroupFailsItsGroup) {
   EXPECT_EQ(b, std::vector<int32_t>(8, -1));
 }
 
+// A process that exits inside an open group while a communicator with static storage holds calls in it: the
+// thread's group state is destroyed before static objects, and the communicator's destructor must not read it (before
+// 2026-11-29 it did, and the process crashed at exit). Run in a child of this binary, which must exit with 0.
+std::unique_ptr<Communicator> gStaticComm;  // destroyed after the main thread's thread_local objects
+
+TEST(GroupRefusal, ExitingInsideAGroupWithAStaticCommunicatorIsClean) {
+  if (std::getenv("COLLIE_TEST_EXIT_IN_GROUP") != nullptr) {  // the child
+    gStaticComm = std::move(Communicator::createAll(1, testOptions())[0]);
+    static std::vector<int32_t> a(8, 1), b(8, 0);
+    groupStart();
+    gStaticComm->sendAsync(a.data(), a.size(), DataType::Int32, 0);
+    gStaticComm->recvAsync(b.data(), b.size(), DataType::Int32, 0);
+    std::exit(0);
+  }
+  const int status = rerunCurrentTestWith({"COLLIE_TEST_EXIT_IN_GROUP=1"});
+  ASSERT_TRUE(WIFEXITED(status)) << "the child did not exit (status " << status << ")";
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+
 // A small call right after a larger one must not stall. Every TCP socket of a communicator needs TCP_NODELAY: with
 // Nagle's algorithm on, a small segment sent while the previous one is unacknowledged waits for the peer's delayed
 // ACK (~40 ms on Linux). So: after a barrier, rank 0 broadcasts 4000 bytes and then 4 bytes over the same socket

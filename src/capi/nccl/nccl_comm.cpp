@@ -231,8 +231,10 @@ NCCL_ABI(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key, ncclC
 // peer died. NCCL_SHRINK_ABORT is accepted like NCCL_SHRINK_DEFAULT: the parent's operations need not end first,
 // since the new communicator does not share anything with them. The config's blocking is honoured as split's is
 // (the call itself always completes before it returns); the new communicator keeps the parent's timeout.
-NCCL_ABI(ncclResult_t, ncclCommShrink, ncclComm_t comm, int* excludeRanksList, int excludeRanksCount,
-         ncclComm_t* newcomm, ncclConfig_t* config, int shrinkFlags) {
+namespace {
+
+ncclResult_t shrinkUnguarded(ncclComm_t comm, int* excludeRanksList, int excludeRanksCount, ncclComm_t* newcomm,
+                             ncclConfig_t* config, int shrinkFlags) {
   const char* fn = "ncclCommShrink";
   if (!newcomm) return fail(comm, ncclInvalidArgument, "%s: newcomm is NULL", fn);
   *newcomm = nullptr;
@@ -240,9 +242,7 @@ NCCL_ABI(ncclResult_t, ncclCommShrink, ncclComm_t comm, int* excludeRanksList, i
     return fail(comm, ncclInvalidArgument, "%s: shrinkFlags=%d: expected NCCL_SHRINK_DEFAULT or NCCL_SHRINK_ABORT", fn,
                 shrinkFlags);
   }
-  if (groupDepth() > 0) {  // a failure inside a group fails the group (failGroupOn), as in NCCL
-    return failGroupOn(comm, fail(comm, ncclInvalidUsage, "%s: not supported inside a group", fn));
-  }
+  if (groupDepth() > 0) return fail(comm, ncclInvalidUsage, "%s: not supported inside a group", fn);
   return guarded(comm, fn, [&]() -> ncclResult_t {
     collieComm_t parent = nullptr;
     NCCL_TRY(resolveLive(comm, fn, &parent));
@@ -255,6 +255,14 @@ NCCL_ABI(ncclResult_t, ncclCommShrink, ncclComm_t comm, int* excludeRanksList, i
     *newcomm = child.release();
     return ncclSuccess;
   });
+}
+
+}  // namespace
+
+// A failure inside a group (shrink is not supported there) fails the group (failGroupOn), as in NCCL.
+NCCL_ABI(ncclResult_t, ncclCommShrink, ncclComm_t comm, int* excludeRanksList, int excludeRanksCount,
+         ncclComm_t* newcomm, ncclConfig_t* config, int shrinkFlags) {
+  return failGroupOn(comm, shrinkUnguarded(comm, excludeRanksList, excludeRanksCount, newcomm, config, shrinkFlags));
 }
 
 NCCL_ABI(const char*, ncclGetErrorString, ncclResult_t result) {
