@@ -480,8 +480,6 @@ int rerunCurrentTestWith(const std::vector<std::string>& vars) {
   return status;
 }
 
-namespace {
-
 void expectError(const char* what, ErrorCode code, std::vector<std::string> mentions,
                  const std::function<void()>& call) {
   SCOPED_TRACE(what);
@@ -496,8 +494,6 @@ void expectError(const char* what, ErrorCode code, std::vector<std::string> ment
     }
   }
 }
-
-}  // namespace
 
 void badArgumentsBody(Communicator& comm) {
   const int rank = comm.rank(), n = comm.size();

@@ -82,6 +82,11 @@ void checkLastCall(Communicator& comm, const std::string& collective);
 /// tells that it is one by the variable being set. Returns the child's wait status (-1 if it could not start).
 int rerunCurrentTestWith(const std::vector<std::string>& env);
 
+/// Expects call() to throw collie::Error with `code` and a message that holds every string of `mentions`; `what`
+/// names the case in failures.
+void expectError(const char* what, ErrorCode code, std::vector<std::string> mentions,
+                 const std::function<void()>& call);
+
 /// Bad arguments through the C++ API: the right error code, a message naming the argument, no buffer written,
 /// and the communicator still working afterwards.
 void badArgumentsBody(Communicator& comm);
