@@ -21,13 +21,15 @@ struct Entry {
   const char* desc;
 };
 
+// The registry, a parameter's text and the descriptions are made once and never destroyed (as the shm segment
+// registry): a communicator with static storage is destroyed at exit after them, and reads parameters then.
 const std::vector<Entry>& registry() {
-  static const std::vector<Entry> rows = {
+  static const auto* rows = new std::vector<Entry>{
 #define COLLIE_PARAM_ENTRY(name, type, env, def, rule, desc) Entry{env, def, rule, desc},
       COLLIE_PARAM_LIST(COLLIE_PARAM_ENTRY)
 #undef COLLIE_PARAM_ENTRY
   };
-  return rows;
+  return *rows;
 }
 
 const Entry& find(const std::string& env) {
@@ -179,10 +181,10 @@ void checkEnvironment() {
     static const int64_t value = readInt(env, def); \
     return value;                                   \
   }
-#define COLLIE_PARAM_DEFINE_Str(name, env, def)         \
-  const std::string& name() {                           \
-    static const std::string value = current(env, def); \
-    return value;                                       \
+#define COLLIE_PARAM_DEFINE_Str(name, env, def)                    \
+  const std::string& name() {                                      \
+    static const auto* value = new std::string(current(env, def)); \
+    return *value;                                                 \
   }
 #define COLLIE_PARAM_DEFINE(name, type, env, def, rule, desc) COLLIE_PARAM_DEFINE_##type(name, env, def)
 COLLIE_PARAM_LIST(COLLIE_PARAM_DEFINE)
@@ -194,12 +196,12 @@ std::string currentValue(const std::string& v) { return v; }
 
 /// Each description followed by what the parameter allows, built once (ParamInfo points into it).
 const std::vector<std::string>& descriptions() {
-  static const std::vector<std::string> texts = [] {
-    std::vector<std::string> out;
-    for (const Entry& e : registry()) out.push_back(std::string(e.desc) + "; allowed: " + describe(e.rule));
+  static const auto* texts = [] {
+    auto* out = new std::vector<std::string>;
+    for (const Entry& e : registry()) out->push_back(std::string(e.desc) + "; allowed: " + describe(e.rule));
     return out;
   }();
-  return texts;
+  return *texts;
 }
 }  // namespace
 

@@ -21,6 +21,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -37,7 +38,12 @@ namespace collie::core {
 namespace {
 
 std::mutex gMu;
-std::vector<FlightRecorder*> gRecorders;
+// Made on first use and never destroyed: a communicator with static storage registers its recorder before this
+// file's statics may be made, and unregisters it at exit after they are gone.
+std::vector<FlightRecorder*>& recorders() {
+  static auto* live = new std::vector<FlightRecorder*>;
+  return *live;
+}
 bool gStarted = false;
 volatile int gSignalFd = -1;  // write end: the handler sends the signal number
 volatile int gDoneFd = -1;    // read end: the dump thread answers a fatal signal
@@ -79,7 +85,7 @@ void dumpThread(int readFd) {
     {
       std::lock_guard<std::mutex> lock(gMu);
       const std::string reason = std::string("signal ") + sigabbrev_np(sig);
-      for (FlightRecorder* r : gRecorders) r->dump(reason, /*fromSignal=*/true);
+      for (FlightRecorder* r : recorders()) r->dump(reason, /*fromSignal=*/true);
     }
     if (sig != SIGUSR1) {
       const char ack = 1;
@@ -127,14 +133,14 @@ void startLocked() {
 // their traces buffered (up to 4095 events each).
 void flushAtExit() {
   std::lock_guard<std::mutex> lock(gMu);
-  for (FlightRecorder* r : gRecorders) r->flushTraceAtExit();
+  for (FlightRecorder* r : recorders()) r->flushTraceAtExit();
 }
 
 void atforkPrepare() { gMu.lock(); }
 void atforkParent() { gMu.unlock(); }
 void atforkChild() {
   // The dump thread did not follow; the parent's recorders are not this process's to dump.
-  gRecorders.clear();
+  recorders().clear();
   gStarted = false;
   gSignalFd = -1;
   gDoneFd = -1;
@@ -152,21 +158,18 @@ void registerFlightRecorder(FlightRecorder* r) {
   int instance = 0;  // the lowest not held by a live recorder of the same name and rank
   for (bool taken = true; taken; instance += taken ? 1 : 0) {
     taken = false;
-    for (const FlightRecorder* q : gRecorders)
+    for (const FlightRecorder* q : recorders())
       taken = taken || (q->instance() == instance && q->rank() == r->rank() && q->name() == r->name());
   }
   r->instance_ = instance;  // under the lock: a recorder registering at once from another thread sees it
-  gRecorders.push_back(r);
+  recorders().push_back(r);
   if (!gStarted && (!base::params::flightRecorder().empty() || !base::params::trace().empty())) startLocked();
 }
 
 void unregisterFlightRecorder(FlightRecorder* r) {
   std::lock_guard<std::mutex> lock(gMu);
-  for (size_t i = 0; i < gRecorders.size(); ++i) {
-    if (gRecorders[i] != r) continue;
-    gRecorders.erase(gRecorders.begin() + static_cast<std::ptrdiff_t>(i));
-    return;
-  }
+  std::vector<FlightRecorder*>& live = recorders();
+  if (auto it = std::find(live.begin(), live.end(), r); it != live.end()) live.erase(it);
 }
 
 }  // namespace collie::core

@@ -296,6 +296,35 @@ TEST(GroupRefusal, AThreadEndingInsideAGroupWithAThreadLocalCommunicatorIsClean)
   }).join();  // no groupEnd: the thread ends inside its group
 }
 
+// Communicators with static storage, destroyed after main returns or exit() is called: their destructors run after the
+// library's own function-local statics made after them are gone (the parameter registry, a parameter's text, the
+// thread's group state), and must not read them. Before 2026-11-29 the parameter registry was read after its
+// destruction (ASan reports it). In a child of this binary, which must exit with 0, once after an AllReduce and once
+// with calls waiting in an open group.
+std::vector<std::unique_ptr<Communicator>> gStaticComms;  // constructed before main, so destroyed last
+
+TEST(Lifecycle, CommunicatorsDestroyedAtExitReadNothingAlreadyDestroyed) {
+  if (const char* mode = std::getenv("COLLIE_TEST_EXIT_MODE")) {  // the child
+    gStaticComms = Communicator::createAll(2, testOptions());
+    static std::vector<int32_t> in(8, 1), out0(8, 0), out1(8, 0), a(8, 1), b(8, 0);
+    std::thread peer([] { gStaticComms[1]->allReduce(in.data(), out1.data(), 8, DataType::Int32, ReduceOp::Sum); });
+    gStaticComms[0]->allReduce(in.data(), out0.data(), 8, DataType::Int32, ReduceOp::Sum);
+    peer.join();
+    if (out0 != std::vector<int32_t>(8, 2) || out1 != out0) std::exit(3);
+    if (std::string(mode) == "group") {
+      groupStart();
+      gStaticComms[0]->sendAsync(a.data(), a.size(), DataType::Int32, 1);
+      gStaticComms[0]->recvAsync(b.data(), b.size(), DataType::Int32, 1);
+    }
+    std::exit(0);
+  }
+  for (const char* mode : {"plain", "group"}) {
+    const int status = rerunCurrentTestWith({std::string("COLLIE_TEST_EXIT_MODE=") + mode});
+    ASSERT_TRUE(WIFEXITED(status)) << mode << ": the child did not exit (status " << status << ")";
+    EXPECT_EQ(WEXITSTATUS(status), 0) << mode;
+  }
+}
+
 // A small call right after a larger one must not stall. Every TCP socket of a communicator needs TCP_NODELAY: with
 // Nagle's algorithm on, a small segment sent while the previous one is unacknowledged waits for the peer's delayed
 // ACK (~40 ms on Linux). So: after a barrier, rank 0 broadcasts 4000 bytes and then 4 bytes over the same socket

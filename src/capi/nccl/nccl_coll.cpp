@@ -33,7 +33,9 @@ constexpr unsigned int kNcclSimInfoMagic = 0x74685283;  // NCCL_SIM_INFO_INITIAL
 constexpr size_t kHostAllocAlignment = 4096;            // ncclMemAlloc's host memory: page-aligned
 
 std::mutex hostAllocMu;
-std::unordered_set<void*> hostAllocs;  // ncclMemAlloc's host allocations, for ncclMemFree
+// ncclMemAlloc's host allocations, for ncclMemFree; never destroyed (as liveComms): a program's static buffer may be
+// freed at exit, after this library's statics are gone.
+std::unordered_set<void*>& hostAllocs = *new std::unordered_set<void*>;
 
 }  // namespace
 
