@@ -300,7 +300,7 @@ TEST(GroupRefusal, AThreadEndingInsideAGroupWithAThreadLocalCommunicatorIsClean)
 // library's own function-local statics made after them are gone (the parameter registry, a parameter's text, the
 // thread's group state), and must not read them. Before 2026-11-29 the parameter registry was read after its
 // destruction (ASan reports it). In a child of this binary, which must exit with 0, once after an AllReduce and once
-// with calls waiting in an open group.
+// with calls waiting in an open group, over shm and over tcp.
 std::vector<std::unique_ptr<Communicator>> gStaticComms;  // constructed before main, so destroyed last
 
 TEST(Lifecycle, CommunicatorsDestroyedAtExitReadNothingAlreadyDestroyed) {
@@ -318,10 +318,14 @@ TEST(Lifecycle, CommunicatorsDestroyedAtExitReadNothingAlreadyDestroyed) {
     }
     std::exit(0);
   }
-  for (const char* mode : {"plain", "group"}) {
-    const int status = rerunCurrentTestWith({std::string("COLLIE_TEST_EXIT_MODE=") + mode});
-    ASSERT_TRUE(WIFEXITED(status)) << mode << ": the child did not exit (status " << status << ")";
-    EXPECT_EQ(WEXITSTATUS(status), 0) << mode;
+  for (const char* shmDisable : {"0", "1"}) {
+    for (const char* mode : {"plain", "group"}) {
+      SCOPED_TRACE(std::string(mode) + ", COLLIE_SHM_DISABLE=" + shmDisable);
+      const int status = rerunCurrentTestWith(
+          {std::string("COLLIE_TEST_EXIT_MODE=") + mode, std::string("COLLIE_SHM_DISABLE=") + shmDisable});
+      ASSERT_TRUE(WIFEXITED(status)) << "the child did not exit (status " << status << ")";
+      EXPECT_EQ(WEXITSTATUS(status), 0);
+    }
   }
 }
 
