@@ -135,6 +135,26 @@ void dropEmptySteps(Schedule& sch) {
   }
   sch.steps.resize(kept);
 }
+
+// Every range a step reads or writes lies within its buffer's count: the executor sizes the copy of Input it reads
+// for an Avg by inputCount (Executor::scaleInputs), and Scratch by scratchCount.
+void checkRanges(const Schedule& sch) {
+  auto limit = [&](Buffer b) {
+    return b == Buffer::Input     ? sch.inputCount
+           : b == Buffer::Output  ? sch.outputCount
+           : b == Buffer::Scratch ? sch.scratchCount
+                                  : ~size_t{0};
+  };
+  for (const Step& s : sch.steps) {
+    const bool readsSrc = s.kind != StepKind::Recv && s.kind != StepKind::RecvCopySend;
+    const bool writesDst = s.kind != StepKind::Send;
+    for (const Range* r : {readsSrc ? &s.src : nullptr, writesDst ? &s.dst : nullptr}) {
+      COLLIE_INTERNAL_CHECK(!r || r->buffer == Buffer::Transient || r->offset + s.count <= limit(r->buffer),
+                            "schedule step reaches element %zu of buffer %d, which holds %zu", r->offset + s.count,
+                            static_cast<int>(r->buffer), limit(r->buffer));
+    }
+  }
+}
 }  // namespace
 
 void refuseUnsupported(Algorithm algo, Collective coll) {
@@ -163,6 +183,7 @@ Schedule build(Algorithm algo, const ScheduleKey& key, const patterns::HostLayou
       break;
   }
   dropEmptySteps(sch);
+  checkRanges(sch);
   return sch;
 }
 

@@ -21,6 +21,7 @@
 // fp16/bf16 gives the correctly rounded result.
 #include "base/datatypes.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <bit>
 #include <cmath>
@@ -201,9 +202,9 @@ COLLIE_ALWAYS_INLINE void reduceLoop(void* dstv, const void* av, const void* bv,
   for (size_t i = 0; i < count; ++i) dst[i] = Codec::store(op.apply(Codec::load(a[i]), Codec::load(b[i])));
 }
 
-// x / divisor, ignoring the second operand: divideInPlace is reduceLoop(buf, buf, buf) with this op.
+// x / divisor, ignoring the second operand: divideInto is reduceLoop(dst, src, src) with this op.
 struct DivideBy {
-  int divisor;
+  double divisor;
   template <typename T>
   T apply(T x, T) const {
     if constexpr (std::is_floating_point_v<T>) {
@@ -211,7 +212,7 @@ struct DivideBy {
     } else {
       // The usual arithmetic conversions make this an int, int64, uint32 or uint64 division; divisor > 0, so the
       // unsigned ones are exact and the signed ones truncate toward zero.
-      return static_cast<T>(x / divisor);
+      return static_cast<T>(x / static_cast<int>(divisor));
     }
   }
 };
@@ -458,11 +459,19 @@ void reduce(void* dst, const void* a, const void* b, size_t count, DataType type
   kernel(dst, a, b, count, type, op, nullptr);
 }
 
-void divideInPlace(void* buf, size_t count, DataType type, int divisor) {
+AvgDivisors avgDivisors(DataType type, int nranks) {
+  const bool floating =
+      type == DataType::Float16 || type == DataType::Float32 || type == DataType::Float64 || type == DataType::Bfloat16;
+  if (!floating || nranks <= 1) return {1, static_cast<double>(std::max(nranks, 1))};
+  const double pow2 = static_cast<double>(std::bit_ceil(static_cast<unsigned>(nranks)));
+  return {pow2, nranks / pow2};
+}
+
+void divideInto(void* dst, const void* src, size_t count, DataType type, double divisor) {
   COLLIE_ARG_CHECK(isValidDataType(static_cast<int>(type)), "invalid data type %d", static_cast<int>(type));
-  COLLIE_ARG_CHECK(divisor > 0, "divideInPlace: divisor %d is not positive", divisor);
+  COLLIE_ARG_CHECK(divisor > 0, "divideInto: divisor %g is not positive", divisor);
   const DivideBy divideBy{divisor};
-  kernel(buf, buf, buf, count, type, ReduceOp::Sum, &divideBy);
+  kernel(dst, src, src, count, type, ReduceOp::Sum, &divideBy);
 }
 
 KernelIsa kernelIsa() { return activeIsa().load(std::memory_order_relaxed); }

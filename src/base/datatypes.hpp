@@ -30,18 +30,34 @@ uint16_t floatToHalf(float f);
 float bf16ToFloat(uint16_t b);
 uint16_t floatToBf16(float f);
 
-/// dst[i] = a[i] op b[i] for i < count. dst may alias a or b exactly (never partially). Avg reduces as Sum (the
-/// division is applied once at the end by divideInPlace). fp16/bf16 reduce through float, rounding each result
+/// dst[i] = a[i] op b[i] for i < count. dst may alias a or b exactly (never partially). Avg reduces as Sum (see
+/// AvgDivisors for the divisions around it). fp16/bf16 reduce through float, rounding each result
 /// to nearest-even. Integer Sum and Prod wrap around. Floating-point Max and Min propagate NaN: a NaN in
 /// either input gives a NaN. Throws InvalidArgument for a type or op outside the enums.
 void reduce(void* dst, const void* a, const void* b, size_t count, DataType type, ReduceOp op);
 
-/// buf[i] = buf[i] / divisor, for ReduceOp::Avg: true division for floating-point types (fp16/bf16 through
-/// float, rounded to nearest-even), truncating division for integer types. Throws InvalidArgument unless
-/// divisor > 0 and the type is valid.
-void divideInPlace(void* buf, size_t count, DataType type, int divisor);
+/// How a ReduceOp::Avg over `nranks` ranks divides: each rank's input by `input` before it is summed, the sum by
+/// `result`. Integer types: 1 and nranks (the wrapped sum divided once, truncating, as NCCL's). Floating types:
+/// 2^ceil(log2 nranks) and nranks / 2^ceil(log2 nranks). Scaling by a power of two is exact (outside the subnormal
+/// range), so each partial sum is the unscaled one times that power and the result has the bits of summing first
+/// and dividing once, wherever that does not overflow; and no partial sum exceeds the largest input in magnitude,
+/// so fp16 gradients averaged over many ranks do not overflow (NCCL multiplies each input by 1/nranks for the same
+/// reason, rounding every input once).
+struct AvgDivisors {
+  double input = 1;
+  double result = 1;
+};
+AvgDivisors avgDivisors(DataType type, int nranks);
 
-/// The instruction sets the host kernels of reduce() and divideInPlace() are built for. Portable: the baseline
+/// dst[i] = src[i] / divisor (dst may be src): true division for floating-point types (fp16/bf16 through float,
+/// rounded to nearest-even), truncating division for integer types, whose divisor must be a whole number. Throws
+/// InvalidArgument unless divisor > 0 and the type is valid.
+void divideInto(void* dst, const void* src, size_t count, DataType type, double divisor);
+inline void divideInPlace(void* buf, size_t count, DataType type, double divisor) {
+  divideInto(buf, buf, count, type, divisor);
+}
+
+/// The instruction sets the host kernels of reduce() and divideInto() are built for. Portable: the baseline
 /// the library is compiled for (SSE2 on x86-64). X86V3: x86-64-v3 (AVX2, FMA, F16C), x86-64 GCC builds only.
 /// All give bit-identical results except for NaN payloads.
 enum class KernelIsa : int { Portable = 0, X86V3 = 1 };

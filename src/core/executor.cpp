@@ -91,8 +91,10 @@ void Executor::planStep(StepState& st) {
   st.elemSize = base::dataTypeSize(job.buffers.type);
   const size_t bytes = s.count * st.elemSize;
   char* scratch = scratch_ + jobScratch_[st.job];
-  st.src = resolve(job.buffers, scratch, s.src, st.elemSize);
-  st.dst = resolve(job.buffers, scratch, s.dst, st.elemSize);
+  JobBuffers buffers = job.buffers;
+  if (jobScaledInput_[st.job] != kNoScaledInput) buffers.input = scratch_ + jobScaledInput_[st.job];
+  st.src = resolve(buffers, scratch, s.src, st.elemSize);
+  st.dst = resolve(buffers, scratch, s.dst, st.elemSize);
   st.sliceElems = std::max<size_t>(1, job.sliceBytes / st.elemSize);
   st.nslices = (s.kind == StepKind::Copy || s.count == 0) ? 0 : (s.count + st.sliceElems - 1) / st.sliceElems;
   bool reduces = s.kind == StepKind::RecvReduce || s.kind == StepKind::RecvReduceSend;
@@ -197,7 +199,24 @@ void Executor::finishJobIfDone(size_t job) {
   const Job& j = jobs_[job];
   if (j.buffers.op == ReduceOp::Avg && j.schedule->resultCount > 0) {
     char* res = resolve(j.buffers, scratch_ + jobScratch_[job], j.schedule->result, base::dataTypeSize(j.buffers.type));
-    base::divideInPlace(res, j.schedule->resultCount, j.buffers.type, nranks_);
+    base::divideInPlace(res, j.schedule->resultCount, j.buffers.type,
+                        base::avgDivisors(j.buffers.type, nranks_).result);
+  }
+}
+
+bool Executor::scalesInput(const Job& j) const {
+  return j.buffers.op == ReduceOp::Avg && j.schedule->inputCount > 0 &&
+         base::avgDivisors(j.buffers.type, nranks_).input > 1;
+}
+
+// One pass over each such input before any step starts (NCCL's PreMulSum scales as it loads instead); the user's
+// send buffer is left as it was, an in-place call's included.
+void Executor::scaleInputs() {
+  for (size_t j = 0; j < jobs_.size(); ++j) {
+    if (jobScaledInput_[j] == kNoScaledInput) continue;
+    const JobBuffers& b = jobs_[j].buffers;
+    base::divideInto(scratch_ + jobScaledInput_[j], b.input, jobs_[j].schedule->inputCount, b.type,
+                     base::avgDivisors(b.type, nranks_).input);
   }
 }
 
@@ -237,7 +256,7 @@ bool Executor::samePlanAsLast(std::span<const Job> jobs) const {
   const Job& j = jobs[0];
   return j.schedule == prepared_.schedule && j.scheduleGeneration == prepared_.scheduleGeneration &&
          j.sliceBytes == prepared_.sliceBytes && j.slicesInFlight == prepared_.slicesInFlight &&
-         j.buffers.type == prepared_.buffers.type;
+         j.buffers.type == prepared_.buffers.type && scalesInput(j) == scalesInput(prepared_);
 }
 
 void Executor::begin(std::span<const Job> jobs) {
@@ -259,6 +278,7 @@ void Executor::begin(std::span<const Job> jobs) {
       sendTurn_ = firstSendTurn_;
     }
     frontier_ = firstLive_ = 0;
+    scaleInputs();
     return;  // small_ stays as the prepared run decided
   }
   prepared_ = Job{};
@@ -274,11 +294,16 @@ void Executor::begin(std::span<const Job> jobs) {
 
   // Scratch areas of the jobs, one allocation (kept for later runs).
   jobScratch_.assign(jobs.size(), 0);
+  jobScaledInput_.assign(jobs.size(), kNoScaledInput);
   size_t scratchTotal = 0;
   for (size_t j = 0; j < jobs.size(); ++j) {
+    const size_t elemSize = base::dataTypeSize(jobs[j].buffers.type);
     jobScratch_[j] = scratchTotal;
-    size_t bytes = jobs[j].schedule->scratchCount * base::dataTypeSize(jobs[j].buffers.type);
-    scratchTotal += (bytes + 63) / 64 * 64;
+    scratchTotal += (jobs[j].schedule->scratchCount * elemSize + 63) / 64 * 64;
+    if (scalesInput(jobs[j])) {
+      jobScaledInput_[j] = scratchTotal;
+      scratchTotal += (jobs[j].schedule->inputCount * elemSize + 63) / 64 * 64;
+    }
   }
   if (scratchTotal > scratchBytes_) {
     free(scratch_);
@@ -348,6 +373,7 @@ void Executor::begin(std::span<const Job> jobs) {
   if (jobs.size() == 1) prepared_ = jobs[0];
   small_ = prepareSmall();
   frontier_ = firstLive_ = 0;
+  scaleInputs();
 }
 
 bool Executor::step() {

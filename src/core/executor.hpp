@@ -106,6 +106,7 @@ class Executor {
 
  private:
   static constexpr size_t kNoStep = ~size_t{0};
+  static constexpr size_t kNoScaledInput = ~size_t{0};  // jobScaledInput_: the job reads its input as it is
   struct SliceState {
     transport::Transfer recv;
     transport::Transfer send;
@@ -155,6 +156,10 @@ class Executor {
   static bool stepRecvsDone(const StepState& st) { return st.started && st.finished == st.nslices; }
   static bool stepDone(const StepState& st) { return stepRecvsDone(st) && (!st.sends() || st.sendsDone == st.nslices); }
   void finishJobIfDone(size_t job);
+  /// Whether job `j` sums inputs divided first (ReduceOp::Avg over a floating type: base::AvgDivisors).
+  bool scalesInput(const Job& j) const;
+  /// Writes each such job's input, divided, into its area of scratch_, which its steps read as Buffer::Input.
+  void scaleInputs();
   char* acquireSlot();
   void releaseSlot(char*& slot) {
     if (slot) freeSlots_.push_back(slot);
@@ -191,6 +196,7 @@ class Executor {
   char* scratch_ = nullptr;  // Buffer::Scratch of every job (grows, kept between runs)
   size_t scratchBytes_ = 0;
   std::vector<size_t> jobScratch_;                // byte offset of each job's scratch in scratch_
+  std::vector<size_t> jobScaledInput_;            // byte offset of each job's divided input in scratch_
   std::vector<transport::Fingerprint> lastSeen_;  // by peer: the call of the last message received from it
   CallTrace* trace_ = nullptr;
 };

@@ -12,13 +12,16 @@
 #include <sys/wait.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
 
 #include "algorithms/algorithms.hpp"
+#include "base/datatypes.hpp"
 #include "common/bodies.hpp"
 #include "common/forced_algorithm.hpp"
 #include "common/launcher.hpp"
@@ -132,6 +135,101 @@ TEST_P(SameBitsOnEveryRank, SignedZerosAndNans) {
 INSTANTIATE_TEST_SUITE_P(Forced, SameBitsOnEveryRank,
                          ::testing::Combine(::testing::Values("direct", "rhd", "ring", "tree"),
                                             ::testing::Values(2, 3, 4, 5, 8)),
+                         [](const ::testing::TestParamInfo<std::tuple<std::string, int>>& info) {
+                           return std::get<0>(info.param) + "_" + std::to_string(std::get<1>(info.param)) + "ranks";
+                         });
+
+// An Avg over a floating type must not overflow where the average itself is representable. Every rank holds values
+// near the type's largest power of two, so a sum of two of them overflows: before 2026-11-29 collie summed and then
+// divided, and fp16 gradients of 30000 averaged over 4 ranks came out inf (NCCL multiplies each input by 1/nranks
+// first; collie divides each by a power of two, which is exact). Each element is checked against the exact sum
+// divided by nranks, rounded as the library rounds (in float for fp16, bf16 and fp32), for AllReduce, Reduce (to
+// the last rank) and ReduceScatter, in place and out of place.
+double avgInput(int rank, size_t i, int topExponent) {
+  return (i % 3 == 0 ? -1.0 : 1.0) * std::ldexp(1.0, topExponent - static_cast<int>((i + rank) % 4));
+}
+
+void storeValue(DataType type, void* dst, size_t i, double v) {
+  switch (type) {
+    case DataType::Float16:
+      static_cast<uint16_t*>(dst)[i] = base::floatToHalf(static_cast<float>(v));
+      break;
+    case DataType::Bfloat16:
+      static_cast<uint16_t*>(dst)[i] = base::floatToBf16(static_cast<float>(v));
+      break;
+    case DataType::Float32:
+      static_cast<float*>(dst)[i] = static_cast<float>(v);
+      break;
+    default:
+      static_cast<double*>(dst)[i] = v;
+  }
+}
+
+double loadValue(DataType type, const void* src, size_t i) {
+  switch (type) {
+    case DataType::Float16:
+      return base::halfToFloat(static_cast<const uint16_t*>(src)[i]);
+    case DataType::Bfloat16:
+      return base::bf16ToFloat(static_cast<const uint16_t*>(src)[i]);
+    case DataType::Float32:
+      return static_cast<const float*>(src)[i];
+    default:
+      return static_cast<const double*>(src)[i];
+  }
+}
+
+class AvgDoesNotOverflow : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
+
+TEST_P(AvgDoesNotOverflow, ValuesNearTheLargest) {
+  const auto [algo, nranks] = GetParam();
+  ForcedAlgorithm forced(algo);
+  const std::pair<DataType, int> types[] = {
+      {DataType::Float16, 15}, {DataType::Bfloat16, 127}, {DataType::Float32, 127}, {DataType::Float64, 1023}};
+  for (const auto& [type, top] : types) {
+    const size_t es = base::dataTypeSize(type);
+    for (Coll coll : {Coll::AllReduce, Coll::Reduce, Coll::ReduceScatter}) {
+      for (size_t count : {size_t{1}, size_t{1000}}) {
+        for (bool inPlace : {false, true}) {
+          SCOPED_TRACE(base::dataTypeName(type) + std::string(" ") + collName(coll) + " count " +
+                       std::to_string(count) + (inPlace ? " in place" : ""));
+          const size_t inCount = coll == Coll::ReduceScatter ? count * static_cast<size_t>(nranks) : count;
+          // What every rank must find at input index i.
+          std::vector<uint8_t> expected(inCount * es);
+          for (size_t i = 0; i < inCount; ++i) {
+            double sum = 0;  // exact, scaled by 2^-top so that float64's does not overflow either
+            for (int r = 0; r < nranks; ++r) sum += std::ldexp(avgInput(r, i, top), -top);
+            const double avg = type == DataType::Float64 ? sum / nranks : static_cast<float>(sum / nranks);
+            storeValue(type, expected.data(), i, std::ldexp(avg, top));
+          }
+          ThreadLauncher::run(
+              nranks,
+              [&](Communicator& comm) {
+                const int rank = comm.rank();
+                std::vector<uint8_t> in(inCount * es), out(inCount * es, 0xA5);
+                for (size_t i = 0; i < inCount; ++i) storeValue(type, in.data(), i, avgInput(rank, i, top));
+                const size_t block = coll == Coll::ReduceScatter ? static_cast<size_t>(rank) * count * es : 0;
+                void* recv = inPlace ? (coll == Coll::ReduceScatter ? in.data() + block : in.data()) : out.data();
+                if (coll == Coll::AllReduce) comm.allReduce(in.data(), recv, count, type, ReduceOp::Avg);
+                if (coll == Coll::Reduce) comm.reduce(in.data(), recv, count, type, ReduceOp::Avg, nranks - 1);
+                if (coll == Coll::ReduceScatter) comm.reduceScatter(in.data(), recv, count, type, ReduceOp::Avg);
+                if (coll == Coll::Reduce && rank != nranks - 1) return;
+                const uint8_t* got = static_cast<const uint8_t*>(recv);
+                const uint8_t* want = expected.data() + block;
+                for (size_t i = 0; i < count; ++i)
+                  ASSERT_EQ(std::memcmp(got + i * es, want + i * es, es), 0)
+                      << "rank " << rank << " element " << i << ": " << loadValue(type, got, i) << ", expected "
+                      << loadValue(type, want, i);
+              },
+              testOptions());
+        }
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Forced, AvgDoesNotOverflow,
+                         ::testing::Combine(::testing::Values("ring", "tree", "rhd", "direct", "hier"),
+                                            ::testing::Values(2, 3, 5, 8)),
                          [](const ::testing::TestParamInfo<std::tuple<std::string, int>>& info) {
                            return std::get<0>(info.param) + "_" + std::to_string(std::get<1>(info.param)) + "ranks";
                          });

@@ -753,6 +753,43 @@ TEST(DataTypes, DivideSemantics) {
   EXPECT_EQ(h[0], refEncode(1.0 / 3.0, kHalf));
 }
 
+// Avg over floating types divides each input by a power of two (exact) and the sum by the rest of nranks; integer
+// types divide the sum once. Where summing first does not overflow, the split division gives its bits (each partial
+// sum is the unscaled one times a power of two); where it does (fp16 inputs of 30000 and up), the average is finite
+// and within a few units in the last place.
+TEST(DataTypes, AvgDivisorsSplitTheDivisionExactly) {
+  EXPECT_EQ(base::avgDivisors(DataType::Int32, 6).input, 1);
+  EXPECT_EQ(base::avgDivisors(DataType::Int32, 6).result, 6);
+  EXPECT_EQ(base::avgDivisors(DataType::Float16, 1).input, 1);
+  EXPECT_EQ(base::avgDivisors(DataType::Float16, 1).result, 1);
+  EXPECT_EQ(base::avgDivisors(DataType::Float32, 4).input, 4);
+  EXPECT_EQ(base::avgDivisors(DataType::Float32, 4).result, 1);
+  EXPECT_EQ(base::avgDivisors(DataType::Bfloat16, 5).input, 8);
+  EXPECT_EQ(base::avgDivisors(DataType::Bfloat16, 5).result, 5.0 / 8);
+  EXPECT_EQ(base::avgDivisors(DataType::Float64, 131072).input, 131072);
+  auto sum = [](std::vector<uint16_t> v) {
+    for (size_t r = 1; r < v.size(); ++r) reduce(&v[0], &v[0], &v[r], 1, DataType::Float16, ReduceOp::Sum);
+    return v[0];
+  };
+  for (int n : {2, 3, 5, 6, 7, 8}) {
+    const base::AvgDivisors d = base::avgDivisors(DataType::Float16, n);
+    for (float x : {1.0f, 3.0f, 1000.0f, 7001.0f, 30000.0f, 65504.0f}) {
+      std::vector<uint16_t> raw(static_cast<size_t>(n)), scaled(raw.size());
+      for (int r = 0; r < n; ++r) raw[static_cast<size_t>(r)] = base::floatToHalf(x + static_cast<float>(r));
+      for (size_t r = 0; r < raw.size(); ++r) base::divideInto(&scaled[r], &raw[r], 1, DataType::Float16, d.input);
+      uint16_t split = sum(scaled);
+      base::divideInPlace(&split, 1, DataType::Float16, d.result);
+      uint16_t once = sum(raw);
+      base::divideInPlace(&once, 1, DataType::Float16, n);
+      if (std::isfinite(base::halfToFloat(once))) {
+        EXPECT_EQ(split, once) << n << " ranks of " << x;
+      } else {
+        EXPECT_NEAR(base::halfToFloat(split), x, x / 256) << n << " ranks of " << x;
+      }
+    }
+  }
+}
+
 TEST(DataTypes, InvalidArgumentsThrow) {
   float x = 1;
   try {
