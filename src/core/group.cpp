@@ -125,9 +125,12 @@ void endGroup(bool wait) {
   for (const auto& entry : ops)
     if (std::find(order.begin(), order.end(), entry.first) == order.end()) order.push_back(entry.first);
   try {
-    COLLIE_ENFORCE(refusedCode == ErrorCode::Success, refusedCode,
-                   "%s: none of the group's %zu calls was issued, since one made inside it was refused: %s",
-                   wait ? "groupEnd" : "groupEndAsync", ops.size(), refusedWhy.c_str());
+    // The refusal: a call refused inside the group, groupFail, or a communicator destroyed with calls in it.
+    COLLIE_ENFORCE(refusedCode == ErrorCode::Success, refusedCode, "%s: %s the group failed: %s",
+                   wait ? "groupEnd" : "groupEndAsync",
+                   ops.empty() ? "no call was issued, since"
+                               : base::format("none of the group's %zu calls was issued, since", ops.size()).c_str(),
+                   refusedWhy.c_str());
     checkIssuable(ops, order, wait);
   } catch (const Error& e) {  // nothing issued, no host buffer touched; the async calls' Works say why
     for (auto& entry : ops) CommImpl::dropUnissued(entry.second, e.code(), e.what());

@@ -755,7 +755,65 @@ void testSingleThreadComms() {
     CHECK(state == ncclSuccess, "non-blocking init %d ended in state %d", i, static_cast<int>(state));
   }
   groupSum(nb, 2, "non-blocking ncclCommInitRankConfig");
+  // A split with a config that leaves `blocking` unset is blocking, whatever its parent (NCCL copies the parent's
+  // config only into a split without one): the group's end returns ncclSuccess with the children ready.
+  {
+    ncclConfig_t childConfig = NCCL_CONFIG_INITIALIZER;
+    ncclComm_t child[2] = {nullptr, nullptr};
+    NCCL_OK(ncclGroupStart());
+    for (int i = 0; i < 2; ++i) NCCL_OK(ncclCommSplit(nb[i], 0, i, &child[i], &childConfig));
+    NCCL_OK(ncclGroupEnd());
+    groupSum(child, 2, "blocking split of a non-blocking parent");
+    for (ncclComm_t c : child) NCCL_OK(ncclCommDestroy(c));
+  }
   for (ncclComm_t c : nb) NCCL_OK(ncclCommDestroy(c));
+
+  // A group one of whose calls is refused starts none of its inits and splits: ncclGroupEnd returns the refusal at
+  // once (it used to wait for the started ones until collie's timeout), the parents still work, and each handle the
+  // group gave out reports the failure.
+  {
+    NCCL_OK(ncclCommInitAll(all, 2, nullptr));
+    ncclComm_t child[2] = {nullptr, nullptr};
+    const auto start = std::chrono::steady_clock::now();
+    NCCL_OK(ncclGroupStart());
+    NCCL_OK(ncclCommSplit(all[0], 1, 0, &child[0], nullptr));
+    ncclResult_t refused = ncclCommSplit(all[1], -5, 0, &child[1], nullptr);
+    ncclResult_t end = ncclGroupEnd();
+    const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    CHECK(refused == ncclInvalidArgument && end == ncclInvalidArgument && took < 5.0,
+          "a group with a refused split: split %d, group end %d after %.1f s", static_cast<int>(refused),
+          static_cast<int>(end), took);
+    ncclResult_t state = ncclSuccess;
+    NCCL_OK(ncclCommGetAsyncError(child[0], &state));
+    CHECK(state == ncclInvalidArgument, "the split of a failed group is in state %d", static_cast<int>(state));
+    int n = 0;
+    CHECK(ncclCommCount(child[0], &n) == ncclInvalidArgument, "a split of a failed group answered ncclCommCount");
+    NCCL_OK(ncclCommDestroy(child[0]));
+    groupSum(all, 2, "parents of a failed group's splits");
+
+    ncclUniqueId ids;
+    NCCL_OK(ncclGetUniqueId(&ids));
+    ncclComm_t inits[2] = {nullptr, nullptr};
+    NCCL_OK(ncclGroupStart());
+    NCCL_OK(ncclCommInitRank(&inits[0], 2, ids, 0));
+    refused = ncclCommInitRank(&inits[1], 2, ids, 7);
+    end = ncclGroupEnd();
+    CHECK(refused == ncclInvalidArgument && end == ncclInvalidArgument,
+          "a group with a refused init: init %d, group end %d", static_cast<int>(refused), static_cast<int>(end));
+    NCCL_OK(ncclCommGetAsyncError(inits[0], &state));
+    CHECK(state == ncclInvalidArgument, "the init of a failed group is in state %d", static_cast<int>(state));
+    NCCL_OK(ncclCommDestroy(inits[0]));
+    for (int i = 0; i < 2; ++i) NCCL_OK(ncclCommDestroy(all[i]));
+  }
+
+  // As NCCL: ncclCommInitAll of no devices, ncclCommFinalize(NULL) succeed; a second finalize is an invalid argument.
+  NCCL_OK(ncclCommInitAll(all, 0, nullptr));
+  NCCL_OK(ncclCommFinalize(nullptr));
+  NCCL_OK(ncclCommInitAll(all, 1, nullptr));
+  NCCL_OK(ncclCommFinalize(all[0]));
+  const ncclResult_t again = ncclCommFinalize(all[0]);
+  CHECK(again == ncclInvalidArgument, "a second ncclCommFinalize gave %d", static_cast<int>(again));
+  NCCL_OK(ncclCommDestroy(all[0]));
 
   // ncclCommAbort of a communicator whose non-blocking init still waits (rank 1 of 2 never comes) ends it at once,
   // not at collie's timeout (10 minutes by default).
@@ -765,6 +823,16 @@ void testSingleThreadComms() {
   CHECK(r == ncclInProgress, "non-blocking init of 1 rank of 2 returned %d: %s", static_cast<int>(r),
         ncclGetLastError(nullptr));
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  // Used before its init completed: ncclInvalidArgument at once, as NCCL's (it used to wait for the init, which
+  // on this thread never ends).
+  int count = 0;
+  r = ncclCommCount(alone, &count);
+  CHECK(r == ncclInvalidArgument, "ncclCommCount of a non-blocking communicator still in init gave %d",
+        static_cast<int>(r));
+  int32_t one = 1;
+  r = ncclAllReduce(&one, &one, 1, ncclInt32, ncclSum, alone, nullptr);
+  CHECK(r == ncclInvalidArgument, "ncclAllReduce on a non-blocking communicator still in init gave %d",
+        static_cast<int>(r));
   const auto abortStart = std::chrono::steady_clock::now();
   NCCL_OK(ncclCommAbort(alone));
   const double abortTook = std::chrono::duration<double>(std::chrono::steady_clock::now() - abortStart).count();
@@ -982,8 +1050,10 @@ void testMisc(ncclComm_t comm) {
   int local = 0;
   r = ncclMemFree(&local);
   CHECK(r != ncclSuccess, "ncclMemFree of a stack address succeeded");
-  r = ncclMemAlloc(&mem, 0);
-  CHECK(r == ncclInvalidArgument, "ncclMemAlloc of 0 bytes gave %d", static_cast<int>(r));
+  mem = &local;
+  r = ncclMemAlloc(&mem, 0);  // as NCCL (cudaMalloc of 0 bytes): success, and no memory
+  CHECK(r == ncclSuccess && mem == nullptr, "ncclMemAlloc of 0 bytes gave %d", static_cast<int>(r));
+  NCCL_OK(ncclMemFree(mem));
 
   ncclResult_t async = ncclInternalError;
   NCCL_OK(ncclCommGetAsyncError(comm, &async));

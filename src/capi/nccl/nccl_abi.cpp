@@ -22,9 +22,10 @@
 //
 // Groups. ncclGroupStart/End map to collieGroupStart/End (collectives and Send/Recv of the group are issued
 // together at the outermost end). ncclCommInitRank* and ncclCommSplit called inside a group are deferred as in NCCL:
-// each runs on a thread of its own from the call on and the outermost ncclGroupEnd waits for them (for
-// communicators whose config is blocking; for non-blocking ones it returns ncclInProgress while any is still
-// running), so that one thread can create several ranks of one communicator.
+// each is recorded, and the outermost ncclGroupEnd starts them all (an init as collie's non-blocking init, a split on
+// a thread of its own) and waits for them (for communicators whose config is blocking; for non-blocking ones it
+// returns ncclInProgress while any is still running), so that one thread can create several ranks of one
+// communicator; when a call of the group failed, it starts none of them.
 //
 // Errors. Every failure leaves a message for ncclGetLastError: per thread, and per communicator when the call had
 // one (ncclGetLastError(comm) returns the communicator's last message, else the thread's). No exception crosses
@@ -45,6 +46,7 @@
 #include <cstring>
 #include <memory>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 // ---- ABI facts this layer relies on ---------------------------------------------------------------------------
@@ -93,7 +95,8 @@ constexpr unsigned int kNcclConfigMagic = 0xcafebeef;  // NCCL_CONFIG_INITIALIZE
 thread_local char tlsLastError[kErrorBytes];
 thread_local char tlsReturnedError[kErrorBytes];  // what ncclGetLastError(comm) returns: a stable per-thread copy
 thread_local int tlsGroupDepth = 0;
-thread_local std::vector<ncclComm*> tlsGroupDeferred;  // inits and splits to wait for at the outermost end
+thread_local std::vector<ncclComm*> tlsGroupDeferred;  // inits and splits to start at the outermost end
+thread_local bool tlsGroupFailed = false;              // a call inside the open group failed (failGroupOn)
 
 // Every ncclComm alive; recordError writes to a communicator only while holding liveMu and finding it here. Never
 // destroyed, so that a communicator freed during the process's exit still finds them.
@@ -343,9 +346,29 @@ void waitDeferred(ncclComm* comm) {
   if (t.joinable()) t.join();
 }
 
-// The collie communicator behind comm, waiting for a deferred creation; fails for NULL and for a failed creation.
+bool stillCreating(ncclComm* comm) {
+  if (!comm->deferredDone.load()) return true;  // a split on its thread
+  collieComm_t c = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(comm->mu);
+    c = comm->c;
+  }
+  collieResult_t e = collieSuccess;
+  return c && collieCommGetAsyncError(c, &e) == collieSuccess && e == collieInProgress;  // a non-blocking init
+}
+
+// The collie communicator behind comm (see nccl_abi.hpp).
 ncclResult_t resolve(ncclComm* comm, const char* fn, collieComm_t* out) {
   if (!comm) return fail(nullptr, ncclInvalidArgument, "%s: comm is NULL", fn);
+  if (comm->pending) {
+    return fail(comm, ncclInvalidUsage,
+                "%s: comm is created at the end of its group, which has not come (ncclGroupEnd)", fn);
+  }
+  if (!comm->blocking && stillCreating(comm)) {
+    return fail(comm, ncclInvalidArgument,
+                "%s: comm is still being created (non-blocking); use it once ncclCommGetAsyncError gives ncclSuccess",
+                fn);
+  }
   waitDeferred(comm);
   ncclResult_t deferred;
   std::string why;
@@ -380,49 +403,75 @@ void freeComm(ncclComm* comm) {
 int& groupDepth() { return tlsGroupDepth; }
 
 ncclResult_t failGroupOn(ncclComm* comm, ncclResult_t r) {
-  if (r != ncclSuccess && r != ncclInProgress && tlsGroupDepth > 0)
+  if (r != ncclSuccess && r != ncclInProgress && tlsGroupDepth > 0) {
+    tlsGroupFailed = true;
     collieGroupFail(static_cast<collieResult_t>(r), lastError(comm));
+  }
   return r;
 }
 
+bool takeGroupFailure() { return std::exchange(tlsGroupFailed, false); }
+
 void deferToGroupEnd(ncclComm* comm, const char* fn, std::function<collieResult_t(collieComm_t*)> create) {
-  tlsGroupDeferred.reserve(tlsGroupDeferred.size() + 1);  // the push_back below cannot fail once the thread runs
-  comm->deferredDone = false;
-  comm->deferred = std::thread([comm, fn, create = std::move(create)] {
-    collieComm_t c = nullptr;
-    collieResult_t r = create(&c);
-    std::string why;
-    if (r != collieSuccess) {
-      const char* m = collieGetLastError(nullptr);
-      why = (m && *m) ? m : collieGetErrorString(r);
-    }
-    {
-      std::lock_guard<std::mutex> lock(comm->mu);
-      comm->c = c;
-      comm->deferredResult = fromCollieCode(r);
-      comm->deferredError = why;
-      if (r != collieSuccess) std::snprintf(comm->lastError, sizeof(comm->lastError), "%s: %s", fn, why.c_str());
-    }
-    comm->deferredDone = true;
-  });
   tlsGroupDeferred.push_back(comm);
+  comm->pending = std::move(create);
+  comm->pendingIsInit = false;
+  comm->pendingFn = fn;
 }
 
-ncclResult_t startInitInGroup(ncclComm* comm, const char* fn,
-                              const std::function<collieResult_t(collieComm_t*)>& init) {
-  tlsGroupDeferred.push_back(comm);  // first: nothing can fail once the init runs
-  collieComm_t c = nullptr;
-  collieResult_t r = init(&c);
-  if (r != collieSuccess && r != collieInProgress) {
-    forgetDeferred(comm);
-    return fromCollie(nullptr, fn, r);
-  }
-  comm->c = c;
-  comm->initInGroup = true;
-  return ncclSuccess;
+void deferInitToGroupEnd(ncclComm* comm, const char* fn, std::function<collieResult_t(collieComm_t*)> init) {
+  tlsGroupDeferred.push_back(comm);
+  comm->pending = std::move(init);
+  comm->pendingIsInit = true;
+  comm->pendingFn = fn;
 }
 
 namespace {
+
+// Keeps a creation's failure as comm's result and last message.
+void recordCreationFailure(ncclComm* comm, ncclResult_t r, const std::string& why) {
+  std::lock_guard<std::mutex> lock(comm->mu);
+  comm->deferredResult = r;
+  comm->deferredError = why;
+  std::snprintf(comm->lastError, sizeof(comm->lastError), "%s: %s", comm->pendingFn, why.c_str());
+}
+
+// collie's message for the failure r of a call just made on this thread.
+std::string collieWhy(collieResult_t r) {
+  const char* m = collieGetLastError(nullptr);
+  return (m && *m) ? m : collieGetErrorString(r);
+}
+
+// A split: on a thread of its own, which stores the result and then sets deferredDone.
+void launchSplit(ncclComm* comm, std::function<collieResult_t(collieComm_t*)> create) {
+  comm->deferredDone = false;
+  try {
+    std::thread t([comm, create = std::move(create)] {
+      collieComm_t c = nullptr;
+      collieResult_t r = create(&c);
+      {
+        std::lock_guard<std::mutex> lock(comm->mu);
+        comm->c = c;
+      }
+      if (r != collieSuccess) recordCreationFailure(comm, fromCollieCode(r), collieWhy(r));
+      comm->deferredDone = true;
+    });
+    std::lock_guard<std::mutex> lock(comm->mu);  // waitDeferred may look from another thread (ncclCommAbort)
+    comm->deferred = std::move(t);
+  } catch (const std::system_error& e) {
+    recordCreationFailure(comm, ncclSystemError, std::string("cannot start a thread: ") + e.what());
+    comm->deferredDone = true;
+  }
+}
+
+// An init: collie's non-blocking init, which ncclCommAbort stops; a failure at once is kept as its result.
+void launchInit(ncclComm* comm, const std::function<collieResult_t(collieComm_t*)>& init) {
+  collieComm_t c = nullptr;
+  collieResult_t r = init(&c);
+  if (r != collieSuccess && r != collieInProgress) return recordCreationFailure(comm, fromCollieCode(r), collieWhy(r));
+  comm->c = c;
+  comm->initInGroup = true;
+}
 
 // Whether comm's init in a group still runs.
 bool initRunning(ncclComm* comm) {
@@ -431,23 +480,47 @@ bool initRunning(ncclComm* comm) {
 }
 
 // Waits for comm's init in a group; a failed one is destroyed and its failure kept as a deferred creation's.
-void waitInitInGroup(ncclComm* comm, const char* fn) {
+void waitInitInGroup(ncclComm* comm) {
   int n = 0;
   collieResult_t r = collieCommCount(comm->c, &n);  // waits for the init, and fails as it did
   if (r != collieSuccess) {
-    const char* m = collieGetLastError(nullptr);
-    const std::string why = (m && *m) ? m : collieGetErrorString(r);
+    const std::string why = collieWhy(r);
     collieCommDestroy(comm->c);
-    std::lock_guard<std::mutex> lock(comm->mu);
-    comm->c = nullptr;
-    comm->deferredResult = fromCollieCode(r);
-    comm->deferredError = why;
-    std::snprintf(comm->lastError, sizeof(comm->lastError), "%s: %s", fn, why.c_str());
+    {
+      std::lock_guard<std::mutex> lock(comm->mu);
+      comm->c = nullptr;
+    }
+    recordCreationFailure(comm, fromCollieCode(r), why);
   }
   comm->initInGroup = false;
 }
 
 }  // namespace
+
+void launchDeferred() {
+  for (ncclComm* comm : tlsGroupDeferred) {
+    std::function<collieResult_t(collieComm_t*)> create = std::move(comm->pending);
+    comm->pending = nullptr;
+    if (comm->pendingIsInit) {
+      launchInit(comm, create);
+    } else {
+      launchSplit(comm, std::move(create));
+    }
+  }
+}
+
+void abandonDeferred(ncclResult_t result, const std::string& why) {
+  std::vector<ncclComm*> deferred;
+  deferred.swap(tlsGroupDeferred);
+  for (ncclComm* comm : deferred) {
+    comm->pending = nullptr;
+    if (comm->discardAtGroupEnd) {
+      freeComm(comm);  // NCCL_SPLIT_NOCOLOR: the caller holds no handle
+      continue;
+    }
+    recordCreationFailure(comm, result, "not created, since its group failed: " + why);
+  }
+}
 
 ncclResult_t finishDeferred(const char* fn, bool* inProgress) {
   *inProgress = false;
@@ -459,7 +532,7 @@ ncclResult_t finishDeferred(const char* fn, bool* inProgress) {
       *inProgress = *inProgress || (comm->initInGroup ? initRunning(comm) : !comm->deferredDone.load());
       continue;  // non-blocking: polled with ncclCommGetAsyncError
     }
-    if (comm->initInGroup) waitInitInGroup(comm, fn);
+    if (comm->initInGroup) waitInitInGroup(comm);
     waitDeferred(comm);
     ncclResult_t r;
     std::string why;

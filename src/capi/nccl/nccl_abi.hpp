@@ -52,8 +52,12 @@ struct ncclComm {
   std::set<collie_nccl::Registration*> registrations;
   char lastError[collie_nccl::kErrorBytes] = {};
 
-  // A split deferred to the end of its group: runs on `deferred`, which stores the result below and then sets
-  // deferredDone (an init in a group fails into the result below too: waitInitInGroup).
+  // An init or split made inside a group: recorded in `pending` and started only at the outermost ncclGroupEnd
+  // (none of them when the group failed: launchDeferred, abandonDeferred). A split then runs on `deferred`, which
+  // stores the result below and then sets deferredDone; an init fails into the result below too (waitInitInGroup).
+  std::function<collieResult_t(collieComm_t*)> pending;
+  bool pendingIsInit = false;
+  const char* pendingFn = "";
   std::thread deferred;
   std::atomic<bool> deferredDone{true};
   ncclResult_t deferredResult = ncclSuccess;
@@ -141,7 +145,10 @@ collieConfig_t collieConfigFor(const Settings& s, bool blocking);
 // ---- Communicators --------------------------------------------------------------------------------------------
 /// Waits for an init or split deferred to the end of a group (a no-op for any other communicator).
 void waitDeferred(ncclComm* comm);
-/// The collie communicator behind comm, waiting for a deferred creation; fails for NULL and for a failed creation.
+/// The collie communicator behind comm, waiting for a deferred creation of a blocking communicator; fails for NULL,
+/// for a failed creation, for one whose group has not ended, and, as NCCL's ncclCommEnsureReady, with
+/// ncclInvalidArgument for a non-blocking communicator still being created (ncclCommGetAsyncError says
+/// ncclInProgress).
 ncclResult_t resolve(ncclComm* comm, const char* fn, collieComm_t* out);
 /// resolve(), and comm must not have been finalized: for calls that communicate.
 ncclResult_t resolveLive(ncclComm* comm, const char* fn, collieComm_t* out);
@@ -151,15 +158,24 @@ void freeComm(ncclComm* comm);
 // ---- Groups ---------------------------------------------------------------------------------------------------
 /// This thread's ncclGroupStart nesting depth.
 int& groupDepth();
-/// Inside a group: runs `create` (which makes the collie communicator of comm: a split) on a thread of its own; the
-/// outermost ncclGroupEnd waits for it (finishDeferred).
+/// Whether a call inside this thread's group failed (failGroupOn), clearing it: at the outermost ncclGroupEnd, which
+/// then starts none of the group's inits and splits and issues none of its calls.
+bool takeGroupFailure();
+/// Inside a group: records `create` (which makes the collie communicator of comm: a split), to run on a thread of
+/// its own from the outermost ncclGroupEnd (launchDeferred), which waits for it (finishDeferred).
 void deferToGroupEnd(ncclComm* comm, const char* fn, std::function<collieResult_t(collieComm_t*)> create);
-/// Inside a group: starts comm's init as collie's non-blocking init (`init` makes it, given a non-blocking config);
-/// the outermost ncclGroupEnd waits for it when comm's config blocks. Fails as `init` does, leaving nothing behind.
-ncclResult_t startInitInGroup(ncclComm* comm, const char* fn, const std::function<collieResult_t(collieComm_t*)>& init);
-/// At the outermost ncclGroupEnd: waits for the deferred creations of this thread's group (those with a blocking
-/// config), frees the handles of NCCL_SPLIT_NOCOLOR splits, and returns the first failure. *inProgress tells
-/// whether a non-blocking one is still running.
+/// Inside a group: records comm's init (`init` makes it as collie's non-blocking init, given a non-blocking config),
+/// started at the outermost ncclGroupEnd, which waits for it when comm's config blocks.
+void deferInitToGroupEnd(ncclComm* comm, const char* fn, std::function<collieResult_t(collieComm_t*)> init);
+/// At the outermost ncclGroupEnd of a group none of whose calls failed: starts its inits and splits, all of them
+/// before any is waited for (one thread may create several ranks of one communicator).
+void launchDeferred();
+/// At the outermost ncclGroupEnd of a failed group: starts none of its inits and splits; each handle keeps
+/// `result` and `why` as its creation's failure (ncclCommGetAsyncError, any call), NCCL_SPLIT_NOCOLOR ones are freed.
+void abandonDeferred(ncclResult_t result, const std::string& why);
+/// At the outermost ncclGroupEnd, after launchDeferred: waits for the deferred creations of this thread's group
+/// (those with a blocking config), frees the handles of NCCL_SPLIT_NOCOLOR splits, and returns the first failure.
+/// *inProgress tells whether a non-blocking one is still running.
 ncclResult_t finishDeferred(const char* fn, bool* inProgress);
 /// Takes comm off this thread's group's deferred creations (ncclCommDestroy/Abort before the group's end).
 void forgetDeferred(ncclComm* comm);

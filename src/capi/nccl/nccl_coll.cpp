@@ -5,8 +5,9 @@
 // Each call checks its communicator (not finalized), converts the datatype and operator explicitly, and passes
 // buffers and the cudaStream_t through to collie: NULL with host buffers is a blocking host call; device buffers
 // are enqueued on the stream. Gather and Scatter, which collie's C API lacks, are Send/Recv in one collie group.
-// ncclGroupEnd first waits for the inits and splits deferred in the group, then ends collie's group. A data call that
-// fails inside a group fails the group, as in NCCL: ncclGroupEnd issues none of its calls and returns the error.
+// ncclGroupEnd first starts and waits for the inits and splits deferred in the group, then ends collie's group. A call
+// that fails inside a group fails the group, as in NCCL: ncclGroupEnd starts none of its inits and splits, issues none
+// of its calls and returns the error.
 //
 // ncclMemAlloc gives device memory (cuMemAlloc on the caller's current context) when the process uses CUDA, else
 // page-aligned host memory, since without CUDA no device memory can exist and host memory is what every collie
@@ -254,13 +255,24 @@ NCCL_ABI(ncclResult_t, ncclGroupStart) {
 NCCL_ABI(ncclResult_t, ncclGroupEnd) {
   const char* fn = "ncclGroupEnd";
   if (groupDepth() == 0) return fail(nullptr, ncclInvalidUsage, "%s: no group was started (ncclGroupStart)", fn);
-  --groupDepth();
-  // Inits and splits first: NCCL does not allow them in one group with calls on the communicators they create.
-  ncclResult_t result = ncclSuccess;
+  if (--groupDepth() > 0) {
+    collieResult_t r = collieGroupEnd();  // nested: the outermost end does the work
+    return r == collieSuccess ? ncclSuccess : fromCollie(nullptr, fn, r);
+  }
+  // As NCCL: a group one of whose calls failed starts none of its inits and splits and issues none of its calls.
+  if (takeGroupFailure()) {
+    collieResult_t r = collieGroupEnd();  // issues nothing, and returns the first failure
+    ncclResult_t code = r != collieSuccess ? fromCollie(nullptr, fn, r)
+                                           : fail(nullptr, ncclInternalError, "%s: a call of the group failed", fn);
+    abandonDeferred(code, lastError(nullptr));
+    return code;
+  }
+  // Inits and splits first: NCCL does not allow them in one group with calls on the communicators they create. One
+  // that fails fails the group: its data calls are not issued (NCCL runs a group's inits first and launches nothing
+  // when one fails).
+  launchDeferred();
   bool inProgress = false;
-  // A deferred init or split that failed fails the group: its data calls are not issued (NCCL runs a group's inits
-  // first and launches nothing when one fails).
-  if (groupDepth() == 0) result = finishDeferred(fn, &inProgress);
+  ncclResult_t result = finishDeferred(fn, &inProgress);
   if (result != ncclSuccess) collieGroupFail(static_cast<collieResult_t>(result), lastError(nullptr));
   collieResult_t r = collieGroupEnd();
   if (result != ncclSuccess) return result;
@@ -285,7 +297,7 @@ NCCL_ABI(ncclResult_t, ncclMemAlloc, void** ptr, size_t size) {
   const char* fn = "ncclMemAlloc";
   if (!ptr) return fail(nullptr, ncclInvalidArgument, "%s: ptr is NULL", fn);
   *ptr = nullptr;
-  if (size == 0) return fail(nullptr, ncclInvalidArgument, "%s: size is 0", fn);
+  if (size == 0) return ncclSuccess;  // as NCCL (cudaMalloc of 0 bytes): no memory, a NULL pointer
   return guarded(nullptr, fn, [&]() -> ncclResult_t {
     if (collie_nccl::cudaDriverLoaded()) {
       std::string why;

@@ -4,9 +4,10 @@
 // returning an error with its reason. Built on collie's C API through the helpers of nccl_abi.hpp.
 //
 // Inits and splits inside a group are deferred to the outermost ncclGroupEnd, as NCCL defers them, so that one thread
-// can create several ranks of one communicator: an init starts as collie's non-blocking init (startInitInGroup), which
-// ncclCommAbort stops, a split runs on a thread of its own (deferToGroupEnd); ncclCommDestroy or ncclCommAbort of one
-// before that end takes it off the group's list (and waits for a split). A non-blocking config outside
+// can create several ranks of one communicator: each is recorded and started there, none of them if a call of the
+// group failed; an init starts as collie's non-blocking init (deferInitToGroupEnd), which ncclCommAbort stops, a split
+// runs on a thread of its own (deferToGroupEnd); ncclCommDestroy or ncclCommAbort of one before that end takes it off
+// the group's list (and after it, waits for a split). A non-blocking config outside
 // a group uses collie's own non-blocking init (ncclInProgress, then ncclCommGetAsyncError). ncclCommSplit always
 // completes before it returns (collie's split blocks), which a non-blocking config allows.
 #include <memory>
@@ -36,10 +37,10 @@ ncclResult_t initRankUnguarded(const char* fn, ncclComm_t* out, int nranks, cons
   comm->blocking = s.blocking;
   comm->splitShare = s.splitShare;
   if (groupDepth() > 0) {
-    NCCL_TRY(startInitInGroup(comm.get(), fn, [&](collieComm_t* c) {
+    deferInitToGroupEnd(comm.get(), fn, [s, cid, nranks, rank](collieComm_t* c) {
       collieConfig_t cc = collieConfigFor(s, false);  // the group's end waits for it if s.blocking
       return collieCommInitRankConfig(c, nranks, cid, rank, &cc);
-    }));
+    });
     *out = comm.release();
     return ncclSuccess;
   }
@@ -103,7 +104,8 @@ namespace {
 ncclResult_t initAll(ncclComm_t* comms, int ndev, const int* devlist) {
   const char* fn = "ncclCommInitAll";
   if (!comms) return fail(nullptr, ncclInvalidArgument, "%s: comm is NULL", fn);
-  if (ndev < 1) return fail(nullptr, ncclInvalidArgument, "%s: ndev=%d must be at least 1", fn, ndev);
+  if (ndev < 0) return fail(nullptr, ncclInvalidArgument, "%s: ndev=%d must not be negative", fn, ndev);
+  if (ndev == 0) return ncclSuccess;  // as NCCL: nothing to create
   for (int i = 0; devlist && i < ndev; ++i) {
     if (devlist[i] < 0) return fail(nullptr, ncclInvalidArgument, "%s: devlist[%d]=%d is negative", fn, i, devlist[i]);
   }
@@ -134,11 +136,13 @@ NCCL_ABI(ncclResult_t, ncclCommInitAll, ncclComm_t* comms, int ndev, const int* 
 
 // collie has no separate finalize: host calls are complete when they return, and ncclCommDestroy waits for any
 // call still queued on a stream. Finalize marks the communicator so that only ncclCommDestroy may follow.
+// As NCCL: NULL is no error, and a second finalize is an invalid argument.
 NCCL_ABI(ncclResult_t, ncclCommFinalize, ncclComm_t comm) {
   const char* fn = "ncclCommFinalize";
+  if (!comm) return ncclSuccess;
   collieComm_t c = nullptr;
   NCCL_TRY(resolve(comm, fn, &c));
-  if (comm->finalized.exchange(true)) return fail(comm, ncclInvalidUsage, "%s: comm was already finalized", fn);
+  if (comm->finalized.exchange(true)) return fail(comm, ncclInvalidArgument, "%s: comm was already finalized", fn);
   return ncclSuccess;
 }
 
@@ -171,8 +175,8 @@ namespace {
 /// (may be null) does not set them.
 ncclResult_t newChild(ncclComm_t comm, const char* fn, ncclConfig_t* config, Settings* s,
                       std::unique_ptr<ncclComm>* child) {
-  s->blocking = comm->blocking;
   // NCCL copies the parent's config into a child split without one, and parses a given one from its defaults.
+  s->blocking = config ? true : comm->blocking;
   s->splitShare = config ? false : comm->splitShare;
   NCCL_TRY(parseConfig(fn, config, s));
   if (config) applySplitShareEnv(s);
@@ -296,7 +300,7 @@ NCCL_ABI(void, ncclResetDebugInit) {}
 NCCL_ABI(ncclResult_t, ncclCommGetAsyncError, ncclComm_t comm, ncclResult_t* asyncError) {
   const char* fn = "ncclCommGetAsyncError";
   if (!comm || !asyncError) return fail(comm, ncclInvalidArgument, "%s: comm or asyncError is NULL", fn);
-  if (!comm->deferredDone.load()) {
+  if (!comm->deferredDone.load() || comm->pending) {  // a split running, or a creation whose group has not ended
     *asyncError = ncclInProgress;
     return ncclSuccess;
   }
