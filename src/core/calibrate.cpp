@@ -45,6 +45,7 @@ struct Wire {
   double gap[kMaxKinds] = {};
   int32_t fan[kMaxKinds][kFanOut] = {};  // the peers of rank 0's fan-out for each (-1: none)
   double gamma = 0;                      // 0: unknown
+  int32_t hostCpus = 0;                  // rank 0's usable CPUs: the CPU share every rank's tuner uses
 };
 
 // The pairs rank 0 measures (see the top of the file), and which of them are the links inside and between hosts.
@@ -152,6 +153,7 @@ void CommImpl::calibrate(const std::vector<transport::PeerInfo>& peers) {
       }
     }
     w.gamma = file.gamma;
+    w.hostCpus = usableCpus();
     w.measure = base::params::tuneMeasure() != 0 ? 1 : 0;
     fanOf(probes, links_, planner_.hosts(), w.fan);
   }
@@ -196,13 +198,14 @@ void CommImpl::calibrate(const std::vector<transport::PeerInfo>& peers) {
   for (size_t k = 0; k < keys.size(); ++k)
     if (w.have[k] || measuring) measured_.set(keys[k], LinkCost{w.alpha[k], w.beta[k], w.gap[k]});
   measured_.gamma = w.gamma;
+  measured_.hostCpus = w.hostCpus;
   planner_.tuner().setModel(costModel(kinds));
   const CostModel& m = planner_.tuner().model();
   COLLIE_INFO(base::kLogTune,
               "%s: cost model (%s): alpha %.2f us, beta %.4f ns/B (%.2f GB/s), gap %.2f us, gamma %.4f ns/B (beta and "
-              "gamma x %.2f: ranks of this host per CPU)",
+              "gamma x %.2f: ranks of the fullest host per CPU of rank 0's host)",
               name_.c_str(), m.transport.c_str(), m.link.alpha * 1e6, m.link.beta * 1e9,
-              m.link.beta > 0 ? 1e-9 / m.link.beta : 0.0, m.link.gap * 1e6, m.gamma * 1e9, links_.cpuShare);
+              m.link.beta > 0 ? 1e-9 / m.link.beta : 0.0, m.link.gap * 1e6, m.gamma * 1e9, m.cpuShare);
   if (m.shape.hosts > 1)
     COLLIE_INFO(base::kLogTune,
                 "%s: %d hosts, up to %d ranks each (%d flat-ring streams per host link); inside a host (%s): alpha "
@@ -218,6 +221,10 @@ void CommImpl::calibrate(const std::vector<transport::PeerInfo>& peers) {
 // latency-bound plans far past their crossover there (8 ranks on 2 CPUs: direct AllReduce chosen at 32 KiB, 1.6x
 // slower than rhd; measured crossover 8-16 KiB).
 // Across hosts, the link inside a host is scaled the same way; the network's is not (a rank's CPU outpaces it).
+// Every rank must price alike (its tuner's choice is the schedule it runs, and the peers' must be the same): the
+// share is the fullest host's ranks over the CPUs rank 0 counted, from the table and the calibration broadcast,
+// not this rank's own host and CPUs (which differ where hosts are uneven or a rank is pinned: ranks then ran
+// different algorithms for one call, and some returned wrong sums before the fingerprint carried the algorithm).
 CostModel CommImpl::costModel(const std::vector<std::string>& kinds) const {
   CostModel m = measured_.modelFor(kinds);
   m.shape = HostShape::of(planner_.hosts());
@@ -230,7 +237,8 @@ CostModel CommImpl::costModel(const std::vector<std::string>& kinds) const {
     m.intra = cost(probes.intraKey, probes.intraKind.empty() ? "shm" : probes.intraKind);
     m.inter = cost(probes.interKind, probes.interKind);
   }
-  m.shareCpus(links_.cpuShare);
+  const double share = measured_.hostCpus > 0 ? static_cast<double>(m.shape.maxLocal) / measured_.hostCpus : 1.0;
+  m.shareCpus(share);
   return m;
 }
 

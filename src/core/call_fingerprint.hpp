@@ -7,10 +7,13 @@
 // fingerprint and its receives expect the sender's: the same one for a collective; for a Recv from rank p, the
 // fingerprint of p's matching Send to this rank, since a send/receive pair is written in the sender's terms.
 //
-// Fingerprint layout: call = the number; root = root + 1 (Broadcast, Reduce) or receiving rank + 1 (Send/Recv), else
-// 0; shape = count (bits 0-39, saturated) | communicator tag (40-51: 0, or a child's that shares its parent's
-// connections, link_share.hpp) | collective + 1 (52-55) | data type (56-59) | op + 1 (60-63; reductions only). Any
-// 16 bytes decode to some description, so a fingerprint from a broken peer cannot crash the report.
+// Fingerprint layout: call = the number; root = for Send/Recv the receiving rank + 1, for a collective root + 1
+// (Broadcast, Reduce; else 0) in bits 0-27 and the algorithm that runs it + 1 in bits 28-31 (ranks whose tuners or
+// COLLIE_ALGO chose differently would exchange messages of another schedule that pass every other check: the
+// results would be wrong); shape = count (bits 0-39, saturated) | communicator tag (40-51: 0, or a child's that
+// shares its parent's connections, link_share.hpp) | collective + 1, or 9 for barrier()'s AllReduce (52-55) | data
+// type (56-59) | op + 1 (60-63; reductions only). Any 16 bytes decode to some description, so a fingerprint from a
+// broken peer cannot crash the report.
 #pragma once
 
 #include <array>
@@ -22,10 +25,10 @@
 
 namespace collie::core {
 
-/// The fingerprint of `op` on `rank`, numbered `call`, of the communicator tagged `tag` (kMaxCommTag at most). For a
-/// Recv it is the one the sender's Send carries.
+/// The fingerprint of `op` on `rank`, numbered `call`, of the communicator tagged `tag` (kMaxCommTag at most), run by
+/// `algorithm` (an algorithms::Algorithm; -1: none given). For a Recv it is the one the sender's Send carries.
 constexpr uint32_t kMaxCommTag = 4095;
-transport::Fingerprint fingerprintOf(const OpDesc& op, uint32_t call, int rank, uint32_t tag = 0);
+transport::Fingerprint fingerprintOf(const OpDesc& op, uint32_t call, int rank, uint32_t tag = 0, int algorithm = -1);
 
 /// The call of `fp` made on `rank`, in words: "AllReduce(float32, sum, 1024) as call #17"; for a send/receive
 /// fingerprint "Recv(int32, 8 from rank 2) as receive #3 from rank 2" (`other`: the rank at the other end).

@@ -484,6 +484,7 @@ void CommImpl::barrier() {
   op.count = token.size();
   op.type = DataType::Uint8;
   op.op = ReduceOp::Max;
+  op.barrier = true;  // not to be taken for a user's AllReduce of the same shape
   if (inGroup()) {
     const std::string why = base::format("%s rank %d: barrier called inside a group", name_.c_str(), rank_);
     groupRefuse(ErrorCode::InvalidUsage, why);

@@ -146,7 +146,7 @@ class CommImpl {
   void armPrepared(const OpDesc& op);
   // Tuning (calibrate.cpp): the costs measured at init (or read from COLLIE_TUNE_FILE) by rank 0 and broadcast, so
   // that every rank's tuner decides alike.
-  CostModel costModel(const std::vector<std::string>& kinds) const;  ///< beta and gamma scaled by cpuShare
+  CostModel costModel(const std::vector<std::string>& kinds) const;  ///< beta and gamma scaled by the CPU share
   void calibrate(const std::vector<transport::PeerInfo>& peers);
   void pingPong(int peer, double* alpha, double* beta);
   void fanOut(const std::vector<int>& fan, double* gap);

@@ -26,6 +26,7 @@ struct OpDesc {
   DataType type = DataType::Float32;
   ReduceOp op = ReduceOp::Sum;
   int root = 0;                     ///< root, or peer for Send/Recv (kAnySource: a Recv from any source)
+  bool barrier = false;             ///< the AllReduce that implements barrier() (its fingerprint says so)
   int* source = nullptr;            ///< a Recv from any source: where the rank it matched is written
   std::shared_ptr<WorkState> work;  ///< set for async calls and calls deferred by a group
   /// The caller's cudaStream_t, set by the API entry point (the C API); NULL: the legacy default stream.

@@ -98,7 +98,8 @@ const std::vector<Job>& Planner::plan(const std::vector<OpDesc>& ops) {
       counter = op.coll == Collective::Send ? &sends_[peer] : &recvs_[peer];
       job.sendFp = job.recvFp = fingerprintOf(op, (*counter)++, rank_, tag_);
     } else {
-      job.sendFp = job.recvFp = fingerprintOf(op, collectiveCalls_++, rank_, tag_);
+      job.sendFp = job.recvFp =
+          fingerprintOf(op, collectiveCalls_++, rank_, tag_, static_cast<int>(memo_.plan.algorithm));
       history_.add(job.sendFp);
     }
     if (ops.size() == 1)

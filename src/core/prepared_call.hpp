@@ -41,10 +41,13 @@ struct CallKey {
   DataType type = DataType::Float32;
   ReduceOp op = ReduceOp::Sum;
   int root = 0;
+  bool barrier = false;
   bool operator==(const CallKey&) const = default;
 };
 
-inline CallKey keyOf(const OpDesc& op) { return CallKey{op.send, op.recv, op.count, op.coll, op.type, op.op, op.root}; }
+inline CallKey keyOf(const OpDesc& op) {
+  return CallKey{op.send, op.recv, op.count, op.coll, op.type, op.op, op.root, op.barrier};
+}
 
 class PreparedCall {
  public:

@@ -84,6 +84,11 @@ bool connectEagerly(ConnectMode mode, const std::vector<std::unique_ptr<transpor
   return strcasecmp(base::params::connectMode().c_str(), "eager") == 0;
 }
 
+int usableCpus() {
+  cpu_set_t cpus;
+  return std::max(1, sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1);
+}
+
 namespace {
 
 /// Chooses each known peer's transport and how politely to spin, from links.ctx.peers.
@@ -94,11 +99,9 @@ void chooseTransports(Links& links) {
   // More ranks of this communicator on this host than CPUs for them: waiting ranks must yield when they spin.
   int localRanks = 0;
   for (const auto& p : peers) localRanks += p.rank >= 0 && p.hostHash == peers[static_cast<size_t>(rank)].hostHash;
-  cpu_set_t cpus;
-  int ncpus = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+  const int ncpus = usableCpus();
   links.oversubscribed = localRanks > ncpus;
   links.cpusTaken = localRanks >= ncpus;
-  links.cpuShare = std::max(1.0, static_cast<double>(localRanks) / std::max(1, ncpus));
   // For each peer the first transport that can connect wins; both sides decide from the same table.
   links.transportOf.assign(static_cast<size_t>(nranks), -1);
   links.peerTransport.assign(static_cast<size_t>(nranks), "self");

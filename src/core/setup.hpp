@@ -23,6 +23,8 @@ bool useUcx();
 std::vector<std::unique_ptr<transport::Transport>> makeTransports();
 /// This process's PeerInfo before any transport has listened.
 transport::PeerInfo localPeerInfo(int rank);
+/// The CPUs this process may run on (its affinity), at least 1.
+int usableCpus();
 
 /// A communicator's links to its peers. With COLLIE_CONNECT=lazy (the default) a peer is connected when a call
 /// first needs it (connectPeers from the communicator's execute: this rank dials it, and the peer answers from its
@@ -37,7 +39,6 @@ struct Links {
   uint64_t generation = 0;     ///< changes whenever a connection is made or closed (a sharing child may make them)
   bool oversubscribed = true;  ///< more ranks on this host than CPUs: spin politely
   bool cpusTaken = true;       ///< at least as many ranks on this host as CPUs: the progress thread spins politely
-  double cpuShare = 1;         ///< ranks of this host per CPU, at least 1
 };
 
 /// Whether a communicator made with `mode` (Options::connect; Default: COLLIE_CONNECT) over `transports` connects

@@ -62,8 +62,9 @@ uint32_t sharingTag(uint32_t parentTag, int epoch, int color) {
 
 std::unique_ptr<CommImpl> CommImpl::split(int color, int key, const Options& options) {
   COLLIE_ARG_CHECK(color >= 0 || color == COLLIE_SPLIT_NOCOLOR,
-                   "color=%d: expected a non-negative color or COLLIE_SPLIT_NOCOLOR", color);
-  COLLIE_USAGE_CHECK(!inGroup(), "split called inside a group");
+                   "%s rank %d: split color=%d: expected a non-negative color or COLLIE_SPLIT_NOCOLOR", name_.c_str(),
+                   rank_, color);
+  COLLIE_USAGE_CHECK(!inGroup(), "%s rank %d: split called inside a group", name_.c_str(), rank_);
   COLLIE_INTERNAL_CHECK(static_cast<int>(links_.ctx.peers.size()) == nranks_,
                         "%s rank %d: no PeerInfo table to split from", name_.c_str(), rank_);
   const int epoch = splitCount_++;
@@ -146,7 +147,7 @@ std::unique_ptr<CommImpl> CommImpl::split(int color, int key, const Options& opt
   const std::vector<std::string> kinds = kindsInUse(comm->links_.transports, peers);
   comm->planner_.tuner() = Tuner(measured_.modelFor(kinds), planner_.tuner().selection());
   comm->connect(peers);
-  comm->planner_.tuner().setModel(comm->costModel(kinds));  // now that cpuShare is known
+  comm->planner_.tuner().setModel(comm->costModel(kinds));  // now that its host layout is known
   comm->startRecording();
   return comm;
 }

@@ -97,6 +97,10 @@ struct CostModel {
 struct MeasuredCosts {
   std::vector<std::pair<std::string, LinkCost>> links;  ///< by transport kind name
   double gamma = 0;                                     ///< 0: unknown
+  /// CPUs per host as every rank of the communicator agreed at init (rank 0's, calibrate.cpp), 0: unknown. The
+  /// tuner's CPU share is the fullest host's ranks over this, the same on every rank: a share from each rank's own
+  /// CPUs and host made ranks choose different algorithms for one call.
+  int hostCpus = 0;
   const LinkCost* find(const std::string& kind) const;
   void set(const std::string& kind, LinkCost cost);
   /// The model of a communicator whose links use `kinds`: alpha and beta of the slowest kind (each the largest

@@ -142,5 +142,28 @@ TEST_P(Collierun, EnvInitAllReduceFromPlainC) {
 
 INSTANTIATE_TEST_SUITE_P(Processes, Collierun, ::testing::Values(1, 2, 4));
 
+// Ranks whose tuners choose different algorithms for one call (here COLLIE_ALGO differs; a CPU count or a host's
+// rank count that differs did the same) exchange messages of different schedules. Before 2026-11-29 those passed
+// every check and some ranks returned success with wrong sums; the fingerprint now carries the algorithm, so every
+// rank fails with a mismatch naming both. Over shm and tcp.
+TEST(CollierunAlgorithms, RanksWhoseAlgorithmsDifferFailWithAMismatchNotWrongSums) {
+  std::string collierun = pathOf("COLLIERUN", COLLIERUN_PATH);
+  const std::string helper = pathOf("COLLIE_ENV_ALLREDUCE", COLLIE_ENV_ALLREDUCE_PATH);
+  if (collierun.empty() || access(collierun.c_str(), X_OK) != 0) GTEST_SKIP() << "collierun was not built";
+  for (const char* shmDisable : {"0", "1"}) {
+    const std::string cmd = "COLLIE_SHM_DISABLE=" + std::string(shmDisable) + " " + collierun +
+                            " -n 4 --timeout 60 sh -c 'if [ \"$COLLIE_RANK\" = 0 ]; then export COLLIE_ALGO=rhd; else "
+                            "export COLLIE_ALGO=direct; fi; exec " +
+                            helper + "' 2>&1";
+    int status = -1;
+    const std::string out = runCommand(cmd, &status);
+    EXPECT_NE(status, 0) << cmd << "\n" << out;
+    EXPECT_EQ(out.find("env_allreduce ok"), std::string::npos) << "a rank succeeded:\n" << out;
+    EXPECT_NE(out.find("ranks chose different algorithms for one call"), std::string::npos) << out;
+    EXPECT_NE(out.find("by rhd"), std::string::npos) << out;
+    EXPECT_NE(out.find("by direct"), std::string::npos) << out;
+  }
+}
+
 }  // namespace
 }  // namespace collie::test

@@ -982,10 +982,12 @@ void testErrors(ncclComm_t comm) {
   CHECK(r == ncclInvalidUsage, "ncclCommWindowRegister gave %d", static_cast<int>(r));
   ncclSimInfo_t sim = NCCL_SIM_INFO_INITIALIZER;
   NCCL_OK(ncclGroupStart());
+  int32_t simulated = 5;
+  NCCL_OK(ncclAllReduce(&simulated, &simulated, 1, ncclInt32, ncclSum, comm, nullptr));
   r = ncclGroupSimulateEnd(&sim);
   CHECK(r == ncclInvalidUsage, "ncclGroupSimulateEnd gave %d", static_cast<int>(r));
-  NCCL_OK(ncclGroupEnd());  // the group is still open
-  r = ncclGroupEnd();
+  CHECK(simulated == 5, "ncclGroupSimulateEnd issued the group's AllReduce");
+  r = ncclGroupEnd();  // as NCCL's, it ended the group
   CHECK(r == ncclInvalidUsage, "ncclGroupEnd without a group gave %d", static_cast<int>(r));
 
   // Configs are checked as NCCL checks them.

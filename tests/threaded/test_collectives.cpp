@@ -296,6 +296,25 @@ TEST(GroupRefusal, AThreadEndingInsideAGroupWithAThreadLocalCommunicatorIsClean)
   }).join();  // no groupEnd: the thread ends inside its group
 }
 
+// barrier() runs as an AllReduce of nranks uint8 with Max; a rank calling barrier() while the others make that very
+// AllReduce must fail as a mismatch on every rank, naming the barrier (before 2026-11-29 every call succeeded).
+TEST(BarrierMismatch, ABarrierAgainstTheAllReduceItRunsAsIsAMismatch) {
+  Options o = testOptions();
+  o.timeout = 20s;
+  ThreadLauncher::run(
+      3,
+      [](Communicator& comm) {
+        std::vector<uint8_t> v(3, 1);
+        expectError("barrier against AllReduce(uint8, max, 3)", ErrorCode::InvalidUsage, {"Barrier()"}, [&] {
+          if (comm.rank() == 2)
+            comm.barrier();
+          else
+            comm.allReduce(v.data(), v.data(), v.size(), DataType::Uint8, ReduceOp::Max);
+        });
+      },
+      o);
+}
+
 // Communicators with static storage, destroyed after main returns or exit() is called: their destructors run after the
 // library's own function-local statics made after them are gone (the parameter registry, a parameter's text, the
 // thread's group state), and must not read them. Before 2026-11-29 the parameter registry was read after its

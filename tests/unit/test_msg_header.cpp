@@ -6,6 +6,7 @@
 #include <cstring>
 #include <random>
 
+#include "algorithms/algorithms.hpp"
 #include "core/call_fingerprint.hpp"
 #include "transport/tcp/msg_header.hpp"
 
@@ -116,6 +117,24 @@ TEST(CallFingerprint, SendAndMatchingRecvAgreeAndAreDescribedFromEachSide) {
   EXPECT_EQ(core::describeCall(r, 1, 0), "rank 1 called Recv(int32, 8 from rank 0) as receive #3 from rank 0");
   recv.type = DataType::Float32;
   EXPECT_NE(s, core::fingerprintOf(recv, 3, 1));
+}
+
+// The algorithm that runs a collective is part of its fingerprint (ranks that chose differently must not exchange
+// messages), but not of its words, except in the mismatch it explains; a Reduce's root survives beside it.
+TEST(CallFingerprint, TheAlgorithmIsPartOfACollectivesFingerprint) {
+  core::OpDesc op =
+      core::makeOp(algorithms::Collective::Reduce, nullptr, nullptr, 64, DataType::Float32, ReduceOp::Sum, 5);
+  const Fingerprint ring = core::fingerprintOf(op, 2, 0, 0, static_cast<int>(algorithms::Algorithm::Ring));
+  const Fingerprint tree = core::fingerprintOf(op, 2, 1, 0, static_cast<int>(algorithms::Algorithm::Tree));
+  EXPECT_NE(ring, tree);
+  EXPECT_EQ(core::describeCall(ring, 0, 1), "rank 0 called Reduce(float32, sum, 64, root 5) as call #2");
+  const std::string why = core::describeMismatch(MismatchRecord{0, 1, ring, tree});
+  EXPECT_NE(why.find("different algorithms"), std::string::npos) << why;
+  EXPECT_NE(why.find("as call #2 by ring"), std::string::npos) << why;
+  EXPECT_NE(why.find("as call #2 by tree"), std::string::npos) << why;
+  op.barrier = true;
+  op.coll = algorithms::Collective::AllReduce;
+  EXPECT_EQ(core::describeCall(core::fingerprintOf(op, 4, 0), 0, 1), "rank 0 called Barrier() as call #4");
 }
 
 }  // namespace

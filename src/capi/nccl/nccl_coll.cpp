@@ -252,8 +252,10 @@ NCCL_ABI(ncclResult_t, ncclGroupStart) {
   return ncclSuccess;
 }
 
-NCCL_ABI(ncclResult_t, ncclGroupEnd) {
-  const char* fn = "ncclGroupEnd";
+namespace {
+
+// ncclGroupEnd, also for ncclGroupSimulateEnd (`fn` names the caller).
+ncclResult_t endGroup(const char* fn) {
   if (groupDepth() == 0) return fail(nullptr, ncclInvalidUsage, "%s: no group was started (ncclGroupStart)", fn);
   if (--groupDepth() > 0) {
     collieResult_t r = collieGroupEnd();  // nested: the outermost end does the work
@@ -280,14 +282,22 @@ NCCL_ABI(ncclResult_t, ncclGroupEnd) {
   return inProgress ? ncclInProgress : ncclSuccess;
 }
 
+}  // namespace
+
+NCCL_ABI(ncclResult_t, ncclGroupEnd) { return endGroup("ncclGroupEnd"); }
+
 NCCL_ABI(ncclResult_t, ncclGroupSimulateEnd, ncclSimInfo_t* simInfo) {
   if (simInfo && (simInfo->magic != kNcclSimInfoMagic || simInfo->size < sizeof(ncclSimInfo_t))) {
     return fail(nullptr, ncclInvalidArgument,
                 "ncclGroupSimulateEnd: simInfo was not initialised with NCCL_SIM_INFO_INITIALIZER");
   }
-  return unsupported(nullptr, ncclInvalidUsage, "ncclGroupSimulateEnd",
-                     "collie has no simulation of a group through its C API; the group is still open, end it with "
-                     "ncclGroupEnd");
+  // NCCL's ends the group without launching it; so does this, failing the group first (nothing in it is issued).
+  const char* fn = "ncclGroupSimulateEnd";
+  if (groupDepth() == 0) return fail(nullptr, ncclInvalidUsage, "%s: no group was started (ncclGroupStart)", fn);
+  const char* why = "collie has no simulation of a group; the group ended without issuing its calls";
+  failGroupOn(nullptr, unsupported(nullptr, ncclInvalidUsage, fn, why));
+  endGroup(fn);
+  return unsupported(nullptr, ncclInvalidUsage, fn, why);
 }
 
 // ---- Memory ---------------------------------------------------------------------------------------------------------
