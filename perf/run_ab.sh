@@ -9,7 +9,8 @@
 # once first: the limit the shm figures chase. Nothing is written to RESULTS.md: paste the table with its date,
 # machine, load average and this command.
 # Narrow or widen it with AB_CASES="2 tcp;4 tcp" (ranks and shm/tcp, ';' between cases) and AB_SIZES="32 1M"
-# (sizes in bytes, K/M suffixes allowed; iterations scale with the size).
+# (sizes in bytes, K/M suffixes allowed; iterations scale with the size); AB_ARGS="-o avg -d half" passes more
+# all_reduce_perf arguments to both builds.
 set -euo pipefail
 [[ $# -ge 2 ]] || { sed -n 2,9p "$0"; exit 2; }
 old=$(cd "$1" && pwd)
@@ -24,8 +25,9 @@ done
 # One figure from one run: column 6 (out-of-place time, us) or 8 (busbw, GB/s) of the single data row.
 measure() {  # build ranks env bytes iters column
   local b=$1 r=$2 envs=$3 bytes=$4 iters=$5 col=$6
+  # shellcheck disable=SC2086 # AB_ARGS: words on purpose
   env $envs "$b/tools/collierun" -n "$r" "$b/perf/all_reduce_perf" -b "$bytes" -e "$bytes" -n "$iters" \
-    -w $((iters / 10 + 2)) -c 0 2>/dev/null |
+    -w $((iters / 10 + 2)) -c 0 ${AB_ARGS:-} 2>/dev/null |
     awk -v c="$col" '$1 == "[0]" && $2 ~ /^[0-9]+$/ { print $(c + 1); exit }'
 }
 source "$(dirname "$0")/compare_lib.sh"  # median

@@ -42,7 +42,8 @@ void reduce(void* dst, const void* a, const void* b, size_t count, DataType type
 /// range), so each partial sum is the unscaled one times that power and the result has the bits of summing first
 /// and dividing once, wherever that does not overflow; and no partial sum exceeds the largest input in magnitude,
 /// so fp16 gradients averaged over many ranks do not overflow (NCCL multiplies each input by 1/nranks for the same
-/// reason, rounding every input once).
+/// reason, rounding every input once). The cost is fp16's: an input below 2^-14 x 2^ceil(log2 nranks) becomes
+/// subnormal when divided and loses bits (NCCL's fp16 Avg loses them too).
 struct AvgDivisors {
   double input = 1;
   double result = 1;

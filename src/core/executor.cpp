@@ -105,6 +105,7 @@ void Executor::startStep(size_t flat) {
   StepState& st = steps_[flat];
   const Step& s = *st.step;
   st.started = true;
+  scaleInputAt(flat, st);
   if (trace_) [[unlikely]]
     st.startTicks = TickClock::ticks();
   st.slices.clear();
@@ -199,8 +200,8 @@ void Executor::finishJobIfDone(size_t job) {
   const Job& j = jobs_[job];
   if (j.buffers.op == ReduceOp::Avg && j.schedule->resultCount > 0) {
     char* res = resolve(j.buffers, scratch_ + jobScratch_[job], j.schedule->result, base::dataTypeSize(j.buffers.type));
-    base::divideInPlace(res, j.schedule->resultCount, j.buffers.type,
-                        base::avgDivisors(j.buffers.type, nranks_).result);
+    const double divisor = base::avgDivisors(j.buffers.type, nranks_).result;
+    if (divisor != 1) base::divideInPlace(res, j.schedule->resultCount, j.buffers.type, divisor);
   }
 }
 
@@ -209,15 +210,14 @@ bool Executor::scalesInput(const Job& j) const {
          base::avgDivisors(j.buffers.type, nranks_).input > 1;
 }
 
-// One pass over each such input before any step starts (NCCL's PreMulSum scales as it loads instead); the user's
-// send buffer is left as it was, an in-place call's included.
-void Executor::scaleInputs() {
-  for (size_t j = 0; j < jobs_.size(); ++j) {
-    if (jobScaledInput_[j] == kNoScaledInput) continue;
-    const JobBuffers& b = jobs_[j].buffers;
-    base::divideInto(scratch_ + jobScaledInput_[j], b.input, jobs_[j].schedule->inputCount, b.type,
-                     base::avgDivisors(b.type, nranks_).input);
-  }
+// One pass over the input as its job starts (NCCL's PreMulSum scales as it loads instead); the user's send buffer is
+// left as it was, an in-place call's included.
+void Executor::scaleInputAt(size_t flat, const StepState& st) {
+  const size_t j = st.job;
+  if (jobScaledInput_[j] == kNoScaledInput || flat != jobFirstStep_[j]) return;
+  const JobBuffers& b = jobs_[j].buffers;
+  base::divideInto(scratch_ + jobScaledInput_[j], b.input, jobs_[j].schedule->inputCount, b.type,
+                   base::avgDivisors(b.type, nranks_).input);
 }
 
 // Names the call this rank is in and, for each peer it waits on, the last call that peer was seen in (the
@@ -278,7 +278,6 @@ void Executor::begin(std::span<const Job> jobs) {
       sendTurn_ = firstSendTurn_;
     }
     frontier_ = firstLive_ = 0;
-    scaleInputs();
     return;  // small_ stays as the prepared run decided
   }
   prepared_ = Job{};
@@ -373,7 +372,6 @@ void Executor::begin(std::span<const Job> jobs) {
   if (jobs.size() == 1) prepared_ = jobs[0];
   small_ = prepareSmall();
   frontier_ = firstLive_ = 0;
-  scaleInputs();
 }
 
 bool Executor::step() {

@@ -158,8 +158,10 @@ class Executor {
   void finishJobIfDone(size_t job);
   /// Whether job `j` sums inputs divided first (ReduceOp::Avg over a floating type: base::AvgDivisors).
   bool scalesInput(const Job& j) const;
-  /// Writes each such job's input, divided, into its area of scratch_, which its steps read as Buffer::Input.
-  void scaleInputs();
+  /// When `flat` is the first step of a job that scalesInput: writes the job's input, divided, into its area of
+  /// scratch_, which its steps read as Buffer::Input. Done as the job starts, not before the run: an earlier job of a
+  /// group may write that input (a Sum then an Avg in place).
+  void scaleInputAt(size_t flat, const StepState& st);
   char* acquireSlot();
   void releaseSlot(char*& slot) {
     if (slot) freeSlots_.push_back(slot);

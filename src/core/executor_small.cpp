@@ -99,6 +99,7 @@ bool Executor::stepSmall() {
   for (; frontier_ < total; ++frontier_) {
     StepState& st = steps_[frontier_];
     if (st.gated && steps_[frontier_ - 1].finished == 0) break;  // behind a receive not done yet
+    scaleInputAt(frontier_, st);
     startSmall(st);
     moved = true;
   }

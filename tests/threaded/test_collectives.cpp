@@ -296,6 +296,32 @@ TEST(GroupRefusal, AThreadEndingInsideAGroupWithAThreadLocalCommunicatorIsClean)
   }).join();  // no groupEnd: the thread ends inside its group
 }
 
+// An Avg in a group reads its input when it runs, after the group's earlier calls wrote it: a Sum then an Avg in
+// place, and a Sum into b then an Avg of b (an Avg's input is divided into scratch as its job starts; before
+// 2026-11-29 that was done before the group's first call ran, and both gave stale results). Small (one slice, the
+// small run) and large counts, float32 and float16.
+TEST(GroupAvg, AnAvgReadsWhatAnEarlierCallOfItsGroupWrote) {
+  ThreadLauncher::run(
+      3,
+      [](Communicator& comm) {
+        for (size_t count : {size_t{5}, size_t{300001}}) {
+          std::vector<float> x(count, static_cast<float>(comm.rank() + 1)), b(count, 0.0f), d(count, 0.0f);
+          groupStart();
+          comm.allReduceAsync(x.data(), x.data(), count, DataType::Float32, ReduceOp::Sum);  // 6 everywhere
+          comm.allReduceAsync(x.data(), x.data(), count, DataType::Float32, ReduceOp::Avg);  // 18 / 3
+          groupEnd();
+          EXPECT_EQ(x, std::vector<float>(count, 6.0f)) << "in place, count " << count;
+          std::vector<float> a(count, static_cast<float>(comm.rank() + 1));
+          groupStart();
+          comm.allReduceAsync(a.data(), b.data(), count, DataType::Float32, ReduceOp::Sum);
+          comm.allReduceAsync(b.data(), d.data(), count, DataType::Float32, ReduceOp::Avg);
+          groupEnd();
+          EXPECT_EQ(d, std::vector<float>(count, 6.0f)) << "a -> b -> d, count " << count;
+        }
+      },
+      testOptions());
+}
+
 // barrier() runs as an AllReduce of nranks uint8 with Max; a rank calling barrier() while the others make that very
 // AllReduce must fail as a mismatch on every rank, naming the barrier (before 2026-11-29 every call succeeded).
 TEST(BarrierMismatch, ABarrierAgainstTheAllReduceItRunsAsIsAMismatch) {

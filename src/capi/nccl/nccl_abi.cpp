@@ -469,7 +469,10 @@ void launchInit(ncclComm* comm, const std::function<collieResult_t(collieComm_t*
   collieComm_t c = nullptr;
   collieResult_t r = init(&c);
   if (r != collieSuccess && r != collieInProgress) return recordCreationFailure(comm, fromCollieCode(r), collieWhy(r));
-  comm->c = c;
+  {
+    std::lock_guard<std::mutex> lock(comm->mu);  // stillCreating may look from another thread
+    comm->c = c;
+  }
   comm->initInGroup = true;
 }
 
