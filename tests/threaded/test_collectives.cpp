@@ -341,6 +341,29 @@ TEST(BarrierMismatch, ABarrierAgainstTheAllReduceItRunsAsIsAMismatch) {
       o);
 }
 
+// A rank whose part of a mismatched pair only sent learns of the mismatch at its next send to that peer over shm
+// (the peer poisons the lines when it fails); before 2026-11-29 its sends went on succeeding until the ring of
+// slots was full.
+TEST(SendOnlyMismatch, TheSenderLearnsAtItsNextSendOverShm) {
+  std::atomic<bool> receiverFailed{false};
+  ThreadLauncher::run(
+      2,
+      [&](Communicator& comm) {
+        std::vector<float> a(200, 1.0f);
+        if (comm.rank() == 1) {
+          expectError("the receive of 200 against a send of 100", ErrorCode::InvalidUsage, {"mismatched calls"},
+                      [&] { comm.recv(a.data(), 200, DataType::Float32, 0); });
+          receiverFailed = true;
+          return;
+        }
+        comm.send(a.data(), 100, DataType::Float32, 1);  // completes: it only sent
+        while (!receiverFailed) std::this_thread::sleep_for(1ms);
+        expectError("the next send", ErrorCode::InvalidUsage, {"mismatched calls", "Recv(float32, 200"},
+                    [&] { comm.send(a.data(), 100, DataType::Float32, 1); });
+      },
+      testOptions());
+}
+
 // Communicators with static storage, destroyed after main returns or exit() is called: their destructors run after the
 // library's own function-local statics made after them are gone (the parameter registry, a parameter's text, the
 // thread's group state), and must not read them. Before 2026-11-29 the parameter registry was read after its

@@ -150,6 +150,9 @@ void ShmConnection::check(bool ok, const char* what) const {
 
 void ShmConnection::postSend(Transfer* t) {
   checkPosted("shm connection", rank_, peer_, closed_, *t, "send");
+  // A peer that failed on a mismatch poisoned the lines before it closed them: a rank whose part of the mismatched
+  // calls only sent learns it here, at its next send to that peer, rather than when a receive from it comes.
+  if (peerClosed()) checkAlive();
   t->complete = false;
   const bool direct = t->bytes >= directMin_ && t->bytes > kInlineBytes;
   // A small message (one slot) with nothing queued before it goes into its slot at once: the peer may be waiting
