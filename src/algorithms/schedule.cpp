@@ -137,7 +137,7 @@ void dropEmptySteps(Schedule& sch) {
 }
 
 // Every range a step reads or writes lies within its buffer's count: the executor sizes the copy of Input it reads
-// for an Avg by inputCount (Executor::scaleInputs), and Scratch by scratchCount.
+// for an Avg by inputCount (Executor::scaleInputAt), and Scratch by scratchCount.
 void checkRanges(const Schedule& sch) {
   auto limit = [&](Buffer b) {
     return b == Buffer::Input     ? sch.inputCount

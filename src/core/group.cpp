@@ -203,10 +203,12 @@ void CommImpl::pinDevice(OpDesc& op) {
     cuda::check(plugin.getDevice(&op.deviceOrdinal), "cudaGetDevice");
   }
   int expected = stagerDevice_.load();
-  const auto& ops = group().ops;
-  const auto earlier =
-      std::find_if(ops.begin(), ops.end(), [this](const auto& e) { return e.first == this && e.second.device; });
-  if (expected < 0 && earlier != ops.end()) expected = earlier->second.deviceOrdinal;
+  if (expected < 0) {  // no stager yet: the group's earlier device call of this communicator fixed the GPU
+    const auto& ops = group().ops;
+    const auto earlier =
+        std::find_if(ops.begin(), ops.end(), [this](const auto& e) { return e.first == this && e.second.device; });
+    if (earlier != ops.end()) expected = earlier->second.deviceOrdinal;
+  }
   COLLIE_USAGE_CHECK(expected < 0 || expected == op.deviceOrdinal,
                      "%s on rank %d: the buffers are on GPU %d, but this communicator uses GPU %d",
                      algorithms::collectiveName(op.coll), rank_, op.deviceOrdinal, expected);

@@ -19,127 +19,6 @@ uint64_t mix(uint64_t x) {  // splitmix64 finaliser
 
 bool isSigned(DataType t) { return t != DataType::Uint8 && t != DataType::Uint32 && t != DataType::Uint64; }
 
-// Writes the exact value v (a small integer, or a quotient for Avg) as one element of `type` at dst.
-void encode(void* dst, DataType type, double v) {
-  switch (type) {
-    case DataType::Int8: {
-      auto x = static_cast<int8_t>(static_cast<int64_t>(v));
-      memcpy(dst, &x, 1);
-      return;
-    }
-    case DataType::Uint8: {
-      auto x = static_cast<uint8_t>(static_cast<int64_t>(v));
-      memcpy(dst, &x, 1);
-      return;
-    }
-    case DataType::Int32: {
-      auto x = static_cast<int32_t>(static_cast<int64_t>(v));
-      memcpy(dst, &x, 4);
-      return;
-    }
-    case DataType::Uint32: {
-      auto x = static_cast<uint32_t>(static_cast<int64_t>(v));
-      memcpy(dst, &x, 4);
-      return;
-    }
-    case DataType::Int64: {
-      auto x = static_cast<int64_t>(v);
-      memcpy(dst, &x, 8);
-      return;
-    }
-    case DataType::Uint64: {
-      auto x = static_cast<uint64_t>(static_cast<int64_t>(v));
-      memcpy(dst, &x, 8);
-      return;
-    }
-    case DataType::Float16: {
-      uint16_t x = base::floatToHalf(static_cast<float>(v));
-      memcpy(dst, &x, 2);
-      return;
-    }
-    case DataType::Float32: {
-      auto x = static_cast<float>(v);
-      memcpy(dst, &x, 4);
-      return;
-    }
-    case DataType::Float64: {
-      memcpy(dst, &v, 8);
-      return;
-    }
-    case DataType::Bfloat16: {
-      uint16_t x = base::floatToBf16(static_cast<float>(v));
-      memcpy(dst, &x, 2);
-      return;
-    }
-  }
-}
-
-// One element as text: its value and its bits.
-std::string show(const void* src, DataType type) {
-  char buf[96];
-  switch (type) {
-    case DataType::Int8: {
-      int8_t x;
-      memcpy(&x, src, 1);
-      snprintf(buf, sizeof buf, "%d (0x%02x)", x, static_cast<uint8_t>(x));
-      break;
-    }
-    case DataType::Uint8: {
-      uint8_t x;
-      memcpy(&x, src, 1);
-      snprintf(buf, sizeof buf, "%u (0x%02x)", x, x);
-      break;
-    }
-    case DataType::Int32:
-    case DataType::Uint32: {
-      uint32_t x;
-      memcpy(&x, src, 4);
-      if (type == DataType::Int32)
-        snprintf(buf, sizeof buf, "%d (0x%08x)", static_cast<int32_t>(x), x);
-      else
-        snprintf(buf, sizeof buf, "%u (0x%08x)", x, x);
-      break;
-    }
-    case DataType::Int64:
-    case DataType::Uint64: {
-      uint64_t x;
-      memcpy(&x, src, 8);
-      if (type == DataType::Int64)
-        snprintf(buf, sizeof buf, "%" PRId64 " (0x%016" PRIx64 ")", static_cast<int64_t>(x), x);
-      else
-        snprintf(buf, sizeof buf, "%" PRIu64 " (0x%016" PRIx64 ")", x, x);
-      break;
-    }
-    case DataType::Float16:
-    case DataType::Bfloat16: {
-      uint16_t x;
-      memcpy(&x, src, 2);
-      float f = type == DataType::Float16 ? base::halfToFloat(x) : base::bf16ToFloat(x);
-      snprintf(buf, sizeof buf, "%g (0x%04x)", static_cast<double>(f), x);
-      break;
-    }
-    case DataType::Float32: {
-      float f;
-      uint32_t x;
-      memcpy(&f, src, 4);
-      memcpy(&x, src, 4);
-      snprintf(buf, sizeof buf, "%.9g (0x%08x)", static_cast<double>(f), x);
-      break;
-    }
-    case DataType::Float64: {
-      double f;
-      uint64_t x;
-      memcpy(&f, src, 8);
-      memcpy(&x, src, 8);
-      snprintf(buf, sizeof buf, "%.17g (0x%016" PRIx64 ")", f, x);
-      break;
-    }
-    default:
-      snprintf(buf, sizeof buf, "?");
-  }
-  return buf;
-}
-
 // Integer Avg exactly as src/core/datatypes.cpp divides: the wrapped sum in the storage type, divided by an int.
 template <typename S>
 double intAvg(int64_t sum, int nranks) {
@@ -279,6 +158,127 @@ template <typename U>
 }
 
 }  // namespace
+
+// Writes the exact value v (a small integer, or a quotient for Avg) as one element of `type` at dst.
+void encode(void* dst, DataType type, double v) {
+  switch (type) {
+    case DataType::Int8: {
+      auto x = static_cast<int8_t>(static_cast<int64_t>(v));
+      memcpy(dst, &x, 1);
+      return;
+    }
+    case DataType::Uint8: {
+      auto x = static_cast<uint8_t>(static_cast<int64_t>(v));
+      memcpy(dst, &x, 1);
+      return;
+    }
+    case DataType::Int32: {
+      auto x = static_cast<int32_t>(static_cast<int64_t>(v));
+      memcpy(dst, &x, 4);
+      return;
+    }
+    case DataType::Uint32: {
+      auto x = static_cast<uint32_t>(static_cast<int64_t>(v));
+      memcpy(dst, &x, 4);
+      return;
+    }
+    case DataType::Int64: {
+      auto x = static_cast<int64_t>(v);
+      memcpy(dst, &x, 8);
+      return;
+    }
+    case DataType::Uint64: {
+      auto x = static_cast<uint64_t>(static_cast<int64_t>(v));
+      memcpy(dst, &x, 8);
+      return;
+    }
+    case DataType::Float16: {
+      uint16_t x = base::floatToHalf(static_cast<float>(v));
+      memcpy(dst, &x, 2);
+      return;
+    }
+    case DataType::Float32: {
+      auto x = static_cast<float>(v);
+      memcpy(dst, &x, 4);
+      return;
+    }
+    case DataType::Float64: {
+      memcpy(dst, &v, 8);
+      return;
+    }
+    case DataType::Bfloat16: {
+      uint16_t x = base::floatToBf16(static_cast<float>(v));
+      memcpy(dst, &x, 2);
+      return;
+    }
+  }
+}
+
+// One element as text: its value and its bits.
+std::string show(const void* src, DataType type) {
+  char buf[96];
+  switch (type) {
+    case DataType::Int8: {
+      int8_t x;
+      memcpy(&x, src, 1);
+      snprintf(buf, sizeof buf, "%d (0x%02x)", x, static_cast<uint8_t>(x));
+      break;
+    }
+    case DataType::Uint8: {
+      uint8_t x;
+      memcpy(&x, src, 1);
+      snprintf(buf, sizeof buf, "%u (0x%02x)", x, x);
+      break;
+    }
+    case DataType::Int32:
+    case DataType::Uint32: {
+      uint32_t x;
+      memcpy(&x, src, 4);
+      if (type == DataType::Int32)
+        snprintf(buf, sizeof buf, "%d (0x%08x)", static_cast<int32_t>(x), x);
+      else
+        snprintf(buf, sizeof buf, "%u (0x%08x)", x, x);
+      break;
+    }
+    case DataType::Int64:
+    case DataType::Uint64: {
+      uint64_t x;
+      memcpy(&x, src, 8);
+      if (type == DataType::Int64)
+        snprintf(buf, sizeof buf, "%" PRId64 " (0x%016" PRIx64 ")", static_cast<int64_t>(x), x);
+      else
+        snprintf(buf, sizeof buf, "%" PRIu64 " (0x%016" PRIx64 ")", x, x);
+      break;
+    }
+    case DataType::Float16:
+    case DataType::Bfloat16: {
+      uint16_t x;
+      memcpy(&x, src, 2);
+      float f = type == DataType::Float16 ? base::halfToFloat(x) : base::bf16ToFloat(x);
+      snprintf(buf, sizeof buf, "%g (0x%04x)", static_cast<double>(f), x);
+      break;
+    }
+    case DataType::Float32: {
+      float f;
+      uint32_t x;
+      memcpy(&f, src, 4);
+      memcpy(&x, src, 4);
+      snprintf(buf, sizeof buf, "%.9g (0x%08x)", static_cast<double>(f), x);
+      break;
+    }
+    case DataType::Float64: {
+      double f;
+      uint64_t x;
+      memcpy(&f, src, 8);
+      memcpy(&x, src, 8);
+      snprintf(buf, sizeof buf, "%.17g (0x%016" PRIx64 ")", f, x);
+      break;
+    }
+    default:
+      snprintf(buf, sizeof buf, "?");
+  }
+  return buf;
+}
 
 std::string typeName(DataType type) { return base::dataTypeName(type); }
 std::string opName(ReduceOp op) { return op == kNoReduction ? "none" : base::reduceOpName(op); }

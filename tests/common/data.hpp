@@ -42,6 +42,11 @@ size_t typeSize(DataType type);
 /// Pass as `op` for the inputs of calls that do not reduce (Broadcast, AllGather, AllToAll, Send/Recv).
 inline constexpr ReduceOp kNoReduction = static_cast<ReduceOp>(-1);
 
+/// Writes v as one element of `type` at dst (integers truncated, floating types rounded to nearest).
+void encode(void* dst, DataType type, double v);
+/// One element of `type` at src as text: its value and its bits.
+std::string show(const void* src, DataType type);
+
 /// The input of `rank` at global element index i, for reduction `op` (or kNoReduction).
 int64_t inputValue(DataType type, ReduceOp op, int rank, size_t i);
 

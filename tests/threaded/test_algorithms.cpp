@@ -23,6 +23,7 @@
 #include "algorithms/algorithms.hpp"
 #include "base/datatypes.hpp"
 #include "common/bodies.hpp"
+#include "common/data.hpp"
 #include "common/forced_algorithm.hpp"
 #include "common/launcher.hpp"
 #include "core/tuner.hpp"
@@ -149,35 +150,6 @@ double avgInput(int rank, size_t i, int topExponent) {
   return (i % 3 == 0 ? -1.0 : 1.0) * std::ldexp(1.0, topExponent - static_cast<int>((i + rank) % 4));
 }
 
-void storeValue(DataType type, void* dst, size_t i, double v) {
-  switch (type) {
-    case DataType::Float16:
-      static_cast<uint16_t*>(dst)[i] = base::floatToHalf(static_cast<float>(v));
-      break;
-    case DataType::Bfloat16:
-      static_cast<uint16_t*>(dst)[i] = base::floatToBf16(static_cast<float>(v));
-      break;
-    case DataType::Float32:
-      static_cast<float*>(dst)[i] = static_cast<float>(v);
-      break;
-    default:
-      static_cast<double*>(dst)[i] = v;
-  }
-}
-
-double loadValue(DataType type, const void* src, size_t i) {
-  switch (type) {
-    case DataType::Float16:
-      return base::halfToFloat(static_cast<const uint16_t*>(src)[i]);
-    case DataType::Bfloat16:
-      return base::bf16ToFloat(static_cast<const uint16_t*>(src)[i]);
-    case DataType::Float32:
-      return static_cast<const float*>(src)[i];
-    default:
-      return static_cast<const double*>(src)[i];
-  }
-}
-
 class AvgDoesNotOverflow : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
 
 TEST_P(AvgDoesNotOverflow, ValuesNearTheLargest) {
@@ -197,11 +169,11 @@ TEST_P(AvgDoesNotOverflow, ValuesNearTheLargest) {
                 const size_t inCount = coll == Coll::ReduceScatter ? count * static_cast<size_t>(nranks) : count;
                 std::vector<uint8_t> in(inCount * es), out(inCount * es, 0xA5), expected(inCount * es);
                 for (size_t i = 0; i < inCount; ++i) {
-                  storeValue(type, in.data(), i, avgInput(rank, i, top));
+                  encode(in.data() + i * es, type, avgInput(rank, i, top));
                   double sum = 0;  // exact, scaled by 2^-top so that float64's does not overflow either
                   for (int r = 0; r < nranks; ++r) sum += std::ldexp(avgInput(r, i, top), -top);
                   const double avg = type == DataType::Float64 ? sum / nranks : static_cast<float>(sum / nranks);
-                  storeValue(type, expected.data(), i, std::ldexp(avg, top));
+                  encode(expected.data() + i * es, type, std::ldexp(avg, top));
                 }
                 const size_t block = coll == Coll::ReduceScatter ? static_cast<size_t>(rank) * count * es : 0;
                 void* recv = inPlace ? in.data() + block : out.data();
@@ -215,7 +187,7 @@ TEST_P(AvgDoesNotOverflow, ValuesNearTheLargest) {
                   if (std::memcmp(got + i * es, want + i * es, es) == 0) continue;
                   ADD_FAILURE() << base::dataTypeName(type) << " " << collName(coll) << " count " << count
                                 << (inPlace ? " in place" : "") << ": rank " << rank << " element " << i << ": "
-                                << loadValue(type, got, i) << ", expected " << loadValue(type, want, i);
+                                << show(got + i * es, type) << ", expected " << show(want + i * es, type);
                   break;  // one report per case; the calls go on, as on the other ranks
                 }
               }

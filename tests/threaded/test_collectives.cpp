@@ -299,7 +299,7 @@ TEST(GroupRefusal, AThreadEndingInsideAGroupWithAThreadLocalCommunicatorIsClean)
 // An Avg in a group reads its input when it runs, after the group's earlier calls wrote it: a Sum then an Avg in
 // place, and a Sum into b then an Avg of b (an Avg's input is divided into scratch as its job starts; before
 // 2026-11-29 that was done before the group's first call ran, and both gave stale results). Small (one slice, the
-// small run) and large counts, float32 and float16.
+// small run) and large counts.
 TEST(GroupAvg, AnAvgReadsWhatAnEarlierCallOfItsGroupWrote) {
   ThreadLauncher::run(
       3,

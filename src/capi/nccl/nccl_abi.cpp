@@ -155,9 +155,7 @@ ncclResult_t fromCollieCode(collieResult_t r) {
 ncclResult_t fromCollie(ncclComm* comm, const char* fn, collieResult_t r) {
   if (r == collieSuccess) return ncclSuccess;
   if (r == collieInProgress) return ncclInProgress;
-  const char* message = collieGetLastError(nullptr);
-  fail(comm, fromCollieCode(r), "%s: %s%s", fn, (message && *message) ? message : collieGetErrorString(r),
-       r == collieTimeout ? " (collie timeout)" : "");
+  fail(comm, fromCollieCode(r), "%s: %s%s", fn, collieWhy(r).c_str(), r == collieTimeout ? " (collie timeout)" : "");
   return fromCollieCode(r);
 }
 
@@ -346,6 +344,7 @@ void waitDeferred(ncclComm* comm) {
   if (t.joinable()) t.join();
 }
 
+// Whether comm's creation still runs: a split on its thread, or a non-blocking init (in a group or not).
 bool stillCreating(ncclComm* comm) {
   if (!comm->deferredDone.load()) return true;  // a split on its thread
   collieComm_t c = nullptr;
@@ -412,18 +411,16 @@ ncclResult_t failGroupOn(ncclComm* comm, ncclResult_t r) {
 
 bool takeGroupFailure() { return std::exchange(tlsGroupFailed, false); }
 
-void deferToGroupEnd(ncclComm* comm, const char* fn, std::function<collieResult_t(collieComm_t*)> create) {
+void deferToGroupEnd(ncclComm* comm, const char* fn, bool isInit, std::function<collieResult_t(collieComm_t*)> create) {
   tlsGroupDeferred.push_back(comm);
   comm->pending = std::move(create);
-  comm->pendingIsInit = false;
+  comm->pendingIsInit = isInit;
   comm->pendingFn = fn;
 }
 
-void deferInitToGroupEnd(ncclComm* comm, const char* fn, std::function<collieResult_t(collieComm_t*)> init) {
-  tlsGroupDeferred.push_back(comm);
-  comm->pending = std::move(init);
-  comm->pendingIsInit = true;
-  comm->pendingFn = fn;
+std::string collieWhy(collieResult_t r) {
+  const char* m = collieGetLastError(nullptr);
+  return (m && *m) ? m : collieGetErrorString(r);
 }
 
 namespace {
@@ -434,12 +431,6 @@ void recordCreationFailure(ncclComm* comm, ncclResult_t r, const std::string& wh
   comm->deferredResult = r;
   comm->deferredError = why;
   std::snprintf(comm->lastError, sizeof(comm->lastError), "%s: %s", comm->pendingFn, why.c_str());
-}
-
-// collie's message for the failure r of a call just made on this thread.
-std::string collieWhy(collieResult_t r) {
-  const char* m = collieGetLastError(nullptr);
-  return (m && *m) ? m : collieGetErrorString(r);
 }
 
 // A split: on a thread of its own, which stores the result and then sets deferredDone.
@@ -474,12 +465,6 @@ void launchInit(ncclComm* comm, const std::function<collieResult_t(collieComm_t*
     comm->c = c;
   }
   comm->initInGroup = true;
-}
-
-// Whether comm's init in a group still runs.
-bool initRunning(ncclComm* comm) {
-  collieResult_t e = collieSuccess;
-  return collieCommGetAsyncError(comm->c, &e) == collieSuccess && e == collieInProgress;
 }
 
 // Waits for comm's init in a group; a failed one is destroyed and its failure kept as a deferred creation's.
@@ -532,7 +517,7 @@ ncclResult_t finishDeferred(const char* fn, bool* inProgress) {
   ncclResult_t result = ncclSuccess;
   for (ncclComm* comm : deferred) {
     if (!comm->blocking && !comm->discardAtGroupEnd) {
-      *inProgress = *inProgress || (comm->initInGroup ? initRunning(comm) : !comm->deferredDone.load());
+      *inProgress = *inProgress || stillCreating(comm);
       continue;  // non-blocking: polled with ncclCommGetAsyncError
     }
     if (comm->initInGroup) waitInitInGroup(comm);

@@ -81,6 +81,8 @@ ncclResult_t fromCollieCode(collieResult_t r);
 ncclResult_t fromCollie(ncclComm* comm, const char* fn, collieResult_t r);
 /// The error of an entry point that is not supported: "<fn> is not supported by collie's NCCL layer: <why>".
 ncclResult_t unsupported(ncclComm* comm, ncclResult_t code, const char* fn, const char* why);
+/// collie's message for the failure r of a collie call just made on this thread.
+std::string collieWhy(collieResult_t r);
 /// ncclGetLastError: comm's last message if comm has one, else this thread's (a stable per-thread copy).
 const char* lastError(ncclComm* comm);
 /// Returns r. When r is a failure of a call made inside an NCCL group, it fails collie's group first
@@ -161,12 +163,10 @@ int& groupDepth();
 /// Whether a call inside this thread's group failed (failGroupOn), clearing it: at the outermost ncclGroupEnd, which
 /// then starts none of the group's inits and splits and issues none of its calls.
 bool takeGroupFailure();
-/// Inside a group: records `create` (which makes the collie communicator of comm: a split), to run on a thread of
-/// its own from the outermost ncclGroupEnd (launchDeferred), which waits for it (finishDeferred).
-void deferToGroupEnd(ncclComm* comm, const char* fn, std::function<collieResult_t(collieComm_t*)> create);
-/// Inside a group: records comm's init (`init` makes it as collie's non-blocking init, given a non-blocking config),
-/// started at the outermost ncclGroupEnd, which waits for it when comm's config blocks.
-void deferInitToGroupEnd(ncclComm* comm, const char* fn, std::function<collieResult_t(collieComm_t*)> init);
+/// Inside a group: records `create`, which makes the collie communicator of comm, for the outermost ncclGroupEnd
+/// (launchDeferred) to start and wait for (finishDeferred): an init (isInit: `create` is collie's non-blocking init,
+/// run on the group's thread, waited for when comm's config blocks) or a split (run on a thread of its own).
+void deferToGroupEnd(ncclComm* comm, const char* fn, bool isInit, std::function<collieResult_t(collieComm_t*)> create);
 /// At the outermost ncclGroupEnd of a group none of whose calls failed: starts its inits and splits, all of them
 /// before any is waited for (one thread may create several ranks of one communicator).
 void launchDeferred();

@@ -297,7 +297,7 @@ NCCL_ABI(ncclResult_t, ncclGroupSimulateEnd, ncclSimInfo_t* simInfo) {
   const char* why = "collie has no simulation of a group; the group ended without issuing its calls";
   failGroupOn(nullptr, unsupported(nullptr, ncclInvalidUsage, fn, why));
   endGroup(fn);
-  return unsupported(nullptr, ncclInvalidUsage, fn, why);
+  return unsupported(nullptr, ncclInvalidUsage, fn, why);  // again: ncclGetLastError says this, not the group's end
 }
 
 // ---- Memory ---------------------------------------------------------------------------------------------------------

@@ -5,11 +5,11 @@
 //
 // Inits and splits inside a group are deferred to the outermost ncclGroupEnd, as NCCL defers them, so that one thread
 // can create several ranks of one communicator: each is recorded and started there, none of them if a call of the
-// group failed; an init starts as collie's non-blocking init (deferInitToGroupEnd), which ncclCommAbort stops, a split
-// runs on a thread of its own (deferToGroupEnd); ncclCommDestroy or ncclCommAbort of one before that end takes it off
-// the group's list (and after it, waits for a split). A non-blocking config outside
-// a group uses collie's own non-blocking init (ncclInProgress, then ncclCommGetAsyncError). ncclCommSplit always
-// completes before it returns (collie's split blocks), which a non-blocking config allows.
+// group failed; an init starts as collie's non-blocking init, which ncclCommAbort stops, a split runs on a thread of
+// its own (deferToGroupEnd); ncclCommDestroy or ncclCommAbort of one before that end takes it off the group's list (and
+// after it, waits for a split). A non-blocking config outside a group uses collie's own non-blocking init
+// (ncclInProgress, then ncclCommGetAsyncError). ncclCommSplit always completes before it returns (collie's split
+// blocks), which a non-blocking config allows.
 #include <memory>
 #include <vector>
 
@@ -37,7 +37,7 @@ ncclResult_t initRankUnguarded(const char* fn, ncclComm_t* out, int nranks, cons
   comm->blocking = s.blocking;
   comm->splitShare = s.splitShare;
   if (groupDepth() > 0) {
-    deferInitToGroupEnd(comm.get(), fn, [s, cid, nranks, rank](collieComm_t* c) {
+    deferToGroupEnd(comm.get(), fn, /*isInit=*/true, [s, cid, nranks, rank](collieComm_t* c) {
       collieConfig_t cc = collieConfigFor(s, false);  // the group's end waits for it if s.blocking
       return collieCommInitRankConfig(c, nranks, cid, rank, &cc);
     });
@@ -204,7 +204,7 @@ ncclResult_t splitUnguarded(ncclComm_t comm, int color, int key, ncclComm_t* new
     const bool share = comm->splitShare;
     if (groupDepth() > 0) {
       child->discardAtGroupEnd = color == NCCL_SPLIT_NOCOLOR;
-      deferToGroupEnd(child.get(), fn, [parent, color, key, s, share](collieComm_t* c) {
+      deferToGroupEnd(child.get(), fn, /*isInit=*/false, [parent, color, key, s, share](collieComm_t* c) {
         collieConfig_t cc = collieConfigFor(s, true);
         cc.splitShare = share ? 1 : 0;
         return collieCommSplit(parent, color, key, c, &cc);
@@ -321,8 +321,8 @@ NCCL_ABI(ncclResult_t, ncclCommGetAsyncError, ncclComm_t comm, ncclResult_t* asy
   if (r != collieSuccess) return fromCollie(comm, fn, r);
   *asyncError = fromCollieCode(e);
   if (e != collieSuccess && e != collieInProgress) {
-    const char* m = collieGetLastError(nullptr);  // the failure's own message (collieCommGetAsyncError records it)
-    fail(comm, *asyncError, "%s", (m && *m) ? m : collieGetErrorString(e));
+    fail(comm, *asyncError, "%s",
+         collieWhy(e).c_str());  // the failure's own message (collieCommGetAsyncError records it)
   }
   return ncclSuccess;
 }
