@@ -108,8 +108,8 @@ std::array<uint8_t, 16> randomSecret() {
 }
 
 std::vector<transport::PeerInfo> bootstrapExchange(const UniqueIdData& id, int rank, int nranks,
-                                                   const transport::PeerInfo& self, std::chrono::milliseconds timeout,
-                                                   const std::atomic<bool>* stop) {
+                                                   const transport::PeerInfo& self, const AgreedSettings& settings,
+                                                   std::chrono::milliseconds timeout, const std::atomic<bool>* stop) {
   base::Deadline deadline = std::chrono::steady_clock::now() + timeout;
   std::string root = "bootstrap root " + base::addressToString(id.root);
   transport::UniqueFd conn(
@@ -119,6 +119,7 @@ std::vector<transport::PeerInfo> bootstrapExchange(const UniqueIdData& id, int r
   hello.rank = rank;
   hello.nranks = nranks;
   hello.info = self;
+  hello.settings = settings;
   std::vector<uint8_t> out = encodeBootstrapHello(hello);
   base::sendAll(conn.get(), out.data(), out.size(), deadline, root, stop);
   std::vector<uint8_t> in(kBootstrapReplyHeaderBytes);

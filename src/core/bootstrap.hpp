@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/bootstrap_wire.hpp"
 #include "transport/transport.hpp"
 
 namespace collie::core {
@@ -49,9 +50,11 @@ class BootstrapRoot {
 
 /// Checks in with the root and returns the PeerInfo table indexed by rank, in which only this rank and its
 /// bootstrapPeers are known (bootstrap_plan.hpp); the other entries have rank -1 until the ranks all-gather them.
+/// `settings` are this rank's AgreedSettings: the root refuses every rank when they differ between ranks.
 /// Once `stop` (when given) turns true, a wait for the root ends at once with InvalidUsage (the communicator's abort).
 std::vector<transport::PeerInfo> bootstrapExchange(const UniqueIdData& id, int rank, int nranks,
-                                                   const transport::PeerInfo& self, std::chrono::milliseconds timeout,
+                                                   const transport::PeerInfo& self, const AgreedSettings& settings,
+                                                   std::chrono::milliseconds timeout,
                                                    const std::atomic<bool>* stop = nullptr);
 
 /// A hash identifying this host (host name and boot id), equal for ranks on the same machine.

@@ -13,9 +13,9 @@
 //     for the descriptor), else pauses the listener briefly and tries again; the shortage is logged with
 //     fdShortageMessage (the ranks themselves report it where it hits them).
 //   - Once all ranks have checked in, the listener is closed and every rank's reply (the PeerInfo of its neighbours in
-//   the
-//     table's all-gather tree, bootstrap_plan.hpp) is sent at once, non-blocking: a rank slow to read delays
-//     nobody else.
+//     the table's all-gather tree, bootstrap_plan.hpp) is sent at once, non-blocking: a rank slow to read delays
+//     nobody else. When the ranks' AgreedSettings differ, every rank gets the same refusal instead, naming the
+//     setting and two ranks (rank 0 and the lowest rank that differs from it).
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -75,7 +75,7 @@ class RootServer {
       if (!collect()) {
         COLLIE_WARN(base::kLogBootstrap, "bootstrap root: timed out with %zu of %d ranks checked in", checkedIn(),
                     nranks_);
-        refuseCheckedIn();
+        refuseCheckedIn(ErrorCode::Timeout, neverCheckedIn());
         return;
       }
       listener_.reset();  // every rank is in: nobody else may connect
@@ -84,6 +84,12 @@ class RootServer {
                     "bootstrap root: closed %zu connection(s) that sent no hello (the first from %s)", incoming_.size(),
                     incoming_.front().from.c_str());
       incoming_.clear();
+      const std::string disagreement = settingsDisagreement();
+      if (!disagreement.empty()) {
+        COLLIE_WARN(base::kLogBootstrap, "bootstrap root: refused every rank: %s", disagreement.c_str());
+        refuseCheckedIn(ErrorCode::InvalidUsage, disagreement);
+        return;
+      }
       reply();
     } catch (const Error& e) {
       COLLIE_WARN(base::kLogBootstrap, "bootstrap root failed: %s", e.what());
@@ -225,6 +231,7 @@ class RootServer {
       nranks_ = hello.nranks;
       ranks_.resize(static_cast<size_t>(nranks_));
       table_.resize(static_cast<size_t>(nranks_));
+      settings_.resize(static_cast<size_t>(nranks_));
     }
     if (hello.nranks != nranks_) {
       problem = base::format("rank %d says nranks=%d but an earlier rank said %d", hello.rank, hello.nranks, nranks_);
@@ -243,6 +250,7 @@ class RootServer {
       return;
     }
     table_[static_cast<size_t>(hello.rank)] = hello.info;
+    settings_[static_cast<size_t>(hello.rank)] = hello.settings;
     RankLink& link = ranks_[static_cast<size_t>(hello.rank)];
     link.fd = std::move(c.fd);
     link.from = c.from;
@@ -250,9 +258,17 @@ class RootServer {
                 c.from.c_str());
   }
 
-  /// At the deadline: tells every rank that checked in which ranks never did (best effort: the reply is small and
-  /// the socket's buffer empty), so they fail with a timeout that names them rather than with a closed connection.
-  void refuseCheckedIn() {
+  /// "" when every rank's settings are rank 0's, else what differs between rank 0 and the lowest rank that differs.
+  std::string settingsDisagreement() const {
+    for (size_t r = 1; r < settings_.size(); ++r) {
+      std::string d = describeSettingsDifference(settings_[0], 0, settings_[r], static_cast<int>(r));
+      if (!d.empty()) return d;
+    }
+    return {};
+  }
+
+  /// At the deadline: which ranks never checked in.
+  std::string neverCheckedIn() const {
     std::string missing;
     int count = 0;
     for (size_t r = 0; r < ranks_.size(); ++r) {
@@ -260,10 +276,17 @@ class RootServer {
       if (++count <= 16) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
     }
     if (count > 16) missing += base::format(" and %d more", count - 16);
+    return base::format("the bootstrap root timed out: %d of %d ranks never checked in (rank(s) %s)", count, nranks_,
+                        missing.c_str());
+  }
+
+  /// Refuses every rank that checked in (best effort: the reply is small and the socket's buffer empty), so that at
+  /// the deadline they fail with a timeout that names the missing ranks rather than with a closed connection, and
+  /// ranks whose settings differ all fail with the same message.
+  void refuseCheckedIn(ErrorCode status, const std::string& why) {
     BootstrapReply no;
-    no.status = ErrorCode::Timeout;
-    no.message = base::format("the bootstrap root timed out: %d of %d ranks never checked in (rank(s) %s)", count,
-                              nranks_, missing.c_str());
+    no.status = status;
+    no.message = why;
     const std::vector<uint8_t> bytes = encodeBootstrapReply(no);
     for (RankLink& l : ranks_) {
       if (l.fd.get() < 0) continue;
@@ -318,6 +341,7 @@ class RootServer {
   std::deque<Incoming> incoming_;  // oldest first
   std::vector<RankLink> ranks_;    // [rank]; fd -1 until it checks in
   std::vector<transport::PeerInfo> table_;
+  std::vector<AgreedSettings> settings_;  // [rank]
 };
 
 }  // namespace

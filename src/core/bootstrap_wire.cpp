@@ -60,7 +60,28 @@ void checkPeerInfo(const transport::PeerInfo& info, int rank, const char* what) 
   }
 }
 
+/// A setting's value as the user would write it: 0 of a setting whose 0 means "unset" says so.
+std::string settingText(int64_t value, const char* zero) {
+  return value == 0 ? std::string(zero) : std::to_string(value);
+}
+
 }  // namespace
+
+std::string describeSettingsDifference(const AgreedSettings& a, int rankA, const AgreedSettings& b, int rankB) {
+  auto differ = [&](const char* name, const std::string& va, const std::string& vb) {
+    return base::format("%s is %s on rank %d but %s on rank %d; it must be the same on every rank", name, va.c_str(),
+                        rankA, vb.c_str(), rankB);
+  };
+  if (a.sliceBytes != b.sliceBytes)
+    return differ("COLLIE_SLICE_BYTES", settingText(a.sliceBytes, "0 (unset)"), settingText(b.sliceBytes, "0 (unset)"));
+  if (a.initChunk != b.initChunk)
+    return differ("COLLIE_INIT_CHUNK", settingText(a.initChunk, "0 (unset)"), settingText(b.initChunk, "0 (unset)"));
+  if (a.connectEager != b.connectEager) {
+    auto mode = [](int64_t eager) { return std::string(eager ? "eager" : "lazy"); };
+    return differ("COLLIE_CONNECT (or the config's connect mode)", mode(a.connectEager), mode(b.connectEager));
+  }
+  return {};
+}
 
 std::vector<uint8_t> encodeBootstrapHello(const BootstrapHello& hello) {
   Writer w(kBootstrapHelloBytes);
@@ -69,6 +90,7 @@ std::vector<uint8_t> encodeBootstrapHello(const BootstrapHello& hello) {
   w.put(hello.rank);
   w.put(hello.nranks);
   w.put(hello.info);
+  w.put(hello.settings);
   return w.take();
 }
 
@@ -89,6 +111,12 @@ BootstrapHello parseBootstrapHello(const uint8_t* data, size_t size) {
                  "%s says rank %d, outside [0, %d)", what, hello.rank, hello.nranks);
   r.get(&hello.info, sizeof(hello.info));
   checkPeerInfo(hello.info, hello.rank, what);
+  r.get(&hello.settings, sizeof(hello.settings));
+  const AgreedSettings& s = hello.settings;
+  COLLIE_ENFORCE(s.sliceBytes >= 0 && s.initChunk >= 0 && (s.connectEager == 0 || s.connectEager == 1),
+                 ErrorCode::RemoteError, "%s of rank %d holds impossible settings (slice %lld, chunk %lld, eager %lld)",
+                 what, hello.rank, static_cast<long long>(s.sliceBytes), static_cast<long long>(s.initChunk),
+                 static_cast<long long>(s.connectEager));
   return hello;
 }
 

@@ -4,6 +4,7 @@
 //
 // Layout (host byte order: every rank of a job runs the same build on the same architecture):
 //   hello (rank -> root, kBootstrapHelloBytes):  magic u32 | secret[16] | rank i32 | nranks i32 | PeerInfo
+//                                                 | AgreedSettings
 //   reply (root -> rank):  magic u32 | status i32 | count i32 | message[200]      (kBootstrapReplyHeaderBytes)
 //                          then, when status is Success, `count` PeerInfo: those of the rank's bootstrapPeers
 //                          (bootstrap_plan.hpp), in that order
@@ -21,7 +22,23 @@
 
 namespace collie::core {
 
-constexpr uint32_t kBootstrapMagic = 0xc011eb01;  ///< 01: PeerInfo of 96 bytes (344 before)
+constexpr uint32_t kBootstrapMagic = 0xc011eb02;  ///< 02: the hello carries AgreedSettings; 01: PeerInfo of 96 bytes
+
+/// The settings that change which messages ranks exchange, so that ranks whose values differ would fail later
+/// without naming them (a size mismatch at the first call for COLLIE_SLICE_BYTES, one in init's table gather for
+/// COLLIE_INIT_CHUNK) or wait until the timeout (an eager rank for peers that never dial it). Each rank sends its
+/// own in its hello and the root refuses every rank of a job whose ranks differ, naming the variable and two ranks.
+/// (COLLIE_SOCKETS_PER_PEER and COLLIE_STRIPE_MIN_BYTES matter only between tcp peers: their handshake compares
+/// them; COLLIE_ALGO and the tuner's inputs: every call's fingerprint carries the algorithm.)
+struct AgreedSettings {
+  int64_t sliceBytes = 0;    ///< COLLIE_SLICE_BYTES (0: the tuner's)
+  int64_t initChunk = 0;     ///< COLLIE_INIT_CHUNK (0: the default)
+  int64_t connectEager = 0;  ///< 1: this rank connects every pair at init (COLLIE_CONNECT, the config, a transport)
+};
+static_assert(sizeof(AgreedSettings) == 24, "AgreedSettings travels as bytes: no padding");
+
+/// "" when `a` (rank `rankA`'s) and `b` (rank `rankB`'s) agree, else which setting differs and both values.
+std::string describeSettingsDifference(const AgreedSettings& a, int rankA, const AgreedSettings& b, int rankB);
 
 /// What a rank tells the root.
 struct BootstrapHello {
@@ -29,6 +46,7 @@ struct BootstrapHello {
   int32_t rank = -1;
   int32_t nranks = 0;
   transport::PeerInfo info;  ///< info.rank == rank
+  AgreedSettings settings;
 };
 
 /// What the root answers: a refusal (status and message) or the PeerInfo of the rank's bootstrapPeers.
@@ -39,11 +57,12 @@ struct BootstrapReply {
 };
 
 constexpr size_t kBootstrapMessageBytes = 200;
-constexpr size_t kBootstrapHelloBytes = 4 + 16 + 4 + 4 + sizeof(transport::PeerInfo);
+constexpr size_t kBootstrapHelloBytes = 4 + 16 + 4 + 4 + sizeof(transport::PeerInfo) + sizeof(AgreedSettings);
 constexpr size_t kBootstrapReplyHeaderBytes = 4 + 4 + 4 + kBootstrapMessageBytes;
 
 std::vector<uint8_t> encodeBootstrapHello(const BootstrapHello& hello);
-/// Checks size, magic, rank in [0, nranks), nranks >= 1 and the PeerInfo (its rank, address lengths). Throws
+/// Checks size, magic, rank in [0, nranks), nranks >= 1, the PeerInfo (its rank, address lengths) and the settings
+/// (each within what its variable allows). Throws
 /// RemoteError naming the first problem.
 BootstrapHello parseBootstrapHello(const uint8_t* data, size_t size);
 

@@ -68,7 +68,8 @@ std::unique_ptr<CommImpl> CommImpl::create(int nranks, const UniqueIdData& id, i
   comm->links_.transports = makeTransports();
   transport::PeerInfo self = localPeerInfo(rank);
   for (auto& t : comm->links_.transports) t->listen(self);
-  auto peers = bootstrapExchange(id, rank, nranks, self, comm->timeout_, &comm->abort_);  // self and its tree peers
+  const AgreedSettings settings = agreedSettings(comm->connectMode_, comm->links_.transports);
+  auto peers = bootstrapExchange(id, rank, nranks, self, settings, comm->timeout_, &comm->abort_);  // self, tree peers
   comm->planner_.tuner() = Tuner(comm->measured_.modelFor({}), AlgoSelection());  // the table's all-gather: Send/Recv
   comm->connect(peers, tableGatherNeeded(nranks));  // decided alike on every rank, whatever its table holds
   comm->planner_.tuner() = Tuner(comm->measured_.modelFor(kindsInUse(comm->links_.transports, comm->links_.ctx.peers)),

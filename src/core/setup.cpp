@@ -84,6 +84,14 @@ bool connectEagerly(ConnectMode mode, const std::vector<std::unique_ptr<transpor
   return strcasecmp(base::params::connectMode().c_str(), "eager") == 0;
 }
 
+AgreedSettings agreedSettings(ConnectMode mode, const std::vector<std::unique_ptr<transport::Transport>>& transports) {
+  AgreedSettings s;
+  s.sliceBytes = base::params::sliceBytes();
+  s.initChunk = base::params::initChunk();
+  s.connectEager = connectEagerly(mode, transports) ? 1 : 0;
+  return s;
+}
+
 int usableCpus() {
   cpu_set_t cpus;
   return std::max(1, sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1);

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "core/bootstrap_wire.hpp"
 #include "transport/transport.hpp"
 
 namespace collie::core {
@@ -45,6 +46,8 @@ struct Links {
 /// every pair at init. Default is eager where a transport cannot dial at any time (none of collie's own): lazy
 /// connection there would leave Send/Recv patterns whose two ends are different calls waiting (ARCHITECTURE.md).
 bool connectEagerly(ConnectMode mode, const std::vector<std::unique_ptr<transport::Transport>>& transports);
+/// This rank's settings that every rank of a communicator must share (bootstrap_wire.hpp), for its bootstrap hello.
+AgreedSettings agreedSettings(ConnectMode mode, const std::vector<std::unique_ptr<transport::Transport>>& transports);
 /// Prepares links for ctx: chooses the transport of every peer whose PeerInfo is known (rank >= 0; throws
 /// InvalidUsage when none can reach it), makes the self connection and starts answering dials (Transport::serve);
 /// connects no one else.

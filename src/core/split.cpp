@@ -40,6 +40,7 @@ struct SplitEntry {
   int32_t flags;                                 ///< kFreshAddresses | kShares
   static constexpr int32_t kFreshAddresses = 1;  ///< new listeners (a transport that cannot share): exchange addresses
   static constexpr int32_t kShares = 2;  ///< asks to share the parent's connections (every rank of a color must)
+  static constexpr int32_t kEager = 4;   ///< its child connects every pair at init (every rank of a color must)
 };
 static_assert(sizeof(SplitEntry) == 4 * sizeof(int32_t));
 
@@ -75,8 +76,12 @@ std::unique_ptr<CommImpl> CommImpl::split(int color, int key, const Options& opt
   const bool mineFresh = std::any_of(std::begin(fresh.addresses), std::end(fresh.addresses),
                                      [](const transport::TransportAddress& a) { return a.kind != 0; });
 
+  const bool eager =
+      color != COLLIE_SPLIT_NOCOLOR &&
+      connectEagerly(options.connect == ConnectMode::Default ? connectMode_ : options.connect, links_.transports);
   const SplitEntry mine{SplitEntry::kMagic, color, key,
-                        (mineFresh ? SplitEntry::kFreshAddresses : 0) | (share ? SplitEntry::kShares : 0)};
+                        (mineFresh ? SplitEntry::kFreshAddresses : 0) | (share ? SplitEntry::kShares : 0) |
+                            (eager ? SplitEntry::kEager : 0)};
   std::vector<SplitEntry> all(static_cast<size_t>(nranks_));
   run(makeOp(algorithms::Collective::AllGather, &mine, all.data(), 4, DataType::Int32, ReduceOp::Sum, 0));
   bool exchange = false;
@@ -105,6 +110,11 @@ std::unique_ptr<CommImpl> CommImpl::split(int color, int key, const Options& opt
                    "%s rank %d: split color %d: rank %d %s the parent's connections and this rank %s: every rank of "
                    "a color must pass the same shareConnections (splitShare)",
                    name_.c_str(), rank_, color, r, share ? "does not share" : "shares", share ? "does" : "does not");
+    // Likewise an eager child would wait at init for dials that lazy ranks never make.
+    COLLIE_ENFORCE(e.color != color || ((e.flags & SplitEntry::kEager) != 0) == eager, ErrorCode::InvalidUsage,
+                   "%s rank %d: split color %d: rank %d connects %s and this rank %s: every rank of a color must "
+                   "pass the same connect mode (the config's, else COLLIE_CONNECT)",
+                   name_.c_str(), rank_, color, r, eager ? "lazily" : "eagerly", eager ? "eagerly" : "lazily");
   }
 
   std::vector<int> members;  // old ranks, in new-rank order

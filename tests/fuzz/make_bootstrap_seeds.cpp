@@ -41,6 +41,7 @@ Bytes hello(int rank, int nranks) {
   h.rank = rank;
   h.nranks = nranks;
   h.info = infoOf(rank);
+  h.settings = core::AgreedSettings{65536, 683, rank % 2};
   return core::encodeBootstrapHello(h);
 }
 
@@ -91,6 +92,9 @@ void writeHellos(const fs::path& dir) {
   b[kInfoAt + offsetof(transport::PeerInfo, addresses) + offsetof(transport::TransportAddress, length)] =
       transport::TransportAddress::kBytes + 1;
   put(dir, "address_too_long", b);
+  b = hello(1, 4);
+  b[kInfoAt + sizeof(transport::PeerInfo) + offsetof(core::AgreedSettings, connectEager)] = 7;
+  put(dir, "settings_impossible", b);
   b = hello(1, 4);
   b.resize(b.size() / 2);
   put(dir, "truncated", b);

@@ -165,5 +165,48 @@ TEST(CollierunAlgorithms, RanksWhoseAlgorithmsDifferFailWithAMismatchNotWrongSum
   }
 }
 
+// Settings that change the messages ranks exchange must be equal on every rank: the bootstrap root compares them and
+// refuses every rank at init, naming the variable (before, COLLIE_SLICE_BYTES failed the first call with a size
+// mismatch, COLLIE_INIT_CHUNK init with mismatched Send/Recv, and an eager rank waited for dials until the timeout).
+TEST(CollierunSettings, RanksWhoseSettingsDifferFailAtInitNamingTheSetting) {
+  std::string collierun = pathOf("COLLIERUN", COLLIERUN_PATH);
+  const std::string helper = pathOf("COLLIE_ENV_ALLREDUCE", COLLIE_ENV_ALLREDUCE_PATH);
+  if (collierun.empty() || access(collierun.c_str(), X_OK) != 0) GTEST_SKIP() << "collierun was not built";
+  struct Case {
+    const char* setting;  // exported on rank 2 only
+    const char* named;    // what every refusal says
+  };
+  const Case cases[] = {
+      {"COLLIE_SLICE_BYTES=8192", "COLLIE_SLICE_BYTES is 0 (unset) on rank 0 but 8192 on rank 2"},
+      {"COLLIE_INIT_CHUNK=1", "COLLIE_INIT_CHUNK is 0 (unset) on rank 0 but 1 on rank 2"},
+      {"COLLIE_CONNECT=eager", "COLLIE_CONNECT (or the config's connect mode) is lazy on rank 0 but eager on rank 2"},
+  };
+  for (const Case& c : cases) {
+    for (const char* shmDisable : {"0", "1"}) {
+      const std::string cmd = "COLLIE_SHM_DISABLE=" + std::string(shmDisable) + " " + collierun +
+                              " -n 4 --timeout 60 sh -c 'if [ \"$COLLIE_RANK\" = 2 ]; then export " + c.setting +
+                              "; fi; exec " + helper + "' 2>&1";
+      int status = -1;
+      const std::string out = runCommand(cmd, &status);
+      EXPECT_NE(status, 0) << cmd << "\n" << out;
+      EXPECT_EQ(out.find("env_allreduce ok"), std::string::npos) << "a rank succeeded:\n" << out;
+      // The root's log line, then each rank's error (collierun stops the others once the first exits).
+      EXPECT_NE(out.find(std::string("bootstrap root: refused every rank: ") + c.named), std::string::npos) << out;
+      EXPECT_NE(out.find("collieCommInitFromEnv(&comm, &config) failed: invalid usage"), std::string::npos) << out;
+      EXPECT_NE(out.find(std::string(c.named) + "; it must be the same on every rank (bootstrap.cpp"),
+                std::string::npos)
+          << out;
+    }
+  }
+  // Settings that may differ still may: slices in flight only pace a rank's own receives.
+  const std::string cmd = collierun +
+                          " -n 4 --timeout 60 sh -c 'if [ \"$COLLIE_RANK\" = 2 ]; then export "
+                          "COLLIE_SLICES_IN_FLIGHT=1; fi; exec " +
+                          helper + "' 2>&1";
+  int status = -1;
+  const std::string out = runCommand(cmd, &status);
+  EXPECT_EQ(status, 0) << out;
+}
+
 }  // namespace
 }  // namespace collie::test

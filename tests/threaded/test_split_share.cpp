@@ -332,6 +332,38 @@ TEST(SplitShare, AFailureOfTheChildReachesThePeersOfTheParentAtOnce) {
   });
 }
 
+// Ranks of one color whose children would connect eagerly on some and lazily on others fail the split alike (the
+// eager ones waited at init for dials the lazy ones never made, until the timeout); other colors may differ.
+TEST(SplitShare, RanksOfAColorThatDisagreeOnTheConnectModeFailTheSplit) {
+  auto parents = createParents(4, 10s);
+  std::vector<std::string> errors(4);
+  onEveryRank(4, [&](int r) {
+    Options childOptions = shareOptions(10s);
+    childOptions.shareConnections = false;
+    // Color 0 (ranks 0, 1) disagrees; color 1 (ranks 2, 3) is eager on both.
+    childOptions.connect = r == 1 ? ConnectMode::Lazy : ConnectMode::Eager;
+    try {
+      auto child = parents[static_cast<size_t>(r)]->split(r / 2, r, childOptions);
+      errors[static_cast<size_t>(r)] = "no error";
+      checkCase(*child, Coll::AllReduce, DataType::Int32, ReduceOp::Sum, 64, false, 0);
+    } catch (const Error& e) {
+      errors[static_cast<size_t>(r)] = e.what();
+    }
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_NE(errors[static_cast<size_t>(r)].find("must pass the same connect mode"), std::string::npos)
+        << "rank " << r << ": " << errors[static_cast<size_t>(r)];
+    EXPECT_NE(errors[static_cast<size_t>(r)].find(r == 1 ? "rank 0 connects eagerly and this rank lazily"
+                                                         : "rank 1 connects lazily and this rank eagerly"),
+              std::string::npos)
+        << "rank " << r << ": " << errors[static_cast<size_t>(r)];
+  }
+  for (int r = 2; r < 4; ++r) EXPECT_EQ(errors[static_cast<size_t>(r)], "no error") << "rank " << r;
+  ThreadLauncher::runOn(parents, [](Communicator& comm) {  // the parent is unharmed
+    checkCase(comm, Coll::AllReduce, DataType::Int32, ReduceOp::Sum, 64, false, 0);
+  });
+}
+
 // Ranks of one color that disagree on sharing fail the split alike, naming the rank that differs.
 TEST(SplitShare, RanksOfAColorThatDisagreeOnSharingFailTheSplit) {
   auto parents = createParents(3, 10s);

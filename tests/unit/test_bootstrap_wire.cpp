@@ -43,6 +43,7 @@ BootstrapHello helloOf(int rank, int nranks) {
   h.rank = rank;
   h.nranks = nranks;
   h.info = infoOf(rank);
+  h.settings = AgreedSettings{65536, 683, 1};
   return h;
 }
 
@@ -67,6 +68,28 @@ TEST(BootstrapWire, HelloRoundTrips) {
   EXPECT_EQ(out.rank, 3);
   EXPECT_EQ(out.nranks, 8);
   expectSameInfo(out.info, in.info);
+  EXPECT_EQ(out.settings.sliceBytes, in.settings.sliceBytes);
+  EXPECT_EQ(out.settings.initChunk, in.settings.initChunk);
+  EXPECT_EQ(out.settings.connectEager, in.settings.connectEager);
+}
+
+TEST(BootstrapWire, SettingsThatDifferAreNamedWithBothRanksAndValues) {
+  AgreedSettings a, b;
+  EXPECT_EQ(describeSettingsDifference(a, 0, b, 5), "");
+  b.sliceBytes = 8192;
+  EXPECT_EQ(describeSettingsDifference(a, 0, b, 5),
+            "COLLIE_SLICE_BYTES is 0 (unset) on rank 0 but 8192 on rank 5; it must be the same on every rank");
+  b = a;
+  b.initChunk = 64;
+  EXPECT_NE(describeSettingsDifference(a, 0, b, 1).find("COLLIE_INIT_CHUNK is 0 (unset) on rank 0 but 64 on rank 1"),
+            std::string::npos);
+  b = a;
+  a.connectEager = 1;
+  EXPECT_NE(describeSettingsDifference(a, 0, b, 3).find("is eager on rank 0 but lazy on rank 3"), std::string::npos);
+  // The root sends the message in a reply of kBootstrapMessageBytes: the longest one fits.
+  a.sliceBytes = 1073741824;
+  b.sliceBytes = 1073741823;
+  EXPECT_LT(describeSettingsDifference(a, 0, b, 2147483647).size(), kBootstrapMessageBytes);
 }
 
 TEST(BootstrapWire, EveryTruncatedOrOverlongHelloIsRefused) {
@@ -101,6 +124,12 @@ TEST(BootstrapWire, BadHellosNameTheirProblem) {
   h = helloOf(1, 4);
   h.info.addresses[0].length = transport::TransportAddress::kBytes + 1;
   EXPECT_NE(refused(h, reencode).find("23-byte transport address"), std::string::npos);
+  h = helloOf(1, 4);
+  h.settings.connectEager = 2;
+  EXPECT_NE(refused(h, reencode).find("of rank 1 holds impossible settings"), std::string::npos);
+  h = helloOf(1, 4);
+  h.settings.sliceBytes = -1;
+  EXPECT_NE(refused(h, reencode).find("impossible settings (slice -1"), std::string::npos);
 }
 
 // Ranks 0 .. n-1: a reply that carries n entries in order (the parsers take the ranks they expect).
