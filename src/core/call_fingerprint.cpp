@@ -88,6 +88,11 @@ bool isCollectiveFingerprint(const Fingerprint& fp) {
   return d.known && d.coll != Collective::Send && d.coll != Collective::Recv;
 }
 
+bool contradicts(const Fingerprint& theirs, const Fingerprint& mine) {
+  return isCollectiveFingerprint(theirs) && isCollectiveFingerprint(mine) && theirs.call == mine.call &&
+         decode(theirs).tag == decode(mine).tag && theirs != mine;
+}
+
 std::string callText(const Fingerprint& fp, int rank, int other) {
   const Decoded d = decode(fp);
   if (fp.shape == 0) return "a call without a fingerprint";

@@ -61,4 +61,8 @@ bool isSendTo(const transport::Fingerprint& fp, int rank);
 /// Whether `fp` is a collective's (not a send/receive's, not empty).
 bool isCollectiveFingerprint(const transport::Fingerprint& fp);
 
+/// Whether a peer's message of `theirs` shows that it made this rank's collective call `mine` differently: both
+/// collective calls of one communicator (its tag) with the same number, and different.
+bool contradicts(const transport::Fingerprint& theirs, const transport::Fingerprint& mine);
+
 }  // namespace collie::core

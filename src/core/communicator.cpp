@@ -100,6 +100,7 @@ void CommImpl::connect(const std::vector<transport::PeerInfo>& peers, bool gathe
   anySource_ = std::make_unique<AnySourceMatcher>(
       rank_, nranks_, [this](int p) { return links_.conns[static_cast<size_t>(p)].get(); }, poller_, abort_, name_);
   executor_ = std::make_unique<Executor>(rank_, nranks_, std::move(raw), poller_, abort_, name_);
+  executor_->setCallHistory(&planner_.history());
   execConfig_.timeout = timeout_;
   execConfig_.spin = std::chrono::microseconds(base::params::spinUs());
   execConfig_.yieldWhileSpinning = links_.oversubscribed || gatherFirst;  // a partial table undercounts this host

@@ -242,6 +242,40 @@ void Executor::failTimeout() {
               waiting.empty() ? "?" : waiting.c_str());
 }
 
+// Some mismatches send only where no receive waits: in a Reduce whose ranks name different roots, or an AllReduce
+// against the others' Reduce, a rank may wait on a peer that waits on a third, while the message that shows the
+// difference sits unread at a rank that never receives from its sender in this call. So a run waiting for a while
+// looks, about once a second, at the head of every connection it has nothing posted on (Connection::probe, which
+// consumes nothing): a collective message of this communicator numbered like a call this rank made, with another
+// fingerprint, is a mismatch found now rather than at the timeout (the communicator then fails and poisons its
+// links, so the others learn too). A poisoned link says the peer found one. A link that ended or cannot look ahead
+// is left to the call that needs it: a peer may rightly have gone after its last call.
+void Executor::lookAtIdleConnections() {
+  if (!history_) return;
+  for (size_t p = 0; p < conns_.size(); ++p) {
+    transport::Connection* c = conns_[p];
+    if (!c || static_cast<int>(p) == rank_ || c->busy()) continue;
+    transport::Arrival next;
+    bool arrived = false;
+    try {
+      arrived = c->probe(&next);
+    } catch (const transport::MismatchError&) {
+      c->endProbe();
+      throw;
+    } catch (const Error&) {
+      c->endProbe();
+      continue;
+    }
+    c->endProbe();
+    if (!arrived) continue;
+    const transport::Fingerprint* mine = history_->find(next.fp.call);
+    if (mine && contradicts(next.fp, *mine)) {
+      transport::throwMismatch(transport::MismatchRecord{static_cast<int32_t>(p), rank_, next.fp, *mine},
+                               base::format("in a message from peer %zu that no receive took", p).c_str());
+    }
+  }
+}
+
 // A step's transfers with one peer are done: the trace gets its wait on that peer (none for this rank itself).
 void Executor::traceWait(size_t flat, bool recv) {
   const StepState& st = steps_[flat];
@@ -453,6 +487,7 @@ void Executor::run(std::span<const Job> jobs, const ExecConfig& config) {
         lastAliveCheck = Clock::now();
         for (int p : activePeers_)
           if (p != rank_) conns_[static_cast<size_t>(p)]->checkAlive();
+        lookAtIdleConnections();
       }
       auto left = std::chrono::duration_cast<std::chrono::microseconds>(config_.timeout - idle);
       poller_.wait(std::min<std::chrono::microseconds>(left, std::chrono::milliseconds(100)));

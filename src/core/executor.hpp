@@ -32,6 +32,7 @@
 #include "algorithms/schedule.hpp"
 #include "base/datatypes.hpp"
 #include "base/poller.hpp"
+#include "core/call_fingerprint.hpp"
 #include "transport/transport.hpp"
 
 namespace collie::core {
@@ -103,6 +104,9 @@ class Executor {
   void setTrace(CallTrace* trace) { trace_ = trace; }
   /// The call of the last message received from `peer` (empty before the first).
   const transport::Fingerprint& lastSeen(int peer) const { return lastSeen_[static_cast<size_t>(peer)]; }
+  /// This rank's recent collective calls (the planner's), against which a waiting run judges messages that no posted
+  /// receive takes (lookAtIdleConnections). Null: it does not look.
+  void setCallHistory(const CallHistory* history) { history_ = history; }
 
  private:
   static constexpr size_t kNoStep = ~size_t{0};
@@ -168,6 +172,7 @@ class Executor {
     slot = nullptr;
   }
   [[noreturn]] void failTimeout();
+  void lookAtIdleConnections();
   void traceWait(size_t flat, bool recv);
 
   int rank_, nranks_;
@@ -200,6 +205,7 @@ class Executor {
   std::vector<size_t> jobScratch_;                // byte offset of each job's scratch in scratch_
   std::vector<size_t> jobScaledInput_;            // byte offset of each job's divided input in scratch_
   std::vector<transport::Fingerprint> lastSeen_;  // by peer: the call of the last message received from it
+  const CallHistory* history_ = nullptr;
   CallTrace* trace_ = nullptr;
 };
 

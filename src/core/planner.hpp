@@ -45,6 +45,9 @@ class Planner {
   /// The communicator's tag in every fingerprint (call_fingerprint.hpp; 0 unless it shares its parent's connections).
   void setTag(uint32_t tag) { tag_ = tag; }
   uint32_t tag() const { return tag_; }
+  /// The fingerprints of the recent collective calls (planned ones included), for the executor's look at messages
+  /// no receive takes (Executor::setCallHistory). The object lives as long as the planner.
+  const CallHistory& history() const { return history_; }
   /// The tuner, to change it (setup only): forgets the memo of the last call's plan.
   Tuner& tuner() {
     memo_.valid = false;

@@ -196,6 +196,91 @@ std::vector<Case> allCases() {
 
 INSTANTIATE_TEST_SUITE_P(Proc, Mismatch, ::testing::ValuesIn(allCases()), caseName);
 
+// Mismatches whose telling messages reach only ranks that do not wait for them: a Reduce in which a non-root rank
+// names itself root, and an AllReduce on one rank against the others' Reduce, on 3-5 ranks under every algorithm.
+// The ranks wait on one another while such a message sits unread; before 2026-11-29 every rank waited until the
+// timeout (40 of these 144 cases). A run that waits looks, about once a second, at the head of each connection it
+// has nothing posted on (Executor::lookAtIdleConnections), so every rank fails with the mismatch within seconds.
+// Where no such message exists the ranks still wait until the timeout: when rank 1 names itself root, every rank's
+// part starts with a receive (a cycle of waits, nothing sent), and under rhd rank 1's AllReduce sends first to a
+// rank that has not taken that connection (lazy connection: no call of its own needed that peer yet), where the
+// look does not reach. Those cases run with a short timeout and must end in it, on every rank, naming the call.
+struct UnseenCase {
+  const char* algo;
+  bool tcp;
+  bool allReduceAgainstReduce;  // false: the deviant rank names itself the Reduce's root (the others name 0)
+  int nranks;
+  int deviant;
+};
+
+bool endsInTimeout(const UnseenCase& c) {
+  if (c.deviant != 1) return false;
+  if (c.allReduceAgainstReduce) return std::string(c.algo) == "rhd";
+  return !(std::string(c.algo) == "tree" && c.nranks == 4);  // that tree's rank 1 sends first: found
+}
+
+class MismatchSeenWhileWaiting : public ::testing::TestWithParam<UnseenCase> {};
+
+TEST_P(MismatchSeenWhileWaiting, FailsEveryRankBeforeTheTimeout) {
+  const UnseenCase tc = GetParam();
+  ScopedEnv shm(tc.tcp ? "COLLIE_SHM_DISABLE" : nullptr, "1");
+  ScopedEnv algo("COLLIE_ALGO", tc.algo);
+  Options options;
+  options.timeout = endsInTimeout(tc) ? kShortTimeout : kTimeout;
+  options.name = "unseen";
+  auto body = [&](Communicator& comm) {
+    const int n = comm.size(), r = comm.rank();
+    std::vector<float> in(1024, 1.0f), out(1024, 0.0f);
+    const int64_t start = monotonicNs();
+    ErrorCode code = ErrorCode::Success;
+    std::string message;
+    for (int step = 0; step < 4 && code == ErrorCode::Success; ++step) {
+      try {
+        if (step > 0) {
+          comm.allReduce(in.data(), out.data(), 16, DataType::Float32, ReduceOp::Sum);
+        } else if (tc.allReduceAgainstReduce && r == tc.deviant) {
+          comm.allReduce(in.data(), out.data(), in.size(), DataType::Float32, ReduceOp::Sum);
+        } else {
+          const int root = !tc.allReduceAgainstReduce && r == tc.deviant ? r : 0;
+          comm.reduce(in.data(), out.data(), in.size(), DataType::Float32, ReduceOp::Sum, root);
+        }
+      } catch (const Error& e) {
+        code = e.code();
+        message = e.what();
+      }
+    }
+    if (endsInTimeout(tc)) {  // or, on a rank whose peer timed out first, in that peer's going away
+      EXPECT_TRUE(code == ErrorCode::Timeout || code == ErrorCode::RemoteError) << message;
+      if (code == ErrorCode::Timeout)
+        EXPECT_NE(message.find("no progress for 1500 ms in "), std::string::npos) << message;
+      return;
+    }
+    EXPECT_EQ(code, ErrorCode::InvalidUsage) << message;
+    EXPECT_NE(message.find("mismatched calls: rank "), std::string::npos) << message;
+    EXPECT_LT(monotonicNs() - start, kFastNs) << message;
+  };
+  EXPECT_TRUE(allRanksSucceeded(ProcessLauncher::run(tc.nranks, body, options, 60s)));
+}
+
+std::vector<UnseenCase> unseenCases() {
+  std::vector<UnseenCase> cases;
+  for (const char* algo : {"ring", "tree", "rhd", "direct"})
+    for (bool tcp : {false, true})
+      for (bool allReduce : {false, true})
+        for (int n : {3, 4, 5})
+          for (int deviant = 1; deviant < n; ++deviant) cases.push_back(UnseenCase{algo, tcp, allReduce, n, deviant});
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Proc, MismatchSeenWhileWaiting, ::testing::ValuesIn(unseenCases()),
+                         [](const ::testing::TestParamInfo<UnseenCase>& info) {
+                           const UnseenCase& c = info.param;
+                           return std::string(c.algo) +
+                                  (c.allReduceAgainstReduce ? "_AllReduceVsReduce" : "_TwoRoots") + "_" +
+                                  std::to_string(c.nranks) + "ranks_rank" + std::to_string(c.deviant) +
+                                  (c.tcp ? "_tcp" : "_shm");
+                         });
+
 // Rank 1 makes one call fewer than rank 0: no message of the missing call is ever exchanged, so rank 0 times out,
 // and its message names the call it is in and the last call it saw rank 1 in.
 TEST(MismatchTimeout, NamesThisRanksCallAndTheLastCallEachPeerWasSeenIn) {

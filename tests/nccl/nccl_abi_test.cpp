@@ -557,14 +557,27 @@ void testSplit(ncclComm_t comm) {
   NCCL_OK(ncclCommAbort(sub));
 }
 
-// Descriptors this process has open.
+// Descriptors this process has open, once their count holds still (three equal reads 20 ms apart, 5 s at most): a
+// crossed dial leaves the lower rank's accept loop the turned-away hello of the other rank (a socket and, over shm,
+// three descriptors), which it closes only after the pair is connected, so a count taken right after the call that
+// connected the pair may read up to 4 high (tests/common/descriptors.hpp, which this program does not link).
 int openDescriptors() {
-  int n = 0;
-  if (DIR* d = opendir("/proc/self/fd")) {
-    while (readdir(d)) ++n;
-    closedir(d);
+  auto count = [] {
+    int n = 0;
+    if (DIR* d = opendir("/proc/self/fd")) {
+      while (readdir(d)) ++n;
+      closedir(d);
+    }
+    return n;
+  };
+  int last = count(), same = 1;
+  for (int i = 0; i < 250 && same < 3; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    const int now = count();
+    same = now == last ? same + 1 : 1;
+    last = now;
   }
-  return n;
+  return last;
 }
 
 // splitShare as NCCL has it: a child shares its parent's connections when the parent's config says splitShare (a child

@@ -672,13 +672,18 @@ TEST(CApiInit, ThreadsUsingAHandleWhileItsNonBlockingInitRunsAllGetTheCommunicat
   constexpr int kUsers = 3;
   std::vector<collieResult_t> results(kUsers, collieInternalError);
   std::vector<int> counts(kUsers, -1);
+  std::vector<std::string> whys(kUsers);  // a failure's message is the failing thread's last error
   std::vector<std::thread> users;
-  for (int u = 0; u < kUsers; ++u) users.emplace_back([&, u] { results[u] = collieCommCount(comm0, &counts[u]); });
+  for (int u = 0; u < kUsers; ++u)
+    users.emplace_back([&, u] {
+      results[u] = collieCommCount(comm0, &counts[u]);
+      if (results[u] != collieSuccess) whys[u] = collieGetLastError(comm0);
+    });
   std::this_thread::sleep_for(300ms);  // every user waits on the init now: rank 1 is not there yet
   ASSERT_EQ(collieCommInitRankConfig(&comm1, 2, id, 1, &config), collieInProgress);
   for (std::thread& t : users) t.join();
   for (int u = 0; u < kUsers; ++u) {
-    EXPECT_EQ(results[u], collieSuccess) << "user " << u << ": " << collieGetLastError(nullptr);
+    EXPECT_EQ(results[u], collieSuccess) << "user " << u << ": " << whys[u];
     EXPECT_EQ(counts[u], 2) << "user " << u;
   }
   int n = -1;
