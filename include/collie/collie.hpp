@@ -105,9 +105,10 @@ struct COLLIE_EXPORT UniqueId {
 };
 
 /// Per-communicator options (collieConfig_t in the C API).
-/// When a communicator connects to its peers (COLLIE_CONNECT).
+/// When a communicator connects to its peers (COLLIE_CONNECT). Every rank of a communicator must end with the same
+/// mode: init (or a split) fails on every rank naming it otherwise.
 enum class ConnectMode {
-  Default,  ///< COLLIE_CONNECT (lazy unless set to eager; eager where UCX may be used)
+  Default,  ///< COLLIE_CONNECT (lazy unless set to eager; eager where a transport cannot dial at any time)
   Lazy,     ///< a peer is connected when a call first needs it
   Eager,    ///< every pair is connected at init, so that init fails early when a peer cannot be reached
 };

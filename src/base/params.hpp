@@ -78,16 +78,17 @@ inline constexpr int64_t kNeverMs = int64_t{100} * 365 * 24 * 3600 * 1000;
   X(stripeMinBytes, Int, "COLLIE_STRIPE_MIN_BYTES", "262144", COLLIE_RULE_RANGE(0, INT64_MAX),                     \
     "TCP messages at least this large are split across a peer's sockets (unset: 1 MiB with 2 ranks)")              \
   X(connectMode, Str, "COLLIE_CONNECT", "lazy", COLLIE_RULE_WORDS("lazy,eager"),                                   \
-    "lazy: connect a peer when a call first needs it (either side dials); eager: every pair at init")              \
+    "lazy: connect a peer when a call first needs it (either side dials); eager: every pair at init; the same on " \
+    "every rank (init checks)")                                                                                    \
   X(connectRetries, Int, "COLLIE_CONNECT_RETRIES", "50", COLLIE_RULE_RANGE(0, 1000000),                            \
     "times a refused connection is retried during init (exponential backoff, capped by COLLIE_TIMEOUT)")           \
   X(sliceBytes, Int, "COLLIE_SLICE_BYTES", "0", COLLIE_RULE_ZERO_OR_RANGE(4096, 1073741824),                       \
-    "pipeline slice size in bytes; 0 lets the tuner choose")                                                       \
+    "pipeline slice size in bytes; 0 lets the tuner choose; the same on every rank (init checks)")                 \
   X(slicesInFlight, Int, "COLLIE_SLICES_IN_FLIGHT", "0", COLLIE_RULE_ZERO_OR_RANGE(1, 1024),                       \
     "receive slices posted ahead per step; 0 lets the tuner choose")                                               \
   X(initChunk, Int, "COLLIE_INIT_CHUNK", "0", COLLIE_RULE_ZERO_OR_RANGE(1, 1 << 30),                               \
     "entries (96 B each) per message of init's address table streamed down the bootstrap tree; 0: the table over " \
-    "the tree's height, at least 683 (64 KiB); every rank must set the same")                                      \
+    "the tree's height, at least 683 (64 KiB); the same on every rank (init checks)")                              \
   X(spinUs, Int, "COLLIE_SPIN_US", "20", COLLIE_RULE_RANGE(0, 1000000),                                            \
     "microseconds a waiting rank polls before it sleeps")                                                          \
   X(algo, Str, "COLLIE_ALGO", "", COLLIE_RULE_TEXT,                                                                \

@@ -100,7 +100,6 @@ void CommImpl::connect(const std::vector<transport::PeerInfo>& peers, bool gathe
   anySource_ = std::make_unique<AnySourceMatcher>(
       rank_, nranks_, [this](int p) { return links_.conns[static_cast<size_t>(p)].get(); }, poller_, abort_, name_);
   executor_ = std::make_unique<Executor>(rank_, nranks_, std::move(raw), poller_, abort_, name_);
-  executor_->setCallHistory(&planner_.history());
   execConfig_.timeout = timeout_;
   execConfig_.spin = std::chrono::microseconds(base::params::spinUs());
   execConfig_.yieldWhileSpinning = links_.oversubscribed || gatherFirst;  // a partial table undercounts this host
@@ -186,6 +185,11 @@ void CommImpl::startRecording() {
   trace_ = CallTrace::open(rank_, nranks_, name_, recorder_.clock(), transportNames(links_));
   recorder_.setTrace(trace_.get());
   executor_->setTrace(trace_.get());
+  // The look at idle connections judges the user's calls only: init's internal calls are numbered from 0 as well,
+  // so a peer already in the user's call #0 would contradict this rank's init call #0. Nor does a child that shares
+  // its parent's connections look: children of two splits may draw the same tag (1 in 4095), and a message of the
+  // other one's call would read as a contradiction.
+  executor_->setCallHistory(planner_.tag() == 0 ? &planner_.history() : nullptr);
 }
 
 CommStats CommImpl::stats() const {

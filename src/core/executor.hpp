@@ -105,7 +105,7 @@ class Executor {
   /// The call of the last message received from `peer` (empty before the first).
   const transport::Fingerprint& lastSeen(int peer) const { return lastSeen_[static_cast<size_t>(peer)]; }
   /// This rank's recent collective calls (the planner's), against which a waiting run judges messages that no posted
-  /// receive takes (lookAtIdleConnections). Null: it does not look.
+  /// receive takes (lookAtIdleConnections). Null (the default, and during init): it does not look.
   void setCallHistory(const CallHistory* history) { history_ = history; }
 
  private:
