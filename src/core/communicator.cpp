@@ -180,6 +180,22 @@ void CommImpl::connectMissing(const std::vector<int>& peers, bool dial) {
   executorGeneration_ = links_.generation;  // made here and given to the executor
 }
 
+void CommImpl::takeAnsweredConnections() {
+  std::vector<int> answered;
+  for (const auto& t : links_.transports)
+    for (int p : t->answeredPeers())
+      if (p != rank_ && !links_.conns[static_cast<size_t>(p)]) answered.push_back(p);
+  if (answered.empty()) return;
+  try {
+    connectPeers(links_, answered, true);
+  } catch (...) {
+    connectFailed_ = true;  // as connectMissing: execute() ends the communicator
+    throw;
+  }
+  for (int p : answered) executor_->adoptConnection(p, links_.conns[static_cast<size_t>(p)].get());
+  executorGeneration_ = links_.generation;
+}
+
 void CommImpl::startRecording() {
   planner_.setRecorder(&recorder_);
   trace_ = CallTrace::open(rank_, nranks_, name_, recorder_.clock(), transportNames(links_));
@@ -189,7 +205,7 @@ void CommImpl::startRecording() {
   // so a peer already in the user's call #0 would contradict this rank's init call #0. Nor does a child that shares
   // its parent's connections look: children of two splits may draw the same tag (1 in 4095), and a message of the
   // other one's call would read as a contradiction.
-  executor_->setCallHistory(planner_.tag() == 0 ? &planner_.history() : nullptr);
+  if (planner_.tag() == 0) executor_->enableLook(&planner_.history(), [this] { takeAnsweredConnections(); });
 }
 
 CommStats CommImpl::stats() const {

@@ -130,6 +130,10 @@ class CommImpl {
   /// Connects `peers` (those connected already are left as they are) and gives the executor their connections: dials
   /// them (`dial`), or connects them collectively (each listed peer lists this rank in a connect of its own).
   void connectMissing(const std::vector<int>& peers, bool dial = true);
+  /// Takes the connections this rank answered that no call of its own has needed yet (Transport::answeredPeers), so
+  /// that a waiting run looks at them too: the message that shows a mismatch may wait in one. The executor calls it
+  /// from its look at idle connections, mid-run: the run uses none of them.
+  void takeAnsweredConnections();
   [[noreturn]] void explainConnectFailure(const std::vector<Job>& jobs, const std::vector<int>& missing,
                                           const Error& e);
   /// Throws the communicator's earlier failure (or its sharing family's), then validateOp's errors.

@@ -249,9 +249,12 @@ void Executor::failTimeout() {
 // consumes nothing): a collective message of this communicator numbered like a call this rank made, with another
 // fingerprint, is a mismatch found now rather than at the timeout (the communicator then fails and poisons its
 // links, so the others learn too). A poisoned link says the peer found one. A link that ended or cannot look ahead
-// is left to the call that needs it: a peer may rightly have gone after its last call.
+// is left to the call that needs it: a peer may rightly have gone after its last call. Connections that peers
+// dialled and this rank answered, but that no call of its own has needed yet, are taken first (the communicator's
+// takeAnswered): with connections on first use the telling message is often in one of those.
 void Executor::lookAtIdleConnections() {
   if (!history_) return;
+  if (takeAnswered_) takeAnswered_();  // a peer that dialled this rank may have sent it the message
   for (size_t p = 0; p < conns_.size(); ++p) {
     transport::Connection* c = conns_[p];
     if (!c || static_cast<int>(p) == rank_ || c->busy()) continue;

@@ -25,6 +25,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -104,9 +105,16 @@ class Executor {
   void setTrace(CallTrace* trace) { trace_ = trace; }
   /// The call of the last message received from `peer` (empty before the first).
   const transport::Fingerprint& lastSeen(int peer) const { return lastSeen_[static_cast<size_t>(peer)]; }
-  /// This rank's recent collective calls (the planner's), against which a waiting run judges messages that no posted
-  /// receive takes (lookAtIdleConnections). Null (the default, and during init): it does not look.
-  void setCallHistory(const CallHistory* history) { history_ = history; }
+  /// Makes a waiting run look at its idle connections (lookAtIdleConnections): it judges the messages there against
+  /// `history`, this rank's recent collective calls (the planner's), after `takeAnswered` has given it the connections
+  /// this rank answered but has not taken (adoptConnection). Until then (and during init) it does not look.
+  void enableLook(const CallHistory* history, std::function<void()> takeAnswered) {
+    history_ = history;
+    takeAnswered_ = std::move(takeAnswered);
+  }
+  /// The connection to `peer`, which the current run (if any) does not use; unlike setConnection, the current run's
+  /// state stays as it is.
+  void adoptConnection(int peer, transport::Connection* conn) { conns_[static_cast<size_t>(peer)] = conn; }
 
  private:
   static constexpr size_t kNoStep = ~size_t{0};
@@ -206,6 +214,7 @@ class Executor {
   std::vector<size_t> jobScaledInput_;            // byte offset of each job's divided input in scratch_
   std::vector<transport::Fingerprint> lastSeen_;  // by peer: the call of the last message received from it
   const CallHistory* history_ = nullptr;
+  std::function<void()> takeAnswered_;
   CallTrace* trace_ = nullptr;
 };
 

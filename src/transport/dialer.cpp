@@ -190,6 +190,14 @@ uint64_t Dialer::answeredEarly() const {
   return answeredEarly_;
 }
 
+std::vector<int> Dialer::answeredPeers() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<int> out;
+  for (size_t p = 0; p < pairs_.size(); ++p)
+    if (pairs_[p].state == State::Answered && pairs_[p].error.empty()) out.push_back(static_cast<int>(p));
+  return out;
+}
+
 void Dialer::open(Handshake& hs, Dial& d) {
   d.link.clearMessage();
   d.link.done = false;
@@ -505,5 +513,7 @@ std::vector<std::unique_ptr<Connection>> DialingTransport::refuseDials(const Com
 void DialingTransport::releasePeer(int peer) { dialer().release(peer); }
 
 uint64_t DialingTransport::stashedHellos() const { return dialer().answeredEarly(); }
+
+std::vector<int> DialingTransport::answeredPeers() const { return dialer().answeredPeers(); }
 
 }  // namespace collie::transport

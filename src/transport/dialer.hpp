@@ -94,6 +94,8 @@ class Dialer {
   void release(int peer);
   /// How many dials were answered before a connect() of this rank listed their peer.
   uint64_t answeredEarly() const;
+  /// The peers whose dials were answered whole (and without error) and that no connect() has taken yet.
+  std::vector<int> answeredPeers() const;
 
  private:
   enum class State : uint8_t { Idle, Dialing, Answering, Answered, Taken };
@@ -170,6 +172,7 @@ class DialingTransport : public Transport {
   std::vector<std::unique_ptr<Connection>> refuseDials(const CommContext& ctx, const MismatchRecord* why) final;
   void releasePeer(int peer) final;
   uint64_t stashedHellos() const final;
+  std::vector<int> answeredPeers() const override;
 
  protected:
   /// The transport's Dialer (a member of the derived class, declared after what it uses so that it goes first).

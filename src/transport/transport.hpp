@@ -180,6 +180,10 @@ class Transport {
   /// How many verified hellos arrived (were answered, for the transports that dial any time) before a connect()
   /// listed their peer (observable so that tests can check that path ran).
   virtual uint64_t stashedHellos() const { return 0; }
+  /// The peers whose dials this rank answered that no connect() or dial() has taken yet, where taking them costs
+  /// no wait and their connections can look ahead (Connection::probe): for a waiting run that looks for messages no
+  /// receive takes (core's Executor::lookAtIdleConnections). Empty where the transport cannot say.
+  virtual std::vector<int> answeredPeers() const { return {}; }
   /// A new transport of the same kind and settings that accepts on this one's listener (a duplicate of it), so
   /// that the address this one published reaches it, with no connection or other state of this one: for a
   /// communicator made without a bootstrap (core's shrink). nullptr when the transport cannot do that.

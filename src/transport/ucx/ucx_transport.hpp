@@ -47,6 +47,8 @@ class UcxTransport : public DialingTransport {
   /// A transport on this one's listener (same address) with a worker of its own, answering only its own
   /// communicator (for core's shrink).
   std::unique_ptr<Transport> shareListener() const override;
+  /// None: a UCX connection cannot look ahead (no probe), and taking an answered one waits for its wireup.
+  std::vector<int> answeredPeers() const override { return {}; }
 
   /// Where `info` says its UCX handshake listener is (family AF_UNSPEC when it published none).
   static sockaddr_storage addressOf(const PeerInfo& info);
