@@ -231,7 +231,7 @@ TEST_P(MismatchSeenWhileWaiting, FailsEveryRankBeforeTheTimeout) {
   options.timeout = endsInTimeout(tc) ? kShortTimeout : kTimeout;
   options.name = "unseen";
   auto body = [&](Communicator& comm) {
-    const int n = comm.size(), r = comm.rank();
+    const int r = comm.rank();
     std::vector<float> in(1024, 1.0f), out(1024, 0.0f);
     const int64_t start = monotonicNs();
     ErrorCode code = ErrorCode::Success;
@@ -253,8 +253,9 @@ TEST_P(MismatchSeenWhileWaiting, FailsEveryRankBeforeTheTimeout) {
     }
     if (endsInTimeout(tc)) {  // or, on a rank whose peer timed out first, in that peer's going away
       EXPECT_TRUE(code == ErrorCode::Timeout || code == ErrorCode::RemoteError) << message;
-      if (code == ErrorCode::Timeout)
+      if (code == ErrorCode::Timeout) {
         EXPECT_NE(message.find("no progress for 1500 ms in "), std::string::npos) << message;
+      }
       return;
     }
     EXPECT_EQ(code, ErrorCode::InvalidUsage) << message;
