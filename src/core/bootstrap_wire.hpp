@@ -62,8 +62,7 @@ constexpr size_t kBootstrapReplyHeaderBytes = 4 + 4 + 4 + kBootstrapMessageBytes
 
 std::vector<uint8_t> encodeBootstrapHello(const BootstrapHello& hello);
 /// Checks size, magic, rank in [0, nranks), nranks >= 1, the PeerInfo (its rank, address lengths) and the settings
-/// (each within what its variable allows). Throws
-/// RemoteError naming the first problem.
+/// (none negative, the connect mode 0 or 1). Throws RemoteError naming the first problem.
 BootstrapHello parseBootstrapHello(const uint8_t* data, size_t size);
 
 std::vector<uint8_t> encodeBootstrapReply(const BootstrapReply& reply);

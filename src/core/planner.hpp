@@ -46,7 +46,7 @@ class Planner {
   void setTag(uint32_t tag) { tag_ = tag; }
   uint32_t tag() const { return tag_; }
   /// The fingerprints of the recent collective calls (planned ones included), for the executor's look at messages
-  /// no receive takes (Executor::setCallHistory). The object lives as long as the planner.
+  /// no receive takes (Executor::enableLook). The object lives as long as the planner.
   const CallHistory& history() const { return history_; }
   /// The tuner, to change it (setup only): forgets the memo of the last call's plan.
   Tuner& tuner() {
