@@ -157,60 +157,38 @@ template <typename U>
   return ::testing::AssertionFailure() << buf;
 }
 
+// One element of type T at dst.
+template <typename T>
+void store(void* dst, T x) {
+  memcpy(dst, &x, sizeof x);
+}
+
 }  // namespace
 
 // Writes the exact value v (a small integer, or a quotient for Avg) as one element of `type` at dst.
 void encode(void* dst, DataType type, double v) {
+  const auto i = static_cast<int64_t>(v);  // integer types: through int64, so negatives wrap into unsigned ones
   switch (type) {
-    case DataType::Int8: {
-      auto x = static_cast<int8_t>(static_cast<int64_t>(v));
-      memcpy(dst, &x, 1);
-      return;
-    }
-    case DataType::Uint8: {
-      auto x = static_cast<uint8_t>(static_cast<int64_t>(v));
-      memcpy(dst, &x, 1);
-      return;
-    }
-    case DataType::Int32: {
-      auto x = static_cast<int32_t>(static_cast<int64_t>(v));
-      memcpy(dst, &x, 4);
-      return;
-    }
-    case DataType::Uint32: {
-      auto x = static_cast<uint32_t>(static_cast<int64_t>(v));
-      memcpy(dst, &x, 4);
-      return;
-    }
-    case DataType::Int64: {
-      auto x = static_cast<int64_t>(v);
-      memcpy(dst, &x, 8);
-      return;
-    }
-    case DataType::Uint64: {
-      auto x = static_cast<uint64_t>(static_cast<int64_t>(v));
-      memcpy(dst, &x, 8);
-      return;
-    }
-    case DataType::Float16: {
-      uint16_t x = base::floatToHalf(static_cast<float>(v));
-      memcpy(dst, &x, 2);
-      return;
-    }
-    case DataType::Float32: {
-      auto x = static_cast<float>(v);
-      memcpy(dst, &x, 4);
-      return;
-    }
-    case DataType::Float64: {
-      memcpy(dst, &v, 8);
-      return;
-    }
-    case DataType::Bfloat16: {
-      uint16_t x = base::floatToBf16(static_cast<float>(v));
-      memcpy(dst, &x, 2);
-      return;
-    }
+    case DataType::Int8:
+      return store(dst, static_cast<int8_t>(i));
+    case DataType::Uint8:
+      return store(dst, static_cast<uint8_t>(i));
+    case DataType::Int32:
+      return store(dst, static_cast<int32_t>(i));
+    case DataType::Uint32:
+      return store(dst, static_cast<uint32_t>(i));
+    case DataType::Int64:
+      return store(dst, i);
+    case DataType::Uint64:
+      return store(dst, static_cast<uint64_t>(i));
+    case DataType::Float16:
+      return store(dst, base::floatToHalf(static_cast<float>(v)));
+    case DataType::Float32:
+      return store(dst, static_cast<float>(v));
+    case DataType::Float64:
+      return store(dst, v);
+    case DataType::Bfloat16:
+      return store(dst, base::floatToBf16(static_cast<float>(v)));
   }
 }
 

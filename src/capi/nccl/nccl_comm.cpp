@@ -321,8 +321,7 @@ NCCL_ABI(ncclResult_t, ncclCommGetAsyncError, ncclComm_t comm, ncclResult_t* asy
   if (r != collieSuccess) return fromCollie(comm, fn, r);
   *asyncError = fromCollieCode(e);
   if (e != collieSuccess && e != collieInProgress) {
-    fail(comm, *asyncError, "%s",
-         collieWhy(e).c_str());  // the failure's own message (collieCommGetAsyncError records it)
+    fail(comm, *asyncError, "%s", collieWhy(e).c_str());  // collieCommGetAsyncError recorded the failure's message
   }
   return ncclSuccess;
 }
