@@ -169,14 +169,21 @@ void CommImpl::ensureConnected(const std::vector<Job>& jobs) {
   }
 }
 
-void CommImpl::connectMissing(const std::vector<int>& peers, bool dial) {
+void CommImpl::connectMissing(const std::vector<int>& peers, bool dial, bool midRun) {
   try {
     connectPeers(links_, peers, dial);
   } catch (...) {
     connectFailed_ = true;  // whatever the error: execute() ends the communicator (see there)
     throw;
   }
-  for (int p : peers) executor_->setConnection(p, links_.conns[static_cast<size_t>(p)].get());
+  for (int p : peers) {
+    transport::Connection* c = links_.conns[static_cast<size_t>(p)].get();
+    if (midRun) {
+      executor_->adoptConnection(p, c);
+    } else {
+      executor_->setConnection(p, c);
+    }
+  }
   executorGeneration_ = links_.generation;  // made here and given to the executor
 }
 
@@ -185,15 +192,7 @@ void CommImpl::takeAnsweredConnections() {
   for (const auto& t : links_.transports)
     for (int p : t->answeredPeers())
       if (p != rank_ && !links_.conns[static_cast<size_t>(p)]) answered.push_back(p);
-  if (answered.empty()) return;
-  try {
-    connectPeers(links_, answered, true);
-  } catch (...) {
-    connectFailed_ = true;  // as connectMissing: execute() ends the communicator
-    throw;
-  }
-  for (int p : answered) executor_->adoptConnection(p, links_.conns[static_cast<size_t>(p)].get());
-  executorGeneration_ = links_.generation;
+  if (!answered.empty()) connectMissing(answered, true, /*midRun=*/true);
 }
 
 void CommImpl::startRecording() {

@@ -129,7 +129,8 @@ class CommImpl {
   void ensureConnected(const std::vector<Job>& jobs);
   /// Connects `peers` (those connected already are left as they are) and gives the executor their connections: dials
   /// them (`dial`), or connects them collectively (each listed peer lists this rank in a connect of its own).
-  void connectMissing(const std::vector<int>& peers, bool dial = true);
+  /// `midRun`: the executor is in a run that uses none of them (Executor::adoptConnection).
+  void connectMissing(const std::vector<int>& peers, bool dial = true, bool midRun = false);
   /// Takes the connections this rank answered that no call of its own has needed yet (Transport::answeredPeers), so
   /// that a waiting run looks at them too: the message that shows a mismatch may wait in one. The executor calls it
   /// from its look at idle connections, mid-run: the run uses none of them.
