@@ -204,7 +204,18 @@ void CommImpl::startRecording() {
   // so a peer already in the user's call #0 would contradict this rank's init call #0. Nor does a child that shares
   // its parent's connections look: children of two splits may draw the same tag (1 in 4095), and a message of the
   // other one's call would read as a contradiction.
-  if (planner_.tag() == 0) executor_->enableLook(&planner_.history(), [this] { takeAnsweredConnections(); });
+  if (planner_.tag() != 0) return;
+  Executor::LookHooks hooks;
+  hooks.takeAnswered = [this] { takeAnsweredConnections(); };
+  hooks.showWaiting = [this](const std::vector<transport::Fingerprint>& calls) {
+    for (const auto& t : links_.transports) t->showWaitingCalls(calls);
+  };
+  hooks.askWaiting = [this](int peer) {
+    const int t = links_.transportOf[static_cast<size_t>(peer)];
+    return t < 0 ? std::vector<transport::Fingerprint>{}
+                 : links_.transports[static_cast<size_t>(t)]->askWaitingCalls(links_.ctx, peer);
+  };
+  executor_->enableLook(&planner_.history(), std::move(hooks));
 }
 
 CommStats CommImpl::stats() const {

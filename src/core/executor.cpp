@@ -251,10 +251,12 @@ void Executor::failTimeout() {
 // links, so the others learn too). A poisoned link says the peer found one. A link that ended or cannot look ahead
 // is left to the call that needs it: a peer may rightly have gone after its last call. Connections that peers
 // dialled and this rank answered, but that no call of its own has needed yet, are taken first (the communicator's
-// takeAnswered): with connections on first use the telling message is often in one of those.
+// takeAnswered): with connections on first use the telling message is often in one of those. Where no message was
+// sent at all (every rank of a cycle waits to receive), the waiting ranks compare their calls outside the data
+// stream (compareWaitingCalls).
 void Executor::lookAtIdleConnections() {
   if (!history_) return;
-  if (takeAnswered_) takeAnswered_();  // a peer that dialled this rank may have sent it the message
+  if (look_.takeAnswered) look_.takeAnswered();  // a peer that dialled this rank may have sent it the message
   for (size_t p = 0; p < conns_.size(); ++p) {
     transport::Connection* c = conns_[p];
     if (!c || static_cast<int>(p) == rank_ || c->busy()) continue;
@@ -277,6 +279,47 @@ void Executor::lookAtIdleConnections() {
                                base::format("in a message from peer %zu that no receive took", p).c_str());
     }
   }
+  compareWaitingCalls();
+}
+
+// Ranks that only wait to receive exchange no message that could show their calls differ (a Reduce where one rank
+// names itself root: every rank's part starts with a receive). So a waiting run shows its calls to any peer that
+// asks (through the peer's listener, not the data stream: Transport::askWaitingCalls), and asks up to kAsksPerLook
+// of the peers it waits on, in turn, which calls they wait in: one in the same call with another fingerprint is the
+// mismatch. A peer that shows nothing (it is not waiting, or not for a second yet) says nothing; a peer whose
+// communicator failed on mismatched calls says which, as its refused dial would.
+void Executor::compareWaitingCalls() {
+  constexpr size_t kAsksPerLook = 2;
+  if (!look_.showWaiting || !look_.askWaiting) return;
+  if (!showingWaiting_) {
+    std::vector<transport::Fingerprint> calls;
+    for (size_t j = 0; j < jobs_.size(); ++j)
+      if (!jobDone_[j] && isCollectiveFingerprint(jobs_[j].sendFp)) calls.push_back(jobs_[j].sendFp);
+    look_.showWaiting(calls);
+    showingWaiting_ = true;
+  }
+  std::vector<int> waitedOn;
+  for (int p : activePeers_) {
+    const transport::Connection* c = conns_[static_cast<size_t>(p)];
+    if (p != rank_ && c && c->busy()) waitedOn.push_back(p);
+  }
+  for (size_t k = 0; k < std::min(waitedOn.size(), kAsksPerLook); ++k) {
+    const int p = waitedOn[(askNext_ + k) % waitedOn.size()];
+    for (const transport::Fingerprint& theirs : look_.askWaiting(p)) {
+      const transport::Fingerprint* mine = history_->find(theirs.call);
+      if (mine && contradicts(theirs, *mine)) {
+        transport::throwMismatch(transport::MismatchRecord{p, rank_, theirs, *mine},
+                                 base::format("told by peer %d, which waits in that call", p).c_str());
+      }
+    }
+  }
+  askNext_ += kAsksPerLook;
+}
+
+void Executor::stopShowingWaiting() {
+  if (!showingWaiting_) return;
+  showingWaiting_ = false;
+  look_.showWaiting({});
 }
 
 // A step's transfers with one peer are done: the trace gets its wait on that peer (none for this rank itself).
@@ -497,9 +540,11 @@ void Executor::run(std::span<const Job> jobs, const ExecConfig& config) {
       ready = true;
     }
   } catch (...) {
+    stopShowingWaiting();
     cancel();
     throw;
   }
+  stopShowingWaiting();
 }
 
 }  // namespace collie::core

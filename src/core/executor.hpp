@@ -105,12 +105,21 @@ class Executor {
   void setTrace(CallTrace* trace) { trace_ = trace; }
   /// The call of the last message received from `peer` (empty before the first).
   const transport::Fingerprint& lastSeen(int peer) const { return lastSeen_[static_cast<size_t>(peer)]; }
-  /// Makes a waiting run look at its idle connections (lookAtIdleConnections): it judges the messages there against
-  /// `history`, this rank's recent collective calls (the planner's), after `takeAnswered` has given it the connections
-  /// this rank answered but has not taken (adoptConnection). Until then (and during init) it does not look.
-  void enableLook(const CallHistory* history, std::function<void()> takeAnswered) {
+  /// What the look at idle connections needs of the communicator.
+  struct LookHooks {
+    /// Gives the executor the connections this rank answered but has not taken (adoptConnection).
+    std::function<void()> takeAnswered;
+    /// Tells peers that ask which collective calls this run waits in (Transport::showWaitingCalls); empty: none.
+    std::function<void(const std::vector<transport::Fingerprint>&)> showWaiting;
+    /// What `peer` shows (Transport::askWaitingCalls); may throw MismatchError.
+    std::function<std::vector<transport::Fingerprint>(int peer)> askWaiting;
+  };
+  /// Makes a waiting run look at its idle connections and ask the peers it waits on (lookAtIdleConnections): it
+  /// judges what it finds against `history`, this rank's recent collective calls (the planner's). Until then (and
+  /// during init) it does not look.
+  void enableLook(const CallHistory* history, LookHooks hooks) {
     history_ = history;
-    takeAnswered_ = std::move(takeAnswered);
+    look_ = std::move(hooks);
   }
   /// The connection to `peer`, which the current run (if any) does not use; unlike setConnection, the current run's
   /// state stays as it is.
@@ -181,6 +190,10 @@ class Executor {
   }
   [[noreturn]] void failTimeout();
   void lookAtIdleConnections();
+  /// Shows the calls this run waits in and compares the calls a few waited-on peers show with this rank's.
+  void compareWaitingCalls();
+  /// Ends what compareWaitingCalls showed (the run is over).
+  void stopShowingWaiting();
   void traceWait(size_t flat, bool recv);
 
   int rank_, nranks_;
@@ -214,7 +227,9 @@ class Executor {
   std::vector<size_t> jobScaledInput_;            // byte offset of each job's divided input in scratch_
   std::vector<transport::Fingerprint> lastSeen_;  // by peer: the call of the last message received from it
   const CallHistory* history_ = nullptr;
-  std::function<void()> takeAnswered_;
+  LookHooks look_;
+  bool showingWaiting_ = false;  // this run told look_.showWaiting its calls
+  size_t askNext_ = 0;           // compareWaitingCalls: where its turn over the waited-on peers starts
   CallTrace* trace_ = nullptr;
 };
 

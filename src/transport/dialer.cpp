@@ -20,6 +20,8 @@ constexpr std::chrono::milliseconds kRedialPause{20};
 // How long a rank whose dial was turned away as a duplicate waits for the peer's own dial before it dials again: the
 // peer gives its dial up when its connect fails before it opened it (then it refuses, and this rank hears so).
 constexpr std::chrono::milliseconds kRedialRefused{300};
+/// How long askWaiting waits for a peer's answer: it runs inside a waiting call, once a second at most.
+constexpr std::chrono::milliseconds kAskWait{250};
 
 }  // namespace
 
@@ -49,15 +51,74 @@ void Dialer::serve(Listener& listener, const CommContext& ctx) {
   listener.add(&desk_);
 }
 
-void Dialer::refuse(Link& link, uint32_t type, const MismatchRecord& why) const {
+void Dialer::answerWith(Link& link, uint32_t type, const void* tail, size_t tailBytes) const {
   std::vector<uint8_t> msg(wire_.messageBytes(), 0);
   const Header h = makeHeader(kind_, type, desk_.rank, link.peer, link.channel, desk_.secret);
   std::memcpy(msg.data(), &h, sizeof(h));
   // A fresh socket's buffer takes both at once; a write that does not go whole leaves the dialler its deadline's
-  // RemoteError. Two writes: on shm's SOCK_SEQPACKET socket each is a packet of its own, read as one.
+  // error. Two writes: on shm's SOCK_SEQPACKET socket each is a packet of its own, read as one.
   const ssize_t sent = ::send(link.fd.get(), msg.data(), msg.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-  if (type != kRefusedMismatch || sent != static_cast<ssize_t>(msg.size())) return;
-  [[maybe_unused]] ssize_t n = ::send(link.fd.get(), &why, sizeof(why), MSG_NOSIGNAL | MSG_DONTWAIT);
+  if (tailBytes == 0 || sent != static_cast<ssize_t>(msg.size())) return;
+  [[maybe_unused]] ssize_t n = ::send(link.fd.get(), tail, tailBytes, MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
+void Dialer::refuse(Link& link, uint32_t type, const MismatchRecord& why) const {
+  answerWith(link, type, &why, type == kRefusedMismatch ? sizeof(why) : 0);
+}
+
+void Dialer::showWaiting(const std::vector<Fingerprint>& calls) {
+  std::lock_guard<std::mutex> lock(mu_);
+  shown_ = WaitingCalls{};
+  shown_.count = static_cast<uint32_t>(std::min<size_t>(calls.size(), WaitingCalls::kMax));
+  std::copy_n(calls.begin(), shown_.count, shown_.calls);
+}
+
+void Dialer::tellWaiting(Link& link) const {
+  WaitingCalls told;
+  std::optional<MismatchRecord> why;
+  bool failed;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    told = shown_;
+    failed = refusing_;
+    why = refusalWhy_;
+  }
+  if (failed) {
+    refuse(link, why ? kRefusedMismatch : kRefusedFailed, why.value_or(MismatchRecord{}));
+  } else {
+    answerWith(link, kToldWaiting, &told, sizeof(told));
+  }
+}
+
+std::vector<Fingerprint> Dialer::askWaiting(const CommContext& ctx, int peer) {
+  CommContext quick = ctx;
+  quick.timeout = kAskWait;
+  const std::string what = base::format("rank %d (asked which calls it waits in)", peer);
+  try {
+    Handshake hs(transport_, kind_, quick, {peer}, channels_, wire_);
+    Link l;
+    l.peer = peer;
+    l.fd = protocol_.dialSocket(hs, peer, 0);
+    std::vector<uint8_t> msg(wire_.messageBytes(), 0);
+    const Header ask = hs.header(kAskWaiting, peer, 0);
+    std::memcpy(msg.data(), &ask, sizeof(ask));
+    base::sendAll(l.fd.get(), msg.data(), msg.size(), hs.deadline(), what);
+    l.buf.assign(wire_.messageBytes(), 0);
+    base::recvAll(l.fd.get(), l.buf.data(), l.buf.size(), hs.deadline(), what);
+    const Header& h = l.header();
+    if (!hs.authentic(h) || h.fromRank != peer) return {};
+    if (h.type == kRefusedMismatch) failRefusedMismatch(hs, l);
+    if (h.type != kToldWaiting) return {};
+    WaitingCalls told;
+    base::recvAll(l.fd.get(), &told, sizeof(told), hs.deadline(), what);
+    if (told.count > WaitingCalls::kMax) return {};
+    return std::vector<Fingerprint>(told.calls, told.calls + told.count);
+  } catch (const MismatchError&) {
+    throw;
+  } catch (const Error& e) {
+    COLLIE_TRACE(base::kLogNet, "%s: rank %d got no answer from %s: %s", transport_, ctx.rank, what.c_str(), e.what());
+    return {};
+  }
 }
 
 void Dialer::failRefusedMismatch(Handshake& hs, Link& link) const {
@@ -80,6 +141,10 @@ void Dialer::failRefusedMismatch(Handshake& hs, Link& link) const {
 
 // On the accept loop's thread (its lock held).
 void Dialer::take(Link& link) {
+  if (link.header().type == kAskWaiting) {  // a question, not a dial
+    tellWaiting(link);
+    return;
+  }
   const int p = link.peer, me = desk_.rank;
   const auto channel = static_cast<size_t>(link.channel);
   uint32_t refusal = 0;
@@ -515,5 +580,11 @@ void DialingTransport::releasePeer(int peer) { dialer().release(peer); }
 uint64_t DialingTransport::stashedHellos() const { return dialer().answeredEarly(); }
 
 std::vector<int> DialingTransport::answeredPeers() const { return dialer().answeredPeers(); }
+
+void DialingTransport::showWaitingCalls(const std::vector<Fingerprint>& calls) { dialer().showWaiting(calls); }
+
+std::vector<Fingerprint> DialingTransport::askWaitingCalls(const CommContext& ctx, int peer) {
+  return dialer().askWaiting(ctx, peer);
+}
 
 }  // namespace collie::transport

@@ -40,6 +40,16 @@
 
 namespace collie::transport::handshake {
 
+/// What a rank tells a peer that asks which calls it waits in (kAskWaiting): the fingerprints of the collective calls
+/// its run waits in, at most kMax. Sent after the kToldWaiting header, in a write of its own.
+struct WaitingCalls {
+  static constexpr uint32_t kMax = 8;
+  uint32_t count = 0;
+  uint32_t unused = 0;
+  Fingerprint calls[kMax];
+};
+static_assert(sizeof(WaitingCalls) == 136);
+
 /// A transport's part of connecting a pair on first use.
 class DialProtocol {
  public:
@@ -96,6 +106,13 @@ class Dialer {
   uint64_t answeredEarly() const;
   /// The peers whose dials were answered whole (and without error) and that no connect() has taken yet.
   std::vector<int> answeredPeers() const;
+  /// What a peer that asks (askWaiting) is told from now on: the calls this rank's run waits in (the first
+  /// WaitingCalls::kMax of `calls`; empty: none).
+  void showWaiting(const std::vector<Fingerprint>& calls);
+  /// Asks `peer`'s listener which calls it shows (a kAskWaiting dial, answered on its accept loop's thread; no pair
+  /// state changes on either side). Empty when it shows none, or did not answer within kAskWait (gone, busy, its
+  /// communicator not there). Throws MismatchError when its communicator failed on mismatched calls.
+  std::vector<Fingerprint> askWaiting(const CommContext& ctx, int peer);
 
  private:
   enum class State : uint8_t { Idle, Dialing, Answering, Answered, Taken };
@@ -115,8 +132,14 @@ class Dialer {
   };
 
   void take(Link& link);  ///< Desk::take
+  /// Answers the dial on `link` with a message of `type` and, in a write of its own, `tail` (when not empty),
+  /// without waiting: a fresh socket's buffer takes both.
+  void answerWith(Link& link, uint32_t type, const void* tail = nullptr, size_t tailBytes = 0) const;
   /// Turns the dial on `link` away with `type`; kRefusedMismatch sends `why` after it.
   void refuse(Link& link, uint32_t type, const MismatchRecord& why = {}) const;
+  /// Answers a kAskWaiting on `link` (the accept loop's thread): what showWaiting() left, or this communicator's
+  /// refusal.
+  void tellWaiting(Link& link) const;
   /// After a kRefusedMismatch on `link`: reads the MismatchRecord that follows it and throws MismatchError; throws
   /// RemoteError as for kRefusedFailed when it does not come whole or names ranks outside the communicator.
   [[noreturn]] void failRefusedMismatch(Handshake& hs, Link& link) const;
@@ -152,6 +175,7 @@ class Dialer {
   bool refusing_ = false;
   std::optional<MismatchRecord> refusalWhy_;  ///< refuseAll's `why`
   int answering_ = 0;                         ///< take() calls inside protocol_.answer() (refuseAll waits for them)
+  WaitingCalls shown_;                        ///< showWaiting's
   uint64_t answeredEarly_ = 0;
 };
 
@@ -173,6 +197,8 @@ class DialingTransport : public Transport {
   void releasePeer(int peer) final;
   uint64_t stashedHellos() const final;
   std::vector<int> answeredPeers() const override;
+  void showWaitingCalls(const std::vector<Fingerprint>& calls) final;
+  std::vector<Fingerprint> askWaitingCalls(const CommContext& ctx, int peer) final;
 
  protected:
   /// The transport's Dialer (a member of the derived class, declared after what it uses so that it goes first).

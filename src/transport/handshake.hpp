@@ -102,6 +102,11 @@ constexpr uint32_t kRefusedDuplicate = 0x100;  ///< the pair is being connected 
 constexpr uint32_t kRefusedFailed = 0x101;     ///< the communicator failed here (or could not answer)
 /// The communicator failed here on mismatched calls: a MismatchRecord follows the refusal, in a write of its own.
 constexpr uint32_t kRefusedMismatch = 0x102;
+/// Header::type of a question outside the dial rule (Dialer::askWaiting): which calls does the rank's run wait in.
+/// Answered with kToldWaiting and a WaitingCalls record in a write of its own, or refused as a dial is
+/// (kRefusedMismatch, kRefusedFailed) when the communicator failed there; the pair's state is not touched.
+constexpr uint32_t kAskWaiting = 0x110;
+constexpr uint32_t kToldWaiting = 0x111;
 /// Where an accepted connection came from: its address, or for a unix socket the process (SO_PEERCRED).
 std::string describePeer(int fd, const sockaddr_storage& addr);
 /// Whether the process at the other end of unix socket `fd` runs as this process's effective user (its uid in *uid).

@@ -184,6 +184,18 @@ class Transport {
   /// no wait and their connections can look ahead (Connection::probe): for a waiting run that looks for messages no
   /// receive takes (core's Executor::lookAtIdleConnections). Empty where the transport cannot say.
   virtual std::vector<int> answeredPeers() const { return {}; }
+  /// The collective calls this rank's run waits in (their fingerprints; empty: none), told from now on to any
+  /// peer that asks (askWaitingCalls), outside the data stream: for waiting ranks to compare their calls where no
+  /// message shows the difference (core's Executor::lookAtIdleConnections). Only where dialsAnyTime().
+  virtual void showWaitingCalls(const std::vector<Fingerprint>& calls) { (void)calls; }
+  /// What `peer` shows (showWaitingCalls), asked through its listener rather than the pair's connection; empty when
+  /// it shows nothing or does not answer within a moment. Throws MismatchError when the peer's communicator failed
+  /// on mismatched calls (as its refused dial would say).
+  virtual std::vector<Fingerprint> askWaitingCalls(const CommContext& ctx, int peer) {
+    (void)ctx;
+    (void)peer;
+    return {};
+  }
   /// A new transport of the same kind and settings that accepts on this one's listener (a duplicate of it), so
   /// that the address this one published reaches it, with no connection or other state of this one: for a
   /// communicator made without a bootstrap (core's shrink). nullptr when the transport cannot do that.

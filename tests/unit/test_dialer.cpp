@@ -1,5 +1,6 @@
-// The dial rule's Dialer (transport/dialer.hpp) against a communicator that fails while it answers a dial, and the
-// refusals it sends once failed (a plain one, and one that carries the mismatch it failed on).
+// The dial rule's Dialer (transport/dialer.hpp) against a communicator that fails while it answers a dial, the
+// refusals it sends once failed (a plain one, and one that carries the mismatch it failed on), and the question of
+// which calls a rank waits in (askWaiting), answered beside the dial rule.
 //
 // Two Dialers in this process are ranks 0 and 1 of one 2-rank communicator (same secret), each serving its own
 // loopback TCP Listener on the process's real accept loop, with the real Handshake. The transport part is this
@@ -308,6 +309,64 @@ TEST(Dialer, ATurnedAwayDialWhosePeerGaveUpItsOwnDialFailsSoon) {
   const std::string h = hi.get();
   EXPECT_NE(h.find("turned the connection down"), std::string::npos) << h;
   EXPECT_LT(std::chrono::steady_clock::now() - start, 2s) << h;
+}
+
+// A waiting rank asks a peer which calls it waits in (Dialer::askWaiting, through the peer's listener): it gets what
+// the peer shows, no more than WaitingCalls::kMax, nothing once the peer shows nothing, and the mismatch a failed
+// peer knows of. Asking leaves the pair as it was: no connection is answered, and the pair connects afterwards.
+TEST(Dialer, AskWaitingTellsWhatThePeerShowsAndLeavesThePairAlone) {
+  Ranks ranks;
+  ranks.gate.release();
+  EXPECT_TRUE(ranks.dialers[0]->askWaiting(ranks.ctx[0], 1).empty()) << "rank 1 shows nothing yet";
+  std::vector<Fingerprint> shown;
+  for (uint32_t i = 0; i < WaitingCalls::kMax + 2; ++i) shown.push_back(Fingerprint{7 + i, i, 0x1000 + i});
+  ranks.dialers[1]->showWaiting({shown[0], shown[1]});
+  std::vector<Fingerprint> told = ranks.dialers[0]->askWaiting(ranks.ctx[0], 1);
+  ASSERT_EQ(told.size(), 2u);
+  EXPECT_EQ(told[0], shown[0]);
+  EXPECT_EQ(told[1], shown[1]);
+  ranks.dialers[1]->showWaiting(shown);
+  told = ranks.dialers[0]->askWaiting(ranks.ctx[0], 1);
+  ASSERT_EQ(told.size(), WaitingCalls::kMax);
+  for (size_t i = 0; i < told.size(); ++i) EXPECT_EQ(told[i], shown[i]) << i;
+  EXPECT_TRUE(ranks.dialers[1]->answeredPeers().empty()) << "a question was taken for a dial";
+  ranks.dialers[1]->showWaiting({});
+  EXPECT_TRUE(ranks.dialers[0]->askWaiting(ranks.ctx[0], 1).empty());
+
+  // The pair still connects, from either side.
+  const auto conns = ranks.dialers[1]->connect(*ranks.listeners[1], ranks.ctx[1], {0}, true);
+  EXPECT_EQ(ranks.dialers[0]->answeredPeers(), std::vector<int>{1});
+  const auto other = ranks.dialers[0]->connect(*ranks.listeners[0], ranks.ctx[0], {1}, true);
+  ASSERT_EQ(conns.size(), 1u);
+  ASSERT_EQ(other.size(), 1u);
+  expectLinked(*conns[0], *other[0], 0x5a5a5a5a5a5a5a5aULL);
+
+  // A failed peer answers with what it failed on.
+  const MismatchRecord why{1, 0, Fingerprint{3, 0, 0x1111}, Fingerprint{3, 0, 0x2222}};
+  ranks.dialers[1]->refuseAll(ranks.ctx[1], &why);
+  try {
+    ranks.dialers[0]->askWaiting(ranks.ctx[0], 1);
+    ADD_FAILURE() << "the failed peer's mismatch was not told";
+  } catch (const MismatchError& e) {
+    EXPECT_EQ(e.record().a, why.a);
+    EXPECT_EQ(e.record().b, why.b);
+  }
+}
+
+// Whoever asks without the communicator's secret is told nothing (the listener holds its question as any
+// stranger's hello), and the asker gives up within a moment rather than waiting its call's timeout.
+TEST(Dialer, AskWaitingWithAnotherSecretIsToldNothing) {
+  Ranks ranks;
+  ranks.gate.release();
+  ranks.dialers[1]->showWaiting({Fingerprint{1, 0, 0x42}});
+  CommContext stranger = ranks.ctx[0];
+  stranger.secret[0] ^= 1;
+  TestProtocol protocol(ranks.addresses, nullptr);
+  Dialer other("test", TransportKind::Tcp, 1, protocol, ranks.wire);
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_TRUE(other.askWaiting(stranger, 1).empty());
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 1s);
+  EXPECT_EQ(ranks.dialers[0]->askWaiting(ranks.ctx[0], 1).size(), 1u) << "the rank with the secret is told";
 }
 
 }  // namespace
