@@ -283,37 +283,33 @@ void Executor::lookAtIdleConnections() {
 }
 
 // Ranks that only wait to receive exchange no message that could show their calls differ (a Reduce where one rank
-// names itself root: every rank's part starts with a receive). So a waiting run shows its calls to any peer that
-// asks (through the peer's listener, not the data stream: Transport::askWaitingCalls), and asks up to kAsksPerLook
-// of the peers it waits on, in turn, which calls they wait in: one in the same call with another fingerprint is the
-// mismatch. A peer that shows nothing (it is not waiting, or not for a second yet) says nothing; a peer whose
-// communicator failed on mismatched calls says which, as its refused dial would.
+// names itself root: every rank's part starts with a receive). So a waiting run shows the collective calls it still
+// waits in to any peer that asks (through the peer's listener, not the data stream: Transport::askWaitingCalls), and
+// asks one of the peers it waits on, in turn, which calls it waits in: one in the same call with another fingerprint
+// is the mismatch. A peer that shows nothing (it is not waiting, or not for a second yet) says nothing; a peer whose
+// communicator failed on mismatched calls says which, as its refused dial would. One question per look: a peer that
+// does not answer holds this run kAskWait (250 ms) at most per second.
 void Executor::compareWaitingCalls() {
-  constexpr size_t kAsksPerLook = 2;
   if (!look_.showWaiting || !look_.askWaiting) return;
-  if (!showingWaiting_) {
-    std::vector<transport::Fingerprint> calls;
-    for (size_t j = 0; j < jobs_.size(); ++j)
-      if (!jobDone_[j] && isCollectiveFingerprint(jobs_[j].sendFp)) calls.push_back(jobs_[j].sendFp);
-    look_.showWaiting(calls);
-    showingWaiting_ = true;
-  }
+  std::vector<transport::Fingerprint> calls;
+  for (size_t j = 0; j < jobs_.size(); ++j)
+    if (!jobDone_[j] && isCollectiveFingerprint(jobs_[j].sendFp)) calls.push_back(jobs_[j].sendFp);
+  look_.showWaiting(calls);  // again at every look: a group's calls finish one by one
+  showingWaiting_ = true;
   std::vector<int> waitedOn;
   for (int p : activePeers_) {
     const transport::Connection* c = conns_[static_cast<size_t>(p)];
     if (p != rank_ && c && c->busy()) waitedOn.push_back(p);
   }
-  for (size_t k = 0; k < std::min(waitedOn.size(), kAsksPerLook); ++k) {
-    const int p = waitedOn[(askNext_ + k) % waitedOn.size()];
-    for (const transport::Fingerprint& theirs : look_.askWaiting(p)) {
-      const transport::Fingerprint* mine = history_->find(theirs.call);
-      if (mine && contradicts(theirs, *mine)) {
-        transport::throwMismatch(transport::MismatchRecord{p, rank_, theirs, *mine},
-                                 base::format("told by peer %d, which waits in that call", p).c_str());
-      }
+  if (waitedOn.empty()) return;
+  const int p = waitedOn[askNext_++ % waitedOn.size()];
+  for (const transport::Fingerprint& theirs : look_.askWaiting(p)) {
+    const transport::Fingerprint* mine = history_->find(theirs.call);
+    if (mine && contradicts(theirs, *mine)) {
+      transport::throwMismatch(transport::MismatchRecord{p, rank_, theirs, *mine},
+                               base::format("told by peer %d, which waits in that call", p).c_str());
     }
   }
-  askNext_ += kAsksPerLook;
 }
 
 void Executor::stopShowingWaiting() {

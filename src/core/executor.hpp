@@ -190,7 +190,7 @@ class Executor {
   }
   [[noreturn]] void failTimeout();
   void lookAtIdleConnections();
-  /// Shows the calls this run waits in and compares the calls a few waited-on peers show with this rank's.
+  /// Shows the calls this run waits in and compares the calls a waited-on peer shows with this rank's.
   void compareWaitingCalls();
   /// Ends what compareWaitingCalls showed (the run is over).
   void stopShowingWaiting();
@@ -229,7 +229,7 @@ class Executor {
   const CallHistory* history_ = nullptr;
   LookHooks look_;
   bool showingWaiting_ = false;  // this run told look_.showWaiting its calls
-  size_t askNext_ = 0;           // compareWaitingCalls: where its turn over the waited-on peers starts
+  size_t askNext_ = 0;           // compareWaitingCalls: whose turn it is among the waited-on peers
   CallTrace* trace_ = nullptr;
 };
 

@@ -91,11 +91,9 @@ void Dialer::tellWaiting(Link& link) const {
 }
 
 std::vector<Fingerprint> Dialer::askWaiting(const CommContext& ctx, int peer) {
-  CommContext quick = ctx;
-  quick.timeout = kAskWait;
   const std::string what = base::format("rank %d (asked which calls it waits in)", peer);
   try {
-    Handshake hs(transport_, kind_, quick, {peer}, channels_, wire_);
+    Handshake hs(transport_, kind_, ctx, {peer}, channels_, wire_, kAskWait);
     Link l;
     l.peer = peer;
     l.fd = protocol_.dialSocket(hs, peer, 0);
@@ -107,7 +105,7 @@ std::vector<Fingerprint> Dialer::askWaiting(const CommContext& ctx, int peer) {
     base::recvAll(l.fd.get(), l.buf.data(), l.buf.size(), hs.deadline(), what);
     const Header& h = l.header();
     if (!hs.authentic(h) || h.fromRank != peer) return {};
-    if (h.type == kRefusedMismatch) failRefusedMismatch(hs, l);
+    if (h.type == kRefusedMismatch) failRefusedMismatch(hs, l, "answering this rank's question");
     if (h.type != kToldWaiting) return {};
     WaitingCalls told;
     base::recvAll(l.fd.get(), &told, sizeof(told), hs.deadline(), what);
@@ -121,7 +119,7 @@ std::vector<Fingerprint> Dialer::askWaiting(const CommContext& ctx, int peer) {
   }
 }
 
-void Dialer::failRefusedMismatch(Handshake& hs, Link& link) const {
+void Dialer::failRefusedMismatch(Handshake& hs, Link& link, const char* how) const {
   MismatchRecord why;
   bool whole = true;
   try {  // written right after the refusal: waited for briefly, not to the call's deadline
@@ -136,7 +134,7 @@ void Dialer::failRefusedMismatch(Handshake& hs, Link& link) const {
                  "%s connect of rank %d%s: rank %d turned the connection down: its communicator failed on mismatched "
                  "calls (which, it did not say whole: see its log)",
                  transport_, hs.rank(), hs.where().c_str(), link.peer);
-  throwMismatch(why, base::format("from rank %d, turning this rank's %s dial down", link.peer, transport_).c_str());
+  throwMismatch(why, base::format("from rank %d, %s over %s", link.peer, how, transport_).c_str());
 }
 
 // On the accept loop's thread (its lock held).
@@ -331,7 +329,7 @@ std::vector<int> Dialer::awaitAnswers(Handshake& hs, std::map<int, std::vector<D
                        "%s connect of rank %d%s: %s (expected rank %d) answered the handshake with a wrong magic, "
                        "secret or rank",
                        transport_, me, hs.where().c_str(), l.from.c_str(), l.peer);
-        if (h.type == kRefusedMismatch) failRefusedMismatch(hs, l);
+        if (h.type == kRefusedMismatch) failRefusedMismatch(hs, l, "turning this rank's dial down");
         COLLIE_ENFORCE(h.type != kRefusedFailed, ErrorCode::RemoteError,
                        "%s connect of rank %d%s: rank %d turned the connection down: its communicator has failed "
                        "(or it could not answer: see its log)",

@@ -20,6 +20,10 @@
 // peer that is gone fails at once (RemoteError from dialSocket), a peer that never answers at the deadline (Timeout
 // naming it), as every handshake wait (Handshake::checkWaiting: abort, a same-host peer's process gone).
 //
+// Beside the rule, a waiting rank may ask a peer which collective calls its run waits in (askWaiting: a kAskWaiting
+// dial, answered from the peer's desk with what its executor showed, showWaiting), so that ranks that wait on one
+// another with no message sent can still compare their calls; a question touches no pair's state.
+//
 // Transport::connect keeps its collective rule on top of this (each rank dials the listed peers below it and waits
 // for the others to dial it): no dial is then turned away, which eager connection of every pair relies on.
 #pragma once
@@ -140,9 +144,10 @@ class Dialer {
   /// Answers a kAskWaiting on `link` (the accept loop's thread): what showWaiting() left, or this communicator's
   /// refusal.
   void tellWaiting(Link& link) const;
-  /// After a kRefusedMismatch on `link`: reads the MismatchRecord that follows it and throws MismatchError; throws
-  /// RemoteError as for kRefusedFailed when it does not come whole or names ranks outside the communicator.
-  [[noreturn]] void failRefusedMismatch(Handshake& hs, Link& link) const;
+  /// After a kRefusedMismatch on `link`: reads the MismatchRecord that follows it and throws MismatchError (`how`:
+  /// what the peer was doing, for the message); throws RemoteError as for kRefusedFailed when it does not come whole
+  /// or names ranks outside the communicator.
+  [[noreturn]] void failRefusedMismatch(Handshake& hs, Link& link, const char* how) const;
   void open(Handshake& hs, Dial& d);
   /// Reads the answers on every dial until each is done or refused; returns the refused peers.
   std::vector<int> awaitAnswers(Handshake& hs, std::map<int, std::vector<Dial>>& dials);

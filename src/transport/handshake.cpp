@@ -62,9 +62,11 @@ bool sameUser(int fd, uid_t* uid) {
 }
 
 Handshake::Handshake(const char* transport, TransportKind kind, const CommContext& ctx, const std::vector<int>& peers,
-                     int channels, Wire& wire)
+                     int channels, Wire& wire, std::chrono::milliseconds timeout)
     : transport_(transport), kind_(kind), ctx_(ctx), wire_(wire), channels_(channels) {
-  timeout_ = ctx.timeout.count() > 0 ? ctx.timeout : std::chrono::milliseconds(base::params::timeoutMs());
+  timeout_ = timeout.count() > 0       ? timeout
+             : ctx.timeout.count() > 0 ? ctx.timeout
+                                       : std::chrono::milliseconds(base::params::timeoutMs());
   deadline_ = Clock::now() + timeout_;
   COLLIE_INTERNAL_CHECK(channels >= 1 && wire.messageBytes() >= sizeof(Header), "%s handshake: %d channels", transport,
                         channels);

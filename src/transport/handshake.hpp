@@ -160,8 +160,9 @@ class Wire {
 class Handshake {
  public:
   /// `channels`: links per peer pair (>= 1). Checks `peers` (in range, no duplicates; this rank may be listed).
+  /// `timeout`: how long its waits may take in all, when not ctx's (zero: ctx.timeout, else COLLIE_TIMEOUT).
   Handshake(const char* transport, TransportKind kind, const CommContext& ctx, const std::vector<int>& peers,
-            int channels, Wire& wire);
+            int channels, Wire& wire, std::chrono::milliseconds timeout = std::chrono::milliseconds(0));
 
   int rank() const { return ctx_.rank; }
   const CommContext& context() const { return ctx_; }
