@@ -303,7 +303,10 @@ void Executor::compareWaitingCalls() {
   }
   if (waitedOn.empty()) return;
   const int p = waitedOn[askNext_++ % waitedOn.size()];
-  for (const transport::Fingerprint& theirs : look_.askWaiting(p)) {
+  const std::vector<transport::Fingerprint> told = look_.askWaiting(p);
+  COLLIE_TRACE(base::kLogColl, "%s rank %d: rank %d, which this run waits on, waits in %zu call(s)", name_.c_str(),
+               rank_, p, told.size());
+  for (const transport::Fingerprint& theirs : told) {
     const transport::Fingerprint* mine = history_->find(theirs.call);
     if (mine && contradicts(theirs, *mine)) {
       transport::throwMismatch(transport::MismatchRecord{p, rank_, theirs, *mine},

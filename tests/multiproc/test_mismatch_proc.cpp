@@ -9,6 +9,8 @@
 #include <atomic>
 #include <chrono>
 #include <string>
+#include <thread>
+#include <tuple>
 #include <vector>
 
 #include "common/launcher.hpp"
@@ -258,6 +260,56 @@ INSTANTIATE_TEST_SUITE_P(Proc, MismatchSeenWhileWaiting, ::testing::ValuesIn(uns
                                   (c.allReduceAgainstReduce ? "_AllReduceVsReduce" : "_TwoRoots") + "_" +
                                   std::to_string(c.nranks) + "ranks_rank" + std::to_string(c.deviant) +
                                   (c.tcp ? "_tcp" : "_shm");
+                         });
+
+// The look and the questions must never call matching calls a mismatch. Rank 2 arrives 2.5 s late at each of two
+// points, so the others wait through two or three looks each time: rank 0, done with its Broadcast (a root only
+// sends), waits in the Reduce while others are still in the Broadcast (a peer behind); then a group of an AllReduce
+// and an AllGather (two calls shown at once), then an AllReduce. Every value is checked.
+class MismatchLook : public ::testing::TestWithParam<std::tuple<const char*, bool>> {};
+
+TEST_P(MismatchLook, LateRanksMakingTheSameCallsAreNoMismatch) {
+  const auto [algo, tcp] = GetParam();
+  ScopedEnv shm(tcp ? "COLLIE_SHM_DISABLE" : nullptr, "1");
+  ScopedEnv algorithm("COLLIE_ALGO", algo);
+  Options options;
+  options.timeout = kTimeout;
+  options.name = "late";
+  auto body = [&](Communicator& comm) {
+    const int r = comm.rank(), n = comm.size();
+    const auto late = [&] {
+      if (r == 2) std::this_thread::sleep_for(2500ms);
+    };
+    std::vector<float> b(256, r == 0 ? 3.0f : 0.0f);
+    comm.broadcast(b.data(), b.data(), b.size(), DataType::Float32, 0);
+    late();
+    std::vector<float> in(1024, static_cast<float>(r + 1)), out(1024, 0.0f);
+    comm.reduce(in.data(), out.data(), in.size(), DataType::Float32, ReduceOp::Sum, 1);
+    late();
+    std::vector<float> sum(64, 0.0f), all(static_cast<size_t>(16 * n), -1.0f), mine(16, static_cast<float>(r));
+    groupStart();
+    comm.allReduce(in.data(), sum.data(), sum.size(), DataType::Float32, ReduceOp::Sum);
+    comm.allGather(mine.data(), all.data(), mine.size(), DataType::Float32);
+    groupEnd();
+    late();
+    std::vector<float> last(8, 1.0f);
+    comm.allReduce(last.data(), last.data(), last.size(), DataType::Float32, ReduceOp::Max);
+    const float total = static_cast<float>(n * (n + 1) / 2);
+    for (float v : b) ASSERT_EQ(v, 3.0f);
+    if (r == 1) {
+      for (float v : out) ASSERT_EQ(v, total);
+    }
+    for (float v : sum) ASSERT_EQ(v, total);
+    for (size_t i = 0; i < all.size(); ++i) ASSERT_EQ(all[i], static_cast<float>(i / 16)) << i;
+    for (float v : last) ASSERT_EQ(v, 1.0f);
+  };
+  EXPECT_TRUE(allRanksSucceeded(ProcessLauncher::run(3, body, options, 60s)));
+}
+
+INSTANTIATE_TEST_SUITE_P(Proc, MismatchLook,
+                         ::testing::Combine(::testing::Values("ring", "tree", "rhd", "direct"), ::testing::Bool()),
+                         [](const ::testing::TestParamInfo<std::tuple<const char*, bool>>& info) {
+                           return std::string(std::get<0>(info.param)) + (std::get<1>(info.param) ? "_tcp" : "_shm");
                          });
 
 // Rank 1 makes one call fewer than rank 0: no message of the missing call is ever exchanged, so rank 0 times out,
