@@ -341,6 +341,26 @@ TEST(BarrierMismatch, ABarrierAgainstTheAllReduceItRunsAsIsAMismatch) {
       o);
 }
 
+// Two ranks, each the root of its Reduce: both only wait to receive, so no message shows the mismatch. They ask each
+// other which calls they wait in (through the accept thread, the executors meanwhile waiting) and both fail with it
+// within seconds; before 2026-11-29 (evening) both waited until the timeout. Thread ranks over shm, so that TSan sees
+// the executors, the accept thread and the shown calls together (test_mismatch_proc.cpp has processes, tcp too).
+TEST(WaitingMismatch, TwoRootsThatOnlyReceiveFindTheMismatchByAsking) {
+  Options o = testOptions();
+  o.timeout = 20s;
+  ThreadLauncher::run(
+      2,
+      [](Communicator& comm) {
+        std::vector<float> v(64, 1.0f), out(64, 0.0f);
+        const auto start = std::chrono::steady_clock::now();
+        expectError(
+            "Reduce rooted at each rank", ErrorCode::InvalidUsage, {"mismatched calls", "root 0", "root 1"},
+            [&] { comm.reduce(v.data(), out.data(), v.size(), DataType::Float32, ReduceOp::Sum, comm.rank()); });
+        EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
+      },
+      o);
+}
+
 // A rank whose part of a mismatched pair only sent learns of the mismatch at its next send to that peer over shm
 // (the peer poisons the lines when it fails); before 2026-11-29 its sends went on succeeding until the ring of
 // slots was full.
