@@ -215,8 +215,15 @@ TEST_P(MismatchSeenWhileWaiting, FailsEveryRankBeforeTheTimeout) {
   Options options;
   options.timeout = kTimeout;
   options.name = "unseen";
+  ProcessLauncher launcher(tc.nranks, options);
+  std::atomic<int64_t>& failed = launcher.shared().counters[0];
+  std::atomic<int64_t>& started = launcher.shared().counters[1];
   auto body = [&](Communicator& comm) {
     const int r = comm.rank();
+    // Every rank's init is over before any call (with COLLIE_CONNECT=eager, a rank still connecting when its peers
+    // already failed on the mismatch is refused with it, and its init fails).
+    started.fetch_add(1);
+    ASSERT_TRUE(waitForCount(started, tc.nranks, 30s));
     std::vector<float> in(1024, 1.0f), out(1024, 0.0f);
     const int64_t start = monotonicNs();
     ErrorCode code = ErrorCode::Success;
@@ -239,8 +246,13 @@ TEST_P(MismatchSeenWhileWaiting, FailsEveryRankBeforeTheTimeout) {
     EXPECT_EQ(code, ErrorCode::InvalidUsage) << message;
     EXPECT_NE(message.find("mismatched calls: rank "), std::string::npos) << message;
     EXPECT_LT(monotonicNs() - start, kFastNs) << message;
+    // Stay (the communicator with it) until every rank has its error: a rank whose first dial of a peer comes after
+    // that peer failed is told the mismatch by its refusal, but finds nothing if the peer's process has exited.
+    failed.fetch_add(1);
+    EXPECT_TRUE(waitForCount(failed, tc.nranks, 30s));
   };
-  EXPECT_TRUE(allRanksSucceeded(ProcessLauncher::run(tc.nranks, body, options, 60s)));
+  launcher.start(body);
+  EXPECT_TRUE(allRanksSucceeded(launcher.wait(60s)));
 }
 
 std::vector<UnseenCase> unseenCases() {
