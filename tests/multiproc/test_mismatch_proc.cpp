@@ -274,10 +274,10 @@ INSTANTIATE_TEST_SUITE_P(Proc, MismatchSeenWhileWaiting, ::testing::ValuesIn(uns
                                   (c.tcp ? "_tcp" : "_shm");
                          });
 
-// The look and the questions must never call matching calls a mismatch. Rank 2 arrives 2.5 s late at each of two
-// points, so the others wait through two or three looks each time: rank 0, done with its Broadcast (a root only
-// sends), waits in the Reduce while others are still in the Broadcast (a peer behind); then a group of an AllReduce
-// and an AllGather (two calls shown at once), then an AllReduce. Every value is checked.
+// The look and the questions must never call matching calls a mismatch. Rank 2 arrives 2.5 s late at each of three
+// points, so the others wait through two or three looks each time: in the Reduce (rank 0, done with its Broadcast,
+// which a root only sends, may wait there while others are still in the Broadcast: a peer behind), in a group of an
+// AllReduce and an AllGather (two calls shown at once), and in a last AllReduce. Every value is checked.
 class MismatchLook : public ::testing::TestWithParam<std::tuple<const char*, bool>> {};
 
 TEST_P(MismatchLook, LateRanksMakingTheSameCallsAreNoMismatch) {
