@@ -288,7 +288,10 @@ void Executor::lookAtIdleConnections() {
 // asks one of the peers it waits on, in turn, which calls it waits in: one in the same call with another fingerprint
 // is the mismatch. A peer that shows nothing (it is not waiting, or not for a second yet) says nothing; a peer whose
 // communicator failed on mismatched calls says which, as its refused dial would. One question per look: a peer that
-// does not answer holds this run kAskWait (250 ms) at most per second.
+// does not answer holds this run kAskWait (250 ms) at most per second. A peer is asked again after 1, 2, 4, ... looks
+// (at most kAskGapMax): a rank that is late in earnest, which every rank of a direct algorithm waits on, is asked
+// about log2 of the seconds it is late, then once per 32 s, by each, not once a second (a peer that enters a
+// mismatched call late and waits there asks this rank at once, at its own first look).
 void Executor::compareWaitingCalls() {
   if (!look_.showWaiting || !look_.askWaiting) return;
   std::vector<transport::Fingerprint> calls;
@@ -302,7 +305,22 @@ void Executor::compareWaitingCalls() {
     if (p != rank_ && c && c->busy()) waitedOn.push_back(p);
   }
   if (waitedOn.empty()) return;
-  const int p = waitedOn[askNext_++ % waitedOn.size()];
+  if (askAtLook_.size() != static_cast<size_t>(nranks_)) {
+    askAtLook_.assign(static_cast<size_t>(nranks_), 0);
+    asked_.assign(static_cast<size_t>(nranks_), 0);
+  }
+  ++looks_;
+  int p = -1;
+  for (size_t k = 0; k < waitedOn.size() && p < 0; ++k) {
+    const int q = waitedOn[(askNext_ + k) % waitedOn.size()];
+    if (askAtLook_[static_cast<size_t>(q)] > looks_) continue;
+    p = q;
+    askNext_ += k + 1;
+  }
+  if (p < 0) return;  // every waited-on peer was asked lately
+  const auto pi = static_cast<size_t>(p);
+  askAtLook_[pi] = looks_ + askGapAfter(asked_[pi]);
+  if (asked_[pi] < 255) ++asked_[pi];
   const std::vector<transport::Fingerprint> told = look_.askWaiting(p);
   COLLIE_TRACE(base::kLogColl, "%s rank %d: rank %d, which this run waits on, waits in %zu call(s)", name_.c_str(),
                rank_, p, told.size());
@@ -319,6 +337,9 @@ void Executor::stopShowingWaiting() {
   if (!showingWaiting_) return;
   showingWaiting_ = false;
   look_.showWaiting({});
+  looks_ = 0;  // the next run asks afresh
+  std::fill(askAtLook_.begin(), askAtLook_.end(), 0);
+  std::fill(asked_.begin(), asked_.end(), 0);
 }
 
 // A step's transfers with one peer are done: the trace gets its wait on that peer (none for this rank itself).

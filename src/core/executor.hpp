@@ -105,6 +105,10 @@ class Executor {
   void setTrace(CallTrace* trace) { trace_ = trace; }
   /// The call of the last message received from `peer` (empty before the first).
   const transport::Fingerprint& lastSeen(int peer) const { return lastSeen_[static_cast<size_t>(peer)]; }
+  /// How many looks a waiting run lets pass before it asks again a peer it has asked `asked` times: 1, 2, 4, ...,
+  /// then kAskGapMax (compareWaitingCalls).
+  static constexpr uint32_t kAskGapMax = 32;
+  static constexpr uint32_t askGapAfter(uint32_t asked) { return asked >= 5 ? kAskGapMax : 1u << asked; }
   /// What the look at idle connections needs of the communicator.
   struct LookHooks {
     /// Gives the executor the connections this rank answered but has not taken (adoptConnection).
@@ -228,8 +232,11 @@ class Executor {
   std::vector<transport::Fingerprint> lastSeen_;  // by peer: the call of the last message received from it
   const CallHistory* history_ = nullptr;
   LookHooks look_;
-  bool showingWaiting_ = false;  // this run told look_.showWaiting its calls
-  size_t askNext_ = 0;           // compareWaitingCalls: whose turn it is among the waited-on peers
+  bool showingWaiting_ = false;      // this run told look_.showWaiting its calls
+  size_t askNext_ = 0;               // compareWaitingCalls: whose turn it is among the waited-on peers
+  uint32_t looks_ = 0;               // compareWaitingCalls of this run so far
+  std::vector<uint32_t> askAtLook_;  // by peer: the look of this run from which it may be asked again (0: at once)
+  std::vector<uint8_t> asked_;       // by peer: how often this run asked it
   CallTrace* trace_ = nullptr;
 };
 

@@ -5,9 +5,12 @@
 // sides, well before the timeout, and find its communicator failed afterwards. Correct programs are covered by
 // every other test in the suite, which run with the same checks on.
 #include <gtest/gtest.h>
+#include <stdlib.h>
 
 #include <atomic>
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -323,6 +326,45 @@ INSTANTIATE_TEST_SUITE_P(Proc, MismatchLook,
                          [](const ::testing::TestParamInfo<std::tuple<const char*, bool>>& info) {
                            return std::string(std::get<0>(info.param)) + (std::get<1>(info.param) ? "_tcp" : "_shm");
                          });
+
+// A rank late in earnest (12 s, then the same AllReduce as the others, direct: every other rank waits on it) is
+// asked which calls it waits in less often the longer it is late: each waiting rank asks it at its looks 1, 2, 4 and 8
+// (Executor::askGapAfter), 4 questions where one a second would be 11. Counted from each rank's TRACE lines (COLL),
+// which name the peer asked; the result is checked too.
+TEST(MismatchLook, ALateRankIsAskedLessOftenTheLongerItIsLate) {
+  char dir[] = "/tmp/collie-asks-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  ScopedEnv level("COLLIE_DEBUG", "TRACE");
+  ScopedEnv subsys("COLLIE_DEBUG_SUBSYS", "COLL");
+  ScopedEnv file("COLLIE_DEBUG_FILE", (std::string(dir) + "/rank.%p").c_str());
+  ScopedEnv algorithm("COLLIE_ALGO", "direct");
+  ScopedEnv shm("COLLIE_SHM_DISABLE", "1");
+  Options options;
+  options.timeout = 60s;
+  options.name = "asks";
+  auto body = [&](Communicator& comm) {
+    const int n = comm.size();
+    if (comm.rank() == n - 1) std::this_thread::sleep_for(12s);
+    std::vector<float> x(64, static_cast<float>(comm.rank() + 1));
+    comm.allReduce(x.data(), x.data(), x.size(), DataType::Float32, ReduceOp::Sum);
+    for (float v : x) ASSERT_EQ(v, static_cast<float>(n * (n + 1) / 2));
+  };
+  ASSERT_TRUE(allRanksSucceeded(ProcessLauncher::run(4, body, options, 90s)));
+  std::vector<int> asks;  // by file (a waiting rank's process), the questions it put to rank 3
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    std::ifstream in(entry.path());
+    int count = 0;
+    for (std::string line; std::getline(in, line);)
+      if (line.find(": rank 3, which this run waits on") != std::string::npos) ++count;
+    if (count > 0) asks.push_back(count);
+  }
+  std::filesystem::remove_all(dir);
+  ASSERT_EQ(asks.size(), 3u) << "each of ranks 0-2 asks rank 3";
+  for (int a : asks) {
+    EXPECT_GE(a, 3) << "asked at looks 1, 2, 4 and 8 of about 11";
+    EXPECT_LE(a, 5) << "asked at looks 1, 2, 4 and 8 of about 11, not at every look";
+  }
+}
 
 // Rank 1 makes one call fewer than rank 0: no message of the missing call is ever exchanged, so rank 0 times out,
 // and its message names the call it is in and the last call it saw rank 1 in.
