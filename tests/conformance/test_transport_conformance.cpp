@@ -279,7 +279,9 @@ TEST_P(Conformance, FingerprintMismatchIsReported) {
     EXPECT_EQ(e.record().b, recv.fp);
   }
   EXPECT_FALSE(recv.complete);
-  if (GetParam().mismatchLeavesBuffers) EXPECT_TRUE(untouched(b, 0));
+  if (GetParam().mismatchLeavesBuffers) {
+    EXPECT_TRUE(untouched(b, 0));
+  }
 }
 
 // A post that cannot be taken (a device buffer, a null buffer with bytes, a closed connection) fails before it touches
