@@ -212,8 +212,7 @@ void CommImpl::startRecording() {
   };
   hooks.askWaiting = [this](int peer) {
     const int t = links_.transportOf[static_cast<size_t>(peer)];
-    return t < 0 ? std::vector<transport::Fingerprint>{}
-                 : links_.transports[static_cast<size_t>(t)]->askWaitingCalls(links_.ctx, peer);
+    return t < 0 ? std::nullopt : links_.transports[static_cast<size_t>(t)]->askWaitingCalls(links_.ctx, peer);
   };
   executor_->enableLook(&planner_.history(), std::move(hooks));
 }

@@ -231,9 +231,9 @@ void Executor::failTimeout() {
   for (int p : activePeers_) {
     if (p == rank_ || !conns_[static_cast<size_t>(p)]->busy()) continue;
     const transport::Fingerprint& seen = lastSeen_[static_cast<size_t>(p)];
-    waiting += base::format("%srank %d (%s%s)", waiting.empty() ? "" : ", ", p,
+    waiting += base::format("%srank %d (%s%s%s)", waiting.empty() ? "" : ", ", p,
                             seen.shape ? "last seen in " : "nothing received from it yet",
-                            seen.shape ? callText(seen, p, rank_).c_str() : "");
+                            seen.shape ? callText(seen, p, rank_).c_str() : "", toldText(p).c_str());
   }
   COLLIE_FAIL(ErrorCode::Timeout,
               "%s rank %d: no progress for %lld ms in %s while waiting on %s (a peer may have died, hung, or "
@@ -308,6 +308,7 @@ void Executor::compareWaitingCalls() {
   if (askAtLook_.size() != static_cast<size_t>(nranks_)) {
     askAtLook_.assign(static_cast<size_t>(nranks_), 0);
     asked_.assign(static_cast<size_t>(nranks_), 0);
+    told_.assign(static_cast<size_t>(nranks_), PeerTold{});
   }
   ++looks_;
   int p = -1;
@@ -321,9 +322,12 @@ void Executor::compareWaitingCalls() {
   const auto pi = static_cast<size_t>(p);
   askAtLook_[pi] = looks_ + askGapAfter(asked_[pi]);
   if (asked_[pi] < 255) ++asked_[pi];
-  const std::vector<transport::Fingerprint> told = look_.askWaiting(p);
-  COLLIE_TRACE(base::kLogColl, "%s rank %d: rank %d, which this run waits on, waits in %zu call(s)", name_.c_str(),
-               rank_, p, told.size());
+  const std::optional<std::vector<transport::Fingerprint>> answer = look_.askWaiting(p);
+  const std::vector<transport::Fingerprint> told = answer.value_or(std::vector<transport::Fingerprint>{});
+  told_[pi] = PeerTold{Clock::now(), answer.has_value(), static_cast<uint8_t>(told.size()),
+                       told.empty() ? transport::Fingerprint{} : told[0]};
+  COLLIE_TRACE(base::kLogColl, "%s rank %d: rank %d, which this run waits on, %s %zu call(s)", name_.c_str(), rank_, p,
+               answer ? "waits in" : "did not answer: assumed in", told.size());
   for (const transport::Fingerprint& theirs : told) {
     const transport::Fingerprint* mine = history_->find(theirs.call);
     if (mine && contradicts(theirs, *mine)) {
@@ -340,6 +344,22 @@ void Executor::stopShowingWaiting() {
   looks_ = 0;  // the next run asks afresh
   std::fill(askAtLook_.begin(), askAtLook_.end(), 0);
   std::fill(asked_.begin(), asked_.end(), 0);
+}
+
+std::string Executor::toldText(int peer) const {
+  const auto p = static_cast<size_t>(peer);
+  if (p >= asked_.size() || asked_[p] == 0) return "";
+  const PeerTold& t = told_[p];
+  const double ago = std::chrono::duration<double>(Clock::now() - t.at).count();
+  if (!t.answered) return base::format("; asked %.0f s ago which calls it waits in, it did not answer", ago);
+  if (t.count == 0) {
+    return base::format(
+        "; asked %.0f s ago, it showed no call it had waited in for a second: it may be computing, "
+        "or have made one call fewer than this rank",
+        ago);
+  }
+  return base::format("; asked %.0f s ago, it was waiting itself in %s%s", ago, callText(t.first, peer, rank_).c_str(),
+                      t.count > 1 ? base::format(" and %u more", t.count - 1u).c_str() : "");
 }
 
 // A step's transfers with one peer are done: the trace gets its wait on that peer (none for this rank itself).

@@ -26,6 +26,7 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -115,8 +116,8 @@ class Executor {
     std::function<void()> takeAnswered;
     /// Tells peers that ask which collective calls this run waits in (Transport::showWaitingCalls); empty: none.
     std::function<void(const std::vector<transport::Fingerprint>&)> showWaiting;
-    /// What `peer` shows (Transport::askWaitingCalls); may throw MismatchError.
-    std::function<std::vector<transport::Fingerprint>(int peer)> askWaiting;
+    /// What `peer` shows (Transport::askWaitingCalls; nullopt: no answer); may throw MismatchError.
+    std::function<std::optional<std::vector<transport::Fingerprint>>(int peer)> askWaiting;
   };
   /// Makes a waiting run look at its idle connections and ask the peers it waits on (lookAtIdleConnections): it
   /// judges what it finds against `history`, this rank's recent collective calls (the planner's). Until then (and
@@ -198,6 +199,9 @@ class Executor {
   void compareWaitingCalls();
   /// Ends what compareWaitingCalls showed (the run is over).
   void stopShowingWaiting();
+  /// What `peer` said when this run last asked it which calls it waits in ("; asked 3 s ago, ..."), for the timeout's
+  /// message; empty when this run did not ask it.
+  std::string toldText(int peer) const;
   void traceWait(size_t flat, bool recv);
 
   int rank_, nranks_;
@@ -237,6 +241,13 @@ class Executor {
   uint32_t looks_ = 0;               // compareWaitingCalls of this run so far
   std::vector<uint32_t> askAtLook_;  // by peer: the look of this run from which it may be asked again (0: at once)
   std::vector<uint8_t> asked_;       // by peer: how often this run asked it
+  struct PeerTold {                  // what a peer said when this run last asked it (failTimeout tells)
+    std::chrono::steady_clock::time_point at{};  // when (asked_ 0: never)
+    bool answered = false;
+    uint8_t count = 0;  // calls it showed
+    transport::Fingerprint first{};
+  };
+  std::vector<PeerTold> told_;  // by peer
   CallTrace* trace_ = nullptr;
 };
 

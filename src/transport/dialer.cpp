@@ -90,7 +90,7 @@ void Dialer::tellWaiting(Link& link) const {
   }
 }
 
-std::vector<Fingerprint> Dialer::askWaiting(const CommContext& ctx, int peer) {
+std::optional<std::vector<Fingerprint>> Dialer::askWaiting(const CommContext& ctx, int peer) {
   const std::string what = base::format("rank %d (asked which calls it waits in)", peer);
   try {
     Handshake hs(transport_, kind_, ctx, {peer}, channels_, wire_, kAskWait);
@@ -104,18 +104,18 @@ std::vector<Fingerprint> Dialer::askWaiting(const CommContext& ctx, int peer) {
     l.buf.assign(wire_.messageBytes(), 0);
     base::recvAll(l.fd.get(), l.buf.data(), l.buf.size(), hs.deadline(), what);
     const Header& h = l.header();
-    if (!hs.authentic(h) || h.fromRank != peer) return {};
+    if (!hs.authentic(h) || h.fromRank != peer) return std::nullopt;
     if (h.type == kRefusedMismatch) failRefusedMismatch(hs, l, "answering this rank's question");
-    if (h.type != kToldWaiting) return {};
+    if (h.type != kToldWaiting) return std::nullopt;
     WaitingCalls told;
     base::recvAll(l.fd.get(), &told, sizeof(told), hs.deadline(), what);
-    if (told.count > WaitingCalls::kMax) return {};
+    if (told.count > WaitingCalls::kMax) return std::nullopt;
     return std::vector<Fingerprint>(told.calls, told.calls + told.count);
   } catch (const MismatchError&) {
     throw;
   } catch (const Error& e) {
     COLLIE_TRACE(base::kLogNet, "%s: rank %d got no answer from %s: %s", transport_, ctx.rank, what.c_str(), e.what());
-    return {};
+    return std::nullopt;
   }
 }
 
@@ -581,7 +581,7 @@ std::vector<int> DialingTransport::answeredPeers() const { return dialer().answe
 
 void DialingTransport::showWaitingCalls(const std::vector<Fingerprint>& calls) { dialer().showWaiting(calls); }
 
-std::vector<Fingerprint> DialingTransport::askWaitingCalls(const CommContext& ctx, int peer) {
+std::optional<std::vector<Fingerprint>> DialingTransport::askWaitingCalls(const CommContext& ctx, int peer) {
   return dialer().askWaiting(ctx, peer);
 }
 

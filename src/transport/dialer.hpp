@@ -114,9 +114,9 @@ class Dialer {
   /// WaitingCalls::kMax of `calls`; empty: none).
   void showWaiting(const std::vector<Fingerprint>& calls);
   /// Asks `peer`'s listener which calls it shows (a kAskWaiting dial, answered on its accept loop's thread; no pair
-  /// state changes on either side). Empty when it shows none, or did not answer within kAskWait (gone, busy, its
-  /// communicator not there). Throws MismatchError when its communicator failed on mismatched calls.
-  std::vector<Fingerprint> askWaiting(const CommContext& ctx, int peer);
+  /// state changes on either side). Empty when it shows none; nullopt when it did not answer within kAskWait (gone,
+  /// busy, its communicator not there). Throws MismatchError when its communicator failed on mismatched calls.
+  std::optional<std::vector<Fingerprint>> askWaiting(const CommContext& ctx, int peer);
 
  private:
   enum class State : uint8_t { Idle, Dialing, Answering, Answered, Taken };
@@ -203,7 +203,7 @@ class DialingTransport : public Transport {
   uint64_t stashedHellos() const final;
   std::vector<int> answeredPeers() const override;
   void showWaitingCalls(const std::vector<Fingerprint>& calls) final;
-  std::vector<Fingerprint> askWaitingCalls(const CommContext& ctx, int peer) final;
+  std::optional<std::vector<Fingerprint>> askWaitingCalls(const CommContext& ctx, int peer) final;
 
  protected:
   /// The transport's Dialer (a member of the derived class, declared after what it uses so that it goes first).

@@ -25,6 +25,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -188,13 +189,13 @@ class Transport {
   /// peer that asks (askWaitingCalls), outside the data stream: for waiting ranks to compare their calls where no
   /// message shows the difference (core's Executor::lookAtIdleConnections). Only where dialsAnyTime().
   virtual void showWaitingCalls(const std::vector<Fingerprint>& calls) { (void)calls; }
-  /// What `peer` shows (showWaitingCalls), asked through its listener rather than the pair's connection; empty when
-  /// it shows nothing or does not answer within a moment. Throws MismatchError when the peer's communicator failed
-  /// on mismatched calls (as its refused dial would say).
-  virtual std::vector<Fingerprint> askWaitingCalls(const CommContext& ctx, int peer) {
+  /// What `peer` shows (showWaitingCalls), asked through its listener rather than the pair's connection: empty when
+  /// it shows nothing, nullopt when it does not answer within a moment. Throws MismatchError when the peer's
+  /// communicator failed on mismatched calls (as its refused dial would say).
+  virtual std::optional<std::vector<Fingerprint>> askWaitingCalls(const CommContext& ctx, int peer) {
     (void)ctx;
     (void)peer;
-    return {};
+    return std::nullopt;
   }
   /// A new transport of the same kind and settings that accepts on this one's listener (a duplicate of it), so
   /// that the address this one published reaches it, with no connection or other state of this one: for a

@@ -402,6 +402,47 @@ TEST(MismatchTimeout, NamesThisRanksCallAndTheLastCallEachPeerWasSeenIn) {
   }
 }
 
+// A chain of waits: rank 2 makes no call; in a ring Broadcast from rank 2 (2 -> 0 -> 1) rank 0 waits on rank 2 and
+// rank 1 on rank 0. Rank 1's timeout says what rank 0 said when last asked: that it was waiting itself in the same
+// Broadcast; so the log of any rank leads towards the one that is missing. Rank 0 comes 1 s late, so rank 1 times
+// out first (rank 0 then fails on the timeout, or on rank 1's closed connection first).
+TEST(MismatchTimeout, SaysWhatEachAwaitedPeerWasDoingWhenAsked) {
+  ScopedEnv shm("COLLIE_SHM_DISABLE", "1");
+  ScopedEnv algorithm("COLLIE_ALGO", "ring");
+  Options options;
+  options.timeout = 6s;  // rank 1 asks rank 0 at its looks 1, 2 and 4: rank 0 shows its call from about 2 s on
+  options.name = "chain";
+  ProcessLauncher launcher(3, options);
+  std::atomic<int64_t>& failed = launcher.shared().counters[0];
+  auto body = [&](Communicator& comm) {
+    if (comm.rank() == 2) {  // alive and answering, in no call, until both others failed
+      waitForCount(failed, 2, 60s);
+      return;
+    }
+    if (comm.rank() == 0) std::this_thread::sleep_for(1s);
+    std::vector<float> x(64, 1.0f);
+    try {
+      comm.broadcast(x.data(), x.data(), x.size(), DataType::Float32, 2);
+      ADD_FAILURE() << "the Broadcast returned without its root";
+    } catch (const Error& e) {
+      const std::string m = e.what();
+      if (comm.rank() == 1) {
+        EXPECT_EQ(e.code(), ErrorCode::Timeout) << m;
+        EXPECT_NE(m.find("while waiting on rank 0 ("), std::string::npos) << m;
+        EXPECT_NE(m.find("s ago, it was waiting itself in Broadcast(float32, 64, root 2) as call #0)"),
+                  std::string::npos)
+            << m;
+      } else if (e.code() == ErrorCode::Timeout) {
+        EXPECT_NE(m.find("waiting on rank 2 (nothing received from it yet; asked "), std::string::npos) << m;
+        EXPECT_NE(m.find("s ago, it showed no call it had waited in for a second"), std::string::npos) << m;
+      }
+    }
+    failed.fetch_add(1);
+  };
+  launcher.start(body);
+  EXPECT_TRUE(allRanksSucceeded(launcher.wait(90s)));
+}
+
 // Over TCP (2 sockets per peer, the default), an unstriped message of 64 KiB or more takes its direction's socket
 // and a smaller one shares socketOf(seq): a receive posted for one size class while the sender sent the other
 // waits on a socket the message is not on. Only rank 1 sends, so no reply can carry the mismatch back: rank 0
