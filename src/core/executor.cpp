@@ -288,10 +288,12 @@ void Executor::lookAtIdleConnections() {
 // asks one of the peers it waits on, in turn, which calls it waits in: one in the same call with another fingerprint
 // is the mismatch. A peer that shows nothing (it is not waiting, or not for a second yet) says nothing; a peer whose
 // communicator failed on mismatched calls says which, as its refused dial would. One question per look: a peer that
-// does not answer holds this run kAskWait (250 ms) at most per second. A peer is asked again after 1, 2, 4, ... looks
-// (at most kAskGapMax): a rank that is late in earnest, which every rank of a direct algorithm waits on, is asked
-// about log2 of the seconds it is late, then once per 32 s, by each, not once a second (a peer that enters a
-// mismatched call late and waits there asks this rank at once, at its own first look).
+// does not answer holds this run kAskWait (250 ms) at most per second. A peer is asked again after 1, 2, 4, then
+// every kAskGapMax (8) looks of the same stall (a look comes about once a second; with several peers waited on, each
+// has its turn in rotation): a rank that is late in earnest, which every rank of a direct algorithm waits on, is
+// asked once every 8 s or so by each, not once a second, and a mismatched call a late peer enters is found within
+// about 8 s of its showing it, or at once where that peer waits on this rank (it asks at its own first look). The
+// run moving starts the asking afresh.
 void Executor::compareWaitingCalls() {
   if (!look_.showWaiting || !look_.askWaiting) return;
   std::vector<transport::Fingerprint> calls;
@@ -324,8 +326,12 @@ void Executor::compareWaitingCalls() {
   if (asked_[pi] < 255) ++asked_[pi];
   const std::optional<std::vector<transport::Fingerprint>> answer = look_.askWaiting(p);
   const std::vector<transport::Fingerprint> told = answer.value_or(std::vector<transport::Fingerprint>{});
-  told_[pi] = PeerTold{Clock::now(), answer.has_value(), static_cast<uint8_t>(told.size()),
-                       told.empty() ? transport::Fingerprint{} : told[0]};
+  if (answer) {
+    told_[pi] = PeerTold{
+        Clock::now(), {}, static_cast<uint8_t>(told.size()), told.empty() ? transport::Fingerprint{} : told[0]};
+  } else {
+    told_[pi].unansweredAt = Clock::now();  // what it said before, if anything, still stands
+  }
   COLLIE_TRACE(base::kLogColl, "%s rank %d: rank %d, which this run waits on, %s %zu call(s)", name_.c_str(), rank_, p,
                answer ? "waits in" : "did not answer: assumed in", told.size());
   for (const transport::Fingerprint& theirs : told) {
@@ -341,25 +347,35 @@ void Executor::stopShowingWaiting() {
   if (!showingWaiting_) return;
   showingWaiting_ = false;
   look_.showWaiting({});
-  looks_ = 0;  // the next run asks afresh
+  restartAsking();
+}
+
+void Executor::restartAsking() {
+  looks_ = 0;
   std::fill(askAtLook_.begin(), askAtLook_.end(), 0);
   std::fill(asked_.begin(), asked_.end(), 0);
+  std::fill(told_.begin(), told_.end(), PeerTold{});
 }
 
 std::string Executor::toldText(int peer) const {
   const auto p = static_cast<size_t>(peer);
   if (p >= asked_.size() || asked_[p] == 0) return "";
   const PeerTold& t = told_[p];
-  const double ago = std::chrono::duration<double>(Clock::now() - t.at).count();
-  if (!t.answered) return base::format("; asked %.0f s ago which calls it waits in, it did not answer", ago);
-  if (t.count == 0) {
-    return base::format(
-        "; asked %.0f s ago, it showed no call it had waited in for a second: it may be computing, "
-        "or have made one call fewer than this rank",
-        ago);
-  }
-  return base::format("; asked %.0f s ago, it was waiting itself in %s%s", ago, callText(t.first, peer, rank_).c_str(),
-                      t.count > 1 ? base::format(" and %u more", t.count - 1u).c_str() : "");
+  const auto ago = [](Clock::time_point at) { return std::chrono::duration<double>(Clock::now() - at).count(); };
+  if (t.answeredAt == Clock::time_point{})
+    return base::format("; asked %.0f s ago which calls it waits in, it did not answer", ago(t.unansweredAt));
+  std::string said = t.count == 0
+                         ? base::format(
+                               "; asked %.0f s ago, it showed no call of this communicator that it had waited in "
+                               "for a second: it may be computing, in another communicator's call, or have made "
+                               "one call fewer than this rank",
+                               ago(t.answeredAt))
+                         : base::format("; asked %.0f s ago, it was waiting itself in %s%s", ago(t.answeredAt),
+                                        callText(t.first, peer, rank_).c_str(),
+                                        t.count > 1 ? base::format(" and %u more", t.count - 1u).c_str() : "");
+  if (t.unansweredAt > t.answeredAt)
+    said += base::format(" (asked again %.0f s ago, it did not answer)", ago(t.unansweredAt));
+  return said;
 }
 
 // A step's transfers with one peer are done: the trace gets its wait on that peer (none for this rank itself).
@@ -548,6 +564,7 @@ void Executor::run(std::span<const Job> jobs, const ExecConfig& config) {
       }
       if (moved) {
         idlePasses = 0;
+        if (looks_ != 0) restartAsking();  // a stall after this one asks afresh
         continue;
       }
       if (waitOnPoller_) {

@@ -106,10 +106,10 @@ class Executor {
   void setTrace(CallTrace* trace) { trace_ = trace; }
   /// The call of the last message received from `peer` (empty before the first).
   const transport::Fingerprint& lastSeen(int peer) const { return lastSeen_[static_cast<size_t>(peer)]; }
-  /// How many looks a waiting run lets pass before it asks again a peer it has asked `asked` times: 1, 2, 4, ...,
-  /// then kAskGapMax (compareWaitingCalls).
-  static constexpr uint32_t kAskGapMax = 32;
-  static constexpr uint32_t askGapAfter(uint32_t asked) { return asked >= 5 ? kAskGapMax : 1u << asked; }
+  /// How many looks a waiting run lets pass before it asks again a peer it has asked `asked` times: 1, 2, 4, then
+  /// kAskGapMax (compareWaitingCalls).
+  static constexpr uint32_t kAskGapMax = 8;
+  static constexpr uint32_t askGapAfter(uint32_t asked) { return asked >= 3 ? kAskGapMax : 1u << asked; }
   /// What the look at idle connections needs of the communicator.
   struct LookHooks {
     /// Gives the executor the connections this rank answered but has not taken (adoptConnection).
@@ -199,6 +199,8 @@ class Executor {
   void compareWaitingCalls();
   /// Ends what compareWaitingCalls showed (the run is over).
   void stopShowingWaiting();
+  /// The next look asks every waited-on peer afresh (the run moved, or is over).
+  void restartAsking();
   /// What `peer` said when this run last asked it which calls it waits in ("; asked 3 s ago, ..."), for the timeout's
   /// message; empty when this run did not ask it.
   std::string toldText(int peer) const;
@@ -241,10 +243,10 @@ class Executor {
   uint32_t looks_ = 0;               // compareWaitingCalls of this run so far
   std::vector<uint32_t> askAtLook_;  // by peer: the look of this run from which it may be asked again (0: at once)
   std::vector<uint8_t> asked_;       // by peer: how often this run asked it
-  struct PeerTold {                  // what a peer said when this run last asked it (failTimeout tells)
-    std::chrono::steady_clock::time_point at{};  // when (asked_ 0: never)
-    bool answered = false;
-    uint8_t count = 0;  // calls it showed
+  struct PeerTold {                  // what a peer said when this run last asked it and it answered (failTimeout tells)
+    std::chrono::steady_clock::time_point answeredAt{};    // when (epoch: it never answered)
+    std::chrono::steady_clock::time_point unansweredAt{};  // the last question it did not answer (epoch: none)
+    uint8_t count = 0;                                     // calls it showed
     transport::Fingerprint first{};
   };
   std::vector<PeerTold> told_;  // by peer

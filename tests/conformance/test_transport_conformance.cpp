@@ -217,11 +217,13 @@ TEST_P(Conformance, SizeMismatchIsReported) {
                                 {1 << 20, 4096},
                                 {4096, 1 << 20}}) {
     SCOPED_TRACE(std::to_string(sent) + " bytes sent, " + std::to_string(expected) + " expected");
-    Cluster cluster = make(2);
-    cluster.connectAll();
+    // Declared before the cluster, which goes first: its connections may still hold the transfers (a large send the
+    // sender gave up on, the receive behind the failed one).
     std::vector<uint8_t> a(sent, 0x11), b(expected, 0xEE), a2(64, 0x22), b2(64, 0xEE);
     Transfer send{a.data(), a.size()}, recv{b.data(), b.size()};
     Transfer send2{a2.data(), a2.size()}, recv2{b2.data(), b2.size()};
+    Cluster cluster = make(2);
+    cluster.connectAll();
     EXPECT_FALSE(cluster.ranks[0]->conns[1]->busy());
     cluster.ranks[0]->conns[1]->postSend(&send);
     EXPECT_EQ(cluster.ranks[0]->conns[1]->busy(), !send.complete);  // shm may send a small message at once
@@ -230,7 +232,7 @@ TEST_P(Conformance, SizeMismatchIsReported) {
     cluster.ranks[1]->conns[0]->postRecv(&recv2);
     // The sender meanwhile, as in a real job: a message that fits the pair's buffers is sent at once; one that needs
     // the receiver (a large one; over ucx a rendezvous) waits for a receive that fails, until the sender gives up.
-    std::thread sender([&] {
+    std::jthread sender([&] {  // joined however this iteration ends
       try {
         drive(*cluster.ranks[0], {&send, &send2}, 1s);
       } catch (const std::exception&) {  // Error, or the harness's timeout: the receiver's error is what is tested
@@ -238,13 +240,15 @@ TEST_P(Conformance, SizeMismatchIsReported) {
     });
     try {
       drive(*cluster.ranks[1], {&recv}, 10s);
-      FAIL() << "expected a size mismatch";
+      ADD_FAILURE() << "expected a size mismatch";
     } catch (const Error& e) {
       EXPECT_EQ(e.code(), ErrorCode::InternalError);
       std::string what = e.what();
       EXPECT_NE(what.find("peer 0"), std::string::npos) << what;
       EXPECT_NE(what.find(std::to_string(sent)), std::string::npos) << what;
       EXPECT_NE(what.find(std::to_string(expected)), std::string::npos) << what;
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "expected a size mismatch, got: " << e.what();
     }
     sender.join();
     EXPECT_THROW(cluster.ranks[1]->conns[0]->progress(), Error);  // the failure sticks
