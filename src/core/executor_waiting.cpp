@@ -1,0 +1,176 @@
+// What a run that waits does besides waiting (Executor, executor.hpp): the look at its idle connections once a
+// second, the questions to the peers it waits on, and the timeout's message, which says what it learned.
+#include <algorithm>
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/errors.hpp"
+#include "base/log.hpp"
+#include "core/call_fingerprint.hpp"
+#include "core/executor.hpp"
+
+namespace collie::core {
+
+using Clock = std::chrono::steady_clock;
+
+// Names the call this rank is in and, for each peer it waits on, the last call that peer was seen in (the
+// fingerprint of the last message received from it), so that ranks stuck in different calls can be told apart.
+void Executor::failTimeout() {
+  const StepState& cur = steps_[std::min(firstLive_, steps_.size() - 1)];
+  const int curPeer = cur.step->recvPeer >= 0 ? cur.step->recvPeer : cur.step->sendPeer;
+  const Job& job = jobs_[cur.job];
+  const std::string in = callText(cur.receives() ? job.recvFp : job.sendFp, rank_, curPeer);
+  std::string waiting;
+  for (int p : activePeers_) {
+    if (p == rank_ || !conns_[static_cast<size_t>(p)]->busy()) continue;
+    const transport::Fingerprint& seen = lastSeen_[static_cast<size_t>(p)];
+    waiting += base::format("%srank %d (%s%s%s)", waiting.empty() ? "" : ", ", p,
+                            seen.shape ? "last seen in " : "nothing received from it yet",
+                            seen.shape ? callText(seen, p, rank_).c_str() : "", toldText(p).c_str());
+  }
+  COLLIE_FAIL(ErrorCode::Timeout,
+              "%s rank %d: no progress for %lld ms in %s while waiting on %s (a peer may have died, hung, or "
+              "called a different collective)",
+              name_.c_str(), rank_, static_cast<long long>(config_.timeout.count()), in.c_str(),
+              waiting.empty() ? "?" : waiting.c_str());
+}
+
+// Some mismatches send only where no receive waits: in a Reduce whose ranks name different roots, or an AllReduce
+// against the others' Reduce, a rank may wait on a peer that waits on a third, while the message that shows the
+// difference sits unread at a rank that never receives from its sender in this call. So a run waiting for a while
+// looks, about once a second, at the head of every connection it has nothing posted on (Connection::probe, which
+// consumes nothing): a collective message of this communicator numbered like a call this rank made, with another
+// fingerprint, is a mismatch found now rather than at the timeout (the communicator then fails and poisons its
+// links, so the others learn too). A poisoned link says the peer found one. A link that ended or cannot look ahead
+// is left to the call that needs it: a peer may rightly have gone after its last call. Connections that peers
+// dialled and this rank answered, but that no call of its own has needed yet, are taken first (the communicator's
+// takeAnswered): with connections on first use the telling message is often in one of those. Where no message was
+// sent at all (every rank of a cycle waits to receive), the waiting ranks compare their calls outside the data
+// stream (compareWaitingCalls).
+void Executor::lookAtIdleConnections() {
+  if (!history_) return;
+  if (look_.takeAnswered) look_.takeAnswered();  // a peer that dialled this rank may have sent it the message
+  for (size_t p = 0; p < conns_.size(); ++p) {
+    transport::Connection* c = conns_[p];
+    if (!c || static_cast<int>(p) == rank_ || c->busy()) continue;
+    transport::Arrival next;
+    bool arrived = false;
+    try {
+      arrived = c->probe(&next);
+    } catch (const transport::MismatchError&) {
+      c->endProbe();
+      throw;
+    } catch (const Error&) {
+      c->endProbe();
+      continue;
+    }
+    c->endProbe();
+    if (!arrived) continue;
+    const transport::Fingerprint* mine = history_->find(next.fp.call);
+    if (mine && contradicts(next.fp, *mine)) {
+      transport::throwMismatch(transport::MismatchRecord{static_cast<int32_t>(p), rank_, next.fp, *mine},
+                               base::format("in a message from peer %zu that no receive took", p).c_str());
+    }
+  }
+  compareWaitingCalls();
+}
+
+// Ranks that only wait to receive exchange no message that could show their calls differ (a Reduce where one rank
+// names itself root: every rank's part starts with a receive). So a waiting run shows the collective calls it still
+// waits in to any peer that asks (through the peer's listener, not the data stream: Transport::askWaitingCalls), and
+// asks one of the peers it waits on, in turn, which calls it waits in: one in the same call with another fingerprint
+// is the mismatch. A peer that shows nothing (it is not waiting, or not for a second yet) says nothing; a peer whose
+// communicator failed on mismatched calls says which, as its refused dial would. One question per look: a peer that
+// does not answer holds this run kAskWait (250 ms) at most per second. A peer is asked again after 1, 2, 4, then
+// every kAskGapMax (8) looks of the same stall (a look comes about once a second; with several peers waited on, each
+// has its turn in rotation): a rank that is late in earnest, which every rank of a direct algorithm waits on, is
+// asked once every 8 s or so by each, not once a second, and a mismatched call a late peer enters is found within
+// about 8 s of its showing it, or at once where that peer waits on this rank (it asks at its own first look). The
+// run moving starts the asking afresh.
+void Executor::compareWaitingCalls() {
+  if (!look_.showWaiting || !look_.askWaiting) return;
+  std::vector<transport::Fingerprint> calls;
+  for (size_t j = 0; j < jobs_.size(); ++j)
+    if (!jobDone_[j] && isCollectiveFingerprint(jobs_[j].sendFp)) calls.push_back(jobs_[j].sendFp);
+  look_.showWaiting(calls);  // again at every look: a group's calls finish one by one
+  showingWaiting_ = true;
+  std::vector<int> waitedOn;
+  for (int p : activePeers_) {
+    const transport::Connection* c = conns_[static_cast<size_t>(p)];
+    if (p != rank_ && c && c->busy()) waitedOn.push_back(p);
+  }
+  if (waitedOn.empty()) return;
+  if (askAtLook_.size() != static_cast<size_t>(nranks_)) {
+    askAtLook_.assign(static_cast<size_t>(nranks_), 0);
+    asked_.assign(static_cast<size_t>(nranks_), 0);
+    told_.assign(static_cast<size_t>(nranks_), PeerTold{});
+  }
+  ++looks_;
+  int p = -1;
+  for (size_t k = 0; k < waitedOn.size() && p < 0; ++k) {
+    const int q = waitedOn[(askNext_ + k) % waitedOn.size()];
+    if (askAtLook_[static_cast<size_t>(q)] > looks_) continue;
+    p = q;
+    askNext_ += k + 1;
+  }
+  if (p < 0) return;  // every waited-on peer was asked lately
+  const auto pi = static_cast<size_t>(p);
+  askAtLook_[pi] = looks_ + askGapAfter(asked_[pi]);
+  if (asked_[pi] < 255) ++asked_[pi];
+  const std::optional<std::vector<transport::Fingerprint>> answer = look_.askWaiting(p);
+  const std::vector<transport::Fingerprint> told = answer.value_or(std::vector<transport::Fingerprint>{});
+  if (answer) {
+    told_[pi] = PeerTold{
+        Clock::now(), {}, static_cast<uint8_t>(told.size()), told.empty() ? transport::Fingerprint{} : told[0]};
+  } else {
+    told_[pi].unansweredAt = Clock::now();  // what it said before, if anything, still stands
+  }
+  COLLIE_TRACE(base::kLogColl, "%s rank %d: rank %d, which this run waits on, %s %zu call(s)", name_.c_str(), rank_, p,
+               answer ? "waits in" : "did not answer: assumed in", told.size());
+  for (const transport::Fingerprint& theirs : told) {
+    const transport::Fingerprint* mine = history_->find(theirs.call);
+    if (mine && contradicts(theirs, *mine)) {
+      transport::throwMismatch(transport::MismatchRecord{p, rank_, theirs, *mine},
+                               base::format("told by peer %d, which waits in that call", p).c_str());
+    }
+  }
+}
+
+void Executor::stopShowingWaiting() {
+  if (!showingWaiting_) return;
+  showingWaiting_ = false;
+  look_.showWaiting({});
+  restartAsking();
+}
+
+void Executor::restartAsking() {
+  looks_ = 0;
+  std::fill(askAtLook_.begin(), askAtLook_.end(), 0);
+  std::fill(asked_.begin(), asked_.end(), 0);
+  std::fill(told_.begin(), told_.end(), PeerTold{});
+}
+
+std::string Executor::toldText(int peer) const {
+  const auto p = static_cast<size_t>(peer);
+  if (p >= asked_.size() || asked_[p] == 0) return "";
+  const PeerTold& t = told_[p];
+  const auto ago = [](Clock::time_point at) { return std::chrono::duration<double>(Clock::now() - at).count(); };
+  if (t.answeredAt == Clock::time_point{})
+    return base::format("; asked %.0f s ago which calls it waits in, it did not answer", ago(t.unansweredAt));
+  std::string said = t.count == 0
+                         ? base::format(
+                               "; asked %.0f s ago, it showed no call of this communicator that it had waited in "
+                               "for a second: it may be computing, in another communicator's call, or have made "
+                               "one call fewer than this rank",
+                               ago(t.answeredAt))
+                         : base::format("; asked %.0f s ago, it was waiting itself in %s%s", ago(t.answeredAt),
+                                        callText(t.first, peer, rank_).c_str(),
+                                        t.count > 1 ? base::format(" and %u more", t.count - 1u).c_str() : "");
+  if (t.unansweredAt > t.answeredAt)
+    said += base::format(" (asked again %.0f s ago, it did not answer)", ago(t.unansweredAt));
+  return said;
+}
+
+}  // namespace collie::core
