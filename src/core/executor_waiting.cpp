@@ -124,11 +124,13 @@ void Executor::compareWaitingCalls() {
   if (answer) {
     told_[pi] = PeerTold{
         Clock::now(), {}, static_cast<uint8_t>(told.size()), told.empty() ? transport::Fingerprint{} : told[0]};
+    COLLIE_TRACE(base::kLogColl, "%s rank %d: rank %d, which this run waits on, waits in %zu call(s)", name_.c_str(),
+                 rank_, p, told.size());
   } else {
     told_[pi].unansweredAt = Clock::now();  // what it said before, if anything, still stands
+    COLLIE_TRACE(base::kLogColl, "%s rank %d: rank %d, which this run waits on, did not answer", name_.c_str(), rank_,
+                 p);
   }
-  COLLIE_TRACE(base::kLogColl, "%s rank %d: rank %d, which this run waits on, %s %zu call(s)", name_.c_str(), rank_, p,
-               answer ? "waits in" : "did not answer: assumed in", told.size());
   for (const transport::Fingerprint& theirs : told) {
     const transport::Fingerprint* mine = history_->find(theirs.call);
     if (mine && contradicts(theirs, *mine)) {
