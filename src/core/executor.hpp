@@ -238,18 +238,18 @@ class Executor {
   std::vector<transport::Fingerprint> lastSeen_;  // by peer: the call of the last message received from it
   const CallHistory* history_ = nullptr;
   LookHooks look_;
-  bool showingWaiting_ = false;      // this run told look_.showWaiting its calls
-  size_t askNext_ = 0;               // compareWaitingCalls: whose turn it is among the waited-on peers
-  uint32_t looks_ = 0;               // compareWaitingCalls of this run so far
-  std::vector<uint32_t> askAtLook_;  // by peer: the look of this run from which it may be asked again (0: at once)
-  std::vector<uint8_t> asked_;       // by peer: how often this run asked it
-  struct PeerTold {                  // what a peer said when this run last asked it and it answered (failTimeout tells)
-    std::chrono::steady_clock::time_point answeredAt{};    // when (epoch: it never answered)
-    std::chrono::steady_clock::time_point unansweredAt{};  // the last question it did not answer (epoch: none)
-    uint8_t count = 0;                                     // calls it showed
-    transport::Fingerprint first{};
+  bool showingWaiting_ = false;  // this run told look_.showWaiting its calls
+  size_t askNext_ = 0;           // compareWaitingCalls: whose turn it is among the waited-on peers
+  uint32_t looks_ = 0;           // compareWaitingCalls of this stall so far
+  struct PeerAsked {        // a waited-on peer's questions in this stall (compareWaitingCalls; failTimeout tells them)
+    uint32_t nextLook = 0;  // the look from which it may be asked again (0: at once)
+    uint8_t asked = 0;      // how often it was asked
+    uint8_t count = 0;      // calls it showed in its last answer
+    transport::Fingerprint first{};                        // the first of them
+    std::chrono::steady_clock::time_point answeredAt{};    // its last answer (epoch: none)
+    std::chrono::steady_clock::time_point unansweredAt{};  // its last question without an answer (epoch: none)
   };
-  std::vector<PeerTold> told_;  // by peer
+  std::vector<PeerAsked> asking_;  // by peer
   CallTrace* trace_ = nullptr;
 };
 

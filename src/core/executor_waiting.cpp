@@ -102,35 +102,32 @@ void Executor::compareWaitingCalls() {
     if (p != rank_ && c && c->busy()) waitedOn.push_back(p);
   }
   if (waitedOn.empty()) return;
-  if (askAtLook_.size() != static_cast<size_t>(nranks_)) {
-    askAtLook_.assign(static_cast<size_t>(nranks_), 0);
-    asked_.assign(static_cast<size_t>(nranks_), 0);
-    told_.assign(static_cast<size_t>(nranks_), PeerTold{});
-  }
+  if (asking_.size() != static_cast<size_t>(nranks_)) asking_.assign(static_cast<size_t>(nranks_), PeerAsked{});
   ++looks_;
   int p = -1;
   for (size_t k = 0; k < waitedOn.size() && p < 0; ++k) {
     const int q = waitedOn[(askNext_ + k) % waitedOn.size()];
-    if (askAtLook_[static_cast<size_t>(q)] > looks_) continue;
+    if (asking_[static_cast<size_t>(q)].nextLook > looks_) continue;
     p = q;
     askNext_ += k + 1;
   }
   if (p < 0) return;  // every waited-on peer was asked lately
-  const auto pi = static_cast<size_t>(p);
-  askAtLook_[pi] = looks_ + askGapAfter(asked_[pi]);
-  if (asked_[pi] < 255) ++asked_[pi];
+  PeerAsked& a = asking_[static_cast<size_t>(p)];
+  a.nextLook = looks_ + askGapAfter(a.asked);
+  if (a.asked < 255) ++a.asked;
   const std::optional<std::vector<transport::Fingerprint>> answer = look_.askWaiting(p);
-  const std::vector<transport::Fingerprint> told = answer.value_or(std::vector<transport::Fingerprint>{});
-  if (answer) {
-    told_[pi] = PeerTold{
-        Clock::now(), {}, static_cast<uint8_t>(told.size()), told.empty() ? transport::Fingerprint{} : told[0]};
-    COLLIE_TRACE(base::kLogColl, "%s rank %d: rank %d, which this run waits on, waits in %zu call(s)", name_.c_str(),
-                 rank_, p, told.size());
-  } else {
-    told_[pi].unansweredAt = Clock::now();  // what it said before, if anything, still stands
+  if (!answer) {
+    a.unansweredAt = Clock::now();  // what it said before, if anything, still stands
     COLLIE_TRACE(base::kLogColl, "%s rank %d: rank %d, which this run waits on, did not answer", name_.c_str(), rank_,
                  p);
+    return;
   }
+  const std::vector<transport::Fingerprint>& told = *answer;
+  a.answeredAt = Clock::now();
+  a.count = static_cast<uint8_t>(told.size());
+  a.first = told.empty() ? transport::Fingerprint{} : told[0];
+  COLLIE_TRACE(base::kLogColl, "%s rank %d: rank %d, which this run waits on, waits in %zu call(s)", name_.c_str(),
+               rank_, p, told.size());
   for (const transport::Fingerprint& theirs : told) {
     const transport::Fingerprint* mine = history_->find(theirs.call);
     if (mine && contradicts(theirs, *mine)) {
@@ -149,15 +146,13 @@ void Executor::stopShowingWaiting() {
 
 void Executor::restartAsking() {
   looks_ = 0;
-  std::fill(askAtLook_.begin(), askAtLook_.end(), 0);
-  std::fill(asked_.begin(), asked_.end(), 0);
-  std::fill(told_.begin(), told_.end(), PeerTold{});
+  std::fill(asking_.begin(), asking_.end(), PeerAsked{});
 }
 
 std::string Executor::toldText(int peer) const {
   const auto p = static_cast<size_t>(peer);
-  if (p >= asked_.size() || asked_[p] == 0) return "";
-  const PeerTold& t = told_[p];
+  if (p >= asking_.size() || asking_[p].asked == 0) return "";
+  const PeerAsked& t = asking_[p];
   const auto ago = [](Clock::time_point at) { return std::chrono::duration<double>(Clock::now() - at).count(); };
   if (t.answeredAt == Clock::time_point{})
     return base::format("; asked %.0f s ago which calls it waits in, it did not answer", ago(t.unansweredAt));
