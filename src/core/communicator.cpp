@@ -201,10 +201,9 @@ void CommImpl::startRecording() {
   recorder_.setTrace(trace_.get());
   executor_->setTrace(trace_.get());
   // The look at idle connections judges the user's calls only: init's internal calls are numbered from 0 as well,
-  // so a peer already in the user's call #0 would contradict this rank's init call #0. Nor does a child that shares
-  // its parent's connections look: children of two splits may draw the same tag (1 in 4095), and a message of the
-  // other one's call would read as a contradiction.
-  if (planner_.tag() != 0) return;
+  // so a peer already in the user's call #0 would contradict this rank's init call #0. A child that shares its
+  // parent's connections looks as well: another member's messages carry another tag (split gives no two members of
+  // a family the same), which nothing contradicts.
   Executor::LookHooks hooks;
   hooks.takeAnswered = [this] { takeAnsweredConnections(); };
   hooks.showWaiting = [this](const std::vector<transport::Fingerprint>& calls) {
@@ -273,6 +272,7 @@ CommImpl::~CommImpl() {
     COLLIE_INFO(base::kLogColl, "stats: %s", stats().summary.c_str());
   }
   stager_.reset();  // every staged call was released by the progress thread
+  if (planner_.tag() != 0) share_->family->releaseTag(planner_.tag());
   // The connections close with share_ (~LinkShare) once no sharing child uses them either.
 }
 

@@ -104,6 +104,8 @@ class CommImpl {
   std::string failureMessage() const;
   /// What the most recent executed call ran (Communicator::lastCall).
   CallInfo lastCall() const { return planner_.lastCall(); }
+  /// The tag its calls' fingerprints carry: 0, or a sharing child's (link_share.hpp).
+  uint32_t fingerprintTag() const { return planner_.tag(); }
   /// The user's calls so far, per collective and algorithm (Communicator::stats, call_stats.hpp). Any thread.
   CommStats stats() const;
   /// The timeline (COLLIE_TRACE, call_trace.hpp), or null; the DDP layer adds its spans to it.

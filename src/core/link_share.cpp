@@ -1,9 +1,13 @@
 // Connections shared with children split with shareConnections (see link_share.hpp).
 #include "core/link_share.hpp"
 
+#include <algorithm>
+#include <optional>
 #include <utility>
+#include <vector>
 
 #include "base/errors.hpp"
+#include "core/call_fingerprint.hpp"
 
 namespace collie::core {
 namespace {
@@ -54,6 +58,12 @@ class LendingTransport : public transport::Transport {
     return lend(peers, true);
   }
   std::unique_ptr<transport::Transport> shareListener() const override { return inner().shareListener(); }
+  // A waiting call of the child shows and asks through the root's listeners: one member of a family runs at a time,
+  // and the tags in the fingerprints tell whose calls an answer names.
+  void showWaitingCalls(const std::vector<transport::Fingerprint>& calls) override { inner().showWaitingCalls(calls); }
+  std::optional<std::vector<transport::Fingerprint>> askWaitingCalls(const transport::CommContext&, int peer) override {
+    return inner().askWaitingCalls(lender_->links.ctx, lenderRank_[static_cast<size_t>(peer)]);
+  }
 
  private:
   transport::Transport& inner() const { return *lender_->links.transports[index_]; }
@@ -143,6 +153,39 @@ void ShareFamily::recordFailure(ErrorCode code, const std::string& message) {
 std::pair<ErrorCode, std::string> ShareFamily::failureOf() {
   std::lock_guard<std::mutex> lock(failMu);
   return {failCode, failure};
+}
+
+void ShareFamily::holdTag(uint32_t tag) {
+  std::lock_guard<std::mutex> lock(tagsMu_);
+  tags_.push_back(tag);
+}
+
+void ShareFamily::releaseTag(uint32_t tag) {
+  std::lock_guard<std::mutex> lock(tagsMu_);
+  auto it = std::find(tags_.begin(), tags_.end(), tag);
+  if (it != tags_.end()) tags_.erase(it);
+}
+
+uint32_t ShareFamily::takenTagCandidates(uint32_t parentTag, int epoch, int color) {
+  std::lock_guard<std::mutex> lock(tagsMu_);
+  uint32_t taken = 0;
+  for (int i = 0; i < kTagCandidates; ++i) {
+    const uint32_t tag = sharingTagCandidate(parentTag, epoch, color, i);
+    if (std::find(tags_.begin(), tags_.end(), tag) != tags_.end()) taken |= 1u << i;
+  }
+  return taken;
+}
+
+uint32_t sharingTagCandidate(uint32_t parentTag, int epoch, int color, int candidate) {
+  uint64_t h = (uint64_t{parentTag} << 40) ^ (static_cast<uint64_t>(static_cast<uint32_t>(epoch)) << 20) ^
+               static_cast<uint32_t>(color);
+  h += static_cast<uint64_t>(candidate) * 0x9e3779b97f4a7c15ULL;
+  h ^= h >> 33;
+  h *= 0xff51afd7ed558ccdULL;
+  h ^= h >> 33;
+  uint32_t tag = 1 + static_cast<uint32_t>(h % kMaxCommTag);
+  if (tag == parentTag) tag = tag % kMaxCommTag + 1;
+  return tag;
 }
 
 LinkShare::~LinkShare() {

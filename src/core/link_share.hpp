@@ -13,9 +13,11 @@
 //     at a time drives the connections (ShareFamily::use). So a rank must call the family's communicators in the
 //     same order as its peers, as on one ordered stream, and an async call on one member followed by a call on
 //     another runs in that order on every rank;
-//   - every message names its communicator (a 12-bit tag in the call fingerprint, call_fingerprint.hpp): a rank that
-//     called them in another order fails with a mismatch on both ends rather than take the wrong communicator's
-//     data;
+//   - every message names its communicator (a 12-bit tag in the call fingerprint, call_fingerprint.hpp; no two
+//     members of a family alive on a rank have the same one, sharingTagCandidate): a rank that called them in
+//     another order fails with a mismatch on both ends rather than take the wrong communicator's data. A waiting
+//     call of a sharing child looks at its idle connections and asks its peers what they wait in, as any waiting
+//     run does (executor_waiting.cpp), through the root's listeners, where it shows its own waiting calls;
 //   - a failure or an abort of one fails them all (their connections are one);
 //   - the parent may be destroyed first: the connections stay open while a child uses them.
 // Not in one group: a group's calls on two communicators of a family would wait on each other (groupEnd refuses it).
@@ -24,6 +26,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -70,7 +73,25 @@ struct ShareFamily {
   std::condition_variable turnCv;
   const void* turnOwner = nullptr;
   size_t turnCalls = 0;
+
+  /// The tag of a sharing member made here (split), given back when it is destroyed.
+  void holdTag(uint32_t tag);
+  void releaseTag(uint32_t tag);
+  /// Bit i set: candidate i of a child split now (sharingTagCandidate) is the tag of a member alive here.
+  uint32_t takenTagCandidates(uint32_t parentTag, int epoch, int color);
+
+ private:
+  std::mutex tagsMu_;
+  std::vector<uint32_t> tags_;  // of the sharing members alive on this rank
 };
+
+/// The candidates for the fingerprint tag of a child split with shareConnections (call_fingerprint.hpp), in order
+/// of preference: each in 1..kMaxCommTag, never the parent's, mixed from the parent's tag, the split epoch and the
+/// color, so every rank of the color computes the same ones. The child takes the first that no member of the family
+/// alive on any of its ranks has (split's entry carries takenTagCandidates), so two members of a family never share
+/// a tag on a connection, and a rank that calls them in another order than its peer always fails with a mismatch.
+constexpr int kTagCandidates = 32;
+uint32_t sharingTagCandidate(uint32_t parentTag, int epoch, int color, int candidate);
 
 /// Counts a call issued on `member` of `family` (one of its CommImpls) once no other member has a call issued and
 /// not ended, waiting up to `timeout`; the call ends when the returned token is released (null: timed out).

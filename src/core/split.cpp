@@ -7,9 +7,10 @@
 //      may be destroyed first. A hello reaches the communicator whose secret it shows (accept_loop.hpp): the new
 //      one's is this one's mixed with the split epoch and the color (splitSecret), so siblings never take each
 //      other's dials;
-//   2. the ranks all-gather (color, key) over this communicator's connections: 16 bytes per rank. A transport that
-//      cannot share its listener (none of collie's own) gets a new one; only then (any rank says so in its entry) a
-//      second all-gather carries the new listeners' addresses (kMaxAddresses x 24 bytes per rank);
+//   2. the ranks all-gather (color, key, flags, tags taken) over this communicator's connections: 20 bytes per rank.
+//      A transport that cannot share its listener (none of collie's own) gets a new one; only then (any rank says
+//      so in its entry) a second all-gather carries the new listeners' addresses (kMaxAddresses x 24 bytes per
+//      rank);
 //   3. every rank computes the members of its color from the same table, and their PeerInfo from this
 //      communicator's (childPeerInfo), and the new communicator connects on first use like any other, with the
 //      parent's measured costs.
@@ -19,6 +20,7 @@
 // part in the all-gathers and gets no communicator.
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cstring>
 
 #include "base/errors.hpp"
@@ -30,7 +32,7 @@
 namespace collie::core {
 namespace {
 
-/// One rank's part of split's all-gather (int32 x 4). The magic tells a split's entry from another AllGather of
+/// One rank's part of split's all-gather (int32 x 5). The magic tells a split's entry from another AllGather of
 /// the same shape that a rank called instead (its fingerprint would match).
 struct SplitEntry {
   static constexpr int32_t kMagic = 0x53504c54;  // "SPLT"
@@ -41,23 +43,11 @@ struct SplitEntry {
   static constexpr int32_t kFreshAddresses = 1;  ///< new listeners (a transport that cannot share): exchange addresses
   static constexpr int32_t kShares = 2;  ///< asks to share the parent's connections (every rank of a color must)
   static constexpr int32_t kEager = 4;   ///< its child connects every pair at init (every rank of a color must)
+  uint32_t takenTags;  ///< kShares: bit i, candidate i of the child's tag is a live family member's here
 };
-static_assert(sizeof(SplitEntry) == 4 * sizeof(int32_t));
+static_assert(sizeof(SplitEntry) == 5 * sizeof(int32_t));
 
 using AddressSet = std::array<transport::TransportAddress, transport::PeerInfo::kMaxAddresses>;
-
-/// The fingerprint tag of a child split with shareConnections (call_fingerprint.hpp): 1..kMaxCommTag, never its
-/// parent's. Siblings of one split never share a pair (their ranks differ), so only children of different splits
-/// can collide (1 in 4095): a rank calling two such in another order than its peer would then go unnoticed.
-uint32_t sharingTag(uint32_t parentTag, int epoch, int color) {
-  uint64_t h = (uint64_t{parentTag} << 40) ^ (static_cast<uint64_t>(epoch) << 20) ^ static_cast<uint32_t>(color);
-  h ^= h >> 33;
-  h *= 0xff51afd7ed558ccdULL;
-  h ^= h >> 33;
-  uint32_t tag = 1 + static_cast<uint32_t>(h % kMaxCommTag);
-  if (tag == parentTag) tag = tag % kMaxCommTag + 1;
-  return tag;
-}
 
 }  // namespace
 
@@ -81,15 +71,16 @@ std::unique_ptr<CommImpl> CommImpl::split(int color, int key, const Options& opt
       connectEagerly(options.connect == ConnectMode::Default ? connectMode_ : options.connect, links_.transports);
   const SplitEntry mine{SplitEntry::kMagic, color, key,
                         (mineFresh ? SplitEntry::kFreshAddresses : 0) | (share ? SplitEntry::kShares : 0) |
-                            (eager ? SplitEntry::kEager : 0)};
+                            (eager ? SplitEntry::kEager : 0),
+                        share ? share_->family->takenTagCandidates(planner_.tag(), epoch, color) : 0};
   std::vector<SplitEntry> all(static_cast<size_t>(nranks_));
-  run(makeOp(algorithms::Collective::AllGather, &mine, all.data(), 4, DataType::Int32, ReduceOp::Sum, 0));
+  run(makeOp(algorithms::Collective::AllGather, &mine, all.data(), 5, DataType::Int32, ReduceOp::Sum, 0));
   bool exchange = false;
   for (int r = 0; r < nranks_; ++r) {
     const SplitEntry& e = all[static_cast<size_t>(r)];
     COLLIE_ENFORCE(e.magic == SplitEntry::kMagic, ErrorCode::InvalidUsage,
                    "%s rank %d: split's all-gather got no split entry from rank %d (it called another "
-                   "AllGather(int32, 4) instead of split: every rank must call split)",
+                   "AllGather(int32, 5) instead of split: every rank must call split)",
                    name_.c_str(), rank_, r);
     exchange |= (e.flags & SplitEntry::kFreshAddresses) != 0;
   }
@@ -115,6 +106,21 @@ std::unique_ptr<CommImpl> CommImpl::split(int color, int key, const Options& opt
                    "%s rank %d: split color %d: rank %d connects %s and this rank %s: every rank of a color must "
                    "pass the same connect mode (the config's, else COLLIE_CONNECT)",
                    name_.c_str(), rank_, color, r, eager ? "lazily" : "eagerly", eager ? "eagerly" : "lazily");
+  }
+
+  // A sharing child's tag: the first candidate that no member of the family alive on a rank of the color has (every
+  // rank of the color ORs the same entries).
+  uint32_t tag = 0;
+  if (share) {
+    uint32_t taken = 0;
+    for (const SplitEntry& e : all)
+      if (e.color == color) taken |= e.takenTags;
+    COLLIE_ENFORCE(std::countr_one(taken) < kTagCandidates, ErrorCode::InvalidUsage,
+                   "%s rank %d: split color %d: every one of the %d tags a child sharing the parent's connections may "
+                   "take here is the tag of a sharing communicator still alive on a rank of the color: destroy some "
+                   "of them first",
+                   name_.c_str(), rank_, color, kTagCandidates);
+    tag = sharingTagCandidate(planner_.tag(), epoch, color, std::countr_one(taken));
   }
 
   std::vector<int> members;  // old ranks, in new-rank order
@@ -152,8 +158,9 @@ std::unique_ptr<CommImpl> CommImpl::split(int color, int key, const Options& opt
   std::unique_ptr<CommImpl> comm(new CommImpl(newRank, newSize, opts, lent));
   comm->secret_ = splitSecret(secret_, epoch, color);  // a secret of its own
   if (!share) comm->links_.transports = std::move(transports.list);
-  comm->planner_.setTag(share ? sharingTag(planner_.tag(), epoch, color) : 0);
-  comm->measured_ = measured_;  // the parent's measurements, for the kinds the new communicator uses
+  comm->planner_.setTag(tag);
+  if (share) share_->family->holdTag(tag);  // given back by ~CommImpl
+  comm->measured_ = measured_;              // the parent's measurements, for the kinds the new communicator uses
   const std::vector<std::string> kinds = kindsInUse(comm->links_.transports, peers);
   comm->planner_.tuner() = Tuner(measured_.modelFor(kinds), planner_.tuner().selection());
   comm->connect(peers);

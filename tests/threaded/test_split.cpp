@@ -259,7 +259,7 @@ TEST(Split, ARankCallingSomethingElseFailsEveryRankInsteadOfHanging) {
   overShmAndTcp([] {
     constexpr auto kTimeout = 5s;
     for (bool sameShape : {false, true}) {
-      SCOPED_TRACE(sameShape ? "the odd rank calls AllGather(int32, 4)" : "the odd rank calls a barrier");
+      SCOPED_TRACE(sameShape ? "the odd rank calls AllGather(int32, 5)" : "the odd rank calls a barrier");
       auto comms = Communicator::createAll(4, splitOptions(kTimeout));
       std::vector<std::string> errors(4);
       std::vector<double> seconds(4);
@@ -270,8 +270,8 @@ TEST(Split, ARankCallingSomethingElseFailsEveryRankInsteadOfHanging) {
           if (r != 3) {
             auto sub = c.split(0, r);
           } else if (sameShape) {
-            int32_t mine[4] = {1, 2, 3, 4}, all[16];
-            c.allGather(mine, all, 4, DataType::Int32);
+            int32_t mine[5] = {1, 2, 3, 4, 5}, all[20];
+            c.allGather(mine, all, 5, DataType::Int32);
           } else {
             c.barrier();
           }

@@ -12,7 +12,11 @@
 //   - an async call on the parent then a call on the child run in the order issued on every rank;
 //   - a group mixing the parent and a sharing child, and ranks of a color that disagree on sharing, are refused;
 //   - a group whose turn does not come within its timeout fails its Works;
-//   - collieCommSplit's config->splitShare (0, 1; anything else refused).
+//   - collieCommSplit's config->splitShare (0, 1; anything else refused);
+//   - two children of different splits whose first tag candidates are the same get different tags, and a tag comes
+//     free when its communicator is destroyed: calls in another order on them fail with a mismatch too;
+//   - a waiting call of a sharing child finds a mismatch that no message shows (it asks its peers) before the
+//     timeout, and takes no other member's message at the head of a connection for a contradiction.
 #include <collie/collie.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -27,8 +31,11 @@
 
 #include "common/bodies.hpp"
 #include "common/descriptors.hpp"
+#include "common/forced_algorithm.hpp"
 #include "common/launcher.hpp"
 #include "common/split_checks.hpp"
+#include "core/api_access.hpp"
+#include "core/link_share.hpp"
 
 namespace collie::test {
 namespace {
@@ -430,6 +437,145 @@ TEST(SplitShare, TheCApiTakesSplitShareFromTheConfig) {
     EXPECT_EQ(v, 3);
     EXPECT_EQ(collieCommDestroy(child), collieSuccess);
     EXPECT_EQ(collieCommDestroy(parents[static_cast<size_t>(r)]), collieSuccess);
+  });
+}
+
+uint32_t tagOf(Communicator& c) { return InternalAccess::coreComm(c).fingerprintTag(); }
+
+/// A color whose first tag candidate, for the split numbered `epoch` of a parent tagged 0, is `tag`.
+int colorWhoseFirstCandidateIs(uint32_t tag, int epoch) {
+  for (int color = 1; color < (1 << 22); ++color)
+    if (core::sharingTagCandidate(0, epoch, color, 0) == tag) return color;
+  ADD_FAILURE() << "no color gives tag " << tag << " at split " << epoch;
+  return 0;
+}
+
+TEST(SplitShare, ChildrenWhoseFirstTagCandidatesCollideGetDifferentTagsAndCallsInAnotherOrderFail) {
+  overShmAndTcp([] {
+    constexpr auto kTimeout = 5s;
+    auto parents = createParents(2, kTimeout);
+    const uint32_t first = core::sharingTagCandidate(0, 0, 0, 0);
+    const int colliding = colorWhoseFirstCandidateIs(first, 1);  // split 1's color whose candidate 0 is split 0's
+    const int again = colorWhoseFirstCandidateIs(first, 2);      // split 2's likewise
+    std::vector<std::string> errors(2);
+    onEveryRank(2, [&](int r) {
+      auto& parent = *parents[static_cast<size_t>(r)];
+      auto a = parent.split(0, r, shareOptions(kTimeout));
+      EXPECT_EQ(tagOf(*a), first);
+      auto b = parent.split(colliding, r, shareOptions(kTimeout));
+      EXPECT_EQ(tagOf(*b), core::sharingTagCandidate(0, 1, colliding, 1)) << "candidate 0 is a's";
+      EXPECT_NE(tagOf(*b), tagOf(*a));
+      a.reset();  // its tag comes free
+      auto c = parent.split(again, r, shareOptions(kTimeout));
+      EXPECT_EQ(tagOf(*c), first) << "a's tag was not given back when a was destroyed";
+      checkCase(*b, Coll::AllReduce, DataType::Int32, ReduceOp::Sum, 64, false, 0);  // connected, in order
+      checkCase(*c, Coll::AllReduce, DataType::Int32, ReduceOp::Sum, 64, false, 0);
+      // The same call (number, collective, type, count) on c and b in another order on each rank: only the tags
+      // tell them apart.
+      std::vector<int32_t> x(1024, r + 1), y(1024, 10 * (r + 1));
+      try {
+        Communicator& one = r == 0 ? *c : *b;
+        Communicator& two = r == 0 ? *b : *c;
+        one.allReduce(x.data(), x.data(), x.size(), DataType::Int32, ReduceOp::Sum);
+        two.allReduce(y.data(), y.data(), y.size(), DataType::Int32, ReduceOp::Sum);
+        errors[static_cast<size_t>(r)] = "no error; got " + std::to_string(x[0]) + " and " + std::to_string(y[0]);
+      } catch (const Error& e) {
+        errors[static_cast<size_t>(r)] = e.what();
+      }
+    });
+    for (int r = 0; r < 2; ++r)
+      EXPECT_NE(errors[static_cast<size_t>(r)].find("mismatched calls"), std::string::npos)
+          << "rank " << r << ": " << errors[static_cast<size_t>(r)];
+  });
+}
+
+// A Reduce on 3 ranks of a sharing child in which rank 1 names itself root (the others name 0): under ring every
+// rank's part starts with a receive, so no message shows the mismatch and the waiting ranks must ask one another
+// (through the root's listeners); and an AllReduce on rank 1 against the others' Reduce, whose telling message sits
+// unread at the head of an idle connection. Before 2026-11-30 a sharing child neither looked nor asked: both waited
+// until the timeout.
+TEST(SplitShare, AWaitingChildFindsAMismatchNoReceiveShowsBeforeTheTimeout) {
+  overShmAndTcp([] {
+    constexpr auto kTimeout = 30s;
+    for (bool allReduceAgainstReduce : {false, true}) {
+      SCOPED_TRACE(allReduceAgainstReduce ? "AllReduce against Reduce" : "two roots");
+      ForcedAlgorithm ring("ring");
+      auto parents = createParents(3, kTimeout);
+      std::vector<std::string> errors(3);
+      std::vector<double> seconds(3);
+      onEveryRank(3, [&](int r) {
+        auto child = parents[static_cast<size_t>(r)]->split(0, r, shareOptions(kTimeout));
+        checkCase(*child, Coll::AllReduce, DataType::Float32, ReduceOp::Sum, 64, false, 0);  // connected
+        std::vector<float> in(1024, 1.0f), out(1024, 0.0f);
+        const auto t0 = std::chrono::steady_clock::now();
+        try {
+          if (allReduceAgainstReduce && r == 1) {
+            child->allReduce(in.data(), out.data(), in.size(), DataType::Float32, ReduceOp::Sum);
+          } else {
+            child->reduce(in.data(), out.data(), in.size(), DataType::Float32, ReduceOp::Sum,
+                          !allReduceAgainstReduce && r == 1 ? 1 : 0);
+          }
+          errors[static_cast<size_t>(r)] = "no error";
+        } catch (const Error& e) {
+          errors[static_cast<size_t>(r)] = e.what();
+        }
+        seconds[static_cast<size_t>(r)] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      });
+      for (int r = 0; r < 3; ++r) {
+        EXPECT_NE(errors[static_cast<size_t>(r)].find("mismatched calls: rank "), std::string::npos)
+            << "rank " << r << ": " << errors[static_cast<size_t>(r)];
+        EXPECT_LT(seconds[static_cast<size_t>(r)], 10.0) << "rank " << r << ": " << errors[static_cast<size_t>(r)];
+      }
+    }
+  });
+}
+
+// Rank 1 waits 3 s in a call on one member of a family (a group receiving from ranks 0 and 2; rank 2 comes late)
+// while rank 0, done with it, starts a direct AllReduce on the other member whose number is that of a collective
+// call in the waiting member's history: its message sits at the head of rank 1's idle connection from rank 0, which
+// rank 1's look reads, and rank 1 asks rank 0 what it waits in (that AllReduce). Another member's message or call
+// is no contradiction: every value is checked. The child waits first, then the parent.
+TEST(SplitShare, AnotherMembersMessageAtTheHeadOfAWaitingChildsConnectionIsNoMismatch) {
+  overShmAndTcp([] {
+    constexpr auto kTimeout = 30s;
+    ForcedAlgorithm direct("direct");
+    auto parents = createParents(3, kTimeout);
+    onEveryRank(3, [&](int r) {
+      auto& parent = *parents[static_cast<size_t>(r)];
+      auto child = parent.split(0, r, shareOptions(kTimeout));  // the parent's collective #0
+      const auto collective = [](Communicator& c) {
+        checkCase(c, Coll::AllReduce, DataType::Int32, ReduceOp::Sum, 64, false, 0);
+      };
+      collective(parent);                              // parent #1: connected
+      for (int i = 0; i < 3; ++i) collective(*child);  // child #0-#2
+      for (bool childWaits : {true, false}) {
+        Communicator& waiting = childWaits ? *child : parent;
+        Communicator& other = childWaits ? parent : *child;
+        if (!childWaits) collective(parent);  // parent #3, the number of the child's next collective
+        // The other's next collective is #2 (parent) or #3 (child), which the waiting one has made.
+        std::vector<int32_t> from0(64, -1), from2(64, -1), mine(64, 100 * (r + 1)), sum(64, -1);
+        if (r == 2) std::this_thread::sleep_for(3s);
+        try {
+          groupStart();
+          if (r == 1) {
+            waiting.recv(from0.data(), from0.size(), DataType::Int32, 0);
+            waiting.recv(from2.data(), from2.size(), DataType::Int32, 2);
+          } else {
+            waiting.send(mine.data(), mine.size(), DataType::Int32, 1);
+          }
+          groupEnd();
+          other.allReduce(mine.data(), sum.data(), mine.size(), DataType::Int32, ReduceOp::Sum);
+        } catch (const Error& e) {
+          FAIL() << "rank " << r << ", childWaits " << childWaits << ": " << e.what();
+        }
+        for (size_t i = 0; i < sum.size(); ++i) {
+          ASSERT_EQ(sum[i], 100 + 200 + 300) << "childWaits " << childWaits << ", element " << i;
+          if (r != 1) continue;
+          ASSERT_EQ(from0[i], 100) << "childWaits " << childWaits << ", element " << i;
+          ASSERT_EQ(from2[i], 300) << "childWaits " << childWaits << ", element " << i;
+        }
+      }
+    });
   });
 }
 
