@@ -175,6 +175,11 @@ COLLIE_EXPORT collieResult_t collieCommSplit(collieComm_t comm, int color, int k
  * as it was: destroy it (collieCommAbort if it failed) when done. The new communicator has comm's timeout. */
 COLLIE_EXPORT collieResult_t collieCommShrink(collieComm_t comm, const int* excludeRanks, int excludeCount,
                                               collieComm_t* newcomm);
+/** collieCommShrink with a config (NULL: as collieCommShrink): its commName names the new communicator and its
+ * timeoutMs replaces comm's. The call always blocks (blocking is not used), and splitShare must be unset or 0: a
+ * shrunk communicator shares no connection with comm (whose peers may be dead). */
+COLLIE_EXPORT collieResult_t collieCommShrinkConfig(collieComm_t comm, const int* excludeRanks, int excludeCount,
+                                                    collieComm_t* newcomm, collieConfig_t* config);
 
 COLLIE_EXPORT const char* collieGetErrorString(collieResult_t result);
 /** The message of the last failure on comm, or of this thread's last failure when comm is NULL. The string is

@@ -393,13 +393,22 @@ collieResult_t collieCommSplit(collieComm_t comm, int color, int key, collieComm
 }
 
 collieResult_t collieCommShrink(collieComm_t comm, const int* excludeRanks, int excludeCount, collieComm_t* newcomm) {
+  return collieCommShrinkConfig(comm, excludeRanks, excludeCount, newcomm, nullptr);
+}
+
+collieResult_t collieCommShrinkConfig(collieComm_t comm, const int* excludeRanks, int excludeCount,
+                                      collieComm_t* newcomm, collieConfig_t* config) {
   if (!newcomm) return argError("newcomm is NULL");
   *newcomm = nullptr;
   if (excludeCount < 0) return argError("excludeCount is negative");
   if (excludeCount > 0 && !excludeRanks) return argError("excludeRanks is NULL but excludeCount > 0");
+  collie::capi::ParsedConfig parsed;  // blocking is not used: shrink always blocks
+  if (collieResult_t r = parseConfig(config, &parsed); r != collieSuccess) return r;
+  if (parsed.options.shareConnections)
+    return argError("config->splitShare=1: a shrunk communicator shares no connection with its parent");
   std::span<const int> exclude(excludeRanks, static_cast<size_t>(excludeCount));
   std::unique_ptr<collie::Communicator> created;
-  collieResult_t r = withComm(comm, [&](collie::Communicator& c) { created = c.shrink(exclude); });
+  collieResult_t r = withComm(comm, [&](collie::Communicator& c) { created = c.shrink(exclude, parsed.options); });
   if (r != collieSuccess) return r;
   return newHandle(std::move(created), newcomm);
 }

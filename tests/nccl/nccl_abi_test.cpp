@@ -617,7 +617,9 @@ void testShrink(ncclComm_t comm) {
   if (gRank == gSize - 1) return;
   int exclude = gSize - 1;
   ncclComm_t small = nullptr;
-  NCCL_OK(ncclCommShrink(comm, &exclude, 1, &small, nullptr, NCCL_SHRINK_ABORT));
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;  // its commName names the new communicator
+  config.commName = "nccl-abi-test-shrunk";
+  NCCL_OK(ncclCommShrink(comm, &exclude, 1, &small, &config, NCCL_SHRINK_ABORT));
   CHECK(small != nullptr, "ncclCommShrink gave no communicator");
   if (!small) return;
   int count = -1, rank = -1;
@@ -625,7 +627,16 @@ void testShrink(ncclComm_t comm) {
   NCCL_OK(ncclCommUserRank(small, &rank));
   CHECK(count == gSize - 1 && rank == gRank, "shrunk: rank %d of %d, expected %d of %d", rank, count, gRank, gSize - 1);
   checkSum(small, gRank, (gSize - 1) * (gSize - 2) / 2, "AllReduce on the shrunk communicator");
-  NCCL_OK(ncclCommDestroy(small));
+  // Mismatched calls (rank 0 reduces 4 elements, the others 8) fail every rank, each naming the communicator by
+  // the config's commName.
+  int32_t buf[8] = {};
+  const ncclResult_t r = ncclAllReduce(buf, buf, gRank == 0 ? 4 : 8, ncclInt32, ncclSum, small, nullptr);
+  const char* e = ncclGetLastError(small);
+  CHECK(r != ncclSuccess && e && std::strstr(e, "nccl-abi-test-shrunk rank "),
+        "mismatched calls on the shrunk communicator gave %d and '%s': expected an error naming it by the config's "
+        "commName",
+        static_cast<int>(r), e ? e : "(null)");
+  NCCL_OK(ncclCommAbort(small));
 }
 
 // Communicators of 2 ranks made and driven by this one thread: inits and splits inside a group, InitAll,

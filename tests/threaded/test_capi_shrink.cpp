@@ -125,5 +125,48 @@ TEST(CApiShrink, BadArgumentsAreRefused) {
   EXPECT_OK(collieCommDestroy(comm));
 }
 
+// collieCommShrinkConfig: a bad config is refused before anything is made (no communicator, a message naming the
+// field); a good one's commName names the new communicator (its errors say so) and its timeoutMs is taken.
+TEST(CApiShrink, AConfigNamesTheNewCommunicatorAndABadOneIsRefused) {
+  constexpr int n = 2;
+  std::vector<collieComm_t> comms(n, nullptr);
+  ASSERT_EQ(collieCommInitAll(comms.data(), n, nullptr), collieSuccess) << collieGetLastError(nullptr);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      ::testing::ScopedTrace trace(__FILE__, __LINE__, "rank " + std::to_string(r));
+      collieComm_t comm = comms[static_cast<size_t>(r)];
+      collieComm_t out = nullptr;
+      collieConfig_t shares = COLLIE_CONFIG_INITIALIZER;
+      shares.splitShare = 1;
+      EXPECT_EQ(collieCommShrinkConfig(comm, nullptr, 0, &out, &shares), collieInvalidArgument);
+      EXPECT_NE(std::string(collieGetLastError(nullptr)).find("config->splitShare=1"), std::string::npos)
+          << collieGetLastError(nullptr);
+      collieConfig_t badTimeout = COLLIE_CONFIG_INITIALIZER;
+      badTimeout.timeoutMs = 0;
+      EXPECT_EQ(collieCommShrinkConfig(comm, nullptr, 0, &out, &badTimeout), collieInvalidArgument);
+      EXPECT_NE(std::string(collieGetLastError(nullptr)).find("config->timeoutMs=0"), std::string::npos)
+          << collieGetLastError(nullptr);
+      EXPECT_EQ(out, nullptr);
+      collieConfig_t config = COLLIE_CONFIG_INITIALIZER;
+      config.commName = "survivors";
+      config.timeoutMs = 7000;
+      ASSERT_EQ(collieCommShrinkConfig(comm, nullptr, 0, &out, &config), collieSuccess) << collieGetLastError(nullptr);
+      ASSERT_NE(out, nullptr);
+      collieComm_t none = nullptr;  // a refusal by the communicator itself, which names it
+      EXPECT_EQ(collieCommSplit(out, -5, 0, &none, nullptr), collieInvalidArgument);
+      EXPECT_NE(std::string(collieGetLastError(out)).find("survivors rank " + std::to_string(r) + ": split color=-5"),
+                std::string::npos)
+          << collieGetLastError(out);
+      int32_t v[4] = {r, r, r, r};
+      EXPECT_OK(collieAllReduce(v, v, 4, collieInt32, collieSum, out, nullptr));
+      for (int32_t x : v) EXPECT_EQ(x, 0 + 1);
+      EXPECT_OK(collieCommDestroy(out));
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (collieComm_t c : comms) EXPECT_OK(collieCommDestroy(c));
+}
+
 }  // namespace
 }  // namespace collie::test

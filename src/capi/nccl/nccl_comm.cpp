@@ -234,7 +234,8 @@ NCCL_ABI(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key, ncclC
 // collieCommShrink: the survivors connect afresh, without the parent's connections, so it works on a parent whose
 // peer died. NCCL_SHRINK_ABORT is accepted like NCCL_SHRINK_DEFAULT: the parent's operations need not end first,
 // since the new communicator does not share anything with them. The config's blocking is honoured as split's is
-// (the call itself always completes before it returns); the new communicator keeps the parent's timeout.
+// (the call itself always completes before it returns), its commName names the new communicator, and its
+// splitShare is the new communicator's for its own children; the new communicator keeps the parent's timeout.
 namespace {
 
 ncclResult_t shrinkUnguarded(ncclComm_t comm, int* excludeRanksList, int excludeRanksCount, ncclComm_t* newcomm,
@@ -253,8 +254,10 @@ ncclResult_t shrinkUnguarded(ncclComm_t comm, int* excludeRanksList, int exclude
     Settings s;
     std::unique_ptr<ncclComm> child;
     NCCL_TRY(newChild(comm, fn, config, &s, &child));
+    collieConfig_t cc = collieConfigFor(s, true);  // the name; collie's shrink always blocks
+    cc.splitShare = 0;                             // s.splitShare is for the new communicator's own children
     collieComm_t c = nullptr;
-    NCCL_TRY(fromCollie(comm, fn, collieCommShrink(parent, excludeRanksList, excludeRanksCount, &c)));
+    NCCL_TRY(fromCollie(comm, fn, collieCommShrinkConfig(parent, excludeRanksList, excludeRanksCount, &c, &cc)));
     child->c = c;
     *newcomm = child.release();
     return ncclSuccess;
