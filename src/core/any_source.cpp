@@ -115,11 +115,9 @@ void AnySourceMatcher::failTimeout(const Call& call, const ExecConfig& config) c
       continue;
     }
     const transport::Fingerprint& ahead = ahead_[static_cast<size_t>(p)];
-    const transport::Fingerprint seen = call.lastSeen(p);
     std::string state = !connectionOf_(p) ? std::string("not connected yet")
                         : ahead.shape     ? "its next message is from " + callText(ahead, p, rank_)
-                        : seen.shape      ? "last seen in " + callText(seen, p, rank_)
-                                          : std::string("nothing received from it yet");
+                                          : call.lastSeenText(p);
     waiting += base::format("%srank %d (%s)", waiting.empty() ? "" : ", ", p, state.c_str());
   }
   COLLIE_FAIL(ErrorCode::Timeout,

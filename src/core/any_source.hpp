@@ -48,11 +48,11 @@ class AnySourceMatcher {
                    const std::atomic<bool>& abortFlag, std::string commName);
 
   /// What the caller knows that the matcher needs: the fingerprint the Recv from `peer` would expect, the last call
-  /// each peer was seen in (for the timeout message), and the words for the call ("Recv(float32, 10 from any
-  /// rank)").
+  /// each peer was seen in, in words (for the timeout message), and the words for the call ("Recv(float32, 10 from
+  /// any rank)").
   struct Call {
     std::function<transport::Fingerprint(int peer)> expected;
-    std::function<transport::Fingerprint(int peer)> lastSeen;
+    std::function<std::string(int peer)> lastSeenText;  ///< Executor::lastSeenText
     std::string text;
   };
   /// Waits until some other rank's next message is a send to this rank and returns that rank.

@@ -204,6 +204,7 @@ void CommImpl::startRecording() {
   // so a peer already in the user's call #0 would contradict this rank's init call #0. A child that shares its
   // parent's connections looks as well: another member's messages carry another tag (split gives no two members of
   // a family the same), which nothing contradicts.
+  executor_->beginUserCalls();
   Executor::LookHooks hooks;
   hooks.takeAnswered = [this] { takeAnsweredConnections(); };
   hooks.showWaiting = [this](const std::vector<transport::Fingerprint>& calls) {
@@ -408,7 +409,7 @@ OpDesc CommImpl::matchAnySource(const OpDesc& op, const ExecConfig& config) {
   }
   AnySourceMatcher::Call call;
   call.expected = [&](int peer) { return planner_.recvFingerprint(op, peer); };
-  call.lastSeen = [&](int peer) { return executor_->lastSeen(peer); };
+  call.lastSeenText = [&](int peer) { return executor_->lastSeenText(peer); };
   call.text = base::format("Recv(%s, %zu from any rank)", base::dataTypeName(op.type), op.count);
   OpDesc named = op;
   named.root = anySource_->match(call, config);

@@ -104,8 +104,12 @@ class Executor {
   void cancel();
   /// Where each step's waits on its peers go (null: nowhere, the default).
   void setTrace(CallTrace* trace) { trace_ = trace; }
-  /// The call of the last message received from `peer` (empty before the first).
-  const transport::Fingerprint& lastSeen(int peer) const { return lastSeen_[static_cast<size_t>(peer)]; }
+  /// The call of the last message received from `peer`, in words, for a timeout's message: "last seen in <call>",
+  /// "last seen in init, before this communicator's first call", or "nothing received from it yet".
+  std::string lastSeenText(int peer) const;
+  /// The user's calls begin (numbered from 0 again: Planner::setRecorder): a peer last seen in one of init's calls,
+  /// numbered the old way, is said to have been seen in init instead.
+  void beginUserCalls();
   /// How many looks a waiting run lets pass before it asks again a peer it has asked `asked` times: 1, 2, 4, then
   /// kAskGapMax (compareWaitingCalls).
   static constexpr uint32_t kAskGapMax = 8;
@@ -236,6 +240,7 @@ class Executor {
   std::vector<size_t> jobScratch_;                // byte offset of each job's scratch in scratch_
   std::vector<size_t> jobScaledInput_;            // byte offset of each job's divided input in scratch_
   std::vector<transport::Fingerprint> lastSeen_;  // by peer: the call of the last message received from it
+  std::vector<uint8_t> seenInInit_;               // by peer: last seen in one of init's calls (beginUserCalls)
   const CallHistory* history_ = nullptr;
   LookHooks look_;
   bool showingWaiting_ = false;  // this run told look_.showWaiting its calls

@@ -25,16 +25,30 @@ void Executor::failTimeout() {
   std::string waiting;
   for (int p : activePeers_) {
     if (p == rank_ || !conns_[static_cast<size_t>(p)]->busy()) continue;
-    const transport::Fingerprint& seen = lastSeen_[static_cast<size_t>(p)];
-    waiting += base::format("%srank %d (%s%s%s)", waiting.empty() ? "" : ", ", p,
-                            seen.shape ? "last seen in " : "nothing received from it yet",
-                            seen.shape ? callText(seen, p, rank_).c_str() : "", toldText(p).c_str());
+    waiting +=
+        base::format("%srank %d (%s%s)", waiting.empty() ? "" : ", ", p, lastSeenText(p).c_str(), toldText(p).c_str());
   }
   COLLIE_FAIL(ErrorCode::Timeout,
               "%s rank %d: no progress for %lld ms in %s while waiting on %s (a peer may have died, hung, or "
               "called a different collective)",
               name_.c_str(), rank_, static_cast<long long>(config_.timeout.count()), in.c_str(),
               waiting.empty() ? "?" : waiting.c_str());
+}
+
+std::string Executor::lastSeenText(int peer) const {
+  const auto p = static_cast<size_t>(peer);
+  if (lastSeen_[p].shape) return "last seen in " + callText(lastSeen_[p], peer, rank_);
+  if (p < seenInInit_.size() && seenInInit_[p]) return "last seen in init, before this communicator's first call";
+  return "nothing received from it yet";
+}
+
+void Executor::beginUserCalls() {
+  seenInInit_.assign(lastSeen_.size(), 0);
+  for (size_t p = 0; p < lastSeen_.size(); ++p) {
+    if (lastSeen_[p].shape == 0) continue;
+    seenInInit_[p] = 1;
+    lastSeen_[p] = {};
+  }
 }
 
 // Some mismatches send only where no receive waits: in a Reduce whose ranks name different roots, or an AllReduce
