@@ -605,6 +605,28 @@ void testSplitShare(ncclComm_t comm) {
   for (ncclComm_t x : {e, d, c, p}) NCCL_OK(ncclCommDestroy(x));
 }
 
+// Two splits of one parent in one group (a row and a column communicator, say): started at the group's end, they
+// must take the parent's entries each for its own split, on every rank (before 2026-11-30 they ran at once, and a
+// rank could get a communicator of the other split's members, with no error).
+void testTwoSplitsOfOneParentInAGroup(ncclComm_t comm) {
+  for (int round = 0; round < 5; ++round) {
+    ncclComm_t byParity = nullptr, byHalf = nullptr;
+    NCCL_OK(ncclGroupStart());
+    NCCL_OK(ncclCommSplit(comm, gRank % 2, gRank, &byParity, nullptr));
+    NCCL_OK(ncclCommSplit(comm, gRank < gSize / 2 ? 0 : 1, gRank, &byHalf, nullptr));
+    NCCL_OK(ncclGroupEnd());
+    int parity = 0, half = 0;
+    for (int r = 0; r < gSize; ++r) {
+      if (r % 2 == gRank % 2) parity += r;
+      if ((r < gSize / 2) == (gRank < gSize / 2)) half += r;
+    }
+    checkSum(byParity, gRank, parity, "AllReduce on the split by parity of a grouped pair");
+    checkSum(byHalf, gRank, half, "AllReduce on the split by halves of a grouped pair");
+    NCCL_OK(ncclCommDestroy(byParity));
+    NCCL_OK(ncclCommDestroy(byHalf));
+  }
+}
+
 void testShrink(ncclComm_t comm) {
   // With 3 or more ranks the last rank is left out (alive, it does not call); the others pass the list.
   if (gSize < 3) {
@@ -1120,6 +1142,7 @@ int main(int argc, char** argv) {
   timed("Send/Recv", [&] { testSendRecv(comm); });
   timed("CommSplit", [&] { testSplit(comm); });
   timed("splitShare", [&] { testSplitShare(comm); });
+  timed("two splits in a group", [&] { testTwoSplitsOfOneParentInAGroup(comm); });
   timed("CommShrink", [&] { testShrink(comm); });
   timed("errors", [&] { testErrors(comm); });
   timed("misc", [&] { testMisc(comm); });

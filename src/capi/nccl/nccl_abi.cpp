@@ -44,6 +44,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <future>
+#include <map>
 #include <memory>
 #include <unordered_set>
 #include <utility>
@@ -411,10 +413,12 @@ ncclResult_t failGroupOn(ncclComm* comm, ncclResult_t r) {
 
 bool takeGroupFailure() { return std::exchange(tlsGroupFailed, false); }
 
-void deferToGroupEnd(ncclComm* comm, const char* fn, bool isInit, std::function<collieResult_t(collieComm_t*)> create) {
+void deferToGroupEnd(ncclComm* comm, const char* fn, bool isInit, std::function<collieResult_t(collieComm_t*)> create,
+                     collieComm_t parent) {
   tlsGroupDeferred.push_back(comm);
   comm->pending = std::move(create);
   comm->pendingIsInit = isInit;
+  comm->pendingParent = parent;
   comm->pendingFn = fn;
 }
 
@@ -433,11 +437,14 @@ void recordCreationFailure(ncclComm* comm, ncclResult_t r, const std::string& wh
   std::snprintf(comm->lastError, sizeof(comm->lastError), "%s: %s", comm->pendingFn, why.c_str());
 }
 
-// A split: on a thread of its own, which stores the result and then sets deferredDone.
-void launchSplit(ncclComm* comm, std::function<collieResult_t(collieComm_t*)> create) {
+// A split: on a thread of its own, which waits until `before` (the split of the same parent issued before it in the
+// group, if any) has run, stores the result, sets deferredDone and then `done`.
+void launchSplit(ncclComm* comm, std::function<collieResult_t(collieComm_t*)> create, std::shared_future<void> before,
+                 std::promise<void> done) {
   comm->deferredDone = false;
   try {
-    std::thread t([comm, create = std::move(create)] {
+    std::thread t([comm, create = std::move(create), before = std::move(before), done = std::move(done)]() mutable {
+      if (before.valid()) before.wait();  // ready also when that split's thread could not start (a broken promise)
       collieComm_t c = nullptr;
       collieResult_t r = create(&c);
       {
@@ -446,6 +453,7 @@ void launchSplit(ncclComm* comm, std::function<collieResult_t(collieComm_t*)> cr
       }
       if (r != collieSuccess) recordCreationFailure(comm, fromCollieCode(r), collieWhy(r));
       comm->deferredDone = true;
+      done.set_value();
     });
     std::lock_guard<std::mutex> lock(comm->mu);  // waitDeferred may look from another thread (ncclCommAbort)
     comm->deferred = std::move(t);
@@ -485,14 +493,22 @@ void waitInitInGroup(ncclComm* comm) {
 
 }  // namespace
 
+// Splits of one parent run one after another, in the order the group issued them (the same on every rank): run at
+// once, their all-gathers on the parent would meet in whichever order each rank's threads came, and a rank could take
+// the entries of another split than its own (communicators of the wrong members, and no error: seen with a row and a
+// column split of one communicator). Splits of different parents, and inits, run at once.
 void launchDeferred() {
+  std::map<collieComm_t, std::shared_future<void>> lastSplitOf;  // by parent
   for (ncclComm* comm : tlsGroupDeferred) {
     std::function<collieResult_t(collieComm_t*)> create = std::move(comm->pending);
     comm->pending = nullptr;
     if (comm->pendingIsInit) {
       launchInit(comm, create);
     } else {
-      launchSplit(comm, std::move(create));
+      std::promise<void> done;
+      std::shared_future<void>& last = lastSplitOf[comm->pendingParent];
+      std::shared_future<void> before = std::exchange(last, done.get_future().share());
+      launchSplit(comm, std::move(create), std::move(before), std::move(done));
     }
   }
 }

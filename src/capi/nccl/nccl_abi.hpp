@@ -57,6 +57,7 @@ struct ncclComm {
   // stores the result below and then sets deferredDone; an init fails into the result below too (waitInitInGroup).
   std::function<collieResult_t(collieComm_t*)> pending;
   bool pendingIsInit = false;
+  collieComm_t pendingParent = nullptr;  ///< a split's parent: splits of one parent run in the order issued
   const char* pendingFn = "";
   std::thread deferred;
   std::atomic<bool> deferredDone{true};
@@ -165,8 +166,10 @@ int& groupDepth();
 bool takeGroupFailure();
 /// Inside a group: records `create`, which makes the collie communicator of comm, for the outermost ncclGroupEnd
 /// (launchDeferred) to start and wait for (finishDeferred): an init (isInit: `create` is collie's non-blocking init,
-/// run on the group's thread, waited for when comm's config blocks) or a split (run on a thread of its own).
-void deferToGroupEnd(ncclComm* comm, const char* fn, bool isInit, std::function<collieResult_t(collieComm_t*)> create);
+/// run on the group's thread, waited for when comm's config blocks) or a split of `parent` (run on a thread of its
+/// own, once the split of the same parent issued before it in the group has run).
+void deferToGroupEnd(ncclComm* comm, const char* fn, bool isInit, std::function<collieResult_t(collieComm_t*)> create,
+                     collieComm_t parent = nullptr);
 /// At the outermost ncclGroupEnd of a group none of whose calls failed: starts its inits and splits, all of them
 /// before any is waited for (one thread may create several ranks of one communicator).
 void launchDeferred();

@@ -204,11 +204,14 @@ ncclResult_t splitUnguarded(ncclComm_t comm, int color, int key, ncclComm_t* new
     const bool share = comm->splitShare;
     if (groupDepth() > 0) {
       child->discardAtGroupEnd = color == NCCL_SPLIT_NOCOLOR;
-      deferToGroupEnd(child.get(), fn, /*isInit=*/false, [parent, color, key, s, share](collieComm_t* c) {
-        collieConfig_t cc = collieConfigFor(s, true);
-        cc.splitShare = share ? 1 : 0;
-        return collieCommSplit(parent, color, key, c, &cc);
-      });
+      deferToGroupEnd(
+          child.get(), fn, /*isInit=*/false,
+          [parent, color, key, s, share](collieComm_t* c) {
+            collieConfig_t cc = collieConfigFor(s, true);
+            cc.splitShare = share ? 1 : 0;
+            return collieCommSplit(parent, color, key, c, &cc);
+          },
+          parent);
       ncclComm* h = child.release();  // owned by the group's end when discarded
       if (!h->discardAtGroupEnd) *newcomm = h;
       return ncclSuccess;
