@@ -1,5 +1,5 @@
 // The C API's one reader of collieConfig_t (every entry point that takes a config: init, init from the
-// environment, split): it checks size, magic and version before reading any field, and reads a field only when
+// environment, split, shrink): it checks size, magic and version before reading any field, and reads a field only when
 // config->size covers it (a config from an older header is shorter).
 #pragma once
 

@@ -14,8 +14,9 @@
 //     same order as its peers, as on one ordered stream, and an async call on one member followed by a call on
 //     another runs in that order on every rank;
 //   - every message names its communicator (a 12-bit tag in the call fingerprint, call_fingerprint.hpp; no two
-//     members of a family alive on a rank have the same one, sharingTagCandidate): a rank that called them in
-//     another order fails with a mismatch on both ends rather than take the wrong communicator's data. A waiting
+//     members of a family alive on a rank have the same one, sharingTagCandidate, where a rank splits them one after
+//     another): a rank that called them in another order fails with a mismatch on both ends rather than take the
+//     wrong communicator's data. A waiting
 //     call of a sharing child looks at its idle connections and asks its peers what they wait in, as any waiting
 //     run does (executor_waiting.cpp), through the root's listeners, where it shows its own waiting calls;
 //   - a failure or an abort of one fails them all (their connections are one);
@@ -89,7 +90,8 @@ struct ShareFamily {
 /// of preference: each in 1..kMaxCommTag, never the parent's, mixed from the parent's tag, the split epoch and the
 /// color, so every rank of the color computes the same ones. The child takes the first that no member of the family
 /// alive on any of its ranks has (split's entry carries takenTagCandidates), so two members of a family never share
-/// a tag on a connection, and a rank that calls them in another order than its peer always fails with a mismatch.
+/// a tag on a connection (where each rank makes the family's splits one after another), and a rank that calls them
+/// in another order than its peer fails with a mismatch.
 constexpr int kTagCandidates = 32;
 uint32_t sharingTagCandidate(uint32_t parentTag, int epoch, int color, int candidate);
 
