@@ -189,7 +189,11 @@ class COLLIE_EXPORT Work {
   std::shared_ptr<State> state_;
 };
 
-/// One rank's communicator. Not copyable; destroy it on every rank.
+/// One rank's communicator. Not copyable; destroy it on every rank. Its calls run in the order they are made; every
+/// rank must make the same calls in the same order (a difference is reported as a mismatch where the calls differ,
+/// but two calls of the same shape swapped cannot be told apart), so make a communicator's calls, split and shrink
+/// included, from one thread at a time, as NCCL requires: calls from two threads at once meet in whichever order the
+/// threads come, which may differ between ranks. stats() and abort() may be called from any thread.
 class COLLIE_EXPORT Communicator {
  public:
   /// Joins the communicator `id` as `rank` of `nranks`; blocks until all ranks have joined.
