@@ -627,6 +627,74 @@ void testTwoSplitsOfOneParentInAGroup(ncclComm_t comm) {
   }
 }
 
+// Waits (60 s at most) until a non-blocking communicator is ready.
+void waitReady(ncclComm_t c, const char* what) {
+  ncclResult_t state = ncclInProgress;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (state == ncclInProgress && std::chrono::steady_clock::now() < deadline) {
+    NCCL_OK(ncclCommGetAsyncError(c, &state));
+    if (state == ncclInProgress) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  CHECK(state == ncclSuccess, "%s ended in state %d: %s", what, static_cast<int>(state), ncclGetLastError(c));
+}
+
+// The splits of one family keep the order they were issued in on every rank: two non-blocking splits of one parent
+// in two groups (the first still running when the second group ends) and a call on the parent right after them;
+// and, in one group, a split of a communicator and one of the child that shares its connections (splitShare), whose
+// all-gathers take turns on the same connections. Every communicator's members are checked by a sum.
+void testSplitsOfOneFamilyKeepTheirOrder(ncclComm_t comm) {
+  int parity = 0, half = 0, all = 0;
+  for (int r = 0; r < gSize; ++r) {
+    if (r % 2 == gRank % 2) parity += r;
+    if ((r < gSize / 2) == (gRank < gSize / 2)) half += r;
+    all += r;
+  }
+  ncclConfig_t nonBlocking = NCCL_CONFIG_INITIALIZER;
+  nonBlocking.blocking = 0;
+  ncclComm_t nb = nullptr;
+  ncclResult_t r = ncclCommSplit(comm, 0, gRank, &nb, &nonBlocking);
+  CHECK(r == ncclSuccess || r == ncclInProgress, "a non-blocking split returned %d", static_cast<int>(r));
+  waitReady(nb, "the non-blocking parent");
+  for (int round = 0; round < 5; ++round) {
+    ncclComm_t byParity = nullptr, byHalf = nullptr;
+    NCCL_OK(ncclGroupStart());
+    NCCL_OK(ncclCommSplit(nb, gRank % 2, gRank, &byParity, nullptr));  // non-blocking, as its parent
+    r = ncclGroupEnd();
+    CHECK(r == ncclSuccess || r == ncclInProgress, "the first group's end returned %d", static_cast<int>(r));
+    NCCL_OK(ncclGroupStart());
+    NCCL_OK(ncclCommSplit(nb, gRank < gSize / 2 ? 0 : 1, gRank, &byHalf, nullptr));
+    r = ncclGroupEnd();
+    CHECK(r == ncclSuccess || r == ncclInProgress, "the second group's end returned %d", static_cast<int>(r));
+    checkSum(nb, gRank, all, "AllReduce on the parent of two non-blocking splits");
+    waitReady(byParity, "the split by parity");
+    waitReady(byHalf, "the split by halves");
+    checkSum(byParity, gRank, parity, "AllReduce on the first of two non-blocking splits");
+    checkSum(byHalf, gRank, half, "AllReduce on the second of two non-blocking splits");
+    NCCL_OK(ncclCommDestroy(byParity));
+    NCCL_OK(ncclCommDestroy(byHalf));
+  }
+  NCCL_OK(ncclCommDestroy(nb));
+
+  ncclConfig_t share = NCCL_CONFIG_INITIALIZER;
+  share.splitShare = 1;
+  ncclComm_t root = nullptr, child = nullptr;
+  NCCL_OK(ncclCommSplit(comm, 0, gRank, &root, &share));
+  NCCL_OK(ncclCommSplit(root, 0, gRank, &child, nullptr));  // shares root's connections
+  for (int round = 0; round < 5; ++round) {
+    ncclComm_t byParity = nullptr, byHalf = nullptr;
+    NCCL_OK(ncclGroupStart());
+    NCCL_OK(ncclCommSplit(root, gRank % 2, gRank, &byParity, nullptr));
+    NCCL_OK(ncclCommSplit(child, gRank < gSize / 2 ? 0 : 1, gRank, &byHalf, nullptr));
+    NCCL_OK(ncclGroupEnd());
+    checkSum(byParity, gRank, parity, "AllReduce on a split of a family's root, grouped with one of its child");
+    checkSum(byHalf, gRank, half, "AllReduce on a split of a sharing child, grouped with one of its parent");
+    NCCL_OK(ncclCommDestroy(byParity));
+    NCCL_OK(ncclCommDestroy(byHalf));
+  }
+  NCCL_OK(ncclCommDestroy(child));
+  NCCL_OK(ncclCommDestroy(root));
+}
+
 void testShrink(ncclComm_t comm) {
   // With 3 or more ranks the last rank is left out (alive, it does not call); the others pass the list.
   if (gSize < 3) {
@@ -1143,6 +1211,7 @@ int main(int argc, char** argv) {
   timed("CommSplit", [&] { testSplit(comm); });
   timed("splitShare", [&] { testSplitShare(comm); });
   timed("two splits in a group", [&] { testTwoSplitsOfOneParentInAGroup(comm); });
+  timed("splits of a family in order", [&] { testSplitsOfOneFamilyKeepTheirOrder(comm); });
   timed("CommShrink", [&] { testShrink(comm); });
   timed("errors", [&] { testErrors(comm); });
   timed("misc", [&] { testMisc(comm); });

@@ -45,7 +45,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <future>
-#include <map>
 #include <memory>
 #include <unordered_set>
 #include <utility>
@@ -387,6 +386,7 @@ ncclResult_t resolve(ncclComm* comm, const char* fn, collieComm_t* out) {
 // resolve(), and the communicator must not have been finalized: for calls that communicate.
 ncclResult_t resolveLive(ncclComm* comm, const char* fn, collieComm_t* out) {
   NCCL_TRY(resolve(comm, fn, out));
+  waitSplits(comm);  // a call on a family comes after its splits already started, on every rank
   if (comm->finalized.load()) {
     return fail(comm, ncclInvalidUsage, "%s: comm was finalized (ncclCommFinalize); only ncclCommDestroy may follow",
                 fn);
@@ -414,11 +414,11 @@ ncclResult_t failGroupOn(ncclComm* comm, ncclResult_t r) {
 bool takeGroupFailure() { return std::exchange(tlsGroupFailed, false); }
 
 void deferToGroupEnd(ncclComm* comm, const char* fn, bool isInit, std::function<collieResult_t(collieComm_t*)> create,
-                     collieComm_t parent) {
+                     std::shared_ptr<collie_nccl::SplitOrder> order) {
   tlsGroupDeferred.push_back(comm);
   comm->pending = std::move(create);
   comm->pendingIsInit = isInit;
-  comm->pendingParent = parent;
+  comm->pendingOrder = order ? std::move(order) : std::make_shared<collie_nccl::SplitOrder>();
   comm->pendingFn = fn;
 }
 
@@ -493,12 +493,10 @@ void waitInitInGroup(ncclComm* comm) {
 
 }  // namespace
 
-// Splits of one parent run one after another, in the order the group issued them (the same on every rank): run at
-// once, their all-gathers on the parent would meet in whichever order each rank's threads came, and a rank could take
-// the entries of another split than its own (communicators of the wrong members, and no error: seen with a row and a
-// column split of one communicator). Splits of different parents, and inits, run at once.
+// Splits of one family run one after another, in the order issued (the same on every rank; SplitOrder says why),
+// across groups too: a non-blocking split still running when the next group ends comes first. Splits of other
+// families (other ranks' communicators driven by this thread among them), and inits, run at once.
 void launchDeferred() {
-  std::map<collieComm_t, std::shared_future<void>> lastSplitOf;  // by parent
   for (ncclComm* comm : tlsGroupDeferred) {
     std::function<collieResult_t(collieComm_t*)> create = std::move(comm->pending);
     comm->pending = nullptr;
@@ -506,11 +504,28 @@ void launchDeferred() {
       launchInit(comm, create);
     } else {
       std::promise<void> done;
-      std::shared_future<void>& last = lastSplitOf[comm->pendingParent];
-      std::shared_future<void> before = std::exchange(last, done.get_future().share());
+      std::shared_future<void> before = comm->pendingOrder->enqueue(done.get_future().share());
       launchSplit(comm, std::move(create), std::move(before), std::move(done));
     }
   }
+}
+
+void waitSplits(ncclComm* comm) {
+  std::shared_future<void> last;
+  {
+    std::lock_guard<std::mutex> lock(comm->splitOrder->mu);
+    last = comm->splitOrder->last;
+  }
+  if (last.valid()) last.wait();
+}
+
+collieResult_t splitInOrder(collie_nccl::SplitOrder& order, const std::function<collieResult_t()>& split) {
+  std::promise<void> done;  // set when this split ends (or broken, should split() throw)
+  std::shared_future<void> before = order.enqueue(done.get_future().share());
+  if (before.valid()) before.wait();
+  const collieResult_t r = split();
+  done.set_value();
+  return r;
 }
 
 void abandonDeferred(ncclResult_t result, const std::string& why) {

@@ -14,6 +14,8 @@
 #include <cstring>
 #include <exception>
 #include <functional>
+#include <future>
+#include <memory>
 #include <mutex>
 #include <new>
 #include <set>
@@ -29,6 +31,21 @@ constexpr size_t kErrorBytes = 1024;  // the longest message kept for ncclGetLas
 struct Registration {
   void* buff;
   size_t size;
+};
+
+/// The splits of a family of communicators in the order issued (ncclComm::splitOrder). Every split runs an
+/// all-gather on its parent, and those of one family take turns on the same connections: run at once, they would
+/// meet in each rank's thread order, which may differ between ranks (two splits of one parent would then take each
+/// other's entries: communicators of the wrong members, with no error).
+struct SplitOrder {
+  std::mutex mu;
+  std::shared_future<void> last;  ///< ready once the family's last split started has ended (invalid: none)
+
+  /// `mine` becomes the last split; returns the one before it.
+  std::shared_future<void> enqueue(std::shared_future<void> mine) {
+    std::lock_guard<std::mutex> lock(mu);
+    return std::exchange(last, std::move(mine));
+  }
 };
 
 }  // namespace collie_nccl
@@ -48,6 +65,10 @@ struct ncclComm {
   bool blocking = true;      ///< the config's blocking attribute (inherited by ncclCommSplit without a config)
   bool splitShare = false;   ///< the config's splitShare: whether ncclCommSplit's children of this one share its
                              ///< connections (NCCL decides by the parent's config, not the split's)
+  /// Its family's splits (a communicator and the children that share its connections, link_share.hpp), in the
+  /// order issued: a split of any member waits for the family's split issued before it, and a call that
+  /// communicates, ncclCommDestroy and ncclCommAbort wait for the family's splits already started (waitSplits).
+  std::shared_ptr<collie_nccl::SplitOrder> splitOrder = std::make_shared<collie_nccl::SplitOrder>();
   std::atomic<bool> finalized{false};
   std::set<collie_nccl::Registration*> registrations;
   char lastError[collie_nccl::kErrorBytes] = {};
@@ -57,7 +78,7 @@ struct ncclComm {
   // stores the result below and then sets deferredDone; an init fails into the result below too (waitInitInGroup).
   std::function<collieResult_t(collieComm_t*)> pending;
   bool pendingIsInit = false;
-  collieComm_t pendingParent = nullptr;  ///< a split's parent: splits of one parent run in the order issued
+  std::shared_ptr<collie_nccl::SplitOrder> pendingOrder;  ///< a split's: its parent's splitOrder
   const char* pendingFn = "";
   std::thread deferred;
   std::atomic<bool> deferredDone{true};
@@ -169,7 +190,12 @@ bool takeGroupFailure();
 /// run on the group's thread, waited for when comm's config blocks) or a split of `parent` (run on a thread of its
 /// own, once the split of the same parent issued before it in the group has run).
 void deferToGroupEnd(ncclComm* comm, const char* fn, bool isInit, std::function<collieResult_t(collieComm_t*)> create,
-                     collieComm_t parent = nullptr);
+                     std::shared_ptr<collie_nccl::SplitOrder> order = nullptr);
+/// Waits for the splits of comm's family (ncclComm::splitOrder) that have started, deferred or not.
+void waitSplits(ncclComm* comm);
+/// Runs `split` (a split of a member of the family whose order this is) once the family's split issued before it
+/// has ended.
+collieResult_t splitInOrder(collie_nccl::SplitOrder& order, const std::function<collieResult_t()>& split);
 /// At the outermost ncclGroupEnd of a group none of whose calls failed: starts its inits and splits, all of them
 /// before any is waited for (one thread may create several ranks of one communicator).
 void launchDeferred();

@@ -150,6 +150,7 @@ NCCL_ABI(ncclResult_t, ncclCommDestroy, ncclComm_t comm) {
   if (!comm) return ncclSuccess;
   forgetDeferred(comm);  // created in a group still open: its end must not wait for it
   waitDeferred(comm);
+  waitSplits(comm);  // a split of it still running (non-blocking) uses it
   collieResult_t r = comm->c ? collieCommDestroy(comm->c) : collieSuccess;
   freeComm(comm);
   return r == collieSuccess ? ncclSuccess : fromCollie(nullptr, "ncclCommDestroy", r);
@@ -159,6 +160,7 @@ NCCL_ABI(ncclResult_t, ncclCommAbort, ncclComm_t comm) {
   if (!comm) return ncclSuccess;
   forgetDeferred(comm);  // created in a group still open: its end must not wait for it
   waitDeferred(comm);
+  waitSplits(comm);  // a split of it still running (non-blocking) uses it: it ends at once on a failed comm
   collieResult_t r = comm->c ? collieCommAbort(comm->c) : collieSuccess;
   freeComm(comm);
   return r == collieSuccess ? ncclSuccess : fromCollie(nullptr, "ncclCommAbort", r);
@@ -202,6 +204,7 @@ ncclResult_t splitUnguarded(ncclComm_t comm, int color, int key, ncclComm_t* new
     NCCL_TRY(newChild(comm, fn, config, &s, &child));
     // Whether the child shares the parent's connections is the parent's splitShare, as in NCCL.
     const bool share = comm->splitShare;
+    if (share) child->splitOrder = comm->splitOrder;  // one family: its splits take turns on the same connections
     if (groupDepth() > 0) {
       child->discardAtGroupEnd = color == NCCL_SPLIT_NOCOLOR;
       deferToGroupEnd(
@@ -211,7 +214,7 @@ ncclResult_t splitUnguarded(ncclComm_t comm, int color, int key, ncclComm_t* new
             cc.splitShare = share ? 1 : 0;
             return collieCommSplit(parent, color, key, c, &cc);
           },
-          parent);
+          comm->splitOrder);
       ncclComm* h = child.release();  // owned by the group's end when discarded
       if (!h->discardAtGroupEnd) *newcomm = h;
       return ncclSuccess;
@@ -219,7 +222,8 @@ ncclResult_t splitUnguarded(ncclComm_t comm, int color, int key, ncclComm_t* new
     collieConfig_t cc = collieConfigFor(s, true);  // collie's split always blocks
     cc.splitShare = share ? 1 : 0;
     collieComm_t c = nullptr;
-    NCCL_TRY(fromCollie(comm, fn, collieCommSplit(parent, color, key, &c, &cc)));
+    NCCL_TRY(fromCollie(comm, fn,
+                        splitInOrder(*comm->splitOrder, [&] { return collieCommSplit(parent, color, key, &c, &cc); })));
     if (!c) return ncclSuccess;  // NCCL_SPLIT_NOCOLOR
     child->c = c;
     *newcomm = child.release();
