@@ -639,7 +639,8 @@ void waitReady(ncclComm_t c, const char* what) {
 }
 
 // The splits of one family keep the order they were issued in on every rank: two non-blocking splits of one parent
-// in two groups (the first still running when the second group ends) and a call on the parent right after them;
+// in two groups (the first still running when the second group ends; the second grouped with an AllGather on the
+// parent of the split's own shape, which comes after the split) and a call on the parent right after them;
 // and, in one group, a split of a communicator and one of the child that shares its connections (splitShare), whose
 // all-gathers take turns on the same connections. Every communicator's members are checked by a sum.
 void testSplitsOfOneFamilyKeepTheirOrder(ncclComm_t comm) {
@@ -661,10 +662,19 @@ void testSplitsOfOneFamilyKeepTheirOrder(ncclComm_t comm) {
     NCCL_OK(ncclCommSplit(nb, gRank % 2, gRank, &byParity, nullptr));  // non-blocking, as its parent
     r = ncclGroupEnd();
     CHECK(r == ncclSuccess || r == ncclInProgress, "the first group's end returned %d", static_cast<int>(r));
+    // With an AllGather on the parent of the split's own shape (5 int32 a rank), which must come after the split.
+    std::vector<int32_t> mine(5), gathered(5 * static_cast<size_t>(gSize), -1);
+    for (int k = 0; k < 5; ++k) mine[static_cast<size_t>(k)] = 100 * gRank + k;
     NCCL_OK(ncclGroupStart());
     NCCL_OK(ncclCommSplit(nb, gRank < gSize / 2 ? 0 : 1, gRank, &byHalf, nullptr));
+    NCCL_OK(ncclAllGather(mine.data(), gathered.data(), 5, ncclInt32, nb, nullptr));
     r = ncclGroupEnd();
     CHECK(r == ncclSuccess || r == ncclInProgress, "the second group's end returned %d", static_cast<int>(r));
+    for (int q = 0; q < gSize; ++q)
+      for (int k = 0; k < 5; ++k)
+        CHECK(gathered[static_cast<size_t>(5 * q + k)] == 100 * q + k,
+              "AllGather on the parent grouped with a split of it: element %d of rank %d is %d", k, q,
+              gathered[static_cast<size_t>(5 * q + k)]);
     checkSum(nb, gRank, all, "AllReduce on the parent of two non-blocking splits");
     waitReady(byParity, "the split by parity");
     waitReady(byHalf, "the split by halves");

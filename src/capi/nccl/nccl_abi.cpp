@@ -98,6 +98,7 @@ thread_local char tlsReturnedError[kErrorBytes];  // what ncclGetLastError(comm)
 thread_local int tlsGroupDepth = 0;
 thread_local std::vector<ncclComm*> tlsGroupDeferred;  // inits and splits to start at the outermost end
 thread_local bool tlsGroupFailed = false;              // a call inside the open group failed (failGroupOn)
+thread_local std::vector<std::shared_ptr<collie_nccl::SplitOrder>> tlsGroupCallFamilies;  // noteGroupCall
 
 // Every ncclComm alive; recordError writes to a communicator only while holding liveMu and finding it here. Never
 // destroyed, so that a communicator freed during the process's exit still finds them.
@@ -510,13 +511,19 @@ void launchDeferred() {
   }
 }
 
-void waitSplits(ncclComm* comm) {
-  std::shared_future<void> last;
-  {
-    std::lock_guard<std::mutex> lock(comm->splitOrder->mu);
-    last = comm->splitOrder->last;
-  }
-  if (last.valid()) last.wait();
+void waitSplits(ncclComm* comm) { comm->splitOrder->wait(); }
+
+void noteGroupCall(ncclComm* comm) {
+  if (tlsGroupDepth == 0 || !comm) return;
+  for (const auto& o : tlsGroupCallFamilies)
+    if (o == comm->splitOrder) return;
+  tlsGroupCallFamilies.push_back(comm->splitOrder);
+}
+
+void waitSplitsOfGroupCalls() {
+  std::vector<std::shared_ptr<collie_nccl::SplitOrder>> families;
+  families.swap(tlsGroupCallFamilies);
+  for (const auto& order : families) order->wait();
 }
 
 collieResult_t splitInOrder(collie_nccl::SplitOrder& order, const std::function<collieResult_t()>& split) {
@@ -529,6 +536,7 @@ collieResult_t splitInOrder(collie_nccl::SplitOrder& order, const std::function<
 }
 
 void abandonDeferred(ncclResult_t result, const std::string& why) {
+  tlsGroupCallFamilies.clear();  // none of the group's calls is issued
   std::vector<ncclComm*> deferred;
   deferred.swap(tlsGroupDeferred);
   for (ncclComm* comm : deferred) {

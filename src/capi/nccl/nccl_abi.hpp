@@ -46,6 +46,15 @@ struct SplitOrder {
     std::lock_guard<std::mutex> lock(mu);
     return std::exchange(last, std::move(mine));
   }
+  /// Waits until the splits started so far have ended.
+  void wait() {
+    std::shared_future<void> f;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      f = last;
+    }
+    if (f.valid()) f.wait();
+  }
 };
 
 }  // namespace collie_nccl
@@ -193,6 +202,11 @@ void deferToGroupEnd(ncclComm* comm, const char* fn, bool isInit, std::function<
                      std::shared_ptr<collie_nccl::SplitOrder> order = nullptr);
 /// Waits for the splits of comm's family (ncclComm::splitOrder) that have started, deferred or not.
 void waitSplits(ncclComm* comm);
+/// Inside a group: a data call on comm, whose family's splits started at the group's end (a non-blocking one runs on
+/// past it) the group's calls must wait for (waitSplitsOfGroupCalls, before collie's group end issues them).
+void noteGroupCall(ncclComm* comm);
+/// At the outermost ncclGroupEnd: waits for the splits of the families noteGroupCall saw, and forgets them.
+void waitSplitsOfGroupCalls();
 /// Runs `split` (a split of a member of the family whose order this is) once the family's split issued before it
 /// has ended.
 collieResult_t splitInOrder(collie_nccl::SplitOrder& order, const std::function<collieResult_t()>& split);

@@ -56,6 +56,7 @@ ncclResult_t checkPeer(ncclComm* comm, const char* fn, collieComm_t c, int peer)
 // the checks of this layer (collieGroupFail keeps the first failure).
 template <typename F>
 ncclResult_t dataCall(ncclComm* comm, const char* fn, F&& body) {
+  noteGroupCall(comm);
   return failGroupOn(comm, guarded(comm, fn, std::forward<F>(body)));
 }
 
@@ -276,6 +277,7 @@ ncclResult_t endGroup(const char* fn) {
   bool inProgress = false;
   ncclResult_t result = finishDeferred(fn, &inProgress);
   if (result != ncclSuccess) collieGroupFail(static_cast<collieResult_t>(result), lastError(nullptr));
+  waitSplitsOfGroupCalls();  // the group's calls come after the splits of their families it started (non-blocking)
   collieResult_t r = collieGroupEnd();
   if (result != ncclSuccess) return result;
   if (r != collieSuccess) return fromCollie(nullptr, fn, r);
