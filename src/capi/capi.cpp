@@ -311,6 +311,12 @@ collieResult_t collieCommDestroy(collieComm_t handle) {
 
 collieResult_t collieCommAbort(collieComm_t handle) {
   if (!handle) return collieSuccess;
+  collieCommRevoke(handle);
+  return collieCommDestroy(handle);
+}
+
+collieResult_t collieCommRevoke(collieComm_t handle) {
+  if (!handle) return argError("comm is NULL");
   {
     std::lock_guard<std::mutex> lock(handle->mu);
     if (!handle->initDone) handle->initStop->stop();  // a non-blocking init still running fails now (InvalidUsage)
@@ -318,7 +324,7 @@ collieResult_t collieCommAbort(collieComm_t handle) {
   std::shared_ptr<CommShared> comm;
   resolve(handle, &comm);
   if (comm) comm->comm->abort();
-  return collieCommDestroy(handle);
+  return collieSuccess;
 }
 
 collieResult_t collieCommGetAsyncError(collieComm_t handle, collieResult_t* asyncError) {

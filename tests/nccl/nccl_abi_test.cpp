@@ -605,68 +605,87 @@ void testSplitShare(ncclComm_t comm) {
   for (ncclComm_t x : {e, d, c, p}) NCCL_OK(ncclCommDestroy(x));
 }
 
+// The two splits the tests below make of one communicator, which differ in members at every size: everyone in
+// reverse order (key gSize - rank), and the ranks of this rank's parity in order.
+struct SplitPair {
+  ncclComm_t reversed = nullptr, byParity = nullptr;
+  static int reversedColor() { return 0; }
+  static int reversedKey() { return gSize - gRank; }
+  static int parityColor() { return gRank % 2; }
+  static int parityKey() { return gRank; }
+  // Each communicator's size, this rank's place in it and an AllReduce of the old ranks, checked.
+  void check(const char* what) const {
+    int count = -1, rank = -1;
+    NCCL_OK(ncclCommCount(reversed, &count));
+    NCCL_OK(ncclCommUserRank(reversed, &rank));
+    CHECK(count == gSize && rank == gSize - 1 - gRank, "%s: the reversed split is rank %d of %d, expected %d of %d",
+          what, rank, count, gSize - 1 - gRank, gSize);
+    checkSum(reversed, gRank, gSize * (gSize - 1) / 2, what);
+    int parity = 0, members = 0;
+    for (int r = gRank % 2; r < gSize; r += 2) {
+      parity += r;
+      ++members;
+    }
+    NCCL_OK(ncclCommCount(byParity, &count));
+    NCCL_OK(ncclCommUserRank(byParity, &rank));
+    CHECK(count == members && rank == gRank / 2, "%s: the split by parity is rank %d of %d, expected %d of %d", what,
+          rank, count, gRank / 2, members);
+    checkSum(byParity, gRank, parity, what);
+  }
+  void destroy() {
+    NCCL_OK(ncclCommDestroy(reversed));
+    NCCL_OK(ncclCommDestroy(byParity));
+  }
+};
+
 // Two splits of one parent in one group (a row and a column communicator, say): started at the group's end, they
 // must take the parent's entries each for its own split, on every rank (before 2026-11-30 they ran at once, and a
 // rank could get a communicator of the other split's members, with no error).
 void testTwoSplitsOfOneParentInAGroup(ncclComm_t comm) {
   for (int round = 0; round < 5; ++round) {
-    ncclComm_t byParity = nullptr, byHalf = nullptr;
+    SplitPair pair;
     NCCL_OK(ncclGroupStart());
-    NCCL_OK(ncclCommSplit(comm, gRank % 2, gRank, &byParity, nullptr));
-    NCCL_OK(ncclCommSplit(comm, gRank < gSize / 2 ? 0 : 1, gRank, &byHalf, nullptr));
+    NCCL_OK(ncclCommSplit(comm, SplitPair::reversedColor(), SplitPair::reversedKey(), &pair.reversed, nullptr));
+    NCCL_OK(ncclCommSplit(comm, SplitPair::parityColor(), SplitPair::parityKey(), &pair.byParity, nullptr));
     NCCL_OK(ncclGroupEnd());
-    int parity = 0, half = 0;
-    for (int r = 0; r < gSize; ++r) {
-      if (r % 2 == gRank % 2) parity += r;
-      if ((r < gSize / 2) == (gRank < gSize / 2)) half += r;
-    }
-    checkSum(byParity, gRank, parity, "AllReduce on the split by parity of a grouped pair");
-    checkSum(byHalf, gRank, half, "AllReduce on the split by halves of a grouped pair");
-    NCCL_OK(ncclCommDestroy(byParity));
-    NCCL_OK(ncclCommDestroy(byHalf));
+    pair.check("two splits of one parent in a group");
+    pair.destroy();
   }
 }
 
-// Waits (60 s at most) until a non-blocking communicator is ready.
-void waitReady(ncclComm_t c, const char* what) {
+// Waits (60 s at most) until a non-blocking communicator is no longer in progress; returns its state.
+ncclResult_t waitReady(ncclComm_t c) {
   ncclResult_t state = ncclInProgress;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (state == ncclInProgress && std::chrono::steady_clock::now() < deadline) {
     NCCL_OK(ncclCommGetAsyncError(c, &state));
     if (state == ncclInProgress) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
-  CHECK(state == ncclSuccess, "%s ended in state %d: %s", what, static_cast<int>(state), ncclGetLastError(c));
+  return state;
 }
 
 // The splits of one family keep the order they were issued in on every rank: two non-blocking splits of one parent
-// in two groups (the first still running when the second group ends; the second grouped with an AllGather on the
-// parent of the split's own shape, which comes after the split) and a call on the parent right after them;
-// and, in one group, a split of a communicator and one of the child that shares its connections (splitShare), whose
-// all-gathers take turns on the same connections. Every communicator's members are checked by a sum.
+// in two groups (the second split waits for the first at its call) with, in the second group, an AllGather on the
+// parent of the split's own shape (5 int32 a rank), which comes after the split; a call on the parent right after
+// them; and, in one group, a split of a communicator and one of the child that shares its connections (splitShare),
+// whose all-gathers take turns on the same connections.
 void testSplitsOfOneFamilyKeepTheirOrder(ncclComm_t comm) {
-  int parity = 0, half = 0, all = 0;
-  for (int r = 0; r < gSize; ++r) {
-    if (r % 2 == gRank % 2) parity += r;
-    if ((r < gSize / 2) == (gRank < gSize / 2)) half += r;
-    all += r;
-  }
   ncclConfig_t nonBlocking = NCCL_CONFIG_INITIALIZER;
   nonBlocking.blocking = 0;
   ncclComm_t nb = nullptr;
   ncclResult_t r = ncclCommSplit(comm, 0, gRank, &nb, &nonBlocking);
   CHECK(r == ncclSuccess || r == ncclInProgress, "a non-blocking split returned %d", static_cast<int>(r));
-  waitReady(nb, "the non-blocking parent");
+  CHECK(waitReady(nb) == ncclSuccess, "the non-blocking parent is not ready: %s", ncclGetLastError(nb));
   for (int round = 0; round < 5; ++round) {
-    ncclComm_t byParity = nullptr, byHalf = nullptr;
+    SplitPair pair;
     NCCL_OK(ncclGroupStart());
-    NCCL_OK(ncclCommSplit(nb, gRank % 2, gRank, &byParity, nullptr));  // non-blocking, as its parent
+    NCCL_OK(ncclCommSplit(nb, SplitPair::reversedColor(), SplitPair::reversedKey(), &pair.reversed, nullptr));
     r = ncclGroupEnd();
     CHECK(r == ncclSuccess || r == ncclInProgress, "the first group's end returned %d", static_cast<int>(r));
-    // With an AllGather on the parent of the split's own shape (5 int32 a rank), which must come after the split.
     std::vector<int32_t> mine(5), gathered(5 * static_cast<size_t>(gSize), -1);
     for (int k = 0; k < 5; ++k) mine[static_cast<size_t>(k)] = 100 * gRank + k;
     NCCL_OK(ncclGroupStart());
-    NCCL_OK(ncclCommSplit(nb, gRank < gSize / 2 ? 0 : 1, gRank, &byHalf, nullptr));
+    NCCL_OK(ncclCommSplit(nb, SplitPair::parityColor(), SplitPair::parityKey(), &pair.byParity, nullptr));
     NCCL_OK(ncclAllGather(mine.data(), gathered.data(), 5, ncclInt32, nb, nullptr));
     r = ncclGroupEnd();
     CHECK(r == ncclSuccess || r == ncclInProgress, "the second group's end returned %d", static_cast<int>(r));
@@ -675,13 +694,11 @@ void testSplitsOfOneFamilyKeepTheirOrder(ncclComm_t comm) {
         CHECK(gathered[static_cast<size_t>(5 * q + k)] == 100 * q + k,
               "AllGather on the parent grouped with a split of it: element %d of rank %d is %d", k, q,
               gathered[static_cast<size_t>(5 * q + k)]);
-    checkSum(nb, gRank, all, "AllReduce on the parent of two non-blocking splits");
-    waitReady(byParity, "the split by parity");
-    waitReady(byHalf, "the split by halves");
-    checkSum(byParity, gRank, parity, "AllReduce on the first of two non-blocking splits");
-    checkSum(byHalf, gRank, half, "AllReduce on the second of two non-blocking splits");
-    NCCL_OK(ncclCommDestroy(byParity));
-    NCCL_OK(ncclCommDestroy(byHalf));
+    checkSum(nb, gRank, gSize * (gSize - 1) / 2, "AllReduce on the parent of two non-blocking splits");
+    CHECK(waitReady(pair.reversed) == ncclSuccess && waitReady(pair.byParity) == ncclSuccess,
+          "a non-blocking split is not ready");
+    pair.check("two non-blocking splits of one parent in two groups");
+    pair.destroy();
   }
   NCCL_OK(ncclCommDestroy(nb));
 
@@ -691,18 +708,49 @@ void testSplitsOfOneFamilyKeepTheirOrder(ncclComm_t comm) {
   NCCL_OK(ncclCommSplit(comm, 0, gRank, &root, &share));
   NCCL_OK(ncclCommSplit(root, 0, gRank, &child, nullptr));  // shares root's connections
   for (int round = 0; round < 5; ++round) {
-    ncclComm_t byParity = nullptr, byHalf = nullptr;
+    SplitPair pair;
     NCCL_OK(ncclGroupStart());
-    NCCL_OK(ncclCommSplit(root, gRank % 2, gRank, &byParity, nullptr));
-    NCCL_OK(ncclCommSplit(child, gRank < gSize / 2 ? 0 : 1, gRank, &byHalf, nullptr));
+    NCCL_OK(ncclCommSplit(root, SplitPair::reversedColor(), SplitPair::reversedKey(), &pair.reversed, nullptr));
+    NCCL_OK(ncclCommSplit(child, SplitPair::parityColor(), SplitPair::parityKey(), &pair.byParity, nullptr));
     NCCL_OK(ncclGroupEnd());
-    checkSum(byParity, gRank, parity, "AllReduce on a split of a family's root, grouped with one of its child");
-    checkSum(byHalf, gRank, half, "AllReduce on a split of a sharing child, grouped with one of its parent");
-    NCCL_OK(ncclCommDestroy(byParity));
-    NCCL_OK(ncclCommDestroy(byHalf));
+    pair.check("splits of a family's root and of its sharing child in one group");
+    pair.destroy();
   }
   NCCL_OK(ncclCommDestroy(child));
   NCCL_OK(ncclCommDestroy(root));
+}
+
+// ncclCommAbort of a parent whose non-blocking split still runs (the last rank never calls it) ends that split at
+// once and returns: before, it waited for the split (collie's timeout, 10 minutes by default) or freed the parent
+// under it. The last rank aborts its parent once the others have.
+void testAbortOfAParentEndsItsRunningSplit(ncclComm_t comm) {
+  if (gSize < 2) return;
+  ncclConfig_t nonBlocking = NCCL_CONFIG_INITIALIZER;
+  nonBlocking.blocking = 0;
+  ncclComm_t nb = nullptr;
+  ncclResult_t r = ncclCommSplit(comm, 0, gRank, &nb, &nonBlocking);
+  CHECK(r == ncclSuccess || r == ncclInProgress, "a non-blocking split returned %d", static_cast<int>(r));
+  CHECK(waitReady(nb) == ncclSuccess, "the non-blocking parent is not ready: %s", ncclGetLastError(nb));
+  if (gRank == gSize - 1) {
+    checkSum(comm, 0, 0 + 1 * (gSize - 1), "the others are aborting");  // a barrier: they come once they did
+    NCCL_OK(ncclCommAbort(nb));
+    return;
+  }
+  ncclComm_t child = nullptr;
+  NCCL_OK(ncclGroupStart());
+  NCCL_OK(ncclCommSplit(nb, 0, gRank, &child, nullptr));
+  r = ncclGroupEnd();
+  CHECK(r == ncclInProgress, "the group of a split the last rank never joins returned %d", static_cast<int>(r));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const auto start = std::chrono::steady_clock::now();
+  NCCL_OK(ncclCommAbort(nb));
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  CHECK(took < 5.0, "ncclCommAbort of a parent whose split still ran took %.1f s", took);
+  const ncclResult_t state = waitReady(child);
+  CHECK(state != ncclSuccess && state != ncclInProgress, "the split of an aborted parent ended in state %d",
+        static_cast<int>(state));
+  NCCL_OK(ncclCommAbort(child));
+  checkSum(comm, 1, gSize - 1, "the others are aborting");
 }
 
 void testShrink(ncclComm_t comm) {
@@ -1222,6 +1270,7 @@ int main(int argc, char** argv) {
   timed("splitShare", [&] { testSplitShare(comm); });
   timed("two splits in a group", [&] { testTwoSplitsOfOneParentInAGroup(comm); });
   timed("splits of a family in order", [&] { testSplitsOfOneFamilyKeepTheirOrder(comm); });
+  timed("abort during a split", [&] { testAbortOfAParentEndsItsRunningSplit(comm); });
   timed("CommShrink", [&] { testShrink(comm); });
   timed("errors", [&] { testErrors(comm); });
   timed("misc", [&] { testMisc(comm); });

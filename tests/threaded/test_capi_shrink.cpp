@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <string>
 #include <thread>
@@ -123,6 +124,52 @@ TEST(CApiShrink, BadArgumentsAreRefused) {
   EXPECT_EQ(f, 2.5f);
   EXPECT_OK(collieCommDestroy(out));
   EXPECT_OK(collieCommDestroy(comm));
+}
+
+// collieCommRevoke: a call blocked on another thread (its peer never calls) returns an error at once, later calls
+// fail, the state says so, and the communicator is kept: the ranks shrink it (excluding nobody) and go on.
+TEST(CApiShrink, ARevokedCommunicatorFailsItsCallsAndCanBeShrunk) {
+  constexpr int n = 2;
+  std::vector<collieComm_t> comms(n, nullptr);
+  ASSERT_EQ(collieCommInitAll(comms.data(), n, nullptr), collieSuccess) << collieGetLastError(nullptr);
+  EXPECT_EQ(collieCommRevoke(nullptr), collieInvalidArgument);
+  std::atomic<bool> blocked{false};
+  collieResult_t blockedResult = collieSuccess;
+  double blockedSeconds = 0;
+  std::thread waiter([&] {
+    int32_t v = 1;
+    blocked = true;
+    const auto t0 = std::chrono::steady_clock::now();
+    blockedResult = collieAllReduce(&v, &v, 1, collieInt32, collieSum, comms[0], nullptr);  // rank 1 never calls
+    blockedSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  });
+  while (!blocked) std::this_thread::yield();
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_OK(collieCommRevoke(comms[0]));
+  waiter.join();
+  EXPECT_EQ(blockedResult, collieInvalidUsage);
+  EXPECT_LT(blockedSeconds, 5.0);
+  int32_t v = 1;
+  EXPECT_EQ(collieAllReduce(&v, &v, 1, collieInt32, collieSum, comms[0], nullptr), collieInvalidUsage);
+  EXPECT_NE(std::string(collieGetLastError(comms[0])).find("aborted"), std::string::npos)
+      << collieGetLastError(comms[0]);
+  collieResult_t state = collieSuccess;
+  EXPECT_OK(collieCommGetAsyncError(comms[0], &state));
+  EXPECT_EQ(state, collieInvalidUsage);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      collieComm_t again = nullptr;
+      ASSERT_EQ(collieCommShrink(comms[static_cast<size_t>(r)], nullptr, 0, &again), collieSuccess)
+          << "rank " << r << ": " << collieGetLastError(comms[static_cast<size_t>(r)]);
+      int32_t x = r + 1;
+      EXPECT_OK(collieAllReduce(&x, &x, 1, collieInt32, collieSum, again, nullptr));
+      EXPECT_EQ(x, 1 + 2);
+      EXPECT_OK(collieCommDestroy(again));
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (collieComm_t c : comms) EXPECT_OK(collieCommDestroy(c));
 }
 
 // collieCommShrinkConfig: a bad config is refused before anything is made (no communicator, a message naming the

@@ -35,8 +35,9 @@
 // line with the reason, in unsupported.txt next to this file; tests/nccl/check_exports.py holds this library to it.
 //
 // Files: this one holds the ABI facts (static_asserts) and the helpers every entry point uses (nccl_abi.hpp
-// declares them); nccl_comm.cpp the communicator entry points, errors and registration; nccl_coll.cpp the
-// collectives, point-to-point, groups and ncclMemAlloc; cuda_driver.cpp the little of CUDA the layer needs.
+// declares them); nccl_group.cpp the group state and the inits and splits deferred to a group's end; nccl_comm.cpp
+// the communicator entry points, errors and registration; nccl_coll.cpp the collectives, point-to-point, the group
+// entry points and ncclMemAlloc; cuda_driver.cpp the little of CUDA the layer needs.
 #include "nccl_abi.hpp"
 
 #include <algorithm>
@@ -95,10 +96,6 @@ constexpr unsigned int kNcclConfigMagic = 0xcafebeef;  // NCCL_CONFIG_INITIALIZE
 
 thread_local char tlsLastError[kErrorBytes];
 thread_local char tlsReturnedError[kErrorBytes];  // what ncclGetLastError(comm) returns: a stable per-thread copy
-thread_local int tlsGroupDepth = 0;
-thread_local std::vector<ncclComm*> tlsGroupDeferred;  // inits and splits to start at the outermost end
-thread_local bool tlsGroupFailed = false;              // a call inside the open group failed (failGroupOn)
-thread_local std::vector<std::shared_ptr<collie_nccl::SplitOrder>> tlsGroupCallFamilies;  // noteGroupCall
 
 // Every ncclComm alive; recordError writes to a communicator only while holding liveMu and finding it here. Never
 // destroyed, so that a communicator freed during the process's exit still finds them.
@@ -385,9 +382,9 @@ ncclResult_t resolve(ncclComm* comm, const char* fn, collieComm_t* out) {
 }
 
 // resolve(), and the communicator must not have been finalized: for calls that communicate.
-ncclResult_t resolveLive(ncclComm* comm, const char* fn, collieComm_t* out) {
+ncclResult_t resolveLive(ncclComm* comm, const char* fn, collieComm_t* out, bool afterSplits) {
   NCCL_TRY(resolve(comm, fn, out));
-  waitSplits(comm);  // a call on a family comes after its splits already started, on every rank
+  if (afterSplits) waitSplits(comm);  // a call on a family comes after its splits already started, on every rank
   if (comm->finalized.load()) {
     return fail(comm, ncclInvalidUsage, "%s: comm was finalized (ncclCommFinalize); only ncclCommDestroy may follow",
                 fn);
@@ -401,185 +398,9 @@ void freeComm(ncclComm* comm) {
   delete comm;
 }
 
-// ---- Groups ---------------------------------------------------------------------------------------------------
-int& groupDepth() { return tlsGroupDepth; }
-
-ncclResult_t failGroupOn(ncclComm* comm, ncclResult_t r) {
-  if (r != ncclSuccess && r != ncclInProgress && tlsGroupDepth > 0) {
-    tlsGroupFailed = true;
-    collieGroupFail(static_cast<collieResult_t>(r), lastError(comm));
-  }
-  return r;
-}
-
-bool takeGroupFailure() { return std::exchange(tlsGroupFailed, false); }
-
-void deferToGroupEnd(ncclComm* comm, const char* fn, bool isInit, std::function<collieResult_t(collieComm_t*)> create,
-                     std::shared_ptr<collie_nccl::SplitOrder> order) {
-  tlsGroupDeferred.push_back(comm);
-  comm->pending = std::move(create);
-  comm->pendingIsInit = isInit;
-  comm->pendingOrder = order ? std::move(order) : std::make_shared<collie_nccl::SplitOrder>();
-  comm->pendingFn = fn;
-}
-
 std::string collieWhy(collieResult_t r) {
   const char* m = collieGetLastError(nullptr);
   return (m && *m) ? m : collieGetErrorString(r);
-}
-
-namespace {
-
-// Keeps a creation's failure as comm's result and last message.
-void recordCreationFailure(ncclComm* comm, ncclResult_t r, const std::string& why) {
-  std::lock_guard<std::mutex> lock(comm->mu);
-  comm->deferredResult = r;
-  comm->deferredError = why;
-  std::snprintf(comm->lastError, sizeof(comm->lastError), "%s: %s", comm->pendingFn, why.c_str());
-}
-
-// A split: on a thread of its own, which waits until `before` (the split of the same parent issued before it in the
-// group, if any) has run, stores the result, sets deferredDone and then `done`.
-void launchSplit(ncclComm* comm, std::function<collieResult_t(collieComm_t*)> create, std::shared_future<void> before,
-                 std::promise<void> done) {
-  comm->deferredDone = false;
-  try {
-    std::thread t([comm, create = std::move(create), before = std::move(before), done = std::move(done)]() mutable {
-      if (before.valid()) before.wait();  // ready also when that split's thread could not start (a broken promise)
-      collieComm_t c = nullptr;
-      collieResult_t r = create(&c);
-      {
-        std::lock_guard<std::mutex> lock(comm->mu);
-        comm->c = c;
-      }
-      if (r != collieSuccess) recordCreationFailure(comm, fromCollieCode(r), collieWhy(r));
-      comm->deferredDone = true;
-      done.set_value();
-    });
-    std::lock_guard<std::mutex> lock(comm->mu);  // waitDeferred may look from another thread (ncclCommAbort)
-    comm->deferred = std::move(t);
-  } catch (const std::system_error& e) {
-    recordCreationFailure(comm, ncclSystemError, std::string("cannot start a thread: ") + e.what());
-    comm->deferredDone = true;
-  }
-}
-
-// An init: collie's non-blocking init, which ncclCommAbort stops; a failure at once is kept as its result.
-void launchInit(ncclComm* comm, const std::function<collieResult_t(collieComm_t*)>& init) {
-  collieComm_t c = nullptr;
-  collieResult_t r = init(&c);
-  if (r != collieSuccess && r != collieInProgress) return recordCreationFailure(comm, fromCollieCode(r), collieWhy(r));
-  {
-    std::lock_guard<std::mutex> lock(comm->mu);  // stillCreating may look from another thread
-    comm->c = c;
-  }
-  comm->initInGroup = true;
-}
-
-// Waits for comm's init in a group; a failed one is destroyed and its failure kept as a deferred creation's.
-void waitInitInGroup(ncclComm* comm) {
-  int n = 0;
-  collieResult_t r = collieCommCount(comm->c, &n);  // waits for the init, and fails as it did
-  if (r != collieSuccess) {
-    const std::string why = collieWhy(r);
-    collieCommDestroy(comm->c);
-    {
-      std::lock_guard<std::mutex> lock(comm->mu);
-      comm->c = nullptr;
-    }
-    recordCreationFailure(comm, fromCollieCode(r), why);
-  }
-  comm->initInGroup = false;
-}
-
-}  // namespace
-
-// Splits of one family run one after another, in the order issued (the same on every rank; SplitOrder says why),
-// across groups too: a non-blocking split still running when the next group ends comes first. Splits of other
-// families (other ranks' communicators driven by this thread among them), and inits, run at once.
-void launchDeferred() {
-  for (ncclComm* comm : tlsGroupDeferred) {
-    std::function<collieResult_t(collieComm_t*)> create = std::move(comm->pending);
-    comm->pending = nullptr;
-    if (comm->pendingIsInit) {
-      launchInit(comm, create);
-    } else {
-      std::promise<void> done;
-      std::shared_future<void> before = comm->pendingOrder->enqueue(done.get_future().share());
-      launchSplit(comm, std::move(create), std::move(before), std::move(done));
-    }
-  }
-}
-
-void waitSplits(ncclComm* comm) { comm->splitOrder->wait(); }
-
-void noteGroupCall(ncclComm* comm) {
-  if (tlsGroupDepth == 0 || !comm) return;
-  for (const auto& o : tlsGroupCallFamilies)
-    if (o == comm->splitOrder) return;
-  tlsGroupCallFamilies.push_back(comm->splitOrder);
-}
-
-void waitSplitsOfGroupCalls() {
-  std::vector<std::shared_ptr<collie_nccl::SplitOrder>> families;
-  families.swap(tlsGroupCallFamilies);
-  for (const auto& order : families) order->wait();
-}
-
-collieResult_t splitInOrder(collie_nccl::SplitOrder& order, const std::function<collieResult_t()>& split) {
-  std::promise<void> done;  // set when this split ends (or broken, should split() throw)
-  std::shared_future<void> before = order.enqueue(done.get_future().share());
-  if (before.valid()) before.wait();
-  const collieResult_t r = split();
-  done.set_value();
-  return r;
-}
-
-void abandonDeferred(ncclResult_t result, const std::string& why) {
-  tlsGroupCallFamilies.clear();  // none of the group's calls is issued
-  std::vector<ncclComm*> deferred;
-  deferred.swap(tlsGroupDeferred);
-  for (ncclComm* comm : deferred) {
-    comm->pending = nullptr;
-    if (comm->discardAtGroupEnd) {
-      freeComm(comm);  // NCCL_SPLIT_NOCOLOR: the caller holds no handle
-      continue;
-    }
-    recordCreationFailure(comm, result, "not created, since its group failed: " + why);
-  }
-}
-
-ncclResult_t finishDeferred(const char* fn, bool* inProgress) {
-  *inProgress = false;
-  std::vector<ncclComm*> deferred;
-  deferred.swap(tlsGroupDeferred);
-  ncclResult_t result = ncclSuccess;
-  for (ncclComm* comm : deferred) {
-    if (!comm->blocking && !comm->discardAtGroupEnd) {
-      *inProgress = *inProgress || stillCreating(comm);
-      continue;  // non-blocking: polled with ncclCommGetAsyncError
-    }
-    if (comm->initInGroup) waitInitInGroup(comm);
-    waitDeferred(comm);
-    ncclResult_t r;
-    std::string why;
-    {
-      std::lock_guard<std::mutex> lock(comm->mu);
-      r = comm->deferredResult;
-      why = comm->deferredError;
-    }
-    if (comm->discardAtGroupEnd) {
-      // NCCL_SPLIT_NOCOLOR: the split gave this rank no communicator; the caller holds no handle.
-      if (comm->c) collieCommDestroy(comm->c);
-      freeComm(comm);
-    }
-    if (r != ncclSuccess && result == ncclSuccess) result = fail(nullptr, r, "%s: %s", fn, why.c_str());
-  }
-  return result;
-}
-
-void forgetDeferred(ncclComm* comm) {
-  tlsGroupDeferred.erase(std::remove(tlsGroupDeferred.begin(), tlsGroupDeferred.end(), comm), tlsGroupDeferred.end());
 }
 
 }  // namespace collie_nccl

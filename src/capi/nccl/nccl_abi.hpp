@@ -178,13 +178,17 @@ collieConfig_t collieConfigFor(const Settings& s, bool blocking);
 // ---- Communicators --------------------------------------------------------------------------------------------
 /// Waits for an init or split deferred to the end of a group (a no-op for any other communicator).
 void waitDeferred(ncclComm* comm);
+/// Whether comm's creation still runs: a split on its thread, or a non-blocking init (in a group or not).
+bool stillCreating(ncclComm* comm);
 /// The collie communicator behind comm, waiting for a deferred creation of a blocking communicator; fails for NULL,
 /// for a failed creation, for one whose group has not ended, and, as NCCL's ncclCommEnsureReady, with
 /// ncclInvalidArgument for a non-blocking communicator still being created (ncclCommGetAsyncError says
 /// ncclInProgress).
 ncclResult_t resolve(ncclComm* comm, const char* fn, collieComm_t* out);
-/// resolve(), and comm must not have been finalized: for calls that communicate.
-ncclResult_t resolveLive(ncclComm* comm, const char* fn, collieComm_t* out);
+/// resolve(), and comm must not have been finalized: for calls that communicate. With `afterSplits`, it first waits
+/// for the splits of comm's family already started (waitSplits), which every call on the family must follow; shrink,
+/// which uses none of the family's connections, need not.
+ncclResult_t resolveLive(ncclComm* comm, const char* fn, collieComm_t* out, bool afterSplits = true);
 /// Frees the handle (after its collie communicator is gone) and any registration handles left on it.
 void freeComm(ncclComm* comm);
 
@@ -196,8 +200,8 @@ int& groupDepth();
 bool takeGroupFailure();
 /// Inside a group: records `create`, which makes the collie communicator of comm, for the outermost ncclGroupEnd
 /// (launchDeferred) to start and wait for (finishDeferred): an init (isInit: `create` is collie's non-blocking init,
-/// run on the group's thread, waited for when comm's config blocks) or a split of `parent` (run on a thread of its
-/// own, once the split of the same parent issued before it in the group has run).
+/// run on the group's thread, waited for when comm's config blocks) or a split in the family whose `order` this is
+/// (run on a thread of its own, once the family's split issued before it has ended).
 void deferToGroupEnd(ncclComm* comm, const char* fn, bool isInit, std::function<collieResult_t(collieComm_t*)> create,
                      std::shared_ptr<collie_nccl::SplitOrder> order = nullptr);
 /// Waits for the splits of comm's family (ncclComm::splitOrder) that have started, deferred or not.

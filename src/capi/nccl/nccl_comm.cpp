@@ -160,8 +160,11 @@ NCCL_ABI(ncclResult_t, ncclCommAbort, ncclComm_t comm) {
   if (!comm) return ncclSuccess;
   forgetDeferred(comm);  // created in a group still open: its end must not wait for it
   waitDeferred(comm);
-  waitSplits(comm);  // a split of it still running (non-blocking) uses it: it ends at once on a failed comm
-  collieResult_t r = comm->c ? collieCommAbort(comm->c) : collieSuccess;
+  // A split of it still running uses it: its work is stopped first, so that the split ends at once, and the
+  // communicator is freed only once the split has.
+  if (comm->c) collieCommRevoke(comm->c);
+  waitSplits(comm);
+  collieResult_t r = comm->c ? collieCommDestroy(comm->c) : collieSuccess;
   freeComm(comm);
   return r == collieSuccess ? ncclSuccess : fromCollie(nullptr, "ncclCommAbort", r);
 }
@@ -169,7 +172,8 @@ NCCL_ABI(ncclResult_t, ncclCommAbort, ncclComm_t comm) {
 NCCL_ABI(ncclResult_t, ncclCommRevoke, ncclComm_t comm, int revokeFlags) {
   (void)revokeFlags;
   return unsupported(comm, ncclInvalidUsage, "ncclCommRevoke",
-                     "collie cannot stop a communicator's work and keep it; use ncclCommAbort");
+                     "collie's revoke (collieCommRevoke) leaves a failed communicator, not one that becomes "
+                     "ncclSuccess again and can be split; use ncclCommAbort, or ncclCommShrink");
 }
 
 namespace {
@@ -257,7 +261,7 @@ ncclResult_t shrinkUnguarded(ncclComm_t comm, int* excludeRanksList, int exclude
   if (groupDepth() > 0) return fail(comm, ncclInvalidUsage, "%s: not supported inside a group", fn);
   return guarded(comm, fn, [&]() -> ncclResult_t {
     collieComm_t parent = nullptr;
-    NCCL_TRY(resolveLive(comm, fn, &parent));
+    NCCL_TRY(resolveLive(comm, fn, &parent, /*afterSplits=*/false));  // a split of it may hang on the dead rank
     Settings s;
     std::unique_ptr<ncclComm> child;
     NCCL_TRY(newChild(comm, fn, config, &s, &child));
