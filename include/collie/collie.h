@@ -143,8 +143,10 @@ COLLIE_EXPORT collieResult_t collieCommDestroy(collieComm_t comm);
  * would on a rank that died in init. */
 COLLIE_EXPORT collieResult_t collieCommAbort(collieComm_t comm);
 /** Stops all work at once, as collieCommAbort does, but keeps the communicator: blocked calls on other threads and
- * every later call fail (collieInvalidUsage, "aborted"), collieCommGetAsyncError reports it, collieCommShrink works
- * on it, and collieCommDestroy frees it. */
+ * every later call fail (collieInvalidUsage, "aborted", or the failure it already had), collieCommGetAsyncError
+ * reports it, collieCommShrink works on it, and collieCommDestroy frees it. Members of a family that shares
+ * connections (splitShare) stop together. A non-blocking init still running is stopped and leaves no communicator
+ * (its calls return the init's failure). */
 COLLIE_EXPORT collieResult_t collieCommRevoke(collieComm_t comm);
 /** Returns, in *asyncError, the error the communicator hit in the background, collieInProgress during a
  * non-blocking init, else collieSuccess. After a failure, collieGetLastError (comm's and this thread's) gives that

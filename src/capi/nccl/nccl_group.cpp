@@ -2,6 +2,8 @@
 // splits deferred to the outermost ncclGroupEnd, which starts them (an init as collie's non-blocking init, a split on a
 // thread of its own, after the split of its family issued before it: SplitOrder) and waits for them; the families
 // whose splits a group's data calls must follow.
+#include <algorithm>
+#include <cstdio>
 #include <functional>
 #include <future>
 #include <memory>
