@@ -115,12 +115,13 @@ std::unique_ptr<CommImpl> CommImpl::split(int color, int key, const Options& opt
     uint32_t taken = 0;
     for (const SplitEntry& e : all)
       if (e.color == color) taken |= e.takenTags;
-    COLLIE_ENFORCE(std::countr_one(taken) < kTagCandidates, ErrorCode::InvalidUsage,
+    const int first = std::countr_one(taken);  // the first candidate no rank of the color has taken
+    COLLIE_ENFORCE(first < kTagCandidates, ErrorCode::InvalidUsage,
                    "%s rank %d: split color %d: every one of the %d tags a child sharing the parent's connections may "
                    "take here is the tag of a sharing communicator still alive on a rank of the color: destroy some "
                    "of them first",
                    name_.c_str(), rank_, color, kTagCandidates);
-    tag = sharingTagCandidate(planner_.tag(), epoch, color, std::countr_one(taken));
+    tag = sharingTagCandidate(planner_.tag(), epoch, color, first);
   }
 
   std::vector<int> members;  // old ranks, in new-rank order

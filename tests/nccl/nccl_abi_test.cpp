@@ -636,21 +636,26 @@ struct SplitPair {
     NCCL_OK(ncclCommDestroy(reversed));
     NCCL_OK(ncclCommDestroy(byParity));
   }
+  // Five rounds of the reversed split of `ofReversed` and the split by parity of `ofParity` in one group, each pair
+  // checked and destroyed.
+  static void fiveRoundsInOneGroup(ncclComm_t ofReversed, ncclComm_t ofParity, const char* what) {
+    for (int round = 0; round < 5; ++round) {
+      SplitPair pair;
+      NCCL_OK(ncclGroupStart());
+      NCCL_OK(ncclCommSplit(ofReversed, reversedColor(), reversedKey(), &pair.reversed, nullptr));
+      NCCL_OK(ncclCommSplit(ofParity, parityColor(), parityKey(), &pair.byParity, nullptr));
+      NCCL_OK(ncclGroupEnd());
+      pair.check(what);
+      pair.destroy();
+    }
+  }
 };
 
 // Two splits of one parent in one group (a row and a column communicator, say): started at the group's end, they
 // must take the parent's entries each for its own split, on every rank (before 2026-11-30 they ran at once, and a
 // rank could get a communicator of the other split's members, with no error).
 void testTwoSplitsOfOneParentInAGroup(ncclComm_t comm) {
-  for (int round = 0; round < 5; ++round) {
-    SplitPair pair;
-    NCCL_OK(ncclGroupStart());
-    NCCL_OK(ncclCommSplit(comm, SplitPair::reversedColor(), SplitPair::reversedKey(), &pair.reversed, nullptr));
-    NCCL_OK(ncclCommSplit(comm, SplitPair::parityColor(), SplitPair::parityKey(), &pair.byParity, nullptr));
-    NCCL_OK(ncclGroupEnd());
-    pair.check("two splits of one parent in a group");
-    pair.destroy();
-  }
+  SplitPair::fiveRoundsInOneGroup(comm, comm, "two splits of one parent in a group");
 }
 
 // Waits (60 s at most) until a non-blocking communicator is no longer in progress; returns its state.
@@ -664,18 +669,25 @@ ncclResult_t waitReady(ncclComm_t c) {
   return state;
 }
 
+// A non-blocking communicator of comm's ranks (a split with blocking = 0), once it is ready.
+ncclComm_t nonBlockingCopy(ncclComm_t comm) {
+  ncclConfig_t nonBlocking = NCCL_CONFIG_INITIALIZER;
+  nonBlocking.blocking = 0;
+  ncclComm_t nb = nullptr;
+  const ncclResult_t r = ncclCommSplit(comm, 0, gRank, &nb, &nonBlocking);
+  CHECK(r == ncclSuccess || r == ncclInProgress, "a non-blocking split returned %d", static_cast<int>(r));
+  CHECK(waitReady(nb) == ncclSuccess, "the non-blocking communicator is not ready: %s", ncclGetLastError(nb));
+  return nb;
+}
+
 // The splits of one family keep the order they were issued in on every rank: two non-blocking splits of one parent
 // in two groups (the second split waits for the first at its call) with, in the second group, an AllGather on the
 // parent of the split's own shape (5 int32 a rank), which comes after the split; a call on the parent right after
 // them; and, in one group, a split of a communicator and one of the child that shares its connections (splitShare),
 // whose all-gathers take turns on the same connections.
 void testSplitsOfOneFamilyKeepTheirOrder(ncclComm_t comm) {
-  ncclConfig_t nonBlocking = NCCL_CONFIG_INITIALIZER;
-  nonBlocking.blocking = 0;
-  ncclComm_t nb = nullptr;
-  ncclResult_t r = ncclCommSplit(comm, 0, gRank, &nb, &nonBlocking);
-  CHECK(r == ncclSuccess || r == ncclInProgress, "a non-blocking split returned %d", static_cast<int>(r));
-  CHECK(waitReady(nb) == ncclSuccess, "the non-blocking parent is not ready: %s", ncclGetLastError(nb));
+  ncclComm_t nb = nonBlockingCopy(comm);
+  ncclResult_t r = ncclSuccess;
   for (int round = 0; round < 5; ++round) {
     SplitPair pair;
     NCCL_OK(ncclGroupStart());
@@ -707,15 +719,7 @@ void testSplitsOfOneFamilyKeepTheirOrder(ncclComm_t comm) {
   ncclComm_t root = nullptr, child = nullptr;
   NCCL_OK(ncclCommSplit(comm, 0, gRank, &root, &share));
   NCCL_OK(ncclCommSplit(root, 0, gRank, &child, nullptr));  // shares root's connections
-  for (int round = 0; round < 5; ++round) {
-    SplitPair pair;
-    NCCL_OK(ncclGroupStart());
-    NCCL_OK(ncclCommSplit(root, SplitPair::reversedColor(), SplitPair::reversedKey(), &pair.reversed, nullptr));
-    NCCL_OK(ncclCommSplit(child, SplitPair::parityColor(), SplitPair::parityKey(), &pair.byParity, nullptr));
-    NCCL_OK(ncclGroupEnd());
-    pair.check("splits of a family's root and of its sharing child in one group");
-    pair.destroy();
-  }
+  SplitPair::fiveRoundsInOneGroup(root, child, "splits of a family's root and of its sharing child in one group");
   NCCL_OK(ncclCommDestroy(child));
   NCCL_OK(ncclCommDestroy(root));
 }
@@ -725,12 +729,8 @@ void testSplitsOfOneFamilyKeepTheirOrder(ncclComm_t comm) {
 // under it. The last rank aborts its parent once the others have.
 void testAbortOfAParentEndsItsRunningSplit(ncclComm_t comm) {
   if (gSize < 2) return;
-  ncclConfig_t nonBlocking = NCCL_CONFIG_INITIALIZER;
-  nonBlocking.blocking = 0;
-  ncclComm_t nb = nullptr;
-  ncclResult_t r = ncclCommSplit(comm, 0, gRank, &nb, &nonBlocking);
-  CHECK(r == ncclSuccess || r == ncclInProgress, "a non-blocking split returned %d", static_cast<int>(r));
-  CHECK(waitReady(nb) == ncclSuccess, "the non-blocking parent is not ready: %s", ncclGetLastError(nb));
+  ncclComm_t nb = nonBlockingCopy(comm);
+  ncclResult_t r = ncclSuccess;
   if (gRank == gSize - 1) {
     checkSum(comm, 0, 0 + 1 * (gSize - 1), "the others are aborting");  // a barrier: they come once they did
     NCCL_OK(ncclCommAbort(nb));
@@ -918,12 +918,7 @@ void testSingleThreadComms() {
           ncclGetLastError(nullptr));
   }
   for (int i = 0; i < 2; ++i) {
-    ncclResult_t state = ncclInProgress;
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-    while (state == ncclInProgress && std::chrono::steady_clock::now() < deadline) {
-      NCCL_OK(ncclCommGetAsyncError(nb[i], &state));
-      if (state == ncclInProgress) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
+    const ncclResult_t state = waitReady(nb[i]);
     CHECK(state == ncclSuccess, "non-blocking init %d ended in state %d", i, static_cast<int>(state));
   }
   groupSum(nb, 2, "non-blocking ncclCommInitRankConfig");
