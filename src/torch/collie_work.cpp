@@ -7,14 +7,18 @@
 
 #include <stdexcept>
 
+#include "issue_order.hpp"
+
 namespace collie::torchbackend {
 
 CollieWork::CollieWork(int rank, c10d::OpType type, std::string name, std::vector<at::Tensor> outputs,
-                       std::shared_ptr<FutureWaiter> waiter, std::shared_ptr<FailureReporter> reporter)
+                       std::shared_ptr<FutureWaiter> waiter, std::shared_ptr<IssueOrder> order,
+                       std::shared_ptr<FailureReporter> reporter)
     : c10d::Work(rank, type),
       name_(std::move(name)),
       outputs_(std::move(outputs)),
       waiter_(std::move(waiter)),
+      issueOrder_(std::move(order)),
       reporter_(std::move(reporter)) {}
 
 CollieWork::~CollieWork() = default;
@@ -25,7 +29,8 @@ void CollieWork::complete(const std::function<void()>& beforeFutureCallbacks) {
   std::vector<collie::Work> handles;
   std::string message;
   {
-    std::lock_guard<std::mutex> lock(completeMutex_);
+    std::unique_lock<std::mutex> lock(completeMutex_);
+    issuedCv_.wait(lock, [this] { return issued_ || done_; });
     if (done_) return;
     handles = handles_;
     message = issueError_;
@@ -59,11 +64,23 @@ void CollieWork::complete(const std::function<void()>& beforeFutureCallbacks) {
   finish(error);
   if (future) {
     if (beforeFutureCallbacks) beforeFutureCallbacks();
-    if (error)
-      future->setError(error);
-    else
-      future->markCompleted(c10::IValue(outputs_));
+    {
+      IssueOrder::RunningCallbacks running(this);  // calls the callbacks make come next (issue_order.hpp)
+      if (error)
+        future->setError(error);
+      else
+        future->markCompleted(c10::IValue(outputs_));
+    }
+    issueOrder_->callbacksRan(this);
   }
+}
+
+void CollieWork::markIssued() {
+  {
+    std::lock_guard<std::mutex> lock(completeMutex_);
+    issued_ = true;
+  }
+  issuedCv_.notify_all();
 }
 
 bool CollieWork::isCompleted() {
@@ -76,6 +93,7 @@ bool CollieWork::poll() {
   {
     std::lock_guard<std::mutex> lock(completeMutex_);
     if (done_) return true;
+    if (!issued_) return false;
     if (future_) return false;  // the FutureWaiter completes it
   }
   return isCompleted();
@@ -83,7 +101,9 @@ bool CollieWork::poll() {
 
 bool CollieWork::handlesDone() {
   std::lock_guard<std::mutex> lock(completeMutex_);
-  if (done_ || !issueError_.empty()) return true;
+  if (done_) return true;
+  if (!issued_) return false;
+  if (!issueError_.empty()) return true;
   for (const collie::Work& h : handles_)
     if (!h.test()) return false;
   return true;
@@ -123,7 +143,7 @@ c10::intrusive_ptr<c10::ivalue::Future> CollieWork::getFuture() {
       future->setError(error_);
     else
       future->markCompleted(c10::IValue(outputs_));
-  } else {
+  } else if (issueOrder_->futureAsked(this, Py_IsInitialized() && PyGILState_Check())) {
     waiter_->enqueue(c10::intrusive_ptr<CollieWork>::reclaim_copy(this));
   }
   return future;

@@ -3,9 +3,10 @@
 // split out), and the output tensors. It completes (once) on whichever thread first needs it: wait() on the
 // caller's thread, isCompleted() when every handle is done, the FutureWaiter thread once get_future() was asked for
 // (DDP's reducer chains its bucket callbacks on that future), or the process group (a later call's pruning, a
-// barrier, the group's destruction). The handles are waited on outside the Work's mutex, so isCompleted() and
-// wait(timeout) never block behind another thread's wait. A failure of collie becomes the Work's exception (a
-// RuntimeError in Python) and the future's error.
+// barrier, the group's destruction). Its collie calls may be made after it is returned (IssueOrder keeps the order
+// of calls made from future callbacks: issue_order.hpp); it completes after that. The handles are waited on outside the
+// Work's mutex, so isCompleted() and wait(timeout) never block behind another thread's wait. A failure of collie
+// becomes the Work's exception (a RuntimeError in Python) and the future's error.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -27,6 +28,7 @@
 namespace collie::torchbackend {
 
 class FutureWaiter;
+class IssueOrder;
 
 /// Names the lost ranks when a group fails. collie reports the peer a rank saw fail, which is not always the rank
 /// that died (a neighbour that aborted because of it closes its connections too). So each rank whose call failed
@@ -52,19 +54,24 @@ class FailureReporter {
 class CollieWork : public c10d::Work {
  public:
   CollieWork(int rank, c10d::OpType type, std::string name, std::vector<at::Tensor> outputs,
-             std::shared_ptr<FutureWaiter> waiter, std::shared_ptr<FailureReporter> reporter);
+             std::shared_ptr<FutureWaiter> waiter, std::shared_ptr<IssueOrder> order,
+             std::shared_ptr<FailureReporter> reporter);
   ~CollieWork() override;
 
-  /// A collie handle this call waits on.
+  /// A collie handle this call waits on (added by the calls IssueOrder runs, before it marks them issued).
   void add(const collie::Work& work) { handles_.push_back(work); }
-  /// Runs on success, after every handle is done (before the outputs are reported).
+  /// Runs on success, after every handle is done (before the outputs are reported). Only before it is issued.
   void then(std::function<void()> fn) { post_.push_back(std::move(fn)); }
   /// A receive from any source: the collie handle whose source() sourceRank() reports.
   void setSourceOf(const collie::Work& work) { source_ = work; }
   /// Marks the call as failed already (a group that threw at its end).
-  void failWith(const std::string& message) { issueError_ = message; }
+  void failWith(const std::string& message) {
+    std::lock_guard<std::mutex> lock(completeMutex_);
+    issueError_ = message;
+  }
 
-  /// True once every handle is done; completes the Work then (its outputs are written). Never blocks.
+  /// True once it is issued and every handle is done; completes the Work then (its outputs are written). Never
+  /// blocks.
   bool isCompleted() override;
   bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
@@ -72,8 +79,8 @@ class CollieWork : public c10d::Work {
   /// The rank a receive from any source took its message from (-1 until it is done).
   int sourceRank() const override;
 
-  /// Waits for every handle, runs the post-processing, sets the exception and the future (calling
-  /// `beforeFutureCallbacks` first, when given and the future exists: its callbacks run next). Idempotent.
+  /// Waits until it is issued and for every handle, runs the post-processing, sets the exception and the future
+  /// (calling `beforeFutureCallbacks` first, when given and the future exists: its callbacks run next). Idempotent.
   void complete(const std::function<void()>& beforeFutureCallbacks = nullptr);
   /// isCompleted(), except that a Work whose future was asked for is left to the FutureWaiter (its callbacks run
   /// there). For the process group's pruning of the Works it keeps; never blocks.
@@ -83,9 +90,16 @@ class CollieWork : public c10d::Work {
     std::lock_guard<std::mutex> lock(completeMutex_);
     return done_;
   }
+  /// Whether its collie calls were made (IssueOrder may hold them back for a while).
+  bool issued() {
+    std::lock_guard<std::mutex> lock(completeMutex_);
+    return issued_;
+  }
 
  private:
+  friend class IssueOrder;
   bool handlesDone();
+  void markIssued();
 
   std::string name_;
   std::vector<at::Tensor> outputs_;
@@ -94,8 +108,14 @@ class CollieWork : public c10d::Work {
   std::vector<std::function<void()>> post_;
   std::string issueError_;
   std::shared_ptr<FutureWaiter> waiter_;
+  std::shared_ptr<IssueOrder> issueOrder_;
   std::shared_ptr<FailureReporter> reporter_;
+  struct {  // IssueOrder's, under its mutex
+    bool issued = false, futureAsked = false, opens = false, callbacksRan = false;
+  } orderState_;
   std::mutex completeMutex_;
+  std::condition_variable issuedCv_;
+  bool issued_ = false;
   bool done_ = false;
   std::exception_ptr error_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;

@@ -23,7 +23,10 @@ void checkSingle(const std::vector<at::Tensor>& tensors, const char* what) {
 
 ProcessGroupCollie::ProcessGroupCollie(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                                        std::chrono::milliseconds timeout)
-    : COLLIE_C10D_BASE(rank, size), waiter_(std::make_shared<FutureWaiter>()), timeout_(timeout) {
+    : COLLIE_C10D_BASE(rank, size),
+      waiter_(std::make_shared<FutureWaiter>()),
+      order_(std::make_shared<IssueOrder>(waiter_)),
+      timeout_(timeout) {
   TORCH_CHECK(store, "collie: no c10d Store to rendezvous through");
   UniqueId id;
   issueCollie("init", reporter_.get(), [&] {
@@ -45,7 +48,8 @@ ProcessGroupCollie::ProcessGroupCollie(const c10::intrusive_ptr<c10d::Store>& st
 }
 
 ProcessGroupCollie::~ProcessGroupCollie() {
-  waiter_->stop();
+  waiter_->stop();  // runs the callbacks still to run; what waited for them is issued as they finish
+  order_->flush();  // anything still held back goes now, in order (collie fails it if a peer is gone)
   std::vector<c10::intrusive_ptr<CollieWork>> inFlight;
   {
     std::lock_guard<std::mutex> lock(inFlightMutex_);
@@ -59,7 +63,7 @@ ProcessGroupCollie::~ProcessGroupCollie() {
 
 c10::intrusive_ptr<CollieWork> ProcessGroupCollie::makeWork(c10d::OpType type, const char* name,
                                                             std::vector<at::Tensor> outputs) {
-  return c10::make_intrusive<CollieWork>(rank_, type, name, std::move(outputs), waiter_, reporter_);
+  return c10::make_intrusive<CollieWork>(rank_, type, name, std::move(outputs), waiter_, order_, reporter_);
 }
 
 std::vector<c10::intrusive_ptr<CollieWork>> ProcessGroupCollie::inFlightNow() {
@@ -67,7 +71,41 @@ std::vector<c10::intrusive_ptr<CollieWork>> ProcessGroupCollie::inFlightNow() {
   return inFlight_;
 }
 
-ProcessGroupCollie::WorkPtr ProcessGroupCollie::issued(c10::intrusive_ptr<CollieWork> work) {
+namespace {
+
+// A collie call that failed when IssueOrder made it: the message, with the lost ranks named when the group failed.
+struct CallFailed : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+}  // namespace
+
+ProcessGroupCollie::WorkPtr ProcessGroupCollie::issue(const c10::intrusive_ptr<CollieWork>& work, const char* name,
+                                                      std::function<void()> calls) {
+  try {
+    order_->issue(
+        work,
+        [this, calls = std::move(calls)] {
+          try {
+            calls();
+          } catch (const Error& e) {
+            const bool groupFailed = e.code() == ErrorCode::RemoteError || e.code() == ErrorCode::Timeout ||
+                                     e.code() == ErrorCode::SystemError;
+            throw CallFailed(groupFailed ? reporter_->explain(e.what()) : e.what());
+          }
+        },
+        coalescing_);
+  } catch (const CallFailed& e) {
+    TORCH_CHECK(false, "collie ", name, ": ", e.what());
+  }
+  if (coalescing_) {
+    coalesced_.push_back(work);  // completed at endCoalescing
+    return work;
+  }
+  return kept(work);
+}
+
+ProcessGroupCollie::WorkPtr ProcessGroupCollie::kept(c10::intrusive_ptr<CollieWork> work) {
   const std::vector<c10::intrusive_ptr<CollieWork>> kept = inFlightNow();
   // Polled outside the lock: completing a Work runs its post-processing (and, for a barrier, completes earlier
   // Works, whose future callbacks may issue calls on this group).
@@ -90,11 +128,11 @@ ProcessGroupCollie::WorkPtr ProcessGroupCollie::broadcast(std::vector<at::Tensor
   checkRank(opts.rootRank, "broadcast: root");
   auto work = makeWork(c10d::OpType::BROADCAST, "broadcast", tensors);
   Staged s = stageBytes(tensors[0], "broadcast: tensor");
-  issueCollie("broadcast", reporter_.get(), [&] {
-    work->add(comm_->broadcastAsync(s.ptr(), s.ptr(), s.count, s.type, static_cast<int>(opts.rootRank)));
-  });
   if (!s.contig.is_same(s.original)) work->then([s] { s.copyBack(); });
-  return issued(work);
+  const int root = static_cast<int>(opts.rootRank);
+  return issue(work, "broadcast", [this, w = work.get(), s, root] {
+    w->add(comm_->broadcastAsync(s.ptr(), s.ptr(), s.count, s.type, root));
+  });
 }
 
 ProcessGroupCollie::WorkPtr ProcessGroupCollie::allreduce(std::vector<at::Tensor>& tensors,
@@ -106,10 +144,9 @@ ProcessGroupCollie::WorkPtr ProcessGroupCollie::allreduce(std::vector<at::Tensor
   at::Tensor in = preMultiplied(tensors[0], opts.reduceOp);
   Staged s = stageTyped(in, "allreduce: tensor");
   s.original = tensors[0];
-  issueCollie("allreduce", reporter_.get(),
-              [&] { work->add(comm_->allReduceAsync(s.ptr(), s.ptr(), s.count, s.type, op)); });
   if (!s.contig.is_same(s.original)) work->then([s] { s.copyBack(); });
-  return issued(work);
+  return issue(work, "allreduce",
+               [this, w = work.get(), s, op] { w->add(comm_->allReduceAsync(s.ptr(), s.ptr(), s.count, s.type, op)); });
 }
 
 ProcessGroupCollie::WorkPtr ProcessGroupCollie::allreduce_coalesced(std::vector<at::Tensor>& tensors,
@@ -126,8 +163,6 @@ ProcessGroupCollie::WorkPtr ProcessGroupCollie::allreduce_coalesced(std::vector<
   std::vector<at::Tensor> flat;
   for (const at::Tensor& t : tensors) flat.push_back(preMultiplied(t, opts.reduceOp).reshape({-1}));
   Staged s = stageTyped(at::cat(flat), "allreduce_coalesced: tensors");
-  issueCollie("allreduce_coalesced", reporter_.get(),
-              [&] { work->add(comm_->allReduceAsync(s.ptr(), s.ptr(), s.count, s.type, op)); });
   work->then([s, tensors] {
     int64_t offset = 0;
     for (const at::Tensor& t : tensors) {
@@ -135,7 +170,8 @@ ProcessGroupCollie::WorkPtr ProcessGroupCollie::allreduce_coalesced(std::vector<
       offset += t.numel();
     }
   });
-  return issued(work);
+  return issue(work, "allreduce_coalesced",
+               [this, w = work.get(), s, op] { w->add(comm_->allReduceAsync(s.ptr(), s.ptr(), s.count, s.type, op)); });
 }
 
 ProcessGroupCollie::WorkPtr ProcessGroupCollie::reduce(std::vector<at::Tensor>& tensors,
@@ -148,10 +184,10 @@ ProcessGroupCollie::WorkPtr ProcessGroupCollie::reduce(std::vector<at::Tensor>& 
   Staged s = stageTyped(preMultiplied(tensors[0], opts.reduceOp), "reduce: tensor");
   s.original = tensors[0];
   const int root = static_cast<int>(opts.rootRank);
-  issueCollie("reduce", reporter_.get(),
-              [&] { work->add(comm_->reduceAsync(s.ptr(), s.ptr(), s.count, s.type, op, root)); });
   if (rank_ == root && !s.contig.is_same(s.original)) work->then([s] { s.copyBack(); });
-  return issued(work);
+  return issue(work, "reduce", [this, w = work.get(), s, op, root] {
+    w->add(comm_->reduceAsync(s.ptr(), s.ptr(), s.count, s.type, op, root));
+  });
 }
 
 ProcessGroupCollie::WorkPtr ProcessGroupCollie::allgather(std::vector<std::vector<at::Tensor>>& outputs,
@@ -165,14 +201,14 @@ ProcessGroupCollie::WorkPtr ProcessGroupCollie::allgather(std::vector<std::vecto
   checkSameLayout(outputs[0], inputs[0], "allgather: output");
   auto work = makeWork(c10d::OpType::ALLGATHER, "allgather", outputs[0]);
   at::Tensor flat = at::empty({static_cast<int64_t>(in.count) * size_}, at::kByte);
-  issueCollie("allgather", reporter_.get(),
-              [&] { work->add(comm_->allGatherAsync(in.ptr(), flat.data_ptr(), in.count, DataType::Uint8)); });
   std::vector<at::Tensor> outs = outputs[0];
   const size_t n = in.count;
   work->then([flat, outs, n, in]() mutable {
     for (size_t r = 0; r < outs.size(); ++r) copyFromBytes(flat.data_ptr<uint8_t>() + r * n, outs[r]);
   });
-  return issued(work);
+  return issue(work, "allgather", [this, w = work.get(), in, flat] {
+    w->add(comm_->allGatherAsync(in.ptr(), flat.data_ptr(), in.count, DataType::Uint8));
+  });
 }
 
 // One all-gather of `input` into `output` (the group size times as many elements): checked and staged, for
@@ -188,18 +224,16 @@ ProcessGroupCollie::StagedPair ProcessGroupCollie::stageAllgather(at::Tensor& ou
   return {in, out, collie::ReduceOp::Sum};
 }
 
-void ProcessGroupCollie::issueAllgather(CollieWork& work, const StagedPair& p, const char* name) {
-  issueCollie(name, reporter_.get(),
-              [&] { work.add(comm_->allGatherAsync(p.in.ptr(), p.out.ptr(), p.in.count, DataType::Uint8)); });
+std::function<void()> ProcessGroupCollie::allgatherCalls(CollieWork& work, const StagedPair& p) {
   work.then([p] { p.out.copyBack(); });
+  return [this, w = &work, p] { w->add(comm_->allGatherAsync(p.in.ptr(), p.out.ptr(), p.in.count, DataType::Uint8)); };
 }
 
 ProcessGroupCollie::WorkPtr ProcessGroupCollie::_allgather_base(at::Tensor& output, at::Tensor& input,
                                                                 const c10d::AllgatherOptions& opts) {
   const StagedPair p = stageAllgather(output, input, "_allgather_base");
   auto work = makeWork(c10d::OpType::_ALLGATHER_BASE, "_allgather_base", {output});
-  issueAllgather(*work, p, "_allgather_base");
-  return issued(work);
+  return issue(work, "_allgather_base", allgatherCalls(*work, p));
 }
 
 ProcessGroupCollie::WorkPtr ProcessGroupCollie::allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputLists,
@@ -229,8 +263,6 @@ ProcessGroupCollie::WorkPtr ProcessGroupCollie::allgather_coalesced(std::vector<
   }
   at::Tensor recv = at::empty({static_cast<int64_t>(total) * size_}, at::kByte);
   auto work = makeWork(c10d::OpType::ALLGATHER_COALESCED, "allgather_coalesced", flatOutputs);
-  issueCollie("allgather_coalesced", reporter_.get(),
-              [&] { work->add(comm_->allGatherAsync(send.data_ptr(), recv.data_ptr(), total, DataType::Uint8)); });
   work->then([send, recv, flatOutputs]() mutable {
     size_t at = 0;
     for (at::Tensor& t : flatOutputs) {
@@ -238,7 +270,9 @@ ProcessGroupCollie::WorkPtr ProcessGroupCollie::allgather_coalesced(std::vector<
       at += byteSize(t);
     }
   });
-  return issued(work);
+  return issue(work, "allgather_coalesced", [this, w = work.get(), send, recv, total] {
+    w->add(comm_->allGatherAsync(send.data_ptr(), recv.data_ptr(), total, DataType::Uint8));
+  });
 }
 
 ProcessGroupCollie::WorkPtr ProcessGroupCollie::reduce_scatter(std::vector<at::Tensor>& outputs,
@@ -256,10 +290,10 @@ ProcessGroupCollie::WorkPtr ProcessGroupCollie::reduce_scatter(std::vector<at::T
   Staged in = stageTyped(at::cat(flat), "reduce_scatter: input");
   Staged out = stageTyped(outputs[0], "reduce_scatter: output");
   auto work = makeWork(c10d::OpType::REDUCE_SCATTER, "reduce_scatter", outputs);
-  issueCollie("reduce_scatter", reporter_.get(),
-              [&] { work->add(comm_->reduceScatterAsync(in.ptr(), out.ptr(), out.count, out.type, op)); });
   work->then([in, out] { out.copyBack(); });
-  return issued(work);
+  return issue(work, "reduce_scatter", [this, w = work.get(), in, out, op] {
+    w->add(comm_->reduceScatterAsync(in.ptr(), out.ptr(), out.count, out.type, op));
+  });
 }
 
 // One reduce-scatter of `input` (the group size times as many elements) into `output`: checked and staged, for
@@ -277,18 +311,18 @@ ProcessGroupCollie::StagedPair ProcessGroupCollie::stageReduceScatter(at::Tensor
   return {stageTyped(preMultiplied(input, reduceOp), what + ": input"), stageTyped(output, what + ": output"), op};
 }
 
-void ProcessGroupCollie::issueReduceScatter(CollieWork& work, const StagedPair& p, const char* name) {
-  issueCollie(name, reporter_.get(),
-              [&] { work.add(comm_->reduceScatterAsync(p.in.ptr(), p.out.ptr(), p.out.count, p.out.type, p.op)); });
+std::function<void()> ProcessGroupCollie::reduceScatterCalls(CollieWork& work, const StagedPair& p) {
   work.then([p] { p.out.copyBack(); });
+  return [this, w = &work, p] {
+    w->add(comm_->reduceScatterAsync(p.in.ptr(), p.out.ptr(), p.out.count, p.out.type, p.op));
+  };
 }
 
 ProcessGroupCollie::WorkPtr ProcessGroupCollie::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                                                                      const c10d::ReduceScatterOptions& opts) {
   const StagedPair p = stageReduceScatter(output, input, opts.reduceOp, "_reduce_scatter_base");
   auto work = makeWork(c10d::OpType::_REDUCE_SCATTER_BASE, "_reduce_scatter_base", {output});
-  issueReduceScatter(*work, p, "_reduce_scatter_base");
-  return issued(work);
+  return issue(work, "_reduce_scatter_base", reduceScatterCalls(*work, p));
 }
 
 #if TORCH_VERSION_MAJOR >= 2
@@ -303,8 +337,11 @@ ProcessGroupCollie::WorkPtr ProcessGroupCollie::allgather_into_tensor_coalesced(
   for (size_t i = 0; i < inputs.size(); ++i)
     pairs.push_back(stageAllgather(outputs[i], inputs[i], "allgather_into_tensor_coalesced #" + std::to_string(i)));
   auto work = makeWork(c10d::OpType::COALESCED, "allgather_into_tensor_coalesced", outputs);
-  for (const StagedPair& p : pairs) issueAllgather(*work, p, "allgather_into_tensor_coalesced");
-  return issued(work);
+  std::vector<std::function<void()>> calls;
+  for (const StagedPair& p : pairs) calls.push_back(allgatherCalls(*work, p));
+  return issue(work, "allgather_into_tensor_coalesced", [calls] {
+    for (const auto& c : calls) c();
+  });
 }
 
 ProcessGroupCollie::WorkPtr ProcessGroupCollie::reduce_scatter_tensor_coalesced(
@@ -316,24 +353,29 @@ ProcessGroupCollie::WorkPtr ProcessGroupCollie::reduce_scatter_tensor_coalesced(
     pairs.push_back(stageReduceScatter(outputs[i], inputs[i], opts.reduceOp,
                                        "reduce_scatter_tensor_coalesced #" + std::to_string(i)));
   auto work = makeWork(c10d::OpType::COALESCED, "reduce_scatter_tensor_coalesced", outputs);
-  for (const StagedPair& p : pairs) issueReduceScatter(*work, p, "reduce_scatter_tensor_coalesced");
-  return issued(work);
+  std::vector<std::function<void()>> calls;
+  for (const StagedPair& p : pairs) calls.push_back(reduceScatterCalls(*work, p));
+  return issue(work, "reduce_scatter_tensor_coalesced", [calls] {
+    for (const auto& c : calls) c();
+  });
 }
 #endif
 
 ProcessGroupCollie::WorkPtr ProcessGroupCollie::barrier(const c10d::BarrierOptions& opts) {
   auto work = makeWork(c10d::OpType::BARRIER, "barrier", {});
-  const std::vector<c10::intrusive_ptr<CollieWork>> earlier = inFlightNow();
   at::Tensor token = at::zeros({1}, at::kByte);  // a 1-byte all-reduce: done once every rank has called barrier
-  issueCollie("barrier", reporter_.get(), [&] {
-    work->add(comm_->allReduceAsync(token.data_ptr(), token.data_ptr(), 1, DataType::Uint8, ReduceOp::Max));
-  });
-  // collie runs a communicator's calls in order: the ones issued before the barrier are done too, and their
-  // post-processing runs now (outputs written), whether or not their handles were kept.
+  // collie runs a communicator's calls in order: the ones that reached it before the barrier are done too, and
+  // their post-processing runs now (outputs written), whether or not their handles were kept. Those are known when
+  // the barrier itself reaches collie (IssueOrder may hold it, or hold others back past it).
+  auto earlier = std::make_shared<std::vector<c10::intrusive_ptr<CollieWork>>>();
   work->then([token, earlier] {
-    for (const auto& w : earlier) w->complete();
+    for (const auto& w : *earlier) w->complete();
   });
-  return issued(work);
+  return issue(work, "barrier", [this, w = work.get(), token, earlier] {
+    for (const auto& e : inFlightNow())
+      if (e->issued()) earlier->push_back(e);
+    w->add(comm_->allReduceAsync(token.data_ptr(), token.data_ptr(), 1, DataType::Uint8, ReduceOp::Max));
+  });
 }
 
 }  // namespace collie::torchbackend

@@ -27,6 +27,7 @@
 
 #include <chrono>
 #include <collie/collie.hpp>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -36,6 +37,7 @@
 #include <vector>
 
 #include "collie_work.hpp"
+#include "issue_order.hpp"
 #include "tensor_staging.hpp"
 
 namespace collie::torchbackend {
@@ -104,12 +106,16 @@ class ProcessGroupCollie : public COLLIE_C10D_BASE {
   StagedPair stageAllgather(at::Tensor& output, at::Tensor& input, const std::string& what) const;
   StagedPair stageReduceScatter(at::Tensor& output, at::Tensor& input, const c10d::ReduceOp& reduceOp,
                                 const std::string& what) const;
-  /// Issues a staged pair's collie call on `work`, and its copy back once done.
-  void issueAllgather(CollieWork& work, const StagedPair& p, const char* name);
-  void issueReduceScatter(CollieWork& work, const StagedPair& p, const char* name);
-  /// Keeps an issued Work until it is complete (its buffers are collie's until then), first dropping those that
-  /// are (completing those whose handles are done). Returns it.
-  WorkPtr issued(c10::intrusive_ptr<CollieWork> work);
+  /// Adds a staged pair's copy back to `work`; returns its collie call (for issue()).
+  std::function<void()> allgatherCalls(CollieWork& work, const StagedPair& p);
+  std::function<void()> reduceScatterCalls(CollieWork& work, const StagedPair& p);
+  /// Makes `calls` (the collie calls that add their handles to `work`, capturing what they use by value) in the
+  /// order IssueOrder keeps: now, where a collie error raises a RuntimeError naming the call, or later, where it
+  /// fails the Work. Register the Work's post-processing (then()) before. Returns the Work, kept().
+  WorkPtr issue(const c10::intrusive_ptr<CollieWork>& work, const char* name, std::function<void()> calls);
+  /// Keeps a Work until it is complete (its buffers are collie's until then), first dropping those that are
+  /// (completing those whose handles are done). Returns it.
+  WorkPtr kept(c10::intrusive_ptr<CollieWork> work);
   /// A copy of the Works kept in flight (completing one may issue calls on this group: never under the lock).
   std::vector<c10::intrusive_ptr<CollieWork>> inFlightNow();
   /// Sends and receives `sendBytes[p]`/`recvBytes[p]` bytes to/from every peer p as one collie group (self: memcpy).
@@ -117,9 +123,12 @@ class ProcessGroupCollie : public COLLIE_C10D_BASE {
                 const std::vector<size_t>& sendBytes, char* recv, const std::vector<size_t>& recvOff,
                 const std::vector<size_t>& recvBytes);
   void checkRank(int64_t rank, const char* what) const;
+  /// What a rank sends itself in an all-to-all must be what it receives from itself.
+  void checkSelfExchange(const std::vector<size_t>& sendBytes, const std::vector<size_t>& recvBytes) const;
 
   std::unique_ptr<Communicator> comm_;
   std::shared_ptr<FutureWaiter> waiter_;
+  std::shared_ptr<IssueOrder> order_;
   std::shared_ptr<FailureReporter> reporter_;
   std::chrono::milliseconds timeout_;
   bool coalescing_ = false;

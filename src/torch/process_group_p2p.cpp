@@ -46,11 +46,15 @@ void splitBytes(const at::Tensor& t, const std::vector<int64_t>& splits, int siz
 
 }  // namespace
 
+void ProcessGroupCollie::checkSelfExchange(const std::vector<size_t>& sendBytes,
+                                           const std::vector<size_t>& recvBytes) const {
+  TORCH_CHECK(sendBytes[rank_] == recvBytes[rank_], "collie alltoall: this rank sends itself ", sendBytes[rank_],
+              " bytes but expects ", recvBytes[rank_]);
+}
+
 void ProcessGroupCollie::exchange(CollieWork& work, const char* send, const std::vector<size_t>& sendOff,
                                   const std::vector<size_t>& sendBytes, char* recv, const std::vector<size_t>& recvOff,
                                   const std::vector<size_t>& recvBytes) {
-  TORCH_CHECK(sendBytes[rank_] == recvBytes[rank_], "collie alltoall: this rank sends itself ", sendBytes[rank_],
-              " bytes but expects ", recvBytes[rank_]);
   if (sendBytes[rank_] > 0) std::memcpy(recv + recvOff[rank_], send + sendOff[rank_], sendBytes[rank_]);
   groupStart();
   try {
@@ -91,17 +95,19 @@ ProcessGroupCollie::WorkPtr ProcessGroupCollie::alltoall_base(at::Tensor& output
                 output.numel(), " (even splits need equal sizes)");
     TORCH_CHECK(in.count % size_ == 0, "collie alltoall_base: ", input.numel(), " elements do not split evenly over ",
                 size_, " ranks");
-    issueCollie("alltoall_base", reporter_.get(),
-                [&] { work->add(comm_->allToAllAsync(in.ptr(), out.ptr(), in.count / size_, DataType::Uint8)); });
-  } else {
-    std::vector<size_t> sendOff, sendLen, recvOff, recvLen;
-    splitBytes(in.contig, inputSplits, size_, "input", sendOff, sendLen);
-    splitBytes(out.contig, outputSplits, size_, "output", recvOff, recvLen);
-    exchange(*work, static_cast<const char*>(in.ptr()), sendOff, sendLen, static_cast<char*>(out.ptr()), recvOff,
-             recvLen);
+    work->then([in, out] { out.copyBack(); });
+    return issue(work, "alltoall_base", [this, w = work.get(), in, out] {
+      w->add(comm_->allToAllAsync(in.ptr(), out.ptr(), in.count / size_, DataType::Uint8));
+    });
   }
+  std::vector<size_t> sendOff, sendLen, recvOff, recvLen;
+  splitBytes(in.contig, inputSplits, size_, "input", sendOff, sendLen);
+  splitBytes(out.contig, outputSplits, size_, "output", recvOff, recvLen);
+  checkSelfExchange(sendLen, recvLen);
   work->then([in, out] { out.copyBack(); });
-  return issued(work);
+  return issue(work, "alltoall_base", [=, this, w = work.get()] {
+    exchange(*w, static_cast<const char*>(in.ptr()), sendOff, sendLen, static_cast<char*>(out.ptr()), recvOff, recvLen);
+  });
 }
 
 ProcessGroupCollie::WorkPtr ProcessGroupCollie::alltoall(std::vector<at::Tensor>& outputs,
@@ -127,14 +133,16 @@ ProcessGroupCollie::WorkPtr ProcessGroupCollie::alltoall(std::vector<at::Tensor>
   at::Tensor send = at::empty({static_cast<int64_t>(sendTotal)}, at::kByte);
   at::Tensor recv = at::empty({static_cast<int64_t>(recvTotal)}, at::kByte);
   for (int p = 0; p < size_; ++p) copyToBytes(inputs[p], send.data_ptr<uint8_t>() + sendOff[p]);
+  checkSelfExchange(sendLen, recvLen);
   auto work = makeWork(c10d::OpType::ALLTOALL, "alltoall", outputs);
-  exchange(*work, static_cast<const char*>(send.data_ptr()), sendOff, sendLen, static_cast<char*>(recv.data_ptr()),
-           recvOff, recvLen);
   std::vector<at::Tensor> outs = outputs;
   work->then([send, recv, recvOff, outs]() mutable {
     for (size_t p = 0; p < outs.size(); ++p) copyFromBytes(recv.data_ptr<uint8_t>() + recvOff[p], outs[p]);
   });
-  return issued(work);
+  return issue(work, "alltoall", [=, this, w = work.get()] {
+    exchange(*w, static_cast<const char*>(send.data_ptr()), sendOff, sendLen, static_cast<char*>(recv.data_ptr()),
+             recvOff, recvLen);
+  });
 }
 
 ProcessGroupCollie::WorkPtr ProcessGroupCollie::gather(std::vector<std::vector<at::Tensor>>& outputs,
@@ -148,28 +156,27 @@ ProcessGroupCollie::WorkPtr ProcessGroupCollie::gather(std::vector<std::vector<a
     TORCH_CHECK(outputs.empty() || (outputs.size() == 1 && outputs[0].empty()), "collie gather: only the root (rank ",
                 root, ") takes output tensors");
     auto work = makeWork(c10d::OpType::GATHER, "gather", {});
-    issueCollie("gather", reporter_.get(),
-                [&] { work->add(comm_->sendAsync(in.ptr(), in.count, DataType::Uint8, root)); });
     work->then([in] {});
-    return issued(work);
+    return issue(work, "gather", [this, w = work.get(), in, root] {
+      w->add(comm_->sendAsync(in.ptr(), in.count, DataType::Uint8, root));
+    });
   }
   TORCH_CHECK(outputs.size() == 1 && static_cast<int>(outputs[0].size()) == size_,
               "collie gather: the root needs one list of ", size_, " output tensors");
   checkSameLayout(outputs[0], inputs[0], "gather: output");
   auto work = makeWork(c10d::OpType::GATHER, "gather", outputs[0]);
   outputs[0][root].copy_(inputs[0]);
-  std::vector<Staged> outs;
-  issueCollie("gather", reporter_.get(), [&] {
-    for (int p = 0; p < size_; ++p) {
-      if (p == root) continue;
-      outs.push_back(stageBytes(outputs[0][p], "gather: output"));
-      work->add(comm_->recvAsync(outs.back().ptr(), outs.back().count, DataType::Uint8, p));
-    }
+  std::vector<Staged> outs(size_);  // outs[root] is not used
+  for (int p = 0; p < size_; ++p)
+    if (p != root) outs[p] = stageBytes(outputs[0][p], "gather: output");
+  work->then([outs, root] {
+    for (size_t p = 0; p < outs.size(); ++p)
+      if (static_cast<int>(p) != root) outs[p].copyBack();
   });
-  work->then([outs] {
-    for (const Staged& s : outs) s.copyBack();
+  return issue(work, "gather", [this, w = work.get(), outs, root] {
+    for (int p = 0; p < size_; ++p)
+      if (p != root) w->add(comm_->recvAsync(outs[p].ptr(), outs[p].count, DataType::Uint8, p));
   });
-  return issued(work);
 }
 
 ProcessGroupCollie::WorkPtr ProcessGroupCollie::scatter(std::vector<at::Tensor>& outputs,
@@ -183,25 +190,23 @@ ProcessGroupCollie::WorkPtr ProcessGroupCollie::scatter(std::vector<at::Tensor>&
   if (rank_ != root) {
     TORCH_CHECK(inputs.empty() || (inputs.size() == 1 && inputs[0].empty()), "collie scatter: only the root (rank ",
                 root, ") takes input tensors");
-    issueCollie("scatter", reporter_.get(),
-                [&] { work->add(comm_->recvAsync(out.ptr(), out.count, DataType::Uint8, root)); });
     work->then([out] { out.copyBack(); });
-    return issued(work);
+    return issue(work, "scatter", [this, w = work.get(), out, root] {
+      w->add(comm_->recvAsync(out.ptr(), out.count, DataType::Uint8, root));
+    });
   }
   TORCH_CHECK(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == size_,
               "collie scatter: the root needs one list of ", size_, " input tensors");
   checkSameLayout(inputs[0], outputs[0], "scatter: input");
-  std::vector<Staged> ins;
-  issueCollie("scatter", reporter_.get(), [&] {
-    for (int p = 0; p < size_; ++p) {
-      if (p == root) continue;
-      ins.push_back(stageBytes(inputs[0][p], "scatter: input"));
-      work->add(comm_->sendAsync(ins.back().ptr(), ins.back().count, DataType::Uint8, p));
-    }
-  });
+  std::vector<Staged> ins(size_);  // ins[root] is not used
+  for (int p = 0; p < size_; ++p)
+    if (p != root) ins[p] = stageBytes(inputs[0][p], "scatter: input");
   outputs[0].copy_(inputs[0][root]);
   work->then([ins] {});
-  return issued(work);
+  return issue(work, "scatter", [this, w = work.get(), ins, root] {
+    for (int p = 0; p < size_; ++p)
+      if (p != root) w->add(comm_->sendAsync(ins[p].ptr(), ins[p].count, DataType::Uint8, p));
+  });
 }
 
 ProcessGroupCollie::WorkPtr ProcessGroupCollie::send(std::vector<at::Tensor>& tensors, int dstRank, int tag) {
@@ -209,14 +214,12 @@ ProcessGroupCollie::WorkPtr ProcessGroupCollie::send(std::vector<at::Tensor>& te
   checkRank(dstRank, "send: destination");
   Staged s = stageBytes(tensors[0], "send: tensor");
   auto work = makeWork(c10d::OpType::SEND, "send", {});
-  issueCollie("send", reporter_.get(), [&] {
-    collie::Work w = comm_->sendAsync(s.ptr(), s.count, DataType::Uint8, dstRank);
-    if (!coalescing_) work->add(w);
-  });
   work->then([s] {});
-  if (!coalescing_) return issued(work);
-  coalesced_.push_back(work);  // completed at endCoalescing
-  return work;
+  const bool grouped = coalescing_;  // a batch's handles complete with its group, at endCoalescing
+  return issue(work, "send", [this, w = work.get(), s, dstRank, grouped] {
+    collie::Work h = comm_->sendAsync(s.ptr(), s.count, DataType::Uint8, dstRank);
+    if (!grouped) w->add(h);
+  });
 }
 
 ProcessGroupCollie::WorkPtr ProcessGroupCollie::recv(std::vector<at::Tensor>& tensors, int srcRank, int tag) {
@@ -224,14 +227,12 @@ ProcessGroupCollie::WorkPtr ProcessGroupCollie::recv(std::vector<at::Tensor>& te
   checkRank(srcRank, "recv: source");
   Staged s = stageBytes(tensors[0], "recv: tensor");
   auto work = makeWork(c10d::OpType::RECV, "recv", tensors);
-  issueCollie("recv", reporter_.get(), [&] {
-    collie::Work w = comm_->recvAsync(s.ptr(), s.count, DataType::Uint8, srcRank);
-    if (!coalescing_) work->add(w);
-  });
   work->then([s] { s.copyBack(); });
-  if (!coalescing_) return issued(work);
-  coalesced_.push_back(work);  // completed at endCoalescing
-  return work;
+  const bool grouped = coalescing_;  // a batch's handles complete with its group, at endCoalescing
+  return issue(work, "recv", [this, w = work.get(), s, srcRank, grouped] {
+    collie::Work h = comm_->recvAsync(s.ptr(), s.count, DataType::Uint8, srcRank);
+    if (!grouped) w->add(h);
+  });
 }
 
 ProcessGroupCollie::WorkPtr ProcessGroupCollie::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
@@ -239,17 +240,17 @@ ProcessGroupCollie::WorkPtr ProcessGroupCollie::recvAnysource(std::vector<at::Te
   TORCH_CHECK(!coalescing_, "collie recv: a receive from any source cannot be part of batch_isend_irecv (name src)");
   Staged s = stageBytes(tensors[0], "recv: tensor");
   auto work = makeWork(c10d::OpType::RECVANYSOURCE, "recv", tensors);
-  issueCollie("recv", reporter_.get(), [&] {
-    collie::Work w = comm_->recvAnyAsync(s.ptr(), s.count, DataType::Uint8);
-    work->add(w);
-    work->setSourceOf(w);
-  });
   work->then([s] { s.copyBack(); });
-  return issued(work);
+  return issue(work, "recv", [this, w = work.get(), s] {
+    collie::Work h = comm_->recvAnyAsync(s.ptr(), s.count, DataType::Uint8);
+    w->add(h);
+    w->setSourceOf(h);
+  });
 }
 
 void ProcessGroupCollie::startCoalescing() {
   TORCH_CHECK(!coalescing_, "collie: startCoalescing inside a coalescing block");
+  order_->waitUntilMayIssue();  // the block's calls form one collie group, made on this thread as they come
   groupStart();
   coalescing_ = true;
 }
@@ -276,11 +277,14 @@ void ProcessGroupCollie::endCoalescing(std::vector<WorkPtr>& reqs) {
   // Every call issued before the block's end is done (collie keeps call order), collectives issued inside it included
   // (torch 2.x's coalescing manager issues its allreduce_coalesced there, then waits on the Work returned here only):
   // their outputs are written now, not at the group's next call.
-  const std::vector<c10::intrusive_ptr<CollieWork>> kept = inFlightNow();
-  for (const auto& w : kept) w->complete();
+  // Calls IssueOrder still holds back come after the block: not these.
+  for (const auto& w : inFlightNow())
+    if (w->issued()) w->complete();
 #if COLLIE_C10D_END_COALESCING_RETURNS_WORK
   auto all = makeWork(c10d::OpType::UNKNOWN, "coalesced", {});
   if (!error.empty()) all->failWith(error);
+  order_->issue(
+      all, [] {}, true);  // nothing to issue: it stands for the block
   all->complete();
   return all;
 #endif

@@ -15,10 +15,13 @@ every value element by element against what the call must give:
                 reach them; the barrier completes the calls before it; a dropped call's output is written when the
                 group is destroyed
   killed        a rank SIGKILLs itself; every other rank's pending all_reduce raises RuntimeError naming it within the
-                group's timeout
+                group's timeout (the first: a call held back behind a chain of callbacks that make calls)
   torchrun      the real launcher: python3 -m torch.distributed.run --nproc_per_node 2 ... (env://)
   ddp           torch.nn.parallel.DistributedDataParallel trains an MLP for some steps; loss and parameters match one
                 process training on the whole batch
+  callback_order  calls issued from future callbacks (two PowerSGD-like chains, then a plain call) meet in NCCL's
+                order on every rank though each rank is late at another place; PowerSGD's hook through DDP keeps the
+                ranks' parameters identical
 Usage: PYTHONPATH=<build>/python /usr/bin/python3 test_backend.py CASE [--world-size N]
 Prints "PASS case" or "FAIL case: why" and exits 0 only on success.
 """
@@ -341,6 +344,15 @@ def case_killed(rank, ws):
         os.kill(os.getpid(), signal.SIGKILL)
     start = time.time()
     try:
+        # A chain of callbacks open when the peer is gone, and a call held back behind it: both end, neither hangs.
+        chain = dist.all_reduce(t, async_op=True).get_future().then(
+            lambda f: dist.all_reduce(torch.ones(4), async_op=True).get_future().wait())
+        held = dist.all_reduce(t, async_op=True)
+        try:
+            chain.wait()
+        except RuntimeError:
+            pass
+        held.wait()
         for _ in range(1000):
             dist.all_reduce(t)
     except RuntimeError as e:
@@ -402,6 +414,86 @@ def case_ddp(rank, ws):
     dist.barrier()
 
 
+# ---- calls from future callbacks -------------------------------------------------------------------------------------
+def case_callback_order(rank, ws):
+    """Calls issued from a future's callbacks reach collie in the same order on every rank, whatever the timing: right
+    after the call whose callbacks issue them, before any call the program issues later (NCCL's order, where the
+    callbacks run at once). Odd ranks are late inside the callbacks, even ranks late in the program, so that calls
+    issued as they come would meet in another order; all have one shape, so a swap gives wrong sums, not an error.
+    Two chains of callbacks as PowerSGD's hook makes for two buckets (each waits on the call it issues), a plain
+    call, a bad call that must raise at once, and a future asked for after a later call's chain opened; calls are
+    numbered in the order they must meet."""
+    n, total = 64, sum(range(1, ws + 1))
+    late_in_callbacks = rank % 2 == 1
+
+    def value(k):
+        return torch.full((n,), float(1000 * k + rank + 1))
+
+    for rnd in range(3):
+        tensors = {}
+
+        def issue_and_wait(f, k):
+            if late_in_callbacks:
+                time.sleep(0.1)
+            tensors[k] = value(k)
+            dist.all_reduce(tensors[k], async_op=True).get_future().wait()
+            return f.value()
+
+        def chain(first, then_calls):
+            tensors[first] = value(first)
+            fut = dist.all_reduce(tensors[first], async_op=True).get_future()
+            for k in then_calls:
+                fut = fut.then(lambda f, k=k: issue_and_wait(f, k))
+            if not late_in_callbacks:
+                time.sleep(0.3)
+            return fut
+
+        bucket_a = chain(1, [2, 3])
+        bucket_b = chain(4, [5])
+        tensors[6] = value(6)
+        plain = dist.all_reduce(tensors[6], async_op=True)
+        # Bad arguments raise at once, though this rank's calls are held back now.
+        expect_raises(lambda: dist.all_gather([torch.empty(3)] * ws, torch.empty(4)), "shape", "held: bad all_gather")
+        # A future asked for late, of a call made before a chain opened: its callbacks' calls come after the chain's.
+        tensors[7] = value(7)
+        early = dist.all_reduce(tensors[7], async_op=True)
+        late_chain = chain(8, [9])
+        late = early.get_future().then(lambda f: issue_and_wait(f, 10))
+        bucket_a.wait()
+        bucket_b.wait()
+        plain.wait()
+        late_chain.wait()
+        late.wait()
+        for k in range(1, 11):
+            check_equal(tensors[k], torch.full((n,), float(1000 * k * ws + total)), f"round {rnd}: call {k}")
+
+    # PowerSGD's own hook through DDP (its compressed steps issue and wait from callbacks), each rank late at another
+    # place: the ranks' parameters stay identical.
+    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
+    model = torch.nn.parallel.DistributedDataParallel(make_model(), bucket_cap_mb=0.001)
+    state = powerSGD_hook.PowerSGDState(process_group=None, matrix_approximation_rank=1, start_powerSGD_iter=2)
+
+    def late_hook(st, bucket):
+        time.sleep(0.05 * ((bucket.index() + rank) % 2))
+        return powerSGD_hook.powerSGD_hook(st, bucket)
+
+    model.register_comm_hook(state, late_hook)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    per = DDP_BATCH // ws
+    for step in range(6):
+        x, y = make_batch(step, DDP_BATCH)
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x[rank * per:(rank + 1) * per]), y[rank * per:(rank + 1) * per]).backward()
+        opt.step()
+    for name, p in model.module.named_parameters():
+        mine = p.detach().reshape(-1).clone()
+        every = [torch.empty_like(mine) for _ in range(ws)]
+        dist.all_gather(every, mine)
+        for r in range(ws):
+            check_equal(every[r], mine, f"PowerSGD: parameter {name} of rank {r} against rank {rank}")
+    dist.barrier()
+
+
 # ---- torchrun --------------------------------------------------------------------------------------------------------
 def torchrun_worker():
     if torch_without_libuv.lacks_libuv():
@@ -441,7 +533,8 @@ def run_torchrun(nproc):
 
 
 # ---- launcher ----------------------------------------------------------------------------------------------------------
-CASES = {"collectives": (case_collectives, 60), "async": (case_async, 60), "killed": (case_killed, KILL_TIMEOUT_S), "ddp": (case_ddp, 60)}
+CASES = {"collectives": (case_collectives, 60), "async": (case_async, 60), "killed": (case_killed, KILL_TIMEOUT_S), "ddp": (case_ddp, 60),
+         "callback_order": (case_callback_order, 60)}
 
 
 def rank_main(case, rank, ws, init_file, queue):
