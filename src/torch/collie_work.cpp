@@ -25,16 +25,24 @@ CollieWork::~CollieWork() = default;
 
 void CollieWork::complete(const std::function<void()>& beforeFutureCallbacks) {
   // The handles are waited on outside completeMutex_, so that isCompleted() and wait(timeout) on other threads
-  // never block behind a thread waiting here; the mutex guards only the one-time post-processing.
+  // never block behind a thread waiting here; the post-processing runs once, on one thread, outside it too (a
+  // barrier's completes other Works, whose callbacks may make calls).
   std::vector<collie::Work> handles;
   std::string message;
+  bool explain;
   {
     std::unique_lock<std::mutex> lock(completeMutex_);
-    issuedCv_.wait(lock, [this] { return issued_ || done_; });
-    if (done_) return;
+    stateCv_.wait(lock, [this] { return issued_ || done_; });
+    if (done_) {
+      lock.unlock();
+      deliverFuture(beforeFutureCallbacks);
+      return;
+    }
     handles = handles_;
     message = issueError_;
+    explain = explainIssueError_;
   }
+  if (explain && reporter_) message = reporter_->explain(message);
   for (const collie::Work& h : handles) {
     try {
       h.wait();
@@ -42,45 +50,67 @@ void CollieWork::complete(const std::function<void()>& beforeFutureCallbacks) {
       if (message.empty()) message = reporter_ ? reporter_->explain(e.what()) : e.what();
     }
   }
+  std::vector<std::function<void()>> post;
+  {
+    std::unique_lock<std::mutex> lock(completeMutex_);
+    if (finishing_ || done_) {  // another thread completes it: wait for that, then see to the future
+      stateCv_.wait(lock, [this] { return done_; });
+      lock.unlock();
+      deliverFuture(beforeFutureCallbacks);
+      return;
+    }
+    finishing_ = true;
+    post.swap(post_);
+  }
+  if (message.empty()) {
+    try {
+      for (auto& fn : post) fn();
+    } catch (const std::exception& e) {
+      message = e.what();
+    }
+  }
+  std::exception_ptr error;
+  {
+    std::lock_guard<std::mutex> lock(completeMutex_);
+    handles_.clear();
+    if (!message.empty()) error_ = std::make_exception_ptr(std::runtime_error("collie " + name_ + ": " + message));
+    done_ = true;
+    error = error_;
+  }
+  stateCv_.notify_all();
+  finish(error);
+  deliverFuture(beforeFutureCallbacks);
+}
+
+void CollieWork::deliverFuture(const std::function<void()>& beforeFutureCallbacks) {
   c10::intrusive_ptr<c10::ivalue::Future> future;
   std::exception_ptr error;
   {
     std::lock_guard<std::mutex> lock(completeMutex_);
-    if (done_) return;  // another thread completed it meanwhile
-    if (message.empty()) {
-      try {
-        for (auto& fn : post_) fn();
-      } catch (const std::exception& e) {
-        message = e.what();
-      }
-    }
-    post_.clear();
-    handles_.clear();
-    if (!message.empty()) error_ = std::make_exception_ptr(std::runtime_error("collie " + name_ + ": " + message));
-    done_ = true;
+    if (!done_ || !future_ || futureDelivered_) return;
+    futureDelivered_ = true;
     future = future_;
     error = error_;
   }
-  finish(error);
-  if (future) {
-    if (beforeFutureCallbacks) beforeFutureCallbacks();
-    {
-      IssueOrder::RunningCallbacks running(this);  // calls the callbacks make come next (issue_order.hpp)
-      if (error)
-        future->setError(error);
-      else
-        future->markCompleted(c10::IValue(outputs_));
-    }
-    issueOrder_->callbacksRan(this);
-  }
+  if (beforeFutureCallbacks) beforeFutureCallbacks();
+  struct Ran {  // IssueOrder hears that the callbacks ran however they end (a C++ callback may throw)
+    CollieWork* work;
+    ~Ran() { work->issueOrder_->callbacksRan(work); }
+  } ran{this};
+  IssueOrder::RunningCallbacks running(this);  // the calls the callbacks make take their place (issue_order.hpp)
+  if (error)
+    future->setError(error);
+  else
+    future->markCompleted(c10::IValue(outputs_));
 }
 
-void CollieWork::markIssued() {
+void CollieWork::markIssued(uint64_t seq) {
   {
     std::lock_guard<std::mutex> lock(completeMutex_);
     issued_ = true;
   }
-  issuedCv_.notify_all();
+  issueSeq_.store(seq, std::memory_order_release);
+  stateCv_.notify_all();
 }
 
 bool CollieWork::isCompleted() {
@@ -124,7 +154,9 @@ bool CollieWork::wait(std::chrono::milliseconds timeout) {
 }
 
 int CollieWork::sourceRank() const {
-  TORCH_CHECK(source_.valid(), "collie ", name_, ": sourceRank() is only for a receive from any source");
+  TORCH_CHECK(opType_ == c10d::OpType::RECVANYSOURCE, "collie ", name_,
+              ": sourceRank() is only for a receive from any source");
+  if (issueSeq() == 0) return -1;  // not made yet (IssueOrder holds it back)
   return source_.source();
 }
 
@@ -138,11 +170,11 @@ c10::intrusive_ptr<c10::ivalue::Future> CollieWork::getFuture() {
     future = future_;
     done = done_;
   }
+  // Complete already: set at once, so callbacks attached next run at once, on the attaching thread, as NCCL's do.
+  // Otherwise, asked for from Python, the future's callbacks may make calls: they take their place here
+  // (issue_order.hpp). Asked for by C++ (DDP's reducer), they do not.
   if (done) {
-    if (error_)
-      future->setError(error_);
-    else
-      future->markCompleted(c10::IValue(outputs_));
+    deliverFuture(nullptr);
   } else if (issueOrder_->futureAsked(this, Py_IsInitialized() && PyGILState_Check())) {
     waiter_->enqueue(c10::intrusive_ptr<CollieWork>::reclaim_copy(this));
   }

@@ -12,9 +12,11 @@
 #include <ATen/ATen.h>
 #include <ATen/core/ivalue.h>
 
+#include <atomic>
 #include <chrono>
 #include <collie/collie.hpp>
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -64,10 +66,12 @@ class CollieWork : public c10d::Work {
   void then(std::function<void()> fn) { post_.push_back(std::move(fn)); }
   /// A receive from any source: the collie handle whose source() sourceRank() reports.
   void setSourceOf(const collie::Work& work) { source_ = work; }
-  /// Marks the call as failed already (a group that threw at its end).
-  void failWith(const std::string& message) {
+  /// Marks the call as failed already (a group that threw at its end, a call that could not be made);
+  /// `groupFailed`: the lost ranks are named in front when it completes.
+  void failWith(const std::string& message, bool groupFailed = false) {
     std::lock_guard<std::mutex> lock(completeMutex_);
     issueError_ = message;
+    explainIssueError_ = groupFailed;
   }
 
   /// True once it is issued and every handle is done; completes the Work then (its outputs are written). Never
@@ -79,8 +83,9 @@ class CollieWork : public c10d::Work {
   /// The rank a receive from any source took its message from (-1 until it is done).
   int sourceRank() const override;
 
-  /// Waits until it is issued and for every handle, runs the post-processing, sets the exception and the future
-  /// (calling `beforeFutureCallbacks` first, when given and the future exists: its callbacks run next). Idempotent.
+  /// Waits until it is issued (for as long as the callbacks ahead of it take) and for every handle, runs the
+  /// post-processing (on one thread, outside the Work's mutex), sets the exception and the future (calling
+  /// `beforeFutureCallbacks` first, when this thread completes the future: its callbacks run next). Idempotent.
   void complete(const std::function<void()>& beforeFutureCallbacks = nullptr);
   /// isCompleted(), except that a Work whose future was asked for is left to the FutureWaiter (its callbacks run
   /// there). For the process group's pruning of the Works it keeps; never blocks.
@@ -90,16 +95,16 @@ class CollieWork : public c10d::Work {
     std::lock_guard<std::mutex> lock(completeMutex_);
     return done_;
   }
-  /// Whether its collie calls were made (IssueOrder may hold them back for a while).
-  bool issued() {
-    std::lock_guard<std::mutex> lock(completeMutex_);
-    return issued_;
-  }
+  /// 0 until its collie calls were made (IssueOrder may hold them back for a while), then its rank in the order
+  /// the group's calls reached collie.
+  uint64_t issueSeq() const { return issueSeq_.load(std::memory_order_acquire); }
 
  private:
   friend class IssueOrder;
   bool handlesDone();
-  void markIssued();
+  void markIssued(uint64_t seq);
+  /// Completes the future once (its callbacks run on this thread), then tells IssueOrder they ran.
+  void deliverFuture(const std::function<void()>& beforeFutureCallbacks);
 
   std::string name_;
   std::vector<at::Tensor> outputs_;
@@ -107,16 +112,22 @@ class CollieWork : public c10d::Work {
   collie::Work source_;  // valid for a receive from any source
   std::vector<std::function<void()>> post_;
   std::string issueError_;
+  bool explainIssueError_ = false;
   std::shared_ptr<FutureWaiter> waiter_;
   std::shared_ptr<IssueOrder> issueOrder_;
   std::shared_ptr<FailureReporter> reporter_;
   struct {  // IssueOrder's, under its mutex
-    bool issued = false, futureAsked = false, opens = false, callbacksRan = false;
+    bool issued = false, futureAsked = false, opened = false, callbacksRan = false;
+    std::vector<uint32_t> place;  // where its future opened (IssueOrder::Key)
+    uint32_t nextChild = 0;       // the next place among its callbacks' calls
   } orderState_;
+  std::atomic<uint64_t> issueSeq_{0};
   std::mutex completeMutex_;
-  std::condition_variable issuedCv_;
+  std::condition_variable stateCv_;  // issued_, done_
   bool issued_ = false;
+  bool finishing_ = false;  // a thread runs the post-processing
   bool done_ = false;
+  bool futureDelivered_ = false;
   std::exception_ptr error_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
 };

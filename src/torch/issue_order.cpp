@@ -11,64 +11,122 @@ namespace collie::torchbackend {
 namespace {
 
 // The Works whose future callbacks this thread is running, outermost first (callbacks nest: a callback that
-// completes another Work runs that one's callbacks inside its own).
-thread_local std::vector<const CollieWork*> tRunningCallbacksOf;
+// completes another Work runs that one's callbacks inside its own). Each is alive while it is here.
+thread_local std::vector<CollieWork*> tRunningCallbacksOf;
+
+bool isPrefix(const IssueOrder::Key& prefix, const IssueOrder::Key& key) {
+  return prefix.size() <= key.size() && std::equal(prefix.begin(), prefix.end(), key.begin());
+}
 
 }  // namespace
 
-IssueOrder::RunningCallbacks::RunningCallbacks(const CollieWork* work) { tRunningCallbacksOf.push_back(work); }
+IssueOrder::RunningCallbacks::RunningCallbacks(CollieWork* work) { tRunningCallbacksOf.push_back(work); }
 
 IssueOrder::RunningCallbacks::~RunningCallbacks() { tRunningCallbacksOf.pop_back(); }
 
-bool IssueOrder::mayIssue(const Chain& chain) const {
-  return open_.empty() || std::find(chain.begin(), chain.end(), open_.back()) != chain.end();
+IssueOrder::Key IssueOrder::nextPlace() {
+  for (auto it = tRunningCallbacksOf.rbegin(); it != tRunningCallbacksOf.rend(); ++it) {
+    auto& state = (*it)->orderState_;
+    if (state.opened && !state.callbacksRan) {
+      Key key = state.place;
+      key.push_back(state.nextChild++);
+      return key;
+    }
+  }
+  return Key{nextProgramPlace_++};
+}
+
+bool IssueOrder::mayGo(const Key& key) const {
+  return (queued_.empty() || key < queued_.begin()->first) && !blockedByOpen(key);
+}
+
+bool IssueOrder::blockedByOpen(const Key& key) const {
+  // An open future placed before `key` may still make calls placed between the two, unless `key` is its own.
+  for (const auto& w : open_) {
+    const Key& place = w->orderState_.place;
+    if (place < key && !isPrefix(place, key)) return true;
+  }
+  return false;
+}
+
+bool IssueOrder::run(CollieWork& work, const std::function<void()>& calls, bool propagate) {
+  std::string failure;
+  bool groupFailed = false;
+  try {
+    calls();
+    return issued(work);
+  } catch (const IssueFailed& e) {
+    if (propagate) {
+      work.failWith(e.what(), e.groupFailed);  // kept by the group: it completes with the error, nothing copied back
+      issued(work);
+      throw;
+    }
+    failure = e.what();
+    groupFailed = e.groupFailed;
+  } catch (const c10::Error& e) {
+    if (propagate) {
+      work.failWith(e.what_without_backtrace());
+      issued(work);
+      throw;
+    }
+    failure = e.what_without_backtrace();
+  } catch (const std::exception& e) {
+    if (propagate) {
+      work.failWith(e.what());
+      issued(work);
+      throw;
+    }
+    failure = e.what();
+  }
+  work.failWith(failure, groupFailed);
+  return issued(work);  // its future, if asked for, gets the error from the FutureWaiter
 }
 
 bool IssueOrder::issued(CollieWork& work) {
-  work.orderState_.issued = true;
-  work.markIssued();
-  if (!work.orderState_.futureAsked) return false;
-  if (work.orderState_.opens && !work.orderState_.callbacksRan) open_.push_back(&work);
+  auto& state = work.orderState_;
+  state.issued = true;
+  work.markIssued(++issuedCount_);
+  if (!state.futureAsked) return false;
+  if (state.opened && !state.callbacksRan) open_.push_back(c10::intrusive_ptr<CollieWork>::reclaim_copy(&work));
+  return true;
+}
+
+bool IssueOrder::opened(CollieWork& work, Key key) {
+  auto& state = work.orderState_;
+  state.futureAsked = true;
+  state.opened = true;
+  state.place = std::move(key);
+  if (!state.issued) return false;  // made by a thread held back still: opens when issued
+  if (!state.callbacksRan) open_.push_back(c10::intrusive_ptr<CollieWork>::reclaim_copy(&work));
   return true;
 }
 
 void IssueOrder::issue(const c10::intrusive_ptr<CollieWork>& work, std::function<void()> calls, bool now) {
-  std::vector<c10::intrusive_ptr<CollieWork>> toWaiter;
+  bool toWaiter;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (!now && !mayIssue(tRunningCallbacksOf)) {
-      queued_.push_back({work, tRunningCallbacksOf, std::move(calls)});
-      return;
+    if (!now && !closing_) {
+      Key key = nextPlace();
+      if (!mayGo(key)) {
+        queued_.emplace(std::move(key), Queued{work, std::move(calls)});
+        return;
+      }
     }
-    try {
-      calls();
-    } catch (...) {
-      issued(*work);  // failed before anything reached a peer: the caller raises, the Work is dropped
-      throw;
-    }
-    if (issued(*work)) toWaiter.push_back(work);
+    toWaiter = run(*work, calls, true);
   }
-  handToWaiter(toWaiter);
+  if (toWaiter) handToWaiter({work});
 }
 
 bool IssueOrder::futureAsked(CollieWork* work, bool opens) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (!opens) {
+  if (!opens || closing_) {
     work->orderState_.futureAsked = true;
     return work->orderState_.issued;  // a queued Work goes to the FutureWaiter when issued
   }
-  if (mayIssue(tRunningCallbacksOf)) return opened(*work);
-  // This thread's calls are held back: the future opens at this place among them, after the calls made before.
-  queued_.push_back({c10::intrusive_ptr<CollieWork>::reclaim_copy(work), tRunningCallbacksOf, nullptr});
+  Key key = nextPlace();
+  if (mayGo(key)) return opened(*work, std::move(key));
+  queued_.emplace(std::move(key), Queued{c10::intrusive_ptr<CollieWork>::reclaim_copy(work), nullptr});
   return false;
-}
-
-bool IssueOrder::opened(CollieWork& work) {
-  work.orderState_.futureAsked = true;
-  work.orderState_.opens = true;
-  if (!work.orderState_.issued) return false;  // made by a thread held back still: opens when issued
-  if (!work.orderState_.callbacksRan) open_.push_back(&work);
-  return true;
 }
 
 void IssueOrder::callbacksRan(CollieWork* work) {
@@ -76,59 +134,49 @@ void IssueOrder::callbacksRan(CollieWork* work) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     work->orderState_.callbacksRan = true;
-    auto it = std::find(open_.begin(), open_.end(), work);
+    auto it = std::find_if(open_.begin(), open_.end(), [&](const auto& w) { return w.get() == work; });
     if (it == open_.end()) return;
     open_.erase(it);
     issueQueued(toWaiter);
-    opened_or_closed_.notify_all();
+    changed_.notify_all();
   }
   handToWaiter(toWaiter);
 }
 
-void IssueOrder::issueQueued(std::vector<c10::intrusive_ptr<CollieWork>>& out, bool all) {
-  while (true) {
-    auto next = std::find_if(queued_.begin(), queued_.end(), [&](const Queued& q) { return all || mayIssue(q.chain); });
-    if (next == queued_.end()) return;
-    Queued q = std::move(*next);
-    queued_.erase(next);
-    if (!q.calls) {  // where get_future() was asked
-      if (opened(*q.work)) out.push_back(q.work);
-      continue;
-    }
-    try {
-      q.calls();
-    } catch (const std::exception& e) {
-      q.work->failWith(e.what());
-    } catch (...) {
-      q.work->failWith("unknown error while issuing");
-    }
-    if (issued(*q.work)) out.push_back(q.work);
+void IssueOrder::issueQueued(std::vector<c10::intrusive_ptr<CollieWork>>& out) {
+  while (!queued_.empty()) {
+    auto head = queued_.begin();
+    if (!closing_ && blockedByOpen(head->first)) return;  // every later place is blocked too
+    Key key = head->first;
+    Queued q = std::move(head->second);
+    queued_.erase(head);
+    const bool toWaiter = q.calls ? run(*q.work, q.calls, false) : opened(*q.work, std::move(key));
+    if (toWaiter) out.push_back(q.work);
   }
 }
 
 void IssueOrder::waitUntilMayIssue() {
   std::unique_lock<std::mutex> lock(mutex_);
-  waitMayIssue(lock, tRunningCallbacksOf);
-}
-
-void IssueOrder::waitMayIssue(std::unique_lock<std::mutex>& lock, const Chain& chain) {
-  while (!mayIssue(chain)) {
+  const Key key = nextPlace();
+  while (!closing_ && !mayGo(key)) {
     // The callbacks to wait for may be Python's: wait without the GIL, and take it back without mutex_ held.
     lock.unlock();
     PyThreadState* released = Py_IsInitialized() && PyGILState_Check() ? PyEval_SaveThread() : nullptr;
     lock.lock();
-    opened_or_closed_.wait(lock, [&] { return mayIssue(chain); });
+    changed_.wait(lock, [&] { return closing_ || mayGo(key); });
     lock.unlock();
     if (released) PyEval_RestoreThread(released);
     lock.lock();
   }
 }
 
-void IssueOrder::flush() {
+void IssueOrder::close() {
   std::vector<c10::intrusive_ptr<CollieWork>> toWaiter;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    issueQueued(toWaiter, true);
+    closing_ = true;
+    issueQueued(toWaiter);
+    changed_.notify_all();
   }
   handToWaiter(toWaiter);
 }

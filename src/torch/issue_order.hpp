@@ -8,86 +8,107 @@
 // callback's calls (PowerSGD's hook issues two all-reduces from its callbacks) would meet the program's next calls
 // in another order on another rank: a mismatch, or, for calls of one shape, sums of the wrong tensors.
 //
-// So the group keeps NCCL's order. A call whose future was asked for (get_future()) and whose callbacks have not run
-// yet is open. While calls are open, only a thread running the callbacks of the last one opened issues at once; a
-// call from any other thread (the program's, or another callback's) is queued with its Work returned, and reaches
-// collie when the callbacks ahead of it have run, in the order it was made. A call issued from callbacks that asks
-// for its own future opens in turn (callbacks nest as NCCL's do). A future asked for by a thread whose calls are
-// held back opens at that place among them (after the calls it made before asking), whichever call it belongs to.
+// So every call and every future asked for gets a place (a Key) in that order, a tree walked depth first: the
+// program's calls are 0, 1, 2, ...; a future asked for at place p opens there, and the calls its callbacks make are
+// p.0, p.1, ... (and p.1.0, ... for a future one of them asks for), all before p+1. A call reaches collie at once
+// when nothing queued comes before it and no open future (callbacks not run yet) could still make a call before it;
+// otherwise it is queued (its Work returned) and issued, in place order, by the thread that runs the callbacks
+// ahead of it. The place of callbacks is where get_future() was asked, not where then() attaches them: the same in
+// the usual get_future().then(cb). A call made between the two may come before or after the callbacks' calls,
+// depending on whether the future completed before then() (its callbacks then run at once, on the attaching
+// thread, as for a Work complete when get_future() is asked); no order can be kept there without seeing then().
 //
 // Only a future asked for from Python (the GIL held) opens: Python's callbacks are the ones that make calls
 // (PowerSGD's, a user's hook). DDP's C++ reducer asks for every bucket's future without the GIL and attaches no
 // callback that makes calls; opening those would make each bucket's all-reduce wait for the previous one to
 // complete and its future's thread to wake (about 25 us a bucket: 16 buckets of 1 KiB took 2.2x as long). A C++
-// callback that makes calls is ordered as it comes, as before. The cost where a future opens: the program's next
-// call reaches collie only once that future's callbacks ran.
+// callback that makes calls is ordered as it comes, as before. The cost where a future opens: the calls after it
+// reach collie only once its callbacks ran.
 #pragma once
 
 #include <condition_variable>
-#include <deque>
+#include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "collie_work.hpp"
 
 namespace collie::torchbackend {
 
+/// A collie call that failed when it was made: `groupFailed` when the group failed (the lost ranks to be named).
+struct IssueFailed : std::runtime_error {
+  IssueFailed(const std::string& message, bool groupFailed) : std::runtime_error(message), groupFailed(groupFailed) {}
+  bool groupFailed;
+};
+
 class IssueOrder {
  public:
+  using Key = std::vector<uint32_t>;  // a place in the order: compared lexicographically, a prefix first
+
   explicit IssueOrder(std::shared_ptr<FutureWaiter> waiter) : waiter_(std::move(waiter)) {}
 
-  /// Runs `calls` (the collie calls that add their handles to `work`) now when this thread may issue, or, with
-  /// `now`, whatever is open (inside a coalescing block, whose calls form one collie group on one thread); an
-  /// exception then propagates. Otherwise queues them to run once the callbacks ahead have; an exception then fails
-  /// `work`.
+  /// Runs `calls` (the collie calls that add their handles to `work`) now when nothing comes before them, or, with
+  /// `now`, at once (a coalescing block's calls, one collie group made on its thread); an exception then
+  /// propagates. Otherwise queues them to run in their place; an exception then fails `work`.
   void issue(const c10::intrusive_ptr<CollieWork>& work, std::function<void()> calls, bool now = false);
-  /// get_future() created `work`'s future while `work` was not complete; `opens`: its callbacks may make calls
-  /// (asked for from Python). Returns whether the caller hands `work` to the FutureWaiter now; otherwise it goes
-  /// there when it is issued, or when the place where its future was asked for is reached.
+  /// get_future() created `work`'s future; `opens`: its callbacks may make calls (asked for from Python). Returns
+  /// whether the caller hands `work` to the FutureWaiter now; otherwise it goes there when it is issued, or when
+  /// its place is reached.
   bool futureAsked(CollieWork* work, bool opens);
-  /// The callbacks of `work`'s future have run (or it had none): issues what waited only for them.
+  /// The callbacks of `work`'s future have run: issues what waited only for them.
   void callbacksRan(CollieWork* work);
-  /// Blocks until this thread may issue (startCoalescing: the block's calls must reach collie at once).
+  /// Blocks until a call this thread makes now would go at once (startCoalescing).
   void waitUntilMayIssue();
-  /// Issues everything queued, in order, whatever is open (the group is going away).
-  void flush();
+  /// The group is going away: everything queued is issued now, in order, and later calls go at once.
+  void close();
 
   /// Marks the calling thread as running `work`'s future callbacks for its lifetime.
   class RunningCallbacks {
    public:
-    explicit RunningCallbacks(const CollieWork* work);
+    explicit RunningCallbacks(CollieWork* work);
     ~RunningCallbacks();
     RunningCallbacks(const RunningCallbacks&) = delete;
     RunningCallbacks& operator=(const RunningCallbacks&) = delete;
   };
 
  private:
-  using Chain = std::vector<const CollieWork*>;  // the Works whose callbacks a thread runs, outermost first
   struct Queued {
     c10::intrusive_ptr<CollieWork> work;
-    Chain chain;                  // of the thread that made the call
     std::function<void()> calls;  // none: `work`'s future opens here
   };
-  /// Under mutex_: whether a thread running the callbacks in `chain` may issue now.
-  bool mayIssue(const Chain& chain) const;
+  /// Under mutex_: the next place of a call made on this thread (inside the innermost open future's callbacks it
+  /// runs, or the program's).
+  Key nextPlace();
+  /// Under mutex_: whether something at `key` may go now (nothing queued before it, not blockedByOpen).
+  bool mayGo(const Key& key) const;
+  /// Under mutex_: whether an open future could still make a call placed before `key`.
+  bool blockedByOpen(const Key& key) const;
+  /// Under mutex_: runs `calls` for `work`; true when it goes to the FutureWaiter.
+  bool run(CollieWork& work, const std::function<void()>& calls, bool propagate);
   /// Under mutex_: `work`'s calls reached collie. Returns whether its future was asked for (then hand it to the
-  /// FutureWaiter once mutex_ is released); opens it when that future opens.
+  /// FutureWaiter once mutex_ is released); adds it to the open ones when that future opened.
   bool issued(CollieWork& work);
-  /// Under mutex_: `work`'s future opens (now if `work` was issued: returns true, hand it to the FutureWaiter).
-  bool opened(CollieWork& work);
-  /// Under mutex_: issues the queued calls that may go now, in order; those to hand to the FutureWaiter go to `out`.
-  void issueQueued(std::vector<c10::intrusive_ptr<CollieWork>>& out, bool all = false);
-  /// Waits (without the GIL) until a thread with `chain` may issue; `lock` holds mutex_ before and after.
-  void waitMayIssue(std::unique_lock<std::mutex>& lock, const Chain& chain);
+  /// Under mutex_: `work`'s future opens at `key` (now if `work` was issued: returns true, hand it to the
+  /// FutureWaiter).
+  bool opened(CollieWork& work, Key key);
+  /// Under mutex_: issues the queued calls that may go now, in order (all of them when closing); those to hand to
+  /// the FutureWaiter go to `out`.
+  void issueQueued(std::vector<c10::intrusive_ptr<CollieWork>>& out);
   void handToWaiter(const std::vector<c10::intrusive_ptr<CollieWork>>& works);
 
   std::shared_ptr<FutureWaiter> waiter_;
   std::mutex mutex_;
-  std::condition_variable opened_or_closed_;
-  std::vector<CollieWork*> open_;  // issued, future asked for, callbacks not run; in the order they opened
-  std::deque<Queued> queued_;
+  std::condition_variable changed_;
+  uint32_t nextProgramPlace_ = 0;
+  uint64_t issuedCount_ = 0;
+  bool closing_ = false;
+  std::vector<c10::intrusive_ptr<CollieWork>> open_;  // issued, future opened, callbacks not run
+  std::map<Key, Queued> queued_;
 };
 
 }  // namespace collie::torchbackend

@@ -48,8 +48,10 @@ ProcessGroupCollie::ProcessGroupCollie(const c10::intrusive_ptr<c10d::Store>& st
 }
 
 ProcessGroupCollie::~ProcessGroupCollie() {
-  waiter_->stop();  // runs the callbacks still to run; what waited for them is issued as they finish
-  order_->flush();  // anything still held back goes now, in order (collie fails it if a peer is gone)
+  // What is still held back goes now, in its order, and calls the callbacks still to run make go at once: nothing
+  // can wait on a call that is never made. Then the FutureWaiter runs those callbacks.
+  order_->close();
+  waiter_->stop();
   std::vector<c10::intrusive_ptr<CollieWork>> inFlight;
   {
     std::lock_guard<std::mutex> lock(inFlightMutex_);
@@ -71,38 +73,30 @@ std::vector<c10::intrusive_ptr<CollieWork>> ProcessGroupCollie::inFlightNow() {
   return inFlight_;
 }
 
-namespace {
-
-// A collie call that failed when IssueOrder made it: the message, with the lost ranks named when the group failed.
-struct CallFailed : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-}  // namespace
-
 ProcessGroupCollie::WorkPtr ProcessGroupCollie::issue(const c10::intrusive_ptr<CollieWork>& work, const char* name,
                                                       std::function<void()> calls) {
+  // Kept before it can be issued, so that a barrier issued next on another thread finds it.
+  const bool grouped = coalescingThread_.load() == std::this_thread::get_id();
+  if (grouped)
+    coalesced_.push_back(work);  // completed at endCoalescing
+  else
+    kept(work);
   try {
     order_->issue(
         work,
-        [this, calls = std::move(calls)] {
+        [calls = std::move(calls)] {
           try {
             calls();
           } catch (const Error& e) {
-            const bool groupFailed = e.code() == ErrorCode::RemoteError || e.code() == ErrorCode::Timeout ||
-                                     e.code() == ErrorCode::SystemError;
-            throw CallFailed(groupFailed ? reporter_->explain(e.what()) : e.what());
+            throw IssueFailed(e.what(), e.code() == ErrorCode::RemoteError || e.code() == ErrorCode::Timeout ||
+                                            e.code() == ErrorCode::SystemError);
           }
         },
-        coalescing_);
-  } catch (const CallFailed& e) {
-    TORCH_CHECK(false, "collie ", name, ": ", e.what());
+        grouped);
+  } catch (const IssueFailed& e) {
+    TORCH_CHECK(false, "collie ", name, ": ", e.groupFailed ? reporter_->explain(e.what()) : e.what());
   }
-  if (coalescing_) {
-    coalesced_.push_back(work);  // completed at endCoalescing
-    return work;
-  }
-  return kept(work);
+  return work;
 }
 
 ProcessGroupCollie::WorkPtr ProcessGroupCollie::kept(c10::intrusive_ptr<CollieWork> work) {
@@ -368,12 +362,12 @@ ProcessGroupCollie::WorkPtr ProcessGroupCollie::barrier(const c10d::BarrierOptio
   // their post-processing runs now (outputs written), whether or not their handles were kept. Those are known when
   // the barrier itself reaches collie (IssueOrder may hold it, or hold others back past it).
   auto earlier = std::make_shared<std::vector<c10::intrusive_ptr<CollieWork>>>();
-  work->then([token, earlier] {
-    for (const auto& w : *earlier) w->complete();
+  work->then([token, earlier, barrier = work.get()] {
+    for (const auto& w : *earlier)
+      if (w->issueSeq() != 0 && w->issueSeq() < barrier->issueSeq()) w->complete();
   });
   return issue(work, "barrier", [this, w = work.get(), token, earlier] {
-    for (const auto& e : inFlightNow())
-      if (e->issued()) earlier->push_back(e);
+    *earlier = inFlightNow();
     w->add(comm_->allReduceAsync(token.data_ptr(), token.data_ptr(), 1, DataType::Uint8, ReduceOp::Max));
   });
 }

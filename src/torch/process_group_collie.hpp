@@ -25,12 +25,14 @@
 #define COLLIE_C10D_END_COALESCING_RETURNS_WORK 0
 #endif
 
+#include <atomic>
 #include <chrono>
 #include <collie/collie.hpp>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Types.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
@@ -109,9 +111,10 @@ class ProcessGroupCollie : public COLLIE_C10D_BASE {
   /// Adds a staged pair's copy back to `work`; returns its collie call (for issue()).
   std::function<void()> allgatherCalls(CollieWork& work, const StagedPair& p);
   std::function<void()> reduceScatterCalls(CollieWork& work, const StagedPair& p);
-  /// Makes `calls` (the collie calls that add their handles to `work`, capturing what they use by value) in the
-  /// order IssueOrder keeps: now, where a collie error raises a RuntimeError naming the call, or later, where it
-  /// fails the Work. Register the Work's post-processing (then()) before. Returns the Work, kept().
+  /// Keeps `work` (or adds it to the coalescing block's) and makes `calls` (the collie calls that add their handles
+  /// to it, capturing what they use by value) in the order IssueOrder keeps: now, where a collie error raises a
+  /// RuntimeError naming the call, or later, where it fails the Work. Register the Work's post-processing (then())
+  /// before. Returns the Work.
   WorkPtr issue(const c10::intrusive_ptr<CollieWork>& work, const char* name, std::function<void()> calls);
   /// Keeps a Work until it is complete (its buffers are collie's until then), first dropping those that are
   /// (completing those whose handles are done). Returns it.
@@ -131,10 +134,11 @@ class ProcessGroupCollie : public COLLIE_C10D_BASE {
   std::shared_ptr<IssueOrder> order_;
   std::shared_ptr<FailureReporter> reporter_;
   std::chrono::milliseconds timeout_;
-  bool coalescing_ = false;
-  std::vector<c10::intrusive_ptr<CollieWork>> coalesced_;  // p2p Works issued since startCoalescing
+  bool coalescing_ = false;                                // the coalescing thread's
+  std::atomic<std::thread::id> coalescingThread_{};        // inside startCoalescing/endCoalescing; none outside
+  std::vector<c10::intrusive_ptr<CollieWork>> coalesced_;  // Works that thread issued since startCoalescing
   std::mutex inFlightMutex_;
-  std::vector<c10::intrusive_ptr<CollieWork>> inFlight_;  // issued, not known to be complete (handles may be gone)
+  std::vector<c10::intrusive_ptr<CollieWork>> inFlight_;  // made, not known to be complete (handles may be gone)
 };
 
 /// Runs `fn` (which issues collie calls), turning a collie::Error into a RuntimeError naming the call (and the

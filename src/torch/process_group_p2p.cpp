@@ -71,13 +71,13 @@ void ProcessGroupCollie::exchange(CollieWork& work, const char* send, const std:
       groupEnd();
     } catch (const Error&) {  // the refusal, which says no more than e
     }
-    work.failWith(reporter_->explain(e.what()));
+    work.failWith(e.what(), true);
     return;
   }
   try {
     groupEndAsync();  // the Works added above complete with the group, as an async_op=True caller expects
   } catch (const Error& e) {
-    work.failWith(reporter_->explain(e.what()));
+    work.failWith(e.what(), true);
   }
 }
 
@@ -215,7 +215,7 @@ ProcessGroupCollie::WorkPtr ProcessGroupCollie::send(std::vector<at::Tensor>& te
   Staged s = stageBytes(tensors[0], "send: tensor");
   auto work = makeWork(c10d::OpType::SEND, "send", {});
   work->then([s] {});
-  const bool grouped = coalescing_;  // a batch's handles complete with its group, at endCoalescing
+  const bool grouped = coalescingThread_.load() == std::this_thread::get_id();  // handles complete with the group
   return issue(work, "send", [this, w = work.get(), s, dstRank, grouped] {
     collie::Work h = comm_->sendAsync(s.ptr(), s.count, DataType::Uint8, dstRank);
     if (!grouped) w->add(h);
@@ -228,7 +228,7 @@ ProcessGroupCollie::WorkPtr ProcessGroupCollie::recv(std::vector<at::Tensor>& te
   Staged s = stageBytes(tensors[0], "recv: tensor");
   auto work = makeWork(c10d::OpType::RECV, "recv", tensors);
   work->then([s] { s.copyBack(); });
-  const bool grouped = coalescing_;  // a batch's handles complete with its group, at endCoalescing
+  const bool grouped = coalescingThread_.load() == std::this_thread::get_id();  // handles complete with the group
   return issue(work, "recv", [this, w = work.get(), s, srcRank, grouped] {
     collie::Work h = comm_->recvAsync(s.ptr(), s.count, DataType::Uint8, srcRank);
     if (!grouped) w->add(h);
@@ -237,7 +237,8 @@ ProcessGroupCollie::WorkPtr ProcessGroupCollie::recv(std::vector<at::Tensor>& te
 
 ProcessGroupCollie::WorkPtr ProcessGroupCollie::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
   TORCH_CHECK(tensors.size() == 1, "collie recv: takes exactly one tensor, got ", tensors.size());
-  TORCH_CHECK(!coalescing_, "collie recv: a receive from any source cannot be part of batch_isend_irecv (name src)");
+  TORCH_CHECK(coalescingThread_.load() != std::this_thread::get_id(),
+              "collie recv: a receive from any source cannot be part of batch_isend_irecv (name src)");
   Staged s = stageBytes(tensors[0], "recv: tensor");
   auto work = makeWork(c10d::OpType::RECVANYSOURCE, "recv", tensors);
   work->then([s] { s.copyBack(); });
@@ -253,6 +254,7 @@ void ProcessGroupCollie::startCoalescing() {
   order_->waitUntilMayIssue();  // the block's calls form one collie group, made on this thread as they come
   groupStart();
   coalescing_ = true;
+  coalescingThread_ = std::this_thread::get_id();
 }
 
 #if COLLIE_C10D_END_COALESCING_RETURNS_WORK
@@ -262,6 +264,7 @@ void ProcessGroupCollie::endCoalescing(std::vector<WorkPtr>& reqs) {
 #endif
   TORCH_CHECK(coalescing_, "collie: endCoalescing without startCoalescing");
   coalescing_ = false;
+  coalescingThread_ = std::thread::id();
   std::vector<c10::intrusive_ptr<CollieWork>> works;
   works.swap(coalesced_);
   std::string error;
@@ -274,18 +277,18 @@ void ProcessGroupCollie::endCoalescing(std::vector<WorkPtr>& reqs) {
     if (!error.empty()) w->failWith(error);
     w->complete();
   }
-  // Every call issued before the block's end is done (collie keeps call order), collectives issued inside it included
-  // (torch 2.x's coalescing manager issues its allreduce_coalesced there, then waits on the Work returned here only):
-  // their outputs are written now, not at the group's next call.
-  // Calls IssueOrder still holds back come after the block: not these.
-  for (const auto& w : inFlightNow())
-    if (w->issued()) w->complete();
-#if COLLIE_C10D_END_COALESCING_RETURNS_WORK
+  // Every call that reached collie before the block's end is done (collie keeps call order), collectives issued
+  // inside it included (torch 2.x's coalescing manager issues its allreduce_coalesced there, then waits on the Work
+  // returned here only): their outputs are written now, not at the group's next call. Calls made since, or held
+  // back still, are not.
   auto all = makeWork(c10d::OpType::UNKNOWN, "coalesced", {});
   if (!error.empty()) all->failWith(error);
   order_->issue(
-      all, [] {}, true);  // nothing to issue: it stands for the block
+      all, [] {}, true);  // nothing to make: it marks the block's end in the order of calls
+  for (const auto& w : inFlightNow())
+    if (w->issueSeq() != 0 && w->issueSeq() < all->issueSeq()) w->complete();
   all->complete();
+#if COLLIE_C10D_END_COALESCING_RETURNS_WORK
   return all;
 #endif
 }

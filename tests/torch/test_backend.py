@@ -421,8 +421,9 @@ def case_callback_order(rank, ws):
     callbacks run at once). Odd ranks are late inside the callbacks, even ranks late in the program, so that calls
     issued as they come would meet in another order; all have one shape, so a swap gives wrong sums, not an error.
     Two chains of callbacks as PowerSGD's hook makes for two buckets (each waits on the call it issues), a plain
-    call, a bad call that must raise at once, and a future asked for after a later call's chain opened; calls are
-    numbered in the order they must meet."""
+    call, a bad call that must raise at once, a future asked for after a later call's chain opened, a callback that
+    asks for a future it does not wait on and makes another call, and a future of a call complete on some ranks;
+    calls are numbered in the order they must meet."""
     n, total = 64, sum(range(1, ws + 1))
     late_in_callbacks = rank % 2 == 1
 
@@ -459,12 +460,36 @@ def case_callback_order(rank, ws):
         early = dist.all_reduce(tensors[7], async_op=True)
         late_chain = chain(8, [9])
         late = early.get_future().then(lambda f: issue_and_wait(f, 10))
-        bucket_a.wait()
-        bucket_b.wait()
-        plain.wait()
-        late_chain.wait()
-        late.wait()
-        for k in range(1, 11):
+        # A callback that asks for a future without waiting on it, then makes another call: that call still comes
+        # before the program's next one. And a future asked for of a call complete already (waited on some ranks).
+        inner = []
+
+        def open_then_issue(f):
+            if late_in_callbacks:
+                time.sleep(0.1)
+            tensors[12], tensors[13] = value(12), value(13)
+            inner.append(dist.all_reduce(tensors[12], async_op=True).get_future())
+            inner.append(dist.all_reduce(tensors[13], async_op=True).get_future())
+            return f.value()
+
+        tensors[11] = value(11)
+        outer = dist.all_reduce(tensors[11], async_op=True).get_future().then(open_then_issue)
+        if not late_in_callbacks:
+            time.sleep(0.3)
+        tensors[14] = value(14)
+        after = dist.all_reduce(tensors[14], async_op=True)
+        tensors[15] = value(15)
+        done = dist.all_reduce(tensors[15], async_op=True)
+        if not late_in_callbacks:
+            done.wait()
+        then_done = done.get_future().then(lambda f: issue_and_wait(f, 16))
+        tensors[17] = value(17)
+        last = dist.all_reduce(tensors[17], async_op=True)
+        for w in [bucket_a, bucket_b, plain, late_chain, late, outer, after, then_done, last]:
+            w.wait()
+        for f in inner:
+            f.wait()
+        for k in range(1, 18):
             check_equal(tensors[k], torch.full((n,), float(1000 * k * ws + total)), f"round {rnd}: call {k}")
 
     # PowerSGD's own hook through DDP (its compressed steps issue and wait from callbacks), each rank late at another
