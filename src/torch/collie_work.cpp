@@ -87,7 +87,7 @@ void CollieWork::deliverFuture(const std::function<void()>& beforeFutureCallback
   std::exception_ptr error;
   {
     std::lock_guard<std::mutex> lock(completeMutex_);
-    if (!done_ || !future_ || futureDelivered_) return;
+    if (!done_ || !future_ || futureDelivered_ || futureHeld_) return;
     futureDelivered_ = true;
     future = future_;
     error = error_;
@@ -249,8 +249,12 @@ void FutureWaiter::stop() {
   // here completes a future whose callbacks take the GIL (a Python callback runs, or is only destroyed): joining it
   // with the GIL held would wait forever (seen with torch 2.6 under torchrun). Let go of it for the join.
   PyThreadState* released = Py_IsInitialized() && PyGILState_Check() ? PyEval_SaveThread() : nullptr;
-  for (std::thread& t : threads)
-    if (t.joinable()) t.join();
+  for (std::thread& t : threads) {
+    if (t.get_id() == std::this_thread::get_id())
+      t.detach();  // the group's last reference went in a callback on this thread: it returns to loop() and ends
+    else if (t.joinable())
+      t.join();
+  }
   if (released) PyEval_RestoreThread(released);
 }
 

@@ -80,7 +80,7 @@ class CollieWork : public c10d::Work {
   bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
   std::vector<at::Tensor> result() override { return outputs_; }
-  /// The rank a receive from any source took its message from (-1 until it is done).
+  /// The rank a receive from any source took its message from (-1 until it is known).
   int sourceRank() const override;
 
   /// Waits until it is issued (for as long as the callbacks ahead of it take) and for every handle, runs the
@@ -102,6 +102,10 @@ class CollieWork : public c10d::Work {
  private:
   friend class IssueOrder;
   bool handlesDone();
+  void holdFuture(bool held) {
+    std::lock_guard<std::mutex> lock(completeMutex_);
+    futureHeld_ = held;
+  }
   void markIssued(uint64_t seq);
   /// Completes the future once (its callbacks run on this thread), then tells IssueOrder they ran.
   void deliverFuture(const std::function<void()>& beforeFutureCallbacks);
@@ -128,6 +132,7 @@ class CollieWork : public c10d::Work {
   bool finishing_ = false;  // a thread runs the post-processing
   bool done_ = false;
   bool futureDelivered_ = false;
+  bool futureHeld_ = false;  // IssueOrder has not reached the place where the future was asked for
   std::exception_ptr error_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
 };

@@ -24,8 +24,11 @@ IssueOrder::RunningCallbacks::RunningCallbacks(CollieWork* work) { tRunningCallb
 
 IssueOrder::RunningCallbacks::~RunningCallbacks() { tRunningCallbacksOf.pop_back(); }
 
+bool IssueOrder::runningCallbacks() { return !tRunningCallbacksOf.empty(); }
+
 IssueOrder::Key IssueOrder::nextPlace() {
   for (auto it = tRunningCallbacksOf.rbegin(); it != tRunningCallbacksOf.rend(); ++it) {
+    if ((*it)->issueOrder_.get() != this) continue;  // another group's callbacks: its places are not this group's
     auto& state = (*it)->orderState_;
     if (state.opened && !state.callbacksRan) {
       Key key = state.place;
@@ -92,11 +95,12 @@ bool IssueOrder::issued(CollieWork& work) {
 }
 
 bool IssueOrder::opened(CollieWork& work, Key key) {
+  work.holdFuture(false);
   auto& state = work.orderState_;
   state.futureAsked = true;
   state.opened = true;
   state.place = std::move(key);
-  if (!state.issued) return false;  // made by a thread held back still: opens when issued
+  if (!state.issued) return false;  // its calls are queued still: it opens when they are made
   if (!state.callbacksRan) open_.push_back(c10::intrusive_ptr<CollieWork>::reclaim_copy(&work));
   return true;
 }
@@ -125,6 +129,7 @@ bool IssueOrder::futureAsked(CollieWork* work, bool opens) {
   }
   Key key = nextPlace();
   if (mayGo(key)) return opened(*work, std::move(key));
+  work->holdFuture(true);  // completing the Work meanwhile (a wait()) must not run the callbacks before their place
   queued_.emplace(std::move(key), Queued{c10::intrusive_ptr<CollieWork>::reclaim_copy(work), nullptr});
   return false;
 }

@@ -16,7 +16,9 @@
 // ahead of it. The place of callbacks is where get_future() was asked, not where then() attaches them: the same in
 // the usual get_future().then(cb). A call made between the two may come before or after the callbacks' calls,
 // depending on whether the future completed before then() (its callbacks then run at once, on the attaching
-// thread, as for a Work complete when get_future() is asked); no order can be kept there without seeing then().
+// thread, as for a Work complete when get_future() is asked); no order can be kept there without seeing then(),
+// and a callback that waits on such a call waits forever when the future opened first. Places are per group:
+// calls on this group from another group's callbacks are ordered as they come.
 //
 // Only a future asked for from Python (the GIL held) opens: Python's callbacks are the ones that make calls
 // (PowerSGD's, a user's hook). DDP's C++ reducer asks for every bucket's future without the GIL and attaches no
@@ -66,6 +68,9 @@ class IssueOrder {
   void waitUntilMayIssue();
   /// The group is going away: everything queued is issued now, in order, and later calls go at once.
   void close();
+
+  /// Whether the calling thread runs future callbacks now.
+  static bool runningCallbacks();
 
   /// Marks the calling thread as running `work`'s future callbacks for its lifetime.
   class RunningCallbacks {

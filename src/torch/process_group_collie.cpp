@@ -76,7 +76,7 @@ std::vector<c10::intrusive_ptr<CollieWork>> ProcessGroupCollie::inFlightNow() {
 ProcessGroupCollie::WorkPtr ProcessGroupCollie::issue(const c10::intrusive_ptr<CollieWork>& work, const char* name,
                                                       std::function<void()> calls) {
   // Kept before it can be issued, so that a barrier issued next on another thread finds it.
-  const bool grouped = coalescingThread_.load() == std::this_thread::get_id();
+  const bool grouped = inCoalescingBlock();
   if (grouped)
     coalesced_.push_back(work);  // completed at endCoalescing
   else

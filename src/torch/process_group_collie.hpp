@@ -126,6 +126,10 @@ class ProcessGroupCollie : public COLLIE_C10D_BASE {
                 const std::vector<size_t>& sendBytes, char* recv, const std::vector<size_t>& recvOff,
                 const std::vector<size_t>& recvBytes);
   void checkRank(int64_t rank, const char* what) const;
+  /// Whether a call made now on this thread joins the open coalescing block (not from callbacks run meanwhile).
+  bool inCoalescingBlock() const {
+    return coalescingThread_.load() == std::this_thread::get_id() && !IssueOrder::runningCallbacks();
+  }
   /// What a rank sends itself in an all-to-all must be what it receives from itself.
   void checkSelfExchange(const std::vector<size_t>& sendBytes, const std::vector<size_t>& recvBytes) const;
 

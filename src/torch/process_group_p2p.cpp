@@ -215,7 +215,7 @@ ProcessGroupCollie::WorkPtr ProcessGroupCollie::send(std::vector<at::Tensor>& te
   Staged s = stageBytes(tensors[0], "send: tensor");
   auto work = makeWork(c10d::OpType::SEND, "send", {});
   work->then([s] {});
-  const bool grouped = coalescingThread_.load() == std::this_thread::get_id();  // handles complete with the group
+  const bool grouped = inCoalescingBlock();  // a block's handles complete with its group
   return issue(work, "send", [this, w = work.get(), s, dstRank, grouped] {
     collie::Work h = comm_->sendAsync(s.ptr(), s.count, DataType::Uint8, dstRank);
     if (!grouped) w->add(h);
@@ -228,7 +228,7 @@ ProcessGroupCollie::WorkPtr ProcessGroupCollie::recv(std::vector<at::Tensor>& te
   Staged s = stageBytes(tensors[0], "recv: tensor");
   auto work = makeWork(c10d::OpType::RECV, "recv", tensors);
   work->then([s] { s.copyBack(); });
-  const bool grouped = coalescingThread_.load() == std::this_thread::get_id();  // handles complete with the group
+  const bool grouped = inCoalescingBlock();  // a block's handles complete with its group
   return issue(work, "recv", [this, w = work.get(), s, srcRank, grouped] {
     collie::Work h = comm_->recvAsync(s.ptr(), s.count, DataType::Uint8, srcRank);
     if (!grouped) w->add(h);
@@ -237,7 +237,7 @@ ProcessGroupCollie::WorkPtr ProcessGroupCollie::recv(std::vector<at::Tensor>& te
 
 ProcessGroupCollie::WorkPtr ProcessGroupCollie::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
   TORCH_CHECK(tensors.size() == 1, "collie recv: takes exactly one tensor, got ", tensors.size());
-  TORCH_CHECK(coalescingThread_.load() != std::this_thread::get_id(),
+  TORCH_CHECK(!inCoalescingBlock(),
               "collie recv: a receive from any source cannot be part of batch_isend_irecv (name src)");
   Staged s = stageBytes(tensors[0], "recv: tensor");
   auto work = makeWork(c10d::OpType::RECVANYSOURCE, "recv", tensors);
@@ -267,24 +267,31 @@ void ProcessGroupCollie::endCoalescing(std::vector<WorkPtr>& reqs) {
   coalescingThread_ = std::thread::id();
   std::vector<c10::intrusive_ptr<CollieWork>> works;
   works.swap(coalesced_);
+  // The block's end takes its place in the order of calls, under IssueOrder as any call (no other thread's call
+  // reaches collie while the group is made); every call that reached collie before it is then done (collie keeps
+  // call order), collectives issued inside the block included (torch 2.x's coalescing manager issues its
+  // allreduce_coalesced there, then waits on the Work returned here only): their outputs are written now, not at
+  // the group's next call. Calls made since, or held back still, are not.
+  auto all = makeWork(c10d::OpType::UNKNOWN, "coalesced", {});
   std::string error;
-  try {
-    groupEnd();  // issues the group's sends and receives together and waits for them
-  } catch (const Error& e) {
-    error = reporter_->explain(e.what());
+  order_->issue(
+      all,
+      [&] {
+        try {
+          groupEnd();  // issues the group's sends and receives together and waits for them
+        } catch (const Error& e) {
+          error = e.what();
+        }
+      },
+      true);
+  if (!error.empty()) {
+    error = reporter_->explain(error);
+    all->failWith(error);
   }
   for (auto& w : works) {
     if (!error.empty()) w->failWith(error);
     w->complete();
   }
-  // Every call that reached collie before the block's end is done (collie keeps call order), collectives issued
-  // inside it included (torch 2.x's coalescing manager issues its allreduce_coalesced there, then waits on the Work
-  // returned here only): their outputs are written now, not at the group's next call. Calls made since, or held
-  // back still, are not.
-  auto all = makeWork(c10d::OpType::UNKNOWN, "coalesced", {});
-  if (!error.empty()) all->failWith(error);
-  order_->issue(
-      all, [] {}, true);  // nothing to make: it marks the block's end in the order of calls
   for (const auto& w : inFlightNow())
     if (w->issueSeq() != 0 && w->issueSeq() < all->issueSeq()) w->complete();
   all->complete();
