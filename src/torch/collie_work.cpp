@@ -23,7 +23,7 @@ CollieWork::CollieWork(int rank, c10d::OpType type, std::string name, std::vecto
 
 CollieWork::~CollieWork() = default;
 
-void CollieWork::complete(const std::function<void()>& beforeFutureCallbacks) {
+void CollieWork::complete() {
   // The handles are waited on outside completeMutex_, so that isCompleted() and wait(timeout) on other threads
   // never block behind a thread waiting here; the post-processing runs once, on one thread, outside it too (a
   // barrier's completes other Works, whose callbacks may make calls).
@@ -35,7 +35,7 @@ void CollieWork::complete(const std::function<void()>& beforeFutureCallbacks) {
     stateCv_.wait(lock, [this] { return issued_ || done_; });
     if (done_) {
       lock.unlock();
-      deliverFuture(beforeFutureCallbacks);
+      deliverFuture();
       return;
     }
     handles = handles_;
@@ -56,7 +56,7 @@ void CollieWork::complete(const std::function<void()>& beforeFutureCallbacks) {
     if (finishing_ || done_) {  // another thread completes it: wait for that, then see to the future
       stateCv_.wait(lock, [this] { return done_; });
       lock.unlock();
-      deliverFuture(beforeFutureCallbacks);
+      deliverFuture();
       return;
     }
     finishing_ = true;
@@ -79,10 +79,10 @@ void CollieWork::complete(const std::function<void()>& beforeFutureCallbacks) {
   }
   stateCv_.notify_all();
   finish(error);
-  deliverFuture(beforeFutureCallbacks);
+  deliverFuture();
 }
 
-void CollieWork::deliverFuture(const std::function<void()>& beforeFutureCallbacks) {
+void CollieWork::deliverFuture() {
   c10::intrusive_ptr<c10::ivalue::Future> future;
   std::exception_ptr error;
   {
@@ -92,7 +92,7 @@ void CollieWork::deliverFuture(const std::function<void()>& beforeFutureCallback
     future = future_;
     error = error_;
   }
-  if (beforeFutureCallbacks) beforeFutureCallbacks();
+  FutureWaiter::InCallbacks counted;  // on a waiter thread, so that another starts if every one is in callbacks
   struct Ran {  // IssueOrder hears that the callbacks ran however they end (a C++ callback may throw)
     CollieWork* work;
     ~Ran() { work->issueOrder_->callbacksRan(work); }
@@ -140,6 +140,10 @@ bool CollieWork::handlesDone() {
 }
 
 bool CollieWork::wait(std::chrono::milliseconds timeout) {
+  TORCH_CHECK(!issueOrder_->heldBehindThisThread(this), "collie ", name_,
+              ": waited on in the callbacks of a future asked for before this call was made; it reaches collie only "
+              "once those callbacks end, so the wait would never return (attach callbacks when asking for the "
+              "future: get_future().then(...))");
   if (timeout != kNoTimeout) {
     auto deadline = std::chrono::steady_clock::now() + timeout;
     while (!isCompleted()) {
@@ -174,7 +178,7 @@ c10::intrusive_ptr<c10::ivalue::Future> CollieWork::getFuture() {
   // Otherwise, asked for from Python, the future's callbacks may make calls: they take their place here
   // (issue_order.hpp). Asked for by C++ (DDP's reducer), they do not.
   if (done) {
-    deliverFuture(nullptr);
+    deliverFuture();
   } else if (issueOrder_->futureAsked(this, Py_IsInitialized() && PyGILState_Check())) {
     waiter_->enqueue(c10::intrusive_ptr<CollieWork>::reclaim_copy(this));
   }
@@ -213,6 +217,14 @@ std::string FailureReporter::findLost() {
     return "";  // the store went away too (its server may have been on the lost rank)
   }
 }
+
+namespace {
+
+// The FutureWaiter whose thread this is (none on other threads), and how deep in future callbacks it is.
+thread_local FutureWaiter* tWaiterOfThisThread = nullptr;
+thread_local int tCallbacksDepth = 0;
+
+}  // namespace
 
 FutureWaiter::~FutureWaiter() { stop(); }
 
@@ -259,6 +271,7 @@ void FutureWaiter::stop() {
 }
 
 void FutureWaiter::loop() {
+  tWaiterOfThisThread = this;
   std::unique_lock<std::mutex> lock(mutex_);
   while (true) {
     cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
@@ -266,17 +279,26 @@ void FutureWaiter::loop() {
     c10::intrusive_ptr<CollieWork> work = std::move(queue_.front());
     queue_.pop_front();
     lock.unlock();
-    bool inCallbacks = false;
-    work->complete([&] {
-      std::lock_guard<std::mutex> guard(mutex_);
-      inCallbacks = true;
-      ++inCallbacks_;
-      if (!stopping_) addThreadIfAllInCallbacks();
-    });
+    work->complete();  // its callbacks count this thread as inside them (InCallbacks)
     work.reset();
     lock.lock();
-    if (inCallbacks) --inCallbacks_;
   }
+}
+
+FutureWaiter::InCallbacks::InCallbacks() {
+  if (!tWaiterOfThisThread || tCallbacksDepth++ > 0) return;
+  waiter_ = tWaiterOfThisThread;
+  std::lock_guard<std::mutex> lock(waiter_->mutex_);
+  ++waiter_->inCallbacks_;
+  if (!waiter_->stopping_) waiter_->addThreadIfAllInCallbacks();
+}
+
+FutureWaiter::InCallbacks::~InCallbacks() {
+  if (!tWaiterOfThisThread) return;
+  --tCallbacksDepth;
+  if (!waiter_) return;
+  std::lock_guard<std::mutex> lock(waiter_->mutex_);
+  --waiter_->inCallbacks_;
 }
 
 }  // namespace collie::torchbackend

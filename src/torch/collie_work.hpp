@@ -84,9 +84,9 @@ class CollieWork : public c10d::Work {
   int sourceRank() const override;
 
   /// Waits until it is issued (for as long as the callbacks ahead of it take) and for every handle, runs the
-  /// post-processing (on one thread, outside the Work's mutex), sets the exception and the future (calling
-  /// `beforeFutureCallbacks` first, when this thread completes the future: its callbacks run next). Idempotent.
-  void complete(const std::function<void()>& beforeFutureCallbacks = nullptr);
+  /// post-processing (on one thread, outside the Work's mutex), sets the exception and the future (its callbacks
+  /// run on this thread). Idempotent.
+  void complete();
   /// isCompleted(), except that a Work whose future was asked for is left to the FutureWaiter (its callbacks run
   /// there). For the process group's pruning of the Works it keeps; never blocks.
   bool poll();
@@ -108,7 +108,7 @@ class CollieWork : public c10d::Work {
   }
   void markIssued(uint64_t seq);
   /// Completes the future once (its callbacks run on this thread), then tells IssueOrder they ran.
-  void deliverFuture(const std::function<void()>& beforeFutureCallbacks);
+  void deliverFuture();
 
   std::string name_;
   std::vector<at::Tensor> outputs_;
@@ -138,8 +138,9 @@ class CollieWork : public c10d::Work {
 };
 
 /// The threads of a process group that complete the Works whose futures were asked for, in order. Completing a
-/// future runs its callbacks on the completing thread, and a callback may wait on a later Work's future (PowerSGD's
-/// hook does): so while every thread is inside callbacks and Works wait in the queue, one more thread starts. One
+/// future runs its callbacks on the completing thread, and a callback may wait on the future of a call it made
+/// (PowerSGD's hook does): so while every thread is inside callbacks and Works wait in the queue, one more thread
+/// starts (InCallbacks counts them, however the callbacks came to run there). One
 /// thread serves a program whose callbacks do not wait (DDP's default hook); threads stay until stop().
 class FutureWaiter {
  public:
@@ -148,6 +149,19 @@ class FutureWaiter {
   void enqueue(c10::intrusive_ptr<CollieWork> work);
   /// Completes what is queued, then stops the thread.
   void stop();
+
+  /// For its lifetime, counts the calling thread as inside future callbacks when it is a waiter thread (the
+  /// outermost callbacks only), starting another thread when every one is and Works wait.
+  class InCallbacks {
+   public:
+    InCallbacks();
+    ~InCallbacks();
+    InCallbacks(const InCallbacks&) = delete;
+    InCallbacks& operator=(const InCallbacks&) = delete;
+
+   private:
+    FutureWaiter* waiter_ = nullptr;
+  };
 
  private:
   void loop();

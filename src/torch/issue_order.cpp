@@ -160,6 +160,21 @@ void IssueOrder::issueQueued(std::vector<c10::intrusive_ptr<CollieWork>>& out) {
   }
 }
 
+bool IssueOrder::heldBehindThisThread(const CollieWork* work) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (work->orderState_.issued) return false;
+  auto queued = std::find_if(queued_.begin(), queued_.end(),
+                             [&](const auto& q) { return q.second.work.get() == work && q.second.calls; });
+  if (queued == queued_.end()) return false;
+  for (const CollieWork* w : tRunningCallbacksOf) {
+    const auto& state = w->orderState_;
+    if (w->issueOrder_.get() == this && state.opened && !state.callbacksRan && state.place < queued->first &&
+        !isPrefix(state.place, queued->first))
+      return true;
+  }
+  return false;
+}
+
 void IssueOrder::waitUntilMayIssue() {
   std::unique_lock<std::mutex> lock(mutex_);
   const Key key = nextPlace();

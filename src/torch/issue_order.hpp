@@ -17,7 +17,8 @@
 // the usual get_future().then(cb). A call made between the two may come before or after the callbacks' calls,
 // depending on whether the future completed before then() (its callbacks then run at once, on the attaching
 // thread, as for a Work complete when get_future() is asked); no order can be kept there without seeing then(),
-// and a callback that waits on such a call waits forever when the future opened first. Places are per group:
+// and a callback that waits on such a call (held until the callback ends) is refused (heldBehindThisThread) rather
+// than wait forever. Places are per group:
 // calls on this group from another group's callbacks are ordered as they come.
 //
 // Only a future asked for from Python (the GIL held) opens: Python's callbacks are the ones that make calls
@@ -64,6 +65,8 @@ class IssueOrder {
   bool futureAsked(CollieWork* work, bool opens);
   /// The callbacks of `work`'s future have run: issues what waited only for them.
   void callbacksRan(CollieWork* work);
+  /// Whether `work` is queued behind the callbacks this thread runs now (a wait on it there would never end).
+  bool heldBehindThisThread(const CollieWork* work);
   /// Blocks until a call this thread makes now would go at once (startCoalescing).
   void waitUntilMayIssue();
   /// The group is going away: everything queued is issued now, in order, and later calls go at once.

@@ -492,6 +492,22 @@ def case_callback_order(rank, ws):
         for k in range(1, 18):
             check_equal(tensors[k], torch.full((n,), float(1000 * k * ws + total)), f"round {rnd}: call {k}")
 
+    # A callback that waits on a call made after its future was asked for, before then(): that call is held until
+    # the callback ends, so the wait raises rather than never return. Rank 1 sends late: rank 0's then() comes first.
+    if rank == 0:
+        received = torch.zeros(4)
+        fut = dist.irecv(received, src=1).get_future()
+        after = dist.all_reduce(torch.ones(4), async_op=True)
+        chained = fut.then(lambda f: after.wait())
+        expect_raises(chained.wait, "never return", "a callback waiting on a call held behind it")
+        after.wait()
+        check_equal(received, torch.arange(4.0), "the late message")
+    elif rank == 1:
+        time.sleep(0.3)
+        dist.send(torch.arange(4.0), 0)
+    if rank != 0:
+        dist.all_reduce(torch.ones(4))
+
     # PowerSGD's own hook through DDP (its compressed steps issue and wait from callbacks), each rank late at another
     # place: the ranks' parameters stay identical.
     from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
