@@ -242,7 +242,10 @@ void FutureWaiter::enqueue(c10::intrusive_ptr<CollieWork> work) {
 }
 
 void FutureWaiter::addThreadIfAllInCallbacks() {
-  if (!queue_.empty() && inCallbacks_ == threads_.size()) threads_.emplace_back([this] { loop(); });
+  // A thread keeps the FutureWaiter alive: one that the group's destruction detached (stop() on that thread) still
+  // returns through loop().
+  if (!queue_.empty() && inCallbacks_ == threads_.size())
+    threads_.emplace_back([self = shared_from_this()] { self->loop(); });
 }
 
 void FutureWaiter::stop() {

@@ -142,9 +142,9 @@ class CollieWork : public c10d::Work {
 /// (PowerSGD's hook does): so while every thread is inside callbacks and Works wait in the queue, one more thread
 /// starts (InCallbacks counts them, however the callbacks came to run there). One
 /// thread serves a program whose callbacks do not wait (DDP's default hook); threads stay until stop().
-class FutureWaiter {
+class FutureWaiter : public std::enable_shared_from_this<FutureWaiter> {
  public:
-  FutureWaiter() = default;
+  FutureWaiter() = default;  // made by std::make_shared: each thread holds it until it ends
   ~FutureWaiter();
   void enqueue(c10::intrusive_ptr<CollieWork> work);
   /// Completes what is queued, then stops the thread.

@@ -161,6 +161,7 @@ void IssueOrder::issueQueued(std::vector<c10::intrusive_ptr<CollieWork>>& out) {
 }
 
 bool IssueOrder::heldBehindThisThread(const CollieWork* work) {
+  if (tRunningCallbacksOf.empty() || work->issueSeq() != 0) return false;
   std::lock_guard<std::mutex> lock(mutex_);
   if (work->orderState_.issued) return false;
   auto queued = std::find_if(queued_.begin(), queued_.end(),
@@ -175,9 +176,9 @@ bool IssueOrder::heldBehindThisThread(const CollieWork* work) {
   return false;
 }
 
-void IssueOrder::waitUntilMayIssue() {
+void IssueOrder::openBlock(const c10::intrusive_ptr<CollieWork>& block) {
   std::unique_lock<std::mutex> lock(mutex_);
-  const Key key = nextPlace();
+  Key key = nextPlace();
   while (!closing_ && !mayGo(key)) {
     // The callbacks to wait for may be Python's: wait without the GIL, and take it back without mutex_ held.
     lock.unlock();
@@ -188,6 +189,9 @@ void IssueOrder::waitUntilMayIssue() {
     if (released) PyEval_RestoreThread(released);
     lock.lock();
   }
+  block->orderState_.opened = true;
+  block->orderState_.place = std::move(key);
+  open_.push_back(block);
 }
 
 void IssueOrder::close() {

@@ -17,8 +17,9 @@
 // the usual get_future().then(cb). A call made between the two may come before or after the callbacks' calls,
 // depending on whether the future completed before then() (its callbacks then run at once, on the attaching
 // thread, as for a Work complete when get_future() is asked); no order can be kept there without seeing then(),
-// and a callback that waits on such a call (held until the callback ends) is refused (heldBehindThisThread) rather
-// than wait forever. Places are per group:
+// and a callback that waits on such a call's Work (held until the callback ends) is refused (heldBehindThisThread)
+// rather than wait forever; on its future, which is c10's, it waits forever. A coalescing block holds its place from
+// startCoalescing to its end (openBlock), where its calls reach collie as one group. Places are per group:
 // calls on this group from another group's callbacks are ordered as they come.
 //
 // Only a future asked for from Python (the GIL held) opens: Python's callbacks are the ones that make calls
@@ -67,8 +68,10 @@ class IssueOrder {
   void callbacksRan(CollieWork* work);
   /// Whether `work` is queued behind the callbacks this thread runs now (a wait on it there would never end).
   bool heldBehindThisThread(const CollieWork* work);
-  /// Blocks until a call this thread makes now would go at once (startCoalescing).
-  void waitUntilMayIssue();
+  /// Waits until a call made now on this thread would go at once, then opens `block` at that place: calls placed
+  /// after it wait until closeBlock (a coalescing block, whose calls reach collie as one group at its end).
+  void openBlock(const c10::intrusive_ptr<CollieWork>& block);
+  void closeBlock(CollieWork* block) { callbacksRan(block); }
   /// The group is going away: everything queued is issued now, in order, and later calls go at once.
   void close();
 

@@ -141,6 +141,7 @@ class ProcessGroupCollie : public COLLIE_C10D_BASE {
   bool coalescing_ = false;                                // the coalescing thread's
   std::atomic<std::thread::id> coalescingThread_{};        // inside startCoalescing/endCoalescing; none outside
   std::vector<c10::intrusive_ptr<CollieWork>> coalesced_;  // Works that thread issued since startCoalescing
+  c10::intrusive_ptr<CollieWork> block_;                   // the open block's place (IssueOrder::openBlock)
   std::mutex inFlightMutex_;
   std::vector<c10::intrusive_ptr<CollieWork>> inFlight_;  // made, not known to be complete (handles may be gone)
 };

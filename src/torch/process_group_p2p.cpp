@@ -215,10 +215,8 @@ ProcessGroupCollie::WorkPtr ProcessGroupCollie::send(std::vector<at::Tensor>& te
   Staged s = stageBytes(tensors[0], "send: tensor");
   auto work = makeWork(c10d::OpType::SEND, "send", {});
   work->then([s] {});
-  const bool grouped = inCoalescingBlock();  // a block's handles complete with its group
-  return issue(work, "send", [this, w = work.get(), s, dstRank, grouped] {
-    collie::Work h = comm_->sendAsync(s.ptr(), s.count, DataType::Uint8, dstRank);
-    if (!grouped) w->add(h);
+  return issue(work, "send", [this, w = work.get(), s, dstRank] {
+    w->add(comm_->sendAsync(s.ptr(), s.count, DataType::Uint8, dstRank));  // in a block: done with its group
   });
 }
 
@@ -228,10 +226,8 @@ ProcessGroupCollie::WorkPtr ProcessGroupCollie::recv(std::vector<at::Tensor>& te
   Staged s = stageBytes(tensors[0], "recv: tensor");
   auto work = makeWork(c10d::OpType::RECV, "recv", tensors);
   work->then([s] { s.copyBack(); });
-  const bool grouped = inCoalescingBlock();  // a block's handles complete with its group
-  return issue(work, "recv", [this, w = work.get(), s, srcRank, grouped] {
-    collie::Work h = comm_->recvAsync(s.ptr(), s.count, DataType::Uint8, srcRank);
-    if (!grouped) w->add(h);
+  return issue(work, "recv", [this, w = work.get(), s, srcRank] {
+    w->add(comm_->recvAsync(s.ptr(), s.count, DataType::Uint8, srcRank));  // in a block: done with its group
   });
 }
 
@@ -251,7 +247,10 @@ ProcessGroupCollie::WorkPtr ProcessGroupCollie::recvAnysource(std::vector<at::Te
 
 void ProcessGroupCollie::startCoalescing() {
   TORCH_CHECK(!coalescing_, "collie: startCoalescing inside a coalescing block");
-  order_->waitUntilMayIssue();  // the block's calls form one collie group, made on this thread as they come
+  // The block's calls form one collie group, made on this thread as they come and reaching collie at its end; the
+  // block holds its place in the order of calls meanwhile (calls placed after it wait).
+  block_ = makeWork(c10d::OpType::UNKNOWN, "coalesced", {});
+  order_->openBlock(block_);
   groupStart();
   coalescing_ = true;
   coalescingThread_ = std::this_thread::get_id();
@@ -267,33 +266,36 @@ void ProcessGroupCollie::endCoalescing(std::vector<WorkPtr>& reqs) {
   coalescingThread_ = std::thread::id();
   std::vector<c10::intrusive_ptr<CollieWork>> works;
   works.swap(coalesced_);
-  // The block's end takes its place in the order of calls, under IssueOrder as any call (no other thread's call
-  // reaches collie while the group is made); every call that reached collie before it is then done (collie keeps
-  // call order), collectives issued inside the block included (torch 2.x's coalescing manager issues its
-  // allreduce_coalesced there, then waits on the Work returned here only): their outputs are written now, not at
-  // the group's next call. Calls made since, or held back still, are not.
-  auto all = makeWork(c10d::OpType::UNKNOWN, "coalesced", {});
+  // The block's group goes to collie under IssueOrder, as any call (no other thread's call reaches collie while it
+  // is made), then the block's place closes. Every call that reached collie before it is done once the group is
+  // (collie keeps call order), collectives issued inside the block included (torch 2.x's coalescing manager issues
+  // its allreduce_coalesced there, then waits on the Work returned here only): their outputs are written now, not
+  // at the group's next call. Calls made since, or held back still, are not.
+  c10::intrusive_ptr<CollieWork> all = std::move(block_);
   std::string error;
   order_->issue(
       all,
       [&] {
         try {
-          groupEnd();  // issues the group's sends and receives together and waits for them
+          groupEndAsync();
         } catch (const Error& e) {
           error = e.what();
         }
       },
       true);
-  if (!error.empty()) {
-    error = reporter_->explain(error);
-    all->failWith(error);
-  }
+  order_->closeBlock(all.get());
+  if (!error.empty()) error = reporter_->explain(error);
   for (auto& w : works) {
     if (!error.empty()) w->failWith(error);
-    w->complete();
+    try {
+      w->wait();  // the block's sends and receives, done with its group
+    } catch (const std::exception& e) {
+      if (error.empty()) error = e.what();
+    }
   }
   for (const auto& w : inFlightNow())
     if (w->issueSeq() != 0 && w->issueSeq() < all->issueSeq()) w->complete();
+  if (!error.empty()) all->failWith(error);
   all->complete();
 #if COLLIE_C10D_END_COALESCING_RETURNS_WORK
   return all;

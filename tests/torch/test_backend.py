@@ -503,7 +503,7 @@ def case_callback_order(rank, ws):
         after.wait()
         check_equal(received, torch.arange(4.0), "the late message")
     elif rank == 1:
-        time.sleep(0.3)
+        time.sleep(1.0)
         dist.send(torch.arange(4.0), 0)
     if rank != 0:
         dist.all_reduce(torch.ones(4))
