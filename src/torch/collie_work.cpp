@@ -140,6 +140,8 @@ bool CollieWork::handlesDone() {
 }
 
 bool CollieWork::wait(std::chrono::milliseconds timeout) {
+  TORCH_CHECK(openBlockThread_.load() != std::this_thread::get_id(), "collie ", name_,
+              ": waited on inside its coalescing block (batch_isend_irecv), whose calls reach collie only at its end");
   TORCH_CHECK(!issueOrder_->heldBehindThisThread(this), "collie ", name_,
               ": waited on in the callbacks of a future asked for before this call was made; it reaches collie only "
               "once those callbacks end, so the wait would never return (attach callbacks when asking for the "

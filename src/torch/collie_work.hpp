@@ -66,6 +66,9 @@ class CollieWork : public c10d::Work {
   void then(std::function<void()> fn) { post_.push_back(std::move(fn)); }
   /// A receive from any source: the collie handle whose source() sourceRank() reports.
   void setSourceOf(const collie::Work& work) { source_ = work; }
+  /// Part of a coalescing block still open on this thread (its calls reach collie at the block's end): a wait on
+  /// it there would never return.
+  void setInOpenBlock(bool open) { openBlockThread_.store(open ? std::this_thread::get_id() : std::thread::id()); }
   /// Marks the call as failed already (a group that threw at its end, a call that could not be made);
   /// `groupFailed`: the lost ranks are named in front when it completes.
   void failWith(const std::string& message, bool groupFailed = false) {
@@ -126,6 +129,7 @@ class CollieWork : public c10d::Work {
     uint32_t nextChild = 0;       // the next place among its callbacks' calls
   } orderState_;
   std::atomic<uint64_t> issueSeq_{0};
+  std::atomic<std::thread::id> openBlockThread_{};
   std::mutex completeMutex_;
   std::condition_variable stateCv_;  // issued_, done_
   bool issued_ = false;

@@ -24,7 +24,7 @@ IssueOrder::RunningCallbacks::RunningCallbacks(CollieWork* work) { tRunningCallb
 
 IssueOrder::RunningCallbacks::~RunningCallbacks() { tRunningCallbacksOf.pop_back(); }
 
-bool IssueOrder::runningCallbacks() { return !tRunningCallbacksOf.empty(); }
+size_t IssueOrder::callbacksDepth() { return tRunningCallbacksOf.size(); }
 
 IssueOrder::Key IssueOrder::nextPlace() {
   for (auto it = tRunningCallbacksOf.rbegin(); it != tRunningCallbacksOf.rend(); ++it) {

@@ -75,8 +75,8 @@ class IssueOrder {
   /// The group is going away: everything queued is issued now, in order, and later calls go at once.
   void close();
 
-  /// Whether the calling thread runs future callbacks now.
-  static bool runningCallbacks();
+  /// How many future callbacks the calling thread runs now, nested (0: none).
+  static size_t callbacksDepth();
 
   /// Marks the calling thread as running `work`'s future callbacks for its lifetime.
   class RunningCallbacks {

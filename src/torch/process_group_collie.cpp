@@ -75,16 +75,17 @@ std::vector<c10::intrusive_ptr<CollieWork>> ProcessGroupCollie::inFlightNow() {
 
 ProcessGroupCollie::WorkPtr ProcessGroupCollie::issue(const c10::intrusive_ptr<CollieWork>& work, const char* name,
                                                       std::function<void()> calls) {
-  TORCH_CHECK(!(coalescingThread_.load() == std::this_thread::get_id() && IssueOrder::runningCallbacks()), "collie ",
-              name,
+  TORCH_CHECK(!inCallbacksInsideBlock(), "collie ", name,
               ": made from future callbacks run inside a coalescing block (batch_isend_irecv) on its thread: it "
               "would join the block's collie group on this rank only");
   // Kept before it can be issued, so that a barrier issued next on another thread finds it.
   const bool grouped = inCoalescingBlock();
-  if (grouped)
+  if (grouped) {
     coalesced_.push_back(work);  // completed at endCoalescing
-  else
+    work->setInOpenBlock(true);
+  } else {
     kept(work);
+  }
   try {
     order_->issue(
         work,

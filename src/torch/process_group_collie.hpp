@@ -126,9 +126,13 @@ class ProcessGroupCollie : public COLLIE_C10D_BASE {
                 const std::vector<size_t>& sendBytes, char* recv, const std::vector<size_t>& recvOff,
                 const std::vector<size_t>& recvBytes);
   void checkRank(int64_t rank, const char* what) const;
-  /// Whether a call made now on this thread joins the open coalescing block (not from callbacks run meanwhile).
+  /// Whether a call made now on this thread joins the open coalescing block (not from callbacks run inside it).
   bool inCoalescingBlock() const {
-    return coalescingThread_.load() == std::this_thread::get_id() && !IssueOrder::runningCallbacks();
+    return coalescingThread_.load() == std::this_thread::get_id() && IssueOrder::callbacksDepth() == coalescingDepth_;
+  }
+  /// Whether this thread runs callbacks inside its own open coalescing block (its calls would join the block).
+  bool inCallbacksInsideBlock() const {
+    return coalescingThread_.load() == std::this_thread::get_id() && IssueOrder::callbacksDepth() > coalescingDepth_;
   }
   /// What a rank sends itself in an all-to-all must be what it receives from itself.
   void checkSelfExchange(const std::vector<size_t>& sendBytes, const std::vector<size_t>& recvBytes) const;
@@ -138,8 +142,9 @@ class ProcessGroupCollie : public COLLIE_C10D_BASE {
   std::shared_ptr<IssueOrder> order_;
   std::shared_ptr<FailureReporter> reporter_;
   std::chrono::milliseconds timeout_;
-  bool coalescing_ = false;                                // the coalescing thread's
-  std::atomic<std::thread::id> coalescingThread_{};        // inside startCoalescing/endCoalescing; none outside
+  bool coalescing_ = false;                          // the coalescing thread's
+  std::atomic<std::thread::id> coalescingThread_{};  // inside startCoalescing/endCoalescing; none outside
+  size_t coalescingDepth_ = 0;  // the callbacks that thread ran when the block started (a block begun in callbacks)
   std::vector<c10::intrusive_ptr<CollieWork>> coalesced_;  // Works that thread issued since startCoalescing
   c10::intrusive_ptr<CollieWork> block_;                   // the open block's place (IssueOrder::openBlock)
   std::mutex inFlightMutex_;

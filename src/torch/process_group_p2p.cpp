@@ -246,13 +246,17 @@ ProcessGroupCollie::WorkPtr ProcessGroupCollie::recvAnysource(std::vector<at::Te
 }
 
 void ProcessGroupCollie::startCoalescing() {
-  TORCH_CHECK(!coalescing_, "collie: startCoalescing inside a coalescing block");
+  TORCH_CHECK(coalescingThread_.load() != std::this_thread::get_id(),
+              "collie: startCoalescing inside a coalescing block");
   // The block's calls form one collie group, made on this thread as they come and reaching collie at its end; the
-  // block holds its place in the order of calls meanwhile (calls placed after it wait).
-  block_ = makeWork(c10d::OpType::UNKNOWN, "coalesced", {});
-  order_->openBlock(block_);
+  // block holds its place in the order of calls meanwhile (calls placed after it wait; another thread's block too).
+  auto block = makeWork(c10d::OpType::UNKNOWN, "coalesced", {});
+  order_->openBlock(block);
+  TORCH_CHECK(!coalescing_, "collie: startCoalescing while another thread's block is open");
+  block_ = std::move(block);
   groupStart();
   coalescing_ = true;
+  coalescingDepth_ = IssueOrder::callbacksDepth();
   coalescingThread_ = std::this_thread::get_id();
 }
 
@@ -273,6 +277,7 @@ void ProcessGroupCollie::endCoalescing(std::vector<WorkPtr>& reqs) {
   // at the group's next call. Calls made since, or held back still, are not.
   c10::intrusive_ptr<CollieWork> all = std::move(block_);
   std::string error;
+  bool groupFailed = false;
   order_->issue(
       all,
       [&] {
@@ -280,12 +285,17 @@ void ProcessGroupCollie::endCoalescing(std::vector<WorkPtr>& reqs) {
           groupEndAsync();
         } catch (const Error& e) {
           error = e.what();
+          groupFailed = e.code() == ErrorCode::RemoteError || e.code() == ErrorCode::Timeout ||
+                        e.code() == ErrorCode::SystemError;
+        } catch (const std::exception& e) {
+          error = e.what();
         }
       },
       true);
   order_->closeBlock(all.get());
-  if (!error.empty()) error = reporter_->explain(error);
+  if (groupFailed) error = reporter_->explain(error);
   for (auto& w : works) {
+    w->setInOpenBlock(false);
     if (!error.empty()) w->failWith(error);
     try {
       w->wait();  // the block's sends and receives, done with its group

@@ -508,6 +508,18 @@ def case_callback_order(rank, ws):
     if rank != 0:
         dist.all_reduce(torch.ones(4))
 
+    # batch_isend_irecv started from a callback (torch 2.x makes it a coalescing block on the callback's thread).
+    ring_in, ring_out = torch.zeros(3), torch.full((3,), float(rank))
+    ops = [dist.P2POp(dist.isend, ring_out, (rank + 1) % ws), dist.P2POp(dist.irecv, ring_in, (rank - 1) % ws)]
+
+    def batch_in_callback(f):
+        for req in dist.batch_isend_irecv(ops):
+            req.wait()
+        return f.value()
+
+    dist.all_reduce(torch.ones(2), async_op=True).get_future().then(batch_in_callback).wait()
+    check_equal(ring_in, torch.full((3,), float((rank - 1) % ws)), "batch_isend_irecv from a callback")
+
     # PowerSGD's own hook through DDP (its compressed steps issue and wait from callbacks), each rank late at another
     # place: the ranks' parameters stay identical.
     from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
