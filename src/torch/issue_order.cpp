@@ -53,36 +53,24 @@ bool IssueOrder::blockedByOpen(const Key& key) const {
 }
 
 bool IssueOrder::run(CollieWork& work, const std::function<void()>& calls, bool propagate) {
-  std::string failure;
-  bool groupFailed = false;
+  // Called inside a handler: fails the Work (kept by the group: it completes with the error, nothing copied back),
+  // then raises again when the caller is to see it, or returns whether its future goes to the FutureWaiter.
+  const auto fail = [&](const std::string& message, bool groupFailed) {
+    work.failWith(message, groupFailed);
+    const bool toWaiter = issued(work);
+    if (propagate) throw;
+    return toWaiter;
+  };
   try {
     calls();
-    return issued(work);
   } catch (const IssueFailed& e) {
-    if (propagate) {
-      work.failWith(e.what(), e.groupFailed);  // kept by the group: it completes with the error, nothing copied back
-      issued(work);
-      throw;
-    }
-    failure = e.what();
-    groupFailed = e.groupFailed;
+    return fail(e.what(), e.groupFailed);
   } catch (const c10::Error& e) {
-    if (propagate) {
-      work.failWith(e.what_without_backtrace());
-      issued(work);
-      throw;
-    }
-    failure = e.what_without_backtrace();
+    return fail(e.what_without_backtrace(), false);
   } catch (const std::exception& e) {
-    if (propagate) {
-      work.failWith(e.what());
-      issued(work);
-      throw;
-    }
-    failure = e.what();
+    return fail(e.what(), false);
   }
-  work.failWith(failure, groupFailed);
-  return issued(work);  // its future, if asked for, gets the error from the FutureWaiter
+  return issued(work);
 }
 
 bool IssueOrder::issued(CollieWork& work) {

@@ -343,6 +343,12 @@ void waitDeferred(ncclComm* comm) {
   if (t.joinable()) t.join();
 }
 
+DeferredOutcome finishedDeferred(ncclComm* comm) {
+  waitDeferred(comm);
+  std::lock_guard<std::mutex> lock(comm->mu);
+  return {comm->deferredResult, comm->deferredError, comm->c};
+}
+
 // Whether comm's creation still runs: a split on its thread, or a non-blocking init (in a group or not).
 bool stillCreating(ncclComm* comm) {
   if (!comm->deferredDone.load()) return true;  // a split on its thread
@@ -367,16 +373,9 @@ ncclResult_t resolve(ncclComm* comm, const char* fn, collieComm_t* out) {
                 "%s: comm is still being created (non-blocking); use it once ncclCommGetAsyncError gives ncclSuccess",
                 fn);
   }
-  waitDeferred(comm);
-  ncclResult_t deferred;
-  std::string why;
-  {
-    std::lock_guard<std::mutex> lock(comm->mu);
-    deferred = comm->deferredResult;
-    why = comm->deferredError;
-    *out = comm->c;
-  }
-  if (deferred != ncclSuccess) return fail(comm, deferred, "%s: %s", fn, why.c_str());
+  const DeferredOutcome done = finishedDeferred(comm);
+  *out = done.c;
+  if (done.result != ncclSuccess) return fail(comm, done.result, "%s: %s", fn, done.error.c_str());
   if (!*out) return fail(comm, ncclInvalidUsage, "%s: comm was not created", fn);
   return ncclSuccess;
 }

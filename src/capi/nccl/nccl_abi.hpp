@@ -178,6 +178,14 @@ collieConfig_t collieConfigFor(const Settings& s, bool blocking);
 // ---- Communicators --------------------------------------------------------------------------------------------
 /// Waits for an init or split deferred to the end of a group (a no-op for any other communicator).
 void waitDeferred(ncclComm* comm);
+/// What a creation left once waitDeferred returned: its result, why it failed, and the collie communicator.
+struct DeferredOutcome {
+  ncclResult_t result;
+  std::string error;
+  collieComm_t c;
+};
+/// waitDeferred, then comm's DeferredOutcome.
+DeferredOutcome finishedDeferred(ncclComm* comm);
 /// Whether comm's creation still runs: a split on its thread, or a non-blocking init (in a group or not).
 bool stillCreating(ncclComm* comm);
 /// The collie communicator behind comm, waiting for a deferred creation of a blocking communicator; fails for NULL,

@@ -318,16 +318,10 @@ NCCL_ABI(ncclResult_t, ncclCommGetAsyncError, ncclComm_t comm, ncclResult_t* asy
     *asyncError = ncclInProgress;
     return ncclSuccess;
   }
-  waitDeferred(comm);  // done: joins at once
-  collieComm_t c = nullptr;
-  ncclResult_t deferred;
-  {
-    std::lock_guard<std::mutex> lock(comm->mu);
-    deferred = comm->deferredResult;
-    c = comm->c;
-  }
-  if (deferred != ncclSuccess || !c) {
-    *asyncError = deferred != ncclSuccess ? deferred : ncclInvalidUsage;
+  const DeferredOutcome done = finishedDeferred(comm);  // done: joins at once
+  const collieComm_t c = done.c;
+  if (done.result != ncclSuccess || !c) {
+    *asyncError = done.result != ncclSuccess ? done.result : ncclInvalidUsage;
     return ncclSuccess;
   }
   collieResult_t e = collieSuccess;

@@ -185,20 +185,14 @@ ncclResult_t finishDeferred(const char* fn, bool* inProgress) {
       continue;  // non-blocking: polled with ncclCommGetAsyncError
     }
     if (comm->initInGroup) waitInitInGroup(comm);
-    waitDeferred(comm);
-    ncclResult_t r;
-    std::string why;
-    {
-      std::lock_guard<std::mutex> lock(comm->mu);
-      r = comm->deferredResult;
-      why = comm->deferredError;
-    }
+    const DeferredOutcome done = finishedDeferred(comm);
     if (comm->discardAtGroupEnd) {
       // NCCL_SPLIT_NOCOLOR: the split gave this rank no communicator; the caller holds no handle.
-      if (comm->c) collieCommDestroy(comm->c);
+      if (done.c) collieCommDestroy(done.c);
       freeComm(comm);
     }
-    if (r != ncclSuccess && result == ncclSuccess) result = fail(nullptr, r, "%s: %s", fn, why.c_str());
+    if (done.result != ncclSuccess && result == ncclSuccess)
+      result = fail(nullptr, done.result, "%s: %s", fn, done.error.c_str());
   }
   return result;
 }
