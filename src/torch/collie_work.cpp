@@ -32,7 +32,7 @@ void CollieWork::complete() {
   bool explain;
   {
     std::unique_lock<std::mutex> lock(completeMutex_);
-    stateCv_.wait(lock, [this] { return issued_ || done_; });
+    stateCv_.wait(lock, [this] { return issueSeq() != 0 || done_; });
     if (done_) {
       lock.unlock();
       deliverFuture();
@@ -106,10 +106,9 @@ void CollieWork::deliverFuture() {
 
 void CollieWork::markIssued(uint64_t seq) {
   {
-    std::lock_guard<std::mutex> lock(completeMutex_);
-    issued_ = true;
+    std::lock_guard<std::mutex> lock(completeMutex_);  // so that complete()'s wait sees it
+    issueSeq_.store(seq, std::memory_order_release);
   }
-  issueSeq_.store(seq, std::memory_order_release);
   stateCv_.notify_all();
 }
 
@@ -123,7 +122,7 @@ bool CollieWork::poll() {
   {
     std::lock_guard<std::mutex> lock(completeMutex_);
     if (done_) return true;
-    if (!issued_) return false;
+    if (issueSeq() == 0) return false;
     if (future_) return false;  // the FutureWaiter completes it
   }
   return isCompleted();
@@ -132,7 +131,7 @@ bool CollieWork::poll() {
 bool CollieWork::handlesDone() {
   std::lock_guard<std::mutex> lock(completeMutex_);
   if (done_) return true;
-  if (!issued_) return false;
+  if (issueSeq() == 0) return false;
   if (!issueError_.empty()) return true;
   for (const collie::Work& h : handles_)
     if (!h.test()) return false;

@@ -123,17 +123,16 @@ class CollieWork : public c10d::Work {
   std::shared_ptr<FutureWaiter> waiter_;
   std::shared_ptr<IssueOrder> issueOrder_;
   std::shared_ptr<FailureReporter> reporter_;
-  struct {  // IssueOrder's, under its mutex
-    bool issued = false, futureAsked = false, opened = false, callbacksRan = false;
-    std::vector<uint32_t> place;  // where its future opened (IssueOrder::Key)
-    uint32_t nextChild = 0;       // the next place among its callbacks' calls
+  struct {                                                           // IssueOrder's, under its mutex
+    bool futureAsked = false, opened = false, callbacksRan = false;  // issued: issueSeq_ != 0
+    std::vector<uint32_t> place;                                     // where its future opened (IssueOrder::Key)
+    uint32_t nextChild = 0;                                          // the next place among its callbacks' calls
   } orderState_;
   std::atomic<uint64_t> issueSeq_{0};
   std::atomic<std::thread::id> openBlockThread_{};
   std::mutex completeMutex_;
-  std::condition_variable stateCv_;  // issued_, done_
-  bool issued_ = false;
-  bool finishing_ = false;  // a thread runs the post-processing
+  std::condition_variable stateCv_;  // issueSeq_ set, done_
+  bool finishing_ = false;           // a thread runs the post-processing
   bool done_ = false;
   bool futureDelivered_ = false;
   bool futureHeld_ = false;  // IssueOrder has not reached the place where the future was asked for

@@ -75,7 +75,6 @@ bool IssueOrder::run(CollieWork& work, const std::function<void()>& calls, bool 
 
 bool IssueOrder::issued(CollieWork& work) {
   auto& state = work.orderState_;
-  state.issued = true;
   work.markIssued(++issuedCount_);
   if (!state.futureAsked) return false;
   if (state.opened && !state.callbacksRan) open_.push_back(c10::intrusive_ptr<CollieWork>::reclaim_copy(&work));
@@ -88,7 +87,7 @@ bool IssueOrder::opened(CollieWork& work, Key key) {
   state.futureAsked = true;
   state.opened = true;
   state.place = std::move(key);
-  if (!state.issued) return false;  // its calls are queued still: it opens when they are made
+  if (work.issueSeq() == 0) return false;  // its calls are queued still: it opens when they are made
   if (!state.callbacksRan) open_.push_back(c10::intrusive_ptr<CollieWork>::reclaim_copy(&work));
   return true;
 }
@@ -113,7 +112,7 @@ bool IssueOrder::futureAsked(CollieWork* work, bool opens) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!opens || closing_) {
     work->orderState_.futureAsked = true;
-    return work->orderState_.issued;  // a queued Work goes to the FutureWaiter when issued
+    return work->issueSeq() != 0;  // a queued Work goes to the FutureWaiter when issued
   }
   Key key = nextPlace();
   if (mayGo(key)) return opened(*work, std::move(key));
@@ -151,7 +150,7 @@ void IssueOrder::issueQueued(std::vector<c10::intrusive_ptr<CollieWork>>& out) {
 bool IssueOrder::heldBehindThisThread(const CollieWork* work) {
   if (tRunningCallbacksOf.empty() || work->issueSeq() != 0) return false;
   std::lock_guard<std::mutex> lock(mutex_);
-  if (work->orderState_.issued) return false;
+  if (work->issueSeq() != 0) return false;
   auto queued = std::find_if(queued_.begin(), queued_.end(),
                              [&](const auto& q) { return q.second.work.get() == work && q.second.calls; });
   if (queued == queued_.end()) return false;
