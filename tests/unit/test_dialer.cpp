@@ -339,6 +339,10 @@ TEST(Dialer, AskWaitingTellsWhatThePeerShowsAndLeavesThePairAlone) {
 
   // The pair still connects, from either side.
   const auto conns = ranks.dialers[1]->connect(*ranks.listeners[1], ranks.ctx[1], {0}, true);
+  // Rank 0 records the pair as answered once its answer is sent, which may be just after rank 1's connect returns.
+  const auto answeredBy = std::chrono::steady_clock::now() + kBound;
+  while (ranks.dialers[0]->answeredPeers().empty() && std::chrono::steady_clock::now() < answeredBy)
+    std::this_thread::sleep_for(1ms);
   EXPECT_EQ(ranks.dialers[0]->answeredPeers(), std::vector<int>{1});
   const auto other = ranks.dialers[0]->connect(*ranks.listeners[0], ranks.ctx[0], {1}, true);
   ASSERT_EQ(conns.size(), 1u);
