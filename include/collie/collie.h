@@ -57,8 +57,16 @@ typedef enum {
   collieMax = 2,
   collieMin = 3,
   collieAvg = 4,
-  collieNumOps = 5
+  collieNumOps = 5, /**< values from here: ops made per communicator by collieRedOpCreatePreMulSum */
+  collieMaxRedOp = 0x7fffffff
 } collieRedOp_t;
+
+/** Where a PreMulSum's factor lives; values equal ncclScalarResidence_t. */
+typedef enum {
+  collieScalarDevice = 0,       /**< a pointer, read by every call that uses the op, when the call is made (collie:
+                                     host memory only; a pointer into GPU memory is refused) */
+  collieScalarHostImmediate = 1 /**< the value, read once when the op is made */
+} collieScalarResidence_t;
 
 /** Element types; values equal ncclDataType_t (fp8 types are not supported and are rejected). */
 typedef enum {
@@ -186,6 +194,14 @@ COLLIE_EXPORT collieResult_t collieCommShrink(collieComm_t comm, const int* excl
  * shrunk communicator shares no connection with comm (whose peers may be dead). */
 COLLIE_EXPORT collieResult_t collieCommShrinkConfig(collieComm_t comm, const int* excludeRanks, int excludeCount,
                                                     collieComm_t* newcomm, collieConfig_t* config);
+
+/** Makes in *op a reduction of comm, NCCL's ncclRedOpCreatePreMulSum: every rank's input is multiplied by that rank's
+ * own factor, one element of `datatype` at `scalar` (read now for collieScalarHostImmediate, at each call for
+ * collieScalarDevice), and the products summed. A call using *op must have that datatype and run on comm;
+ * collieRedOpDestroy(*op, comm) ends it (the calls made already keep their factor). */
+COLLIE_EXPORT collieResult_t collieRedOpCreatePreMulSum(collieRedOp_t* op, void* scalar, collieDataType_t datatype,
+                                                        collieScalarResidence_t residence, collieComm_t comm);
+COLLIE_EXPORT collieResult_t collieRedOpDestroy(collieRedOp_t op, collieComm_t comm);
 
 COLLIE_EXPORT const char* collieGetErrorString(collieResult_t result);
 /** The message of the last failure on comm, or of this thread's last failure when comm is NULL. The string is

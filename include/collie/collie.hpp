@@ -33,8 +33,8 @@ enum class DataType : int {
   Bfloat16 = 9,
 };
 
-/// Reduction operations; values equal collieRedOp_t.
-enum class ReduceOp : int { Sum = 0, Prod = 1, Max = 2, Min = 3, Avg = 4 };
+/// Reduction operations; values equal collieRedOp_t. PreMulSum comes only with its factor: Reduction::preMulSum.
+enum class ReduceOp : int { Sum = 0, Prod = 1, Max = 2, Min = 3, Avg = 4, PreMulSum = 5 };
 
 /// Failure kinds; values equal collieResult_t.
 enum class ErrorCode : int {
@@ -93,6 +93,31 @@ constexpr DataType dataTypeOf() {
   else
     static_assert(sizeof(T) == 0, "collie: unsupported element type");
 }
+
+/// What a reducing call computes: a ReduceOp, or the sum of every rank's input first multiplied by that rank's own
+/// factor (NCCL's ncclRedOpCreatePreMulSum: ranks may pass different factors). The factor is one element of the
+/// call's type (a float factor for float data; half and bfloat16 multiply through float, rounding once; integers
+/// wrap), and the call is refused when the types differ. Every ReduceOp converts to a Reduction.
+class COLLIE_EXPORT Reduction {
+ public:
+  Reduction(ReduceOp op) : op_(op) {}  // NOLINT(google-explicit-constructor): every ReduceOp is a Reduction
+  template <typename T>
+  static Reduction preMulSum(T factor) {
+    return preMulSum(&factor, dataTypeOf<T>());
+  }
+  /// `factor` points to one element of `type`, copied now (InvalidArgument: NULL, or a type outside DataType).
+  static Reduction preMulSum(const void* factor, DataType type);
+  ReduceOp op() const { return op_; }
+  /// PreMulSum: the DataType the factor was made for; -1 when none was (a bare ReduceOp::PreMulSum, refused).
+  int factorType() const { return factorType_; }
+  /// The factor's bytes (one element of factorType()), in the first bytes of this word.
+  uint64_t factorBits() const { return factorBits_; }
+
+ private:
+  ReduceOp op_;
+  int factorType_ = -1;
+  uint64_t factorBits_ = 0;
+};
 
 /// Root address plus random secret; made by one process, shared with every rank.
 struct COLLIE_EXPORT UniqueId {
@@ -213,11 +238,11 @@ class COLLIE_EXPORT Communicator {
 
   // Blocking collectives on host buffers. In place when send == recv (see collie.h for AllGather and
   // ReduceScatter).
-  void allReduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op);
+  void allReduce(const void* send, void* recv, size_t count, DataType type, Reduction op);
   void broadcast(const void* send, void* recv, size_t count, DataType type, int root);
-  void reduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op, int root);
+  void reduce(const void* send, void* recv, size_t count, DataType type, Reduction op, int root);
   void allGather(const void* send, void* recv, size_t sendCount, DataType type);
-  void reduceScatter(const void* send, void* recv, size_t recvCount, DataType type, ReduceOp op);
+  void reduceScatter(const void* send, void* recv, size_t recvCount, DataType type, Reduction op);
   void allToAll(const void* send, void* recv, size_t count, DataType type);
   void send(const void* buf, size_t count, DataType type, int peer);
   /// peer = kAnySource: from whichever rank sends first (see recvAny).
@@ -230,11 +255,11 @@ class COLLIE_EXPORT Communicator {
   void barrier();
 
   // Async forms: return at once; keep the buffers untouched until the Work is done.
-  Work allReduceAsync(const void* send, void* recv, size_t count, DataType type, ReduceOp op);
+  Work allReduceAsync(const void* send, void* recv, size_t count, DataType type, Reduction op);
   Work broadcastAsync(const void* send, void* recv, size_t count, DataType type, int root);
-  Work reduceAsync(const void* send, void* recv, size_t count, DataType type, ReduceOp op, int root);
+  Work reduceAsync(const void* send, void* recv, size_t count, DataType type, Reduction op, int root);
   Work allGatherAsync(const void* send, void* recv, size_t sendCount, DataType type);
-  Work reduceScatterAsync(const void* send, void* recv, size_t recvCount, DataType type, ReduceOp op);
+  Work reduceScatterAsync(const void* send, void* recv, size_t recvCount, DataType type, Reduction op);
   Work allToAllAsync(const void* send, void* recv, size_t count, DataType type);
   Work sendAsync(const void* buf, size_t count, DataType type, int peer);
   Work recvAsync(void* buf, size_t count, DataType type, int peer);
@@ -243,16 +268,16 @@ class COLLIE_EXPORT Communicator {
 
   // Typed conveniences.
   template <typename T>
-  void allReduce(std::span<const T> send, std::span<T> recv, ReduceOp op) {
+  void allReduce(std::span<const T> send, std::span<T> recv, Reduction op) {
     checkSpan(send.size(), recv.size(), "recv");
     allReduce(send.data(), recv.data(), send.size(), dataTypeOf<T>(), op);
   }
   template <typename T>
-  void allReduce(std::span<T> inOut, ReduceOp op) {
+  void allReduce(std::span<T> inOut, Reduction op) {
     allReduce(inOut.data(), inOut.data(), inOut.size(), dataTypeOf<T>(), op);
   }
   template <typename T>
-  Work allReduceAsync(std::span<T> inOut, ReduceOp op) {
+  Work allReduceAsync(std::span<T> inOut, Reduction op) {
     return allReduceAsync(inOut.data(), inOut.data(), inOut.size(), dataTypeOf<T>(), op);
   }
   template <typename T>

@@ -222,6 +222,7 @@ COLLIE_ALWAYS_INLINE void reduceTyped(void* dst, const void* a, const void* b, s
   switch (op) {
     case ReduceOp::Sum:
     case ReduceOp::Avg:
+    case ReduceOp::PreMulSum:
       return reduceLoop<Codec>(dst, a, b, count, SumOp{});
     case ReduceOp::Prod:
       return reduceLoop<Codec>(dst, a, b, count, ProdOp{});
@@ -306,6 +307,7 @@ COLLIE_X86_V3 void halfKernelV3(void* dst, const void* a, const void* b, size_t 
   switch (op) {
     case ReduceOp::Sum:
     case ReduceOp::Avg:
+    case ReduceOp::PreMulSum:
       return reduceHalfF16c(dst, a, b, count, SumOp{});
     case ReduceOp::Prod:
       return reduceHalfF16c(dst, a, b, count, ProdOp{});
@@ -364,7 +366,8 @@ bool equalsIgnoreCase(const std::string& s, const char* name) {
 }
 
 constexpr int kNumDataTypes = 10;
-constexpr int kNumReduceOps = 5;
+constexpr int kNumReduceOps = 6;
+constexpr int kNumNamedOps = 5;  // those a name alone makes: PreMulSum needs its factor
 
 }  // namespace
 
@@ -403,7 +406,7 @@ const char* dataTypeShortName(DataType type) {
 }
 
 const char* reduceOpName(ReduceOp op) {
-  static const char* const kNames[kNumReduceOps] = {"sum", "prod", "max", "min", "avg"};
+  static const char* const kNames[kNumReduceOps] = {"sum", "prod", "max", "min", "avg", "premulsum"};
   int o = static_cast<int>(op);
   return isValidReduceOp(o) ? kNames[o] : "invalid";
 }
@@ -438,7 +441,7 @@ bool parseDataType(const std::string& name, DataType* type) {
 }
 
 bool parseReduceOp(const std::string& name, ReduceOp* op) {
-  for (int o = 0; o < kNumReduceOps; ++o) {
+  for (int o = 0; o < kNumNamedOps; ++o) {
     ReduceOp candidate = static_cast<ReduceOp>(o);
     if (equalsIgnoreCase(name, reduceOpName(candidate))) {
       *op = candidate;
@@ -472,6 +475,23 @@ void divideInto(void* dst, const void* src, size_t count, DataType type, double 
   COLLIE_ARG_CHECK(divisor > 0, "divideInto: divisor %g is not positive", divisor);
   const DivideBy divideBy{divisor};
   kernel(dst, src, src, count, type, ReduceOp::Sum, &divideBy);
+}
+
+void multiplyInto(void* dst, const void* src, size_t count, DataType type, const void* factor) {
+  COLLIE_ARG_CHECK(isValidDataType(static_cast<int>(type)), "invalid data type %d", static_cast<int>(type));
+  // Prod against a block holding the factor over and over: the reduction kernels' multiply (vectorised, fp16/bf16
+  // through float, integers wrapping), with no loop of its own.
+  constexpr size_t kBlockBytes = 4096;
+  const size_t elem = dataTypeSize(type);
+  const size_t blockCount = kBlockBytes / elem;
+  alignas(64) unsigned char block[kBlockBytes];
+  for (size_t i = 0; i < blockCount; ++i) std::memcpy(block + i * elem, factor, elem);
+  auto* out = static_cast<unsigned char*>(dst);
+  const auto* in = static_cast<const unsigned char*>(src);
+  for (size_t done = 0; done < count; done += blockCount) {
+    const size_t n = std::min(blockCount, count - done);
+    kernel(out + done * elem, in + done * elem, block, n, type, ReduceOp::Prod, nullptr);
+  }
 }
 
 KernelIsa kernelIsa() { return activeIsa().load(std::memory_order_relaxed); }

@@ -14,14 +14,15 @@ const char* dataTypeName(DataType type);  ///< "float32", ... ("invalid" outside
 /// The nccl-tests name of a type: "int8", "uint8", "int32", "uint32", "int64", "uint64", "half", "float",
 /// "double", "bfloat16" ("invalid" outside the enum).
 const char* dataTypeShortName(DataType type);
-const char* reduceOpName(ReduceOp op);  ///< "sum", "prod", "max", "min", "avg" ("invalid" outside the enum)
+const char* reduceOpName(ReduceOp op);  ///< "sum", "prod", "max", "min", "avg", "premulsum" ("invalid" outside)
 bool isValidDataType(int type);         ///< 0..9
-bool isValidReduceOp(int op);           ///< 0..4
+bool isValidReduceOp(int op);           ///< 0..5 (PreMulSum included)
 
 /// Parses a type name, case-insensitively: dataTypeName or dataTypeShortName forms, plus "fp16", "fp32",
 /// "fp64", "bf16" and "char". Returns false (leaving *type alone) for anything else.
 bool parseDataType(const std::string& name, DataType* type);
-/// Parses "sum", "prod", "max", "min" or "avg", case-insensitively. Returns false (leaving *op alone) otherwise.
+/// Parses "sum", "prod", "max", "min" or "avg", case-insensitively (not "premulsum": it needs a factor). Returns
+/// false (leaving *op alone) otherwise.
 bool parseReduceOp(const std::string& name, ReduceOp* op);
 
 /// fp16 / bf16 <-> float, round-to-nearest-even.
@@ -30,10 +31,10 @@ uint16_t floatToHalf(float f);
 float bf16ToFloat(uint16_t b);
 uint16_t floatToBf16(float f);
 
-/// dst[i] = a[i] op b[i] for i < count. dst may alias a or b exactly (never partially). Avg reduces as Sum (see
-/// AvgDivisors for the divisions around it). fp16/bf16 reduce through float, rounding each result
-/// to nearest-even. Integer Sum and Prod wrap around. Floating-point Max and Min propagate NaN: a NaN in
-/// either input gives a NaN. Throws InvalidArgument for a type or op outside the enums.
+/// dst[i] = a[i] op b[i] for i < count. dst may alias a or b exactly (never partially). Avg and PreMulSum reduce as Sum
+/// (see AvgDivisors for the divisions around it). fp16/bf16 reduce through float, rounding each result to nearest-even.
+/// Integer Sum and Prod wrap around. Floating-point Max and Min propagate NaN: a NaN in either input gives a NaN.
+/// Throws InvalidArgument for a type or op outside the enums.
 void reduce(void* dst, const void* a, const void* b, size_t count, DataType type, ReduceOp op);
 
 /// How a ReduceOp::Avg over `nranks` ranks divides: each rank's input by `input` before it is summed, the sum by
@@ -54,6 +55,9 @@ AvgDivisors avgDivisors(DataType type, int nranks);
 /// rounded to nearest-even), truncating division for integer types, whose divisor must be a whole number. Throws
 /// InvalidArgument unless divisor > 0 and the type is valid.
 void divideInto(void* dst, const void* src, size_t count, DataType type, double divisor);
+/// dst[i] = src[i] * factor (dst may be src), `factor` one element of `type`: as reduce() multiplies (fp16/bf16
+/// through float, rounded once; integers wrap). ReduceOp::PreMulSum's scaling of each rank's input.
+void multiplyInto(void* dst, const void* src, size_t count, DataType type, const void* factor);
 inline void divideInPlace(void* buf, size_t count, DataType type, double divisor) {
   divideInto(buf, buf, count, type, divisor);
 }

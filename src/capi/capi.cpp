@@ -18,14 +18,16 @@
 #include <thread>
 #include <utility>
 
+#include "base/datatypes.hpp"
 #include "base/errors.hpp"
 #include "capi/capi_config.hpp"
 #include "core/api_access.hpp"
+#include "core/cuda_plugin.hpp"
 #include "core/group.hpp"
 
 using collie::ErrorCode;
 using collie::algorithms::Collective;
-constexpr collie::ReduceOp kNoOp = collie::ReduceOp::Sum;  // for calls that do not reduce
+constexpr collieRedOp_t kNoOp = collieSum;  // for calls that do not reduce
 
 namespace {
 // What a handle shares with every call in flight on it: the communicator, and the last error message of a call on
@@ -47,6 +49,16 @@ struct collieComm {
   collieResult_t initResult = collieSuccess;
   std::string initError;
   bool initDone = true;
+  // The reductions made by collieRedOpCreatePreMulSum: op collieNumOps + i is userOps[i] (never reused).
+  struct UserOp {
+    bool live = true;
+    collie::DataType type = collie::DataType::Float32;
+    bool immediate = true;  // collieScalarHostImmediate: `value`; collieScalarDevice: read at `where`
+    uint64_t value = 0;     // the factor's bytes
+    const void* where = nullptr;
+  };
+  std::mutex opsMu;
+  std::vector<UserOp> userOps;
 };
 
 struct collieRequest {
@@ -145,14 +157,29 @@ int rawEnum(const E& e) {
   return v;
 }
 collie::DataType dt(const collieDataType_t& t) { return static_cast<collie::DataType>(rawEnum(t)); }
-collie::ReduceOp rop(const collieRedOp_t& o) { return static_cast<collie::ReduceOp>(rawEnum(o)); }
+// The reduction a call names: a built-in op (any other value below collieNumOps is refused by the call's checks), or
+// one of the handle's collieRedOpCreatePreMulSum ops, whose factor a collieScalarDevice op reads now.
+collie::Reduction reductionOf(collieComm* handle, const collieRedOp_t& o, const collie::Communicator& c) {
+  const int raw = rawEnum(o);
+  if (raw < collieNumOps) return static_cast<collie::ReduceOp>(raw);
+  std::lock_guard<std::mutex> lock(handle->opsMu);
+  const size_t i = static_cast<size_t>(raw - collieNumOps);
+  COLLIE_ARG_CHECK(
+      i < handle->userOps.size() && handle->userOps[i].live,
+      "rank %d: op=%d is no reduction op of this communicator (%s)", c.rank(), raw,
+      i < handle->userOps.size() ? "destroyed by collieRedOpDestroy" : "not made by collieRedOpCreatePreMulSum on it");
+  const collieComm::UserOp& u = handle->userOps[i];
+  uint64_t factor = u.value;
+  if (!u.immediate) std::memcpy(&factor, u.where, collie::base::dataTypeSize(u.type));
+  return collie::Reduction::preMulSum(&factor, u.type);
+}
 
 // A call with a stream argument: on host buffers (stream NULL) it blocks until done; on device buffers it is
 // enqueued on `stream` (NULL: the default stream) and returns at once (src/core/device_stager.hpp).
 collieResult_t streamCall(collieComm_t handle, collieStream_t stream, Collective coll, const void* send, void* recv,
-                          size_t count, collie::DataType type, collie::ReduceOp op, int root) {
+                          size_t count, collie::DataType type, const collieRedOp_t& op, int root) {
   return callOn(handle, [&](collie::Communicator& c) {
-    collie::InternalAccess::runOnStream(c, coll, send, recv, count, type, op, root, stream);
+    collie::InternalAccess::runOnStream(c, coll, send, recv, count, type, reductionOf(handle, op, c), root, stream);
   });
 }
 
@@ -358,6 +385,56 @@ collieResult_t collieCommUserRank(const collieComm_t comm, int* rank) {
   return withComm(comm, [&](collie::Communicator& c) { *rank = c.rank(); });
 }
 
+collieResult_t collieRedOpCreatePreMulSum(collieRedOp_t* op, void* scalar, collieDataType_t datatype,
+                                          collieScalarResidence_t residence, collieComm_t comm) {
+  if (!op) return argError("collieRedOpCreatePreMulSum: op is NULL");
+  if (!scalar) return argError("collieRedOpCreatePreMulSum: scalar is NULL");
+  const int type = rawEnum(datatype), where = rawEnum(residence);
+  return withComm(comm, [&](collie::Communicator& c) {
+    COLLIE_ARG_CHECK(collie::base::isValidDataType(type),
+                     "collieRedOpCreatePreMulSum on rank %d: datatype=%d is not a collie type", c.rank(), type);
+    COLLIE_ARG_CHECK(where == collieScalarDevice || where == collieScalarHostImmediate,
+                     "collieRedOpCreatePreMulSum on rank %d: residence=%d is neither collieScalarDevice (0) nor "
+                     "collieScalarHostImmediate (1)",
+                     c.rank(), where);
+    collieComm::UserOp u;
+    u.type = static_cast<collie::DataType>(type);
+    u.immediate = where == collieScalarHostImmediate;
+    if (u.immediate) {
+      std::memcpy(&u.value, scalar, collie::base::dataTypeSize(u.type));
+    } else {
+      int device = -1;
+      const int kind = collie::core::cuda::driverLoaded() ? collie::core::cuda::memoryKind(scalar, &device) : -1;
+      COLLIE_USAGE_CHECK(
+          kind != kCollieCudaMemoryDevice,
+          "collieRedOpCreatePreMulSum on rank %d: the collieScalarDevice scalar is in GPU %d's memory; collie "
+          "reads it from host memory only (a factor read by the GPU in stream order is not built: collie "
+          "has not run on a GPU); pass collieScalarHostImmediate or a host pointer",
+          c.rank(), device);
+      u.where = scalar;
+    }
+    std::lock_guard<std::mutex> lock(comm->opsMu);
+    COLLIE_USAGE_CHECK(comm->userOps.size() < static_cast<size_t>(collieMaxRedOp - collieNumOps),
+                       "collieRedOpCreatePreMulSum on rank %d: no op value left", c.rank());
+    comm->userOps.push_back(u);
+    *op = static_cast<collieRedOp_t>(collieNumOps + static_cast<int>(comm->userOps.size() - 1));
+  });
+}
+
+collieResult_t collieRedOpDestroy(collieRedOp_t op, collieComm_t comm) {
+  const int raw = rawEnum(op);
+  return withComm(comm, [&](collie::Communicator& c) {
+    std::lock_guard<std::mutex> lock(comm->opsMu);
+    const size_t i = static_cast<size_t>(raw) - collieNumOps;
+    COLLIE_ARG_CHECK(raw >= collieNumOps && i < comm->userOps.size() && comm->userOps[i].live,
+                     "collieRedOpDestroy on rank %d: op=%d is %s", c.rank(), raw,
+                     raw < collieNumOps         ? "a built-in reduction, which cannot be destroyed"
+                     : i < comm->userOps.size() ? "destroyed already"
+                                                : "not made by collieRedOpCreatePreMulSum on this communicator");
+    comm->userOps[i].live = false;
+  });
+}
+
 collieResult_t collieCommGetStats(const collieComm_t comm, collieCollStats_t* rows, size_t rowSize, int capacity,
                                   int* count) {
   // The first version's size: a later collie.h may append fields, never remove them.
@@ -444,7 +521,7 @@ const char* collieGetLastError(collieComm_t handle) {
 
 collieResult_t collieAllReduce(const void* sendbuff, void* recvbuff, size_t count, collieDataType_t datatype,
                                collieRedOp_t op, collieComm_t comm, collieStream_t stream) {
-  return streamCall(comm, stream, Collective::AllReduce, sendbuff, recvbuff, count, dt(datatype), rop(op), 0);
+  return streamCall(comm, stream, Collective::AllReduce, sendbuff, recvbuff, count, dt(datatype), op, 0);
 }
 
 collieResult_t collieBroadcast(const void* sendbuff, void* recvbuff, size_t count, collieDataType_t datatype, int root,
@@ -454,7 +531,7 @@ collieResult_t collieBroadcast(const void* sendbuff, void* recvbuff, size_t coun
 
 collieResult_t collieReduce(const void* sendbuff, void* recvbuff, size_t count, collieDataType_t datatype,
                             collieRedOp_t op, int root, collieComm_t comm, collieStream_t stream) {
-  return streamCall(comm, stream, Collective::Reduce, sendbuff, recvbuff, count, dt(datatype), rop(op), root);
+  return streamCall(comm, stream, Collective::Reduce, sendbuff, recvbuff, count, dt(datatype), op, root);
 }
 
 collieResult_t collieAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, collieDataType_t datatype,
@@ -464,7 +541,7 @@ collieResult_t collieAllGather(const void* sendbuff, void* recvbuff, size_t send
 
 collieResult_t collieReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, collieDataType_t datatype,
                                    collieRedOp_t op, collieComm_t comm, collieStream_t stream) {
-  return streamCall(comm, stream, Collective::ReduceScatter, sendbuff, recvbuff, recvcount, dt(datatype), rop(op), 0);
+  return streamCall(comm, stream, Collective::ReduceScatter, sendbuff, recvbuff, recvcount, dt(datatype), op, 0);
 }
 
 collieResult_t collieAllToAll(const void* sendbuff, void* recvbuff, size_t count, collieDataType_t datatype,
@@ -515,7 +592,7 @@ collieResult_t collieGroupFail(collieResult_t code, const char* why) {
 collieResult_t collieAllReduceAsync(const void* sendbuff, void* recvbuff, size_t count, collieDataType_t datatype,
                                     collieRedOp_t op, collieComm_t comm, collieRequest_t* request) {
   return asyncCall(comm, request, [&](collie::Communicator& c) {
-    return c.allReduceAsync(sendbuff, recvbuff, count, dt(datatype), rop(op));
+    return c.allReduceAsync(sendbuff, recvbuff, count, dt(datatype), reductionOf(comm, op, c));
   });
 }
 
@@ -529,7 +606,7 @@ collieResult_t collieBroadcastAsync(const void* sendbuff, void* recvbuff, size_t
 collieResult_t collieReduceAsync(const void* sendbuff, void* recvbuff, size_t count, collieDataType_t datatype,
                                  collieRedOp_t op, int root, collieComm_t comm, collieRequest_t* request) {
   return asyncCall(comm, request, [&](collie::Communicator& c) {
-    return c.reduceAsync(sendbuff, recvbuff, count, dt(datatype), rop(op), root);
+    return c.reduceAsync(sendbuff, recvbuff, count, dt(datatype), reductionOf(comm, op, c), root);
   });
 }
 
@@ -544,7 +621,7 @@ collieResult_t collieReduceScatterAsync(const void* sendbuff, void* recvbuff, si
                                         collieDataType_t datatype, collieRedOp_t op, collieComm_t comm,
                                         collieRequest_t* request) {
   return asyncCall(comm, request, [&](collie::Communicator& c) {
-    return c.reduceScatterAsync(sendbuff, recvbuff, recvcount, dt(datatype), rop(op));
+    return c.reduceScatterAsync(sendbuff, recvbuff, recvcount, dt(datatype), reductionOf(comm, op, c));
   });
 }
 

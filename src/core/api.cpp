@@ -4,8 +4,10 @@
 
 #include <collie/collie.hpp>
 #include <cstdlib>
+#include <cstring>
 #include <thread>
 
+#include "base/datatypes.hpp"
 #include "base/errors.hpp"
 #include "base/log.hpp"
 #include "base/params.hpp"
@@ -19,6 +21,18 @@ namespace collie {
 using algorithms::Collective;
 using core::makeOp;
 using core::OpDesc;
+
+// ---- Reduction -----------------------------------------------------------------------------------------------
+
+Reduction Reduction::preMulSum(const void* factor, DataType type) {
+  COLLIE_ARG_CHECK(factor != nullptr, "Reduction::preMulSum: factor is NULL");
+  COLLIE_ARG_CHECK(base::isValidDataType(static_cast<int>(type)),
+                   "Reduction::preMulSum: datatype=%d is not a collie type", static_cast<int>(type));
+  Reduction r(ReduceOp::PreMulSum);
+  r.factorType_ = static_cast<int>(type);
+  std::memcpy(&r.factorBits_, factor, base::dataTypeSize(type));
+  return r;
+}
 
 // ---- UniqueId ------------------------------------------------------------------------------------------------
 
@@ -110,19 +124,19 @@ int Communicator::rank() const { return impl_->comm->rank(); }
 int Communicator::size() const { return impl_->comm->size(); }
 const std::string& Communicator::name() const { return impl_->comm->name(); }
 
-void Communicator::allReduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op) {
+void Communicator::allReduce(const void* send, void* recv, size_t count, DataType type, Reduction op) {
   impl_->comm->run(makeOp(Collective::AllReduce, send, recv, count, type, op, 0));
 }
 void Communicator::broadcast(const void* send, void* recv, size_t count, DataType type, int root) {
   impl_->comm->run(makeOp(Collective::Broadcast, send, recv, count, type, ReduceOp::Sum, root));
 }
-void Communicator::reduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op, int root) {
+void Communicator::reduce(const void* send, void* recv, size_t count, DataType type, Reduction op, int root) {
   impl_->comm->run(makeOp(Collective::Reduce, send, recv, count, type, op, root));
 }
 void Communicator::allGather(const void* send, void* recv, size_t sendCount, DataType type) {
   impl_->comm->run(makeOp(Collective::AllGather, send, recv, sendCount, type, ReduceOp::Sum, 0));
 }
-void Communicator::reduceScatter(const void* send, void* recv, size_t recvCount, DataType type, ReduceOp op) {
+void Communicator::reduceScatter(const void* send, void* recv, size_t recvCount, DataType type, Reduction op) {
   impl_->comm->run(makeOp(Collective::ReduceScatter, send, recv, recvCount, type, op, 0));
 }
 void Communicator::allToAll(const void* send, void* recv, size_t count, DataType type) {
@@ -143,19 +157,19 @@ int Communicator::recvAny(void* buf, size_t count, DataType type) {
 }
 void Communicator::barrier() { impl_->comm->barrier(); }
 
-Work Communicator::allReduceAsync(const void* send, void* recv, size_t count, DataType type, ReduceOp op) {
+Work Communicator::allReduceAsync(const void* send, void* recv, size_t count, DataType type, Reduction op) {
   return Work(impl_->comm->runAsync(makeOp(Collective::AllReduce, send, recv, count, type, op, 0)));
 }
 Work Communicator::broadcastAsync(const void* send, void* recv, size_t count, DataType type, int root) {
   return Work(impl_->comm->runAsync(makeOp(Collective::Broadcast, send, recv, count, type, ReduceOp::Sum, root)));
 }
-Work Communicator::reduceAsync(const void* send, void* recv, size_t count, DataType type, ReduceOp op, int root) {
+Work Communicator::reduceAsync(const void* send, void* recv, size_t count, DataType type, Reduction op, int root) {
   return Work(impl_->comm->runAsync(makeOp(Collective::Reduce, send, recv, count, type, op, root)));
 }
 Work Communicator::allGatherAsync(const void* send, void* recv, size_t sendCount, DataType type) {
   return Work(impl_->comm->runAsync(makeOp(Collective::AllGather, send, recv, sendCount, type, ReduceOp::Sum, 0)));
 }
-Work Communicator::reduceScatterAsync(const void* send, void* recv, size_t recvCount, DataType type, ReduceOp op) {
+Work Communicator::reduceScatterAsync(const void* send, void* recv, size_t recvCount, DataType type, Reduction op) {
   return Work(impl_->comm->runAsync(makeOp(Collective::ReduceScatter, send, recv, recvCount, type, op, 0)));
 }
 Work Communicator::allToAllAsync(const void* send, void* recv, size_t count, DataType type) {

@@ -35,9 +35,10 @@ struct InternalAccess {
   /// A C API call (collie.h): on host buffers it blocks until done; on device buffers it is enqueued on `stream`
   /// (NULL: the legacy default stream) and returns at once (device_stager.hpp).
   static void runOnStream(Communicator& c, algorithms::Collective coll, const void* send, void* recv, size_t count,
-                          DataType type, ReduceOp op, int root, void* stream) {
+                          DataType type, const Reduction& op, int root, void* stream) {
     core::CommImpl& comm = coreComm(c);
-    if (stream == nullptr && comm.runPrepared(core::CallKey{send, recv, count, coll, type, op, root})) return;
+    const core::CallKey key{send, recv, count, coll, type, op.op(), op.factorBits(), op.factorType(), root};
+    if (stream == nullptr && comm.runPrepared(key)) return;
     core::OpDesc d = core::makeOp(coll, send, recv, count, type, op, root);
     d.stream = stream;
     d.streamOrdered = true;

@@ -206,18 +206,23 @@ void Executor::finishJobIfDone(size_t job) {
 }
 
 bool Executor::scalesInput(const Job& j) const {
-  return j.buffers.op == ReduceOp::Avg && j.schedule->inputCount > 0 &&
-         base::avgDivisors(j.buffers.type, nranks_).input > 1;
+  if (j.schedule->inputCount == 0) return false;
+  return j.buffers.op == ReduceOp::PreMulSum ||
+         (j.buffers.op == ReduceOp::Avg && base::avgDivisors(j.buffers.type, nranks_).input > 1);
 }
 
-// One pass over the input as its job starts (NCCL's PreMulSum scales as it loads instead); the user's send buffer is
+// One pass over the input as its job starts (NCCL's kernels scale as they load instead); the user's send buffer is
 // left as it was, an in-place call's included.
 void Executor::scaleInputAt(size_t flat, const StepState& st) {
   const size_t j = st.job;
   if (jobScaledInput_[j] == kNoScaledInput || flat != jobFirstStep_[j]) return;
   const JobBuffers& b = jobs_[j].buffers;
-  base::divideInto(scratch_ + jobScaledInput_[j], b.input, jobs_[j].schedule->inputCount, b.type,
-                   base::avgDivisors(b.type, nranks_).input);
+  char* scaled = scratch_ + jobScaledInput_[j];
+  const size_t count = jobs_[j].schedule->inputCount;
+  if (b.op == ReduceOp::PreMulSum)
+    base::multiplyInto(scaled, b.input, count, b.type, &b.factor);
+  else
+    base::divideInto(scaled, b.input, count, b.type, base::avgDivisors(b.type, nranks_).input);
 }
 
 // A step's transfers with one peer are done: the trace gets its wait on that peer (none for this rank itself).

@@ -47,6 +47,7 @@ struct JobBuffers {
   void* output = nullptr;
   DataType type = DataType::Float32;
   ReduceOp op = ReduceOp::Sum;
+  uint64_t factor = 0;  ///< PreMulSum: this rank's factor (OpDesc::factor), by which its input is multiplied first
 
   /// A reducing step's arithmetic on `count` elements: out = src op received, or received op src where the step
   /// says so (Step::receivedFirst: both ends of a pair then compute the same operation, bit for bit).
@@ -186,9 +187,10 @@ class Executor {
   static bool stepRecvsDone(const StepState& st) { return st.started && st.finished == st.nslices; }
   static bool stepDone(const StepState& st) { return stepRecvsDone(st) && (!st.sends() || st.sendsDone == st.nslices); }
   void finishJobIfDone(size_t job);
-  /// Whether job `j` sums inputs divided first (ReduceOp::Avg over a floating type: base::AvgDivisors).
+  /// Whether job `j` sums inputs scaled first: divided (ReduceOp::Avg over a floating type: base::AvgDivisors) or
+  /// multiplied by this rank's factor (ReduceOp::PreMulSum).
   bool scalesInput(const Job& j) const;
-  /// When `flat` is the first step of a job that scalesInput: writes the job's input, divided, into its area of
+  /// When `flat` is the first step of a job that scalesInput: writes the job's input, scaled, into its area of
   /// scratch_, which its steps read as Buffer::Input. Done as the job starts, not before the run: an earlier job of a
   /// group may write that input (a Sum then an Avg in place).
   void scaleInputAt(size_t flat, const StepState& st);

@@ -25,6 +25,10 @@ struct OpDesc {
   size_t count = 0;  ///< as in the C API (per rank for AllGather/ReduceScatter/AllToAll)
   DataType type = DataType::Float32;
   ReduceOp op = ReduceOp::Sum;
+  /// PreMulSum: this rank's factor, one element of `type` in the first bytes (Reduction::factorBits), and the
+  /// type it was made for (-1: none; validateOp refuses a PreMulSum without one of `type`).
+  uint64_t factor = 0;
+  int factorType = -1;
   int root = 0;                     ///< root, or peer for Send/Recv (kAnySource: a Recv from any source)
   bool barrier = false;             ///< the AllReduce that implements barrier() (its fingerprint says so)
   int* source = nullptr;            ///< a Recv from any source: where the rank it matched is written
@@ -41,14 +45,16 @@ struct OpDesc {
 
 /// The OpDesc of one call (the stream and device fields keep their defaults).
 inline OpDesc makeOp(algorithms::Collective coll, const void* send, void* recv, size_t count, DataType type,
-                     ReduceOp op, int root) {
+                     const Reduction& op, int root) {
   OpDesc d;
   d.coll = coll;
   d.send = send;
   d.recv = recv;
   d.count = count;
   d.type = type;
-  d.op = op;
+  d.op = op.op();
+  d.factor = op.factorBits();
+  d.factorType = op.factorType();
   d.root = root;
   return d;
 }

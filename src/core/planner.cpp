@@ -87,7 +87,7 @@ const std::vector<Job>& Planner::plan(const std::vector<OpDesc>& ops) {
     Job job;
     job.schedule = memo_.schedule;
     job.scheduleGeneration = scheduleGeneration_;
-    job.buffers = JobBuffers{op.send, op.recv, op.type, op.op};
+    job.buffers = JobBuffers{op.send, op.recv, op.type, op.op, op.factor};
     job.sliceBytes = plan.sliceBytes;
     job.slicesInFlight = plan.slicesInFlight;
     bool p2p = op.coll == Collective::Send || op.coll == Collective::Recv;

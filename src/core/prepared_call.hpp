@@ -40,13 +40,15 @@ struct CallKey {
   algorithms::Collective coll = algorithms::Collective::AllReduce;
   DataType type = DataType::Float32;
   ReduceOp op = ReduceOp::Sum;
+  uint64_t factor = 0;  ///< PreMulSum's: a repeat with another factor is another call
+  int factorType = -1;
   int root = 0;
   bool barrier = false;
   bool operator==(const CallKey&) const = default;
 };
 
 inline CallKey keyOf(const OpDesc& op) {
-  return CallKey{op.send, op.recv, op.count, op.coll, op.type, op.op, op.root, op.barrier};
+  return CallKey{op.send, op.recv, op.count, op.coll, op.type, op.op, op.factor, op.factorType, op.root, op.barrier};
 }
 
 class PreparedCall {

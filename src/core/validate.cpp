@@ -77,6 +77,17 @@ void validateOp(const OpDesc& op, int rank, int nranks) {
   if (reduces) {
     COLLIE_ARG_CHECK(base::isValidReduceOp(static_cast<int>(op.op)), "%s on rank %d: op=%d is not a collie reduction",
                      what, rank, static_cast<int>(op.op));
+    if (op.op == ReduceOp::PreMulSum) {
+      COLLIE_ARG_CHECK(op.factorType >= 0,
+                       "%s on rank %d: op=premulsum without its factor (make it with "
+                       "Reduction::preMulSum)",
+                       what, rank);
+      COLLIE_ARG_CHECK(op.factorType == static_cast<int>(op.type),
+                       "%s on rank %d: op=premulsum's factor is %s, the call's datatype is %s (the factor must be one "
+                       "element of the call's type)",
+                       what, rank, base::dataTypeName(static_cast<DataType>(op.factorType)),
+                       base::dataTypeName(op.type));
+    }
   }
   bool rooted = op.coll == Collective::Broadcast || op.coll == Collective::Reduce;
   bool p2p = op.coll == Collective::Send || op.coll == Collective::Recv;

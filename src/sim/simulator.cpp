@@ -58,6 +58,7 @@ T combine(T a, T b, ReduceOp op) {
   switch (op) {
     case ReduceOp::Sum:
     case ReduceOp::Avg:
+    case ReduceOp::PreMulSum:  // the executor's scaling of each input comes before any schedule: factor 1 here
       return static_cast<T>(static_cast<U>(static_cast<U>(a) + static_cast<U>(b)));
     case ReduceOp::Prod:
       return static_cast<T>(static_cast<U>(static_cast<U>(a) * static_cast<U>(b)));

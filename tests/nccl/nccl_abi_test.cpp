@@ -10,18 +10,18 @@
 // a file left over from an earlier run is never read. Rank 0 removes the file once the communicator exists.
 //
 // Every call works on host buffers with a NULL stream, and every element of every result is checked exactly:
-// AllReduce (every type, every op including avg), Broadcast, Bcast, Reduce, AllGather, ReduceScatter, AlltoAll,
-// Gather, Scatter and a Send/Recv ring inside ncclGroupStart/End, in place and out of place, with counts 0, 1, odd
-// and large. The values are small integers, so every sum and product is exact in every type, and an average is
-// the sum divided once (truncating for integers, one rounding for floating point) as NCCL and collie both do.
-// Then: ncclCommSplit (with NCCL_SPLIT_NOCOLOR; splitShare decided by the parent's config, as NCCL does),
-// ncclCommShrink (of a healthy communicator), ncclCommCount/UserRank, non-blocking init and ncclCommGetAsyncError,
-// inits and splits inside a group driven by one thread (and aborted or destroyed before its end), ncclCommInitAll,
-// ncclCommInitRankScalable, config checking, registration, ncclMemAlloc, ncclCommFinalize/Abort/Destroy, and the
-// errors: a bad datatype, an fp8 datatype, a custom op, a peer outside [0, nranks) (-1 is no "any source"), Gather and
-// Scatter blocks past the end of the address space (refused before any is sent), an unsupported function
-// (ncclGetLastError non-empty each time), ncclGetErrorString and ncclGetVersion. Exits 0 when every check passed, 1
-// otherwise, naming each failed check.
+// AllReduce (every type, every op including avg; PreMulSum with each rank's own factor), Broadcast, Bcast, Reduce,
+// AllGather, ReduceScatter, AlltoAll, Gather, Scatter and a Send/Recv ring inside ncclGroupStart/End, in place and out
+// of place, with counts 0, 1, odd and large. The values are small integers, so every sum and product is exact in every
+// type, and an average is the sum divided once (truncating for integers, one rounding for floating point) as NCCL and
+// collie both do. Then: ncclCommSplit (with NCCL_SPLIT_NOCOLOR; splitShare decided by the parent's config, as NCCL
+// does), ncclCommShrink (of a healthy communicator), ncclCommCount/UserRank, non-blocking init and
+// ncclCommGetAsyncError, inits and splits inside a group driven by one thread (and aborted or destroyed before its
+// end), ncclCommInitAll, ncclCommInitRankScalable, config checking, registration, ncclMemAlloc,
+// ncclCommFinalize/Abort/Destroy, and the errors: a bad datatype, an fp8 datatype, a custom op never made, a peer
+// outside [0, nranks) (-1 is no "any source"), Gather and Scatter blocks past the end of the address space (refused
+// before any is sent), an unsupported function (ncclGetLastError non-empty each time), ncclGetErrorString and
+// ncclGetVersion. Exits 0 when every check passed, 1 otherwise, naming each failed check.
 #include <dirent.h>
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -315,6 +315,60 @@ ncclUniqueId shareId(const std::string& path) {
 
 // ---- Collectives ---------------------------------------------------------------------------------------------------
 const size_t kCounts[] = {0, 1, 7, 1001, 40009, 262147};
+
+// ncclRedOpCreatePreMulSum, as nccl-tests' "premulsum" uses it: rank r's factor is 1 + r % 2 (one element of the
+// type), read once (ncclScalarHostImmediate) or at each call (ncclScalarDevice, here a host pointer changed between
+// calls); AllReduce, Reduce and ReduceScatter with every type, then the op destroyed and refused; an fp8 factor and a
+// built-in op's destruction refused.
+void testPreMulSum(ncclComm_t comm) {
+  auto sumOf = [](const Type& ty, size_t i, auto factorOf) {
+    double acc = 0;
+    for (int r = 0; r < gSize; ++r) acc += value(ty, ncclSum, r, i) * factorOf(r);
+    return acc;
+  };
+  for (const Type& ty : kTypes) {
+    Buf factor = makeBuf(ty, 1), live = makeBuf(ty, 1);
+    store(ty, factor.data(), 0, 1 + gRank % 2);
+    ncclRedOp_t immediate, device;
+    NCCL_OK(ncclRedOpCreatePreMulSum(&immediate, factor.data(), ty.t, ncclScalarHostImmediate, comm));
+    NCCL_OK(ncclRedOpCreatePreMulSum(&device, live.data(), ty.t, ncclScalarDevice, comm));
+    CHECK(immediate != device && static_cast<int>(immediate) >= static_cast<int>(ncclNumOps), "%s: ops %d and %d",
+          ty.name, static_cast<int>(immediate), static_cast<int>(device));
+    store(ty, factor.data(), 0, 100);  // read when the op was made
+    for (size_t count : {size_t{1}, size_t{1001}, size_t{40009}}) {
+      Buf want = makeBuf(ty, count), send = makeBuf(ty, count), recv = makeBuf(ty, count);
+      storePeriodic(ty, send.data(), count, 0, [&](size_t i) { return value(ty, ncclSum, gRank, i); });
+      storePeriodic(ty, want.data(), count, 0, [&](size_t i) { return sumOf(ty, i, [](int r) { return 1 + r % 2; }); });
+      NCCL_OK(ncclAllReduce(send.data(), recv.data(), count, ty.t, immediate, comm, nullptr));
+      expectEqual(ty, recv.data(), want.data(), count, label("AllReduce", ty, count, false, "premulsum"));
+      store(ty, live.data(), 0, gRank);  // the device-resident factor, read now
+      storePeriodic(ty, want.data(), count, 0, [&](size_t i) { return sumOf(ty, i, [](int r) { return r; }); });
+      Buf red = makeBuf(ty, count);
+      NCCL_OK(ncclReduce(send.data(), red.data(), count, ty.t, device, gSize - 1, comm, nullptr));
+      if (gRank == gSize - 1)
+        expectEqual(ty, red.data(), want.data(), count, label("Reduce", ty, count, false, "premulsum"));
+      const size_t n = static_cast<size_t>(gSize);
+      Buf rsIn = makeBuf(ty, count * n), rsWant = makeBuf(ty, count);
+      storePeriodic(ty, rsIn.data(), count * n, 0, [&](size_t i) { return value(ty, ncclSum, gRank, i); });
+      storePeriodic(ty, rsWant.data(), count, count * static_cast<size_t>(gRank),
+                    [&](size_t i) { return sumOf(ty, i, [](int r) { return r; }); });
+      void* rsOut = rsIn.data() + count * static_cast<size_t>(gRank) * ty.size;  // in place
+      NCCL_OK(ncclReduceScatter(rsIn.data(), rsOut, count, ty.t, device, comm, nullptr));
+      expectEqual(ty, rsOut, rsWant.data(), count, label("ReduceScatter", ty, count, true, "premulsum"));
+    }
+    NCCL_OK(ncclRedOpDestroy(immediate, comm));
+    NCCL_OK(ncclRedOpDestroy(device, comm));
+    Buf one = makeBuf(ty, 1);
+    const ncclResult_t r = ncclAllReduce(one.data(), one.data(), 1, ty.t, immediate, comm, nullptr);
+    CHECK(r == ncclInvalidArgument, "%s: a destroyed op gave %d", ty.name, static_cast<int>(r));
+  }
+  ncclRedOp_t op;
+  float scalar = 2.0f;
+  ncclResult_t r = ncclRedOpCreatePreMulSum(&op, &scalar, ncclFloat8e4m3, ncclScalarHostImmediate, comm);
+  CHECK(r == ncclInvalidArgument, "an fp8 PreMulSum gave %d", static_cast<int>(r));
+  r = ncclRedOpDestroy(ncclSum, comm);
+  CHECK(r == ncclInvalidArgument, "destroying ncclSum gave %d", static_cast<int>(r));
+}
 
 void testAllReduce(ncclComm_t comm) {
   for (const Type& ty : kTypes) {
@@ -1056,9 +1110,9 @@ void testErrors(ncclComm_t comm) {
   lastErrorHas("fp8", "fp8 datatype");
   r = ncclBroadcast(buf, buf, 4, ncclFloat8e5m2, 0, comm, nullptr);
   CHECK(r == ncclInvalidArgument, "fp8 broadcast gave %d", static_cast<int>(r));
-  r = ncclAllReduce(buf, buf, 4, ncclInt32, static_cast<ncclRedOp_t>(ncclNumOps), comm, nullptr);
-  CHECK(r == ncclInvalidArgument, "custom op gave %d", static_cast<int>(r));
-  lastErrorHas("custom", "custom op");
+  r = ncclAllReduce(buf, buf, 4, ncclInt32, static_cast<ncclRedOp_t>(ncclNumOps + 1000), comm, nullptr);
+  CHECK(r == ncclInvalidArgument, "a custom op never made gave %d", static_cast<int>(r));
+  lastErrorHas("not made by", "a custom op never made");
   r = ncclAllReduce(buf, buf, 4, ncclInt32, static_cast<ncclRedOp_t>(-3), comm, nullptr);
   CHECK(r == ncclInvalidArgument, "negative op gave %d", static_cast<int>(r));
   r = ncclBroadcast(buf, buf, 4, ncclInt32, gSize, comm, nullptr);  // root out of range: collie's own check
@@ -1133,10 +1187,6 @@ void testErrors(ncclComm_t comm) {
   r = ncclCommRevoke(comm, NCCL_REVOKE_DEFAULT);
   CHECK(r == ncclInvalidUsage, "ncclCommRevoke gave %d", static_cast<int>(r));
   lastErrorHas("not supported", "ncclCommRevoke");
-  ncclRedOp_t custom;
-  float scalar = 2.0f;
-  r = ncclRedOpCreatePreMulSum(&custom, &scalar, ncclFloat32, ncclScalarHostImmediate, comm);
-  CHECK(r == ncclInvalidUsage, "ncclRedOpCreatePreMulSum gave %d", static_cast<int>(r));
   ncclComm_t shrunk = reinterpret_cast<ncclComm_t>(&buf);
   int exclude = gRank;  // an excluded rank must not call it
   r = ncclCommShrink(comm, &exclude, 1, &shrunk, nullptr, NCCL_SHRINK_DEFAULT);
@@ -1255,6 +1305,7 @@ int main(int argc, char** argv) {
   };
   timed("AllReduce", [&] { testAllReduce(comm); });
   timed("Reduce", [&] { testReduce(comm); });
+  timed("PreMulSum", [&] { testPreMulSum(comm); });
   timed("Broadcast/Bcast", [&] { testBroadcast(comm); });
   timed("AllGather", [&] { testAllGather(comm); });
   timed("ReduceScatter", [&] { testReduceScatter(comm); });

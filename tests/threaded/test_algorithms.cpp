@@ -205,6 +205,109 @@ INSTANTIATE_TEST_SUITE_P(Forced, AvgDoesNotOverflow,
                            return std::get<0>(info.param) + "_" + std::to_string(std::get<1>(info.param)) + "ranks";
                          });
 
+// PreMulSum (NCCL's ncclRedOpCreatePreMulSum): every rank's input times that rank's own factor, summed. Factors and
+// inputs are chosen so that every product and sum is exact in the type (integers wrap: uint8 factors above 200, an
+// int64 factor above 2^60, beyond what a double carries), so each element must equal the exact expected bits
+// whatever order an algorithm sums in; AllReduce, Reduce (to the last rank) and ReduceScatter, in place and out of
+// place, every type.
+struct PreMulCase {
+  DataType type;
+  bool integer;
+};
+
+uint64_t preMulFactorBits(DataType type, int rank) {  // this rank's factor, as the bits of one element of `type`
+  uint8_t bytes[8] = {0};
+  switch (type) {
+    case DataType::Uint8:
+      return static_cast<uint64_t>(200 + rank);
+    case DataType::Int32:
+      return static_cast<uint32_t>(rank - 2);
+    case DataType::Int64:
+      return (uint64_t{1} << 60) + static_cast<uint64_t>(rank);
+    default:
+      encode(bytes, type, 0.5 * (rank % 3 + 1));
+      uint64_t bits;
+      std::memcpy(&bits, bytes, 8);
+      return bits;
+  }
+}
+
+int64_t preMulInput(int rank, size_t i) { return static_cast<int64_t>((i + static_cast<size_t>(rank) * 3) % 7) - 3; }
+
+class PreMulSumMatrix : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
+
+TEST_P(PreMulSumMatrix, EveryRanksOwnFactorExactly) {
+  const auto [algo, nranks] = GetParam();
+  ForcedAlgorithm forced(algo);
+  const PreMulCase types[] = {{DataType::Float32, false}, {DataType::Float16, false}, {DataType::Bfloat16, false},
+                              {DataType::Float64, false}, {DataType::Int32, true},    {DataType::Uint8, true},
+                              {DataType::Int64, true}};
+  ThreadLauncher::run(
+      nranks,
+      [&](Communicator& comm) {
+        const int rank = comm.rank();
+        for (const PreMulCase& t : types) {
+          const size_t es = base::dataTypeSize(t.type);
+          const uint64_t factor = preMulFactorBits(t.type, rank);
+          const Reduction op = Reduction::preMulSum(&factor, t.type);
+          for (Coll coll : {Coll::AllReduce, Coll::Reduce, Coll::ReduceScatter}) {
+            for (size_t count : {size_t{1}, size_t{1000}, size_t{70001}}) {
+              for (bool inPlace : {false, true}) {
+                const size_t inCount = coll == Coll::ReduceScatter ? count * static_cast<size_t>(nranks) : count;
+                std::vector<uint8_t> in(inCount * es), out(inCount * es, 0xA5), expected(inCount * es);
+                for (size_t i = 0; i < inCount; ++i) {
+                  uint64_t sum = 0;  // integers: wrapping in 64 bits, then cut to the type's width
+                  double fsum = 0;   // floating: exact for these values
+                  for (int r = 0; r < nranks; ++r) {
+                    const uint64_t f = preMulFactorBits(t.type, r);
+                    if (t.integer) {
+                      sum += static_cast<uint64_t>(preMulInput(r, i)) *
+                             (t.type == DataType::Int32 ? static_cast<uint64_t>(static_cast<int64_t>(
+                                                              static_cast<int32_t>(static_cast<uint32_t>(f))))
+                                                        : f);
+                    } else {
+                      fsum += static_cast<double>(preMulInput(r, i)) * 0.5 * (r % 3 + 1);
+                    }
+                  }
+                  if (t.integer) {
+                    const uint64_t mine = static_cast<uint64_t>(preMulInput(rank, i));
+                    std::memcpy(in.data() + i * es, &mine, es);
+                    std::memcpy(expected.data() + i * es, &sum, es);
+                  } else {
+                    encode(in.data() + i * es, t.type, static_cast<double>(preMulInput(rank, i)));
+                    encode(expected.data() + i * es, t.type, fsum);
+                  }
+                }
+                const size_t block = coll == Coll::ReduceScatter ? static_cast<size_t>(rank) * count * es : 0;
+                void* recv = inPlace ? in.data() + block : out.data();
+                if (coll == Coll::AllReduce) comm.allReduce(in.data(), recv, count, t.type, op);
+                if (coll == Coll::Reduce) comm.reduce(in.data(), recv, count, t.type, op, nranks - 1);
+                if (coll == Coll::ReduceScatter) comm.reduceScatter(in.data(), recv, count, t.type, op);
+                if (coll == Coll::Reduce && rank != nranks - 1) continue;
+                const uint8_t* got = static_cast<const uint8_t*>(recv);
+                const uint8_t* want = expected.data() + block;
+                for (size_t i = 0; i < count; ++i) {
+                  if (std::memcmp(got + i * es, want + i * es, es) == 0) continue;
+                  ADD_FAILURE() << base::dataTypeName(t.type) << " " << collName(coll) << " count " << count
+                                << (inPlace ? " in place" : "") << ": rank " << rank << " element " << i << ": "
+                                << show(got + i * es, t.type) << ", expected " << show(want + i * es, t.type);
+                  break;  // one report per case; the calls go on, as on the other ranks
+                }
+              }
+            }
+          }
+        }
+      },
+      testOptions());
+}
+
+INSTANTIATE_TEST_SUITE_P(Forced, PreMulSumMatrix,
+                         ::testing::Combine(::testing::Values("ring", "tree", "rhd", "direct", "hier"),
+                                            ::testing::Values(2, 3, 5, 8)),
+                         [](const ::testing::TestParamInfo<std::tuple<std::string, int>>& info) {
+                           return std::get<0>(info.param) + "_" + std::to_string(std::get<1>(info.param)) + "ranks";
+                         });
+
 class AlgorithmBodies : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
 
 TEST_P(AlgorithmBodies, AsyncCalls) {

@@ -239,5 +239,78 @@ TEST(CApiGroups, AFailedCallOrCollieGroupFailIssuesNoneOfTheGroup) {
   });
 }
 
+// collieRedOpCreatePreMulSum: an op per communicator, each rank's own factor, read once (HostImmediate) or at every
+// call (Device: a host pointer here), in blocking, async and grouped calls; a mistyped op, destroyed ops, values
+// never made, built-in ops and bad arguments refused with the reason, touching no buffer.
+TEST(CApiPreMulSum, EachRanksFactorImmediateOrReadAtEachCall) {
+  onCApiThreads(3, [](int rank, collieComm_t comm) {
+    const double mine = rank + 1;  // inputs 1, 2, 3
+    double immediate = 0.5 * (rank + 1);
+    collieRedOp_t now = collieSum, later = collieSum;
+    EXPECT_OK(collieRedOpCreatePreMulSum(&now, &immediate, collieFloat64, collieScalarHostImmediate, comm));
+    double live = 2;
+    EXPECT_OK(collieRedOpCreatePreMulSum(&later, &live, collieFloat64, collieScalarDevice, comm));
+    EXPECT_GE(static_cast<int>(now), static_cast<int>(collieNumOps));
+    EXPECT_NE(now, later);
+    immediate = 100;  // read when the op was made: no effect
+    std::vector<double> in(1000, mine), out(1000, 0);
+    EXPECT_OK(collieAllReduce(in.data(), out.data(), in.size(), collieFloat64, now, comm, nullptr));
+    EXPECT_EQ(out, std::vector<double>(1000, 0.5 * (1 + 4 + 9)));
+    EXPECT_OK(collieAllReduce(in.data(), out.data(), in.size(), collieFloat64, later, comm, nullptr));
+    EXPECT_EQ(out, std::vector<double>(1000, 2.0 * 6));
+    live = rank;  // read at each call
+    std::vector<double> rs(2, 0);
+    EXPECT_OK(collieReduceScatter(in.data(), rs.data(), 2, collieFloat64, later, comm, nullptr));
+    EXPECT_EQ(rs, std::vector<double>(2, 0 * 1 + 1 * 2 + 2 * 3));
+    collieRequest_t req = nullptr;
+    EXPECT_OK(collieReduceAsync(in.data(), out.data(), 10, collieFloat64, now, 0, comm, &req));
+    EXPECT_OK(collieWait(req));
+    EXPECT_OK(collieRequestFree(req));
+    if (rank == 0) EXPECT_EQ(std::vector<double>(out.begin(), out.begin() + 10), std::vector<double>(10, 7.0));
+    std::vector<int32_t> ints(5, rank + 1), intsOut(5, 0);
+    int32_t f = -(rank + 1);
+    collieRedOp_t intOp = collieSum;
+    EXPECT_OK(collieRedOpCreatePreMulSum(&intOp, &f, collieInt32, collieScalarHostImmediate, comm));
+    EXPECT_OK(collieGroupStart());
+    EXPECT_OK(collieAllReduce(ints.data(), intsOut.data(), ints.size(), collieInt32, intOp, comm, nullptr));
+    EXPECT_OK(collieGroupEnd());
+    EXPECT_EQ(intsOut, std::vector<int32_t>(5, -(1 + 4 + 9)));
+    // Refusals, each with its reason; no buffer touched.
+    std::vector<double> untouched(4, -7);
+    EXPECT_EQ(collieAllReduce(in.data(), untouched.data(), 4, collieFloat32, now, comm, nullptr),
+              collieInvalidArgument);  // a float64 op on float32 data
+    EXPECT_NE(std::string(collieGetLastError(comm)).find("factor is float64"), std::string::npos)
+        << collieGetLastError(comm);
+    EXPECT_OK(collieRedOpDestroy(now, comm));
+    EXPECT_EQ(collieAllReduce(in.data(), untouched.data(), 4, collieFloat64, now, comm, nullptr),
+              collieInvalidArgument);
+    EXPECT_NE(std::string(collieGetLastError(comm)).find("destroyed by collieRedOpDestroy"), std::string::npos)
+        << collieGetLastError(comm);
+    EXPECT_EQ(collieRedOpDestroy(now, comm), collieInvalidArgument);
+    EXPECT_NE(std::string(collieGetLastError(comm)).find("destroyed already"), std::string::npos);
+    EXPECT_EQ(collieRedOpDestroy(collieAvg, comm), collieInvalidArgument);
+    const collieRedOp_t never = static_cast<collieRedOp_t>(collieNumOps + 40);
+    EXPECT_EQ(collieAllReduce(in.data(), untouched.data(), 4, collieFloat64, never, comm, nullptr),
+              collieInvalidArgument);
+    EXPECT_NE(std::string(collieGetLastError(comm)).find("not made by collieRedOpCreatePreMulSum"), std::string::npos)
+        << collieGetLastError(comm);
+    EXPECT_EQ(untouched, std::vector<double>(4, -7));
+    collieRedOp_t bad = collieSum;
+    EXPECT_EQ(collieRedOpCreatePreMulSum(nullptr, &live, collieFloat64, collieScalarDevice, comm),
+              collieInvalidArgument);
+    EXPECT_EQ(collieRedOpCreatePreMulSum(&bad, nullptr, collieFloat64, collieScalarDevice, comm),
+              collieInvalidArgument);
+    EXPECT_EQ(collieRedOpCreatePreMulSum(&bad, &live, static_cast<collieDataType_t>(42), collieScalarDevice, comm),
+              collieInvalidArgument);
+    EXPECT_EQ(collieRedOpCreatePreMulSum(&bad, &live, collieFloat64, static_cast<collieScalarResidence_t>(2), comm),
+              collieInvalidArgument);
+    EXPECT_NE(std::string(collieGetLastError(comm)).find("residence=2"), std::string::npos);
+    EXPECT_EQ(bad, collieSum);
+    EXPECT_OK(collieRedOpDestroy(later, comm));
+    EXPECT_OK(collieRedOpDestroy(intOp, comm));
+    EXPECT_OK(collieBarrier(comm));
+  });
+}
+
 }  // namespace
 }  // namespace collie::test

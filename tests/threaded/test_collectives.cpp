@@ -322,6 +322,65 @@ TEST(GroupAvg, AnAvgReadsWhatAnEarlierCallOfItsGroupWrote) {
       testOptions());
 }
 
+// PreMulSum's factor belongs to each call: repeating one call (the prepared path takes it from the third time on)
+// with the factor changed uses the new one, and in a group a PreMulSum reads what the group's earlier call wrote.
+TEST(PreMulSum, EachCallTakesItsOwnFactorRepeatedOrInAGroup) {
+  ThreadLauncher::run(
+      3,
+      [](Communicator& comm) {
+        const float mine = static_cast<float>(comm.rank() + 1);  // inputs 1, 2, 3
+        for (size_t count : {size_t{5}, size_t{300001}}) {
+          std::vector<float> in(count, mine), out(count, 0.0f);
+          for (int k = 0; k < 8; ++k) {
+            const float factor = k < 5 ? 2.0f : 0.5f * static_cast<float>(comm.rank() + 1);
+            comm.allReduce(in.data(), out.data(), count, DataType::Float32, Reduction::preMulSum(factor));
+            const float want = k < 5 ? 12.0f : 0.5f * (1 + 4 + 9);
+            ASSERT_EQ(out, std::vector<float>(count, want)) << "call " << k << ", count " << count;
+          }
+          std::vector<float> x(count, mine);
+          groupStart();
+          comm.allReduceAsync(x.data(), x.data(), count, DataType::Float32, ReduceOp::Sum);  // 6 everywhere
+          comm.allReduceAsync(x.data(), x.data(), count, DataType::Float32,
+                              Reduction::preMulSum(static_cast<float>(comm.rank())));  // 6 x (0 + 1 + 2)
+          groupEnd();
+          EXPECT_EQ(x, std::vector<float>(count, 18.0f)) << "in a group, count " << count;
+        }
+      },
+      testOptions());
+}
+
+// A PreMulSum without its factor, or with a factor of another type than the call's, is refused on the rank that
+// makes it (InvalidArgument naming the rank and both types) before any buffer is touched; the communicator goes on.
+TEST(PreMulSum, AMissingOrMistypedFactorIsRefusedAndTouchesNothing) {
+  ThreadLauncher::run(
+      2,
+      [](Communicator& comm) {
+        std::vector<float> in(4, 1.0f), out(4, -7.0f);
+        try {
+          comm.allReduce(in.data(), out.data(), in.size(), DataType::Float32, Reduction::preMulSum(2.0));
+          ADD_FAILURE() << "a float64 factor on float32 data was accepted";
+        } catch (const Error& e) {
+          EXPECT_EQ(e.code(), ErrorCode::InvalidArgument);
+          const std::string why = e.what();
+          EXPECT_NE(why.find("rank " + std::to_string(comm.rank())), std::string::npos) << why;
+          EXPECT_NE(why.find("factor is float64, the call's datatype is float32"), std::string::npos) << why;
+        }
+        try {
+          comm.reduceScatter(in.data(), out.data(), 2, DataType::Float32, ReduceOp::PreMulSum);
+          ADD_FAILURE() << "a PreMulSum without a factor was accepted";
+        } catch (const Error& e) {
+          EXPECT_EQ(e.code(), ErrorCode::InvalidArgument);
+          EXPECT_NE(std::string(e.what()).find("without its factor"), std::string::npos) << e.what();
+        }
+        EXPECT_THROW(Reduction::preMulSum(nullptr, DataType::Float32), Error);
+        EXPECT_EQ(out, std::vector<float>(4, -7.0f));
+        EXPECT_EQ(in, std::vector<float>(4, 1.0f));
+        comm.allReduce(in.data(), out.data(), in.size(), DataType::Float32, Reduction::preMulSum(3.0f));
+        EXPECT_EQ(out, std::vector<float>(4, 6.0f));
+      },
+      testOptions());
+}
+
 // barrier() runs as an AllReduce of nranks uint8 with Max; a rank calling barrier() while the others make that very
 // AllReduce must fail as a mismatch on every rank, naming the barrier (before 2026-11-29 every call succeeded).
 TEST(BarrierMismatch, ABarrierAgainstTheAllReduceItRunsAsIsAMismatch) {

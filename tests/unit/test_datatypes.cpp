@@ -121,14 +121,14 @@ TEST(DataTypes, SizesAndNames) {
   EXPECT_EQ(base::dataTypeSize(static_cast<DataType>(10)), 0u);
   EXPECT_STREQ(base::dataTypeName(static_cast<DataType>(-1)), "invalid");
   EXPECT_STREQ(base::dataTypeShortName(static_cast<DataType>(10)), "invalid");
-  const char* ops[] = {"sum", "prod", "max", "min", "avg"};
-  for (int o = 0; o < 5; ++o) EXPECT_STREQ(base::reduceOpName(static_cast<ReduceOp>(o)), ops[o]);
-  EXPECT_STREQ(base::reduceOpName(static_cast<ReduceOp>(5)), "invalid");
+  const char* ops[] = {"sum", "prod", "max", "min", "avg", "premulsum"};
+  for (int o = 0; o < 6; ++o) EXPECT_STREQ(base::reduceOpName(static_cast<ReduceOp>(o)), ops[o]);
+  EXPECT_STREQ(base::reduceOpName(static_cast<ReduceOp>(6)), "invalid");
 }
 
 TEST(DataTypes, Validity) {
   for (int t = -2; t < 12; ++t) EXPECT_EQ(base::isValidDataType(t), t >= 0 && t <= 9) << t;
-  for (int o = -2; o < 7; ++o) EXPECT_EQ(base::isValidReduceOp(o), o >= 0 && o <= 4) << o;
+  for (int o = -2; o < 8; ++o) EXPECT_EQ(base::isValidReduceOp(o), o >= 0 && o <= 5) << o;
   EXPECT_EQ(collieNumTypes, 10);
   EXPECT_EQ(collieNumOps, 5);
 }
@@ -164,7 +164,7 @@ TEST(DataTypes, Parse) {
   ReduceOp o = ReduceOp::Sum;
   EXPECT_TRUE(base::parseReduceOp("MAX", &o));
   EXPECT_EQ(o, ReduceOp::Max);
-  for (const char* bad : {"", "mulsum", "su", "sums"}) {
+  for (const char* bad : {"", "mulsum", "su", "sums", "premulsum"}) {  // premulsum needs a factor: no name makes it
     o = ReduceOp::Min;
     EXPECT_FALSE(base::parseReduceOp(bad, &o)) << bad;
     EXPECT_EQ(o, ReduceOp::Min);
@@ -753,6 +753,47 @@ TEST(DataTypes, DivideSemantics) {
   EXPECT_EQ(h[0], refEncode(1.0 / 3.0, kHalf));
 }
 
+// PreMulSum's scaling: each element times the factor, as reduce() multiplies (every type, past the 4 KiB block of
+// repeated factors multiplyInto works in, in place and out of place).
+TEST(DataTypes, MultiplySemantics) {
+  for (size_t n : {size_t{1}, size_t{1023}, size_t{5000}}) {
+    std::vector<int32_t> ints(n), out(n);
+    for (size_t i = 0; i < n; ++i) ints[i] = static_cast<int32_t>(i) - 500;
+    const int32_t three = 3;
+    base::multiplyInto(out.data(), ints.data(), n, DataType::Int32, &three);
+    for (size_t i = 0; i < n; ++i) ASSERT_EQ(out[i], ints[i] * 3) << n << " elements, element " << i;
+    std::vector<double> d(n);
+    for (size_t i = 0; i < n; ++i) d[i] = 0.1 * static_cast<double>(i);
+    const double f = 1.0 / 3;
+    std::vector<double> want = d;
+    base::multiplyInto(d.data(), d.data(), n, DataType::Float64, &f);  // in place
+    for (size_t i = 0; i < n; ++i) ASSERT_EQ(d[i], want[i] * f) << n << " elements, element " << i;
+  }
+  uint8_t bytes[] = {200, 7};
+  const uint8_t two = 2;
+  base::multiplyInto(bytes, bytes, 2, DataType::Uint8, &two);
+  EXPECT_EQ(bytes[0], 144);  // 400 wraps
+  EXPECT_EQ(bytes[1], 14);
+  int64_t big[] = {INT64_MAX};
+  const int64_t minusOne = -1;
+  base::multiplyInto(big, big, 1, DataType::Int64, &minusOne);
+  EXPECT_EQ(big[0], -INT64_MAX);
+  // fp16 through float, rounded once: 3 x 0.1 (as fp16) is rounded from the float product.
+  const uint16_t tenth = base::floatToHalf(0.1f), h3 = base::floatToHalf(3.0f);
+  uint16_t h[] = {h3, 0x7BFF};
+  base::multiplyInto(h, h, 2, DataType::Float16, &tenth);
+  EXPECT_EQ(h[0], refEncode(3.0 * static_cast<double>(base::halfToFloat(tenth)), kHalf));
+  EXPECT_EQ(h[1], refEncode(65504.0 * static_cast<double>(base::halfToFloat(tenth)), kHalf));
+  const uint16_t h2 = base::floatToHalf(2.0f);
+  uint16_t inf = 0x7BFF;
+  base::multiplyInto(&inf, &inf, 1, DataType::Float16, &h2);
+  EXPECT_EQ(inf, 0x7C00);  // 65504 x 2 overflows fp16
+  uint16_t b[] = {base::floatToBf16(3.0f)};
+  const uint16_t bHalf = base::floatToBf16(0.5f);
+  base::multiplyInto(b, b, 1, DataType::Bfloat16, &bHalf);
+  EXPECT_EQ(base::bf16ToFloat(b[0]), 1.5f);
+}
+
 // Avg over floating types divides each input by a power of two (exact) and the sum by the rest of nranks; integer
 // types divide the sum once. Where summing first does not overflow, the split division gives its bits (each partial
 // sum is the unscaled one times a power of two); where it does (fp16 inputs of 30000 and up), the average is finite
@@ -799,7 +840,7 @@ TEST(DataTypes, InvalidArgumentsThrow) {
     EXPECT_EQ(e.code(), ErrorCode::InvalidArgument);
   }
   try {
-    reduce(&x, &x, &x, 1, DataType::Float32, static_cast<ReduceOp>(5));
+    reduce(&x, &x, &x, 1, DataType::Float32, static_cast<ReduceOp>(6));
     FAIL() << "no exception";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::InvalidArgument);
@@ -807,6 +848,7 @@ TEST(DataTypes, InvalidArgumentsThrow) {
   EXPECT_THROW(base::divideInPlace(&x, 1, DataType::Float32, 0), Error);
   EXPECT_THROW(base::divideInPlace(&x, 1, DataType::Float32, -2), Error);
   EXPECT_THROW(base::divideInPlace(&x, 1, static_cast<DataType>(-1), 2), Error);
+  EXPECT_THROW(base::multiplyInto(&x, &x, 1, static_cast<DataType>(10), &x), Error);
   reduce(nullptr, nullptr, nullptr, 0, DataType::Float32, ReduceOp::Sum);  // count 0: no access
   base::divideInPlace(nullptr, 0, DataType::Int8, 4);
 }

@@ -137,5 +137,19 @@ TEST(CallFingerprint, TheAlgorithmIsPartOfACollectivesFingerprint) {
   EXPECT_EQ(core::describeCall(core::fingerprintOf(op, 4, 0), 0, 1), "rank 0 called Barrier() as call #4");
 }
 
+// A PreMulSum is its own op in the fingerprint (against a Sum it is a mismatch, named), and its factor is not: ranks
+// pass different factors to one call.
+TEST(CallFingerprint, PreMulSumIsItsOwnOpAndItsFactorIsNotPartOfTheCall) {
+  const auto allReduce = [](const Reduction& op) {
+    return core::fingerprintOf(
+        core::makeOp(algorithms::Collective::AllReduce, nullptr, nullptr, 16, DataType::Float32, op, 0), 1, 0, 0,
+        static_cast<int>(algorithms::Algorithm::Ring));
+  };
+  const Fingerprint half = allReduce(Reduction::preMulSum(0.5f)), two = allReduce(Reduction::preMulSum(2.0f));
+  EXPECT_EQ(half, two);
+  EXPECT_NE(half, allReduce(ReduceOp::Sum));
+  EXPECT_EQ(core::describeCall(half, 0, 1), "rank 0 called AllReduce(float32, premulsum, 16) as call #1");
+}
+
 }  // namespace
 }  // namespace collie::transport::tcp

@@ -13,9 +13,10 @@
 //
 // Types. ncclDataType_t, ncclRedOp_t and ncclResult_t have the same values as collie's for everything collie has
 // (static_asserts below), but every value is still converted by an explicit switch, read as a plain int first
-// (a C caller may pass any int). fp8 types (ncclFloat8e4m3, ncclFloat8e5m2) and custom reduction operators
-// (ncclRedOpCreatePreMulSum) are rejected with ncclInvalidArgument and a message. collieTimeout, collie's own code
-// after NCCL's last, becomes ncclRemoteError (a peer that stopped answering), its message kept.
+// (a C caller may pass any int). fp8 types (ncclFloat8e4m3, ncclFloat8e5m2) are rejected with ncclInvalidArgument
+// and a message; custom reduction operators (ncclRedOpCreatePreMulSum) are collie's, whose values are NCCL's.
+// collieTimeout, collie's own code after NCCL's last, becomes ncclRemoteError (a peer that stopped answering), its
+// message kept.
 //
 // Streams. The cudaStream_t of each call is passed through to collie: NULL with host buffers is a blocking host
 // call; device buffers are enqueued on the stream (collie stages them through pinned host memory).
@@ -238,11 +239,9 @@ ncclResult_t toCollieOp(ncclComm* comm, const char* fn, const ncclRedOp_t& op, c
       *out = collieAvg;
       return ncclSuccess;
     default:
-      if (v >= static_cast<int>(ncclNumOps)) {
-        return fail(comm, ncclInvalidArgument,
-                    "%s: op=%d is a custom reduction operator (ncclRedOpCreatePreMulSum), which collie does not "
-                    "support",
-                    fn, v);
+      if (v >= static_cast<int>(ncclNumOps)) {  // ncclRedOpCreatePreMulSum's: collie checks it is comm's
+        *out = static_cast<collieRedOp_t>(v);
+        return ncclSuccess;
       }
       return fail(comm, ncclInvalidArgument, "%s: op=%d is not an NCCL reduction operator", fn, v);
   }

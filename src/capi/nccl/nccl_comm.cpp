@@ -413,19 +413,29 @@ NCCL_ABI(ncclResult_t, ncclCommWindowDeregister, ncclComm_t comm, ncclWindow_t w
                      "symmetric memory windows serve NCCL's device-side API, which collie does not have");
 }
 
+// Custom reductions: collie's own (collieRedOpCreatePreMulSum), whose op values are NCCL's (ncclNumOps + i) and
+// pass through toCollieOp unchanged.
 NCCL_ABI(ncclResult_t, ncclRedOpCreatePreMulSum, ncclRedOp_t* op, void* scalar, ncclDataType_t datatype,
          ncclScalarResidence_t residence, ncclComm_t comm) {
-  (void)op;
-  (void)scalar;
-  (void)datatype;
-  (void)residence;
-  return unsupported(comm, ncclInvalidUsage, "ncclRedOpCreatePreMulSum",
-                     "collie's reductions are sum, prod, max, min and avg only");
+  const char* fn = "ncclRedOpCreatePreMulSum";
+  if (!op) return fail(comm, ncclInvalidArgument, "%s: op is NULL", fn);
+  collieComm_t c = nullptr;
+  collieDataType_t t = collieInt8;
+  NCCL_TRY(resolve(comm, fn, &c));
+  NCCL_TRY(toCollieType(comm, fn, datatype, &t));
+  static_assert(static_cast<int>(ncclScalarDevice) == collieScalarDevice &&
+                static_cast<int>(ncclScalarHostImmediate) == collieScalarHostImmediate);
+  collieRedOp_t made = collieSum;
+  const ncclResult_t r = fromCollie(
+      comm, fn,
+      collieRedOpCreatePreMulSum(&made, scalar, t, static_cast<collieScalarResidence_t>(rawEnum(residence)), c));
+  if (r == ncclSuccess) *op = static_cast<ncclRedOp_t>(made);
+  return r;
 }
 
 NCCL_ABI(ncclResult_t, ncclRedOpDestroy, ncclRedOp_t op, ncclComm_t comm) {
-  return unsupported(comm, ncclInvalidArgument, "ncclRedOpDestroy",
-                     rawEnum(op) < static_cast<int>(ncclNumOps)
-                         ? "a built-in operator cannot be destroyed"
-                         : "no custom operator can exist (ncclRedOpCreatePreMulSum is not supported)");
+  const char* fn = "ncclRedOpDestroy";
+  collieComm_t c = nullptr;
+  NCCL_TRY(resolve(comm, fn, &c));
+  return fromCollie(comm, fn, collieRedOpDestroy(static_cast<collieRedOp_t>(rawEnum(op)), c));
 }
