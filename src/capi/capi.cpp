@@ -5,72 +5,30 @@
 // (parseConfig, capi_config.cpp).
 //
 // A handle shares ownership of its Communicator (and its last error) with every call in flight, so collieCommAbort
-// on one thread can free the handle while a call blocked on another thread unwinds safely.
+// on one thread can free the handle while a call blocked on another thread unwinds safely. The calls themselves are
+// in capi_calls.cpp; what both files share (the handle structs, the error helpers) in capi_handle.hpp.
 #include <collie/collie.h>
 
 #include <collie/collie.hpp>
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
-#include <future>
 #include <mutex>
 #include <string>
 #include <thread>
 #include <utility>
 
-#include "base/datatypes.hpp"
 #include "base/errors.hpp"
 #include "capi/capi_config.hpp"
+#include "capi/capi_handle.hpp"
 #include "core/api_access.hpp"
-#include "core/cuda_plugin.hpp"
-#include "core/group.hpp"
 
 using collie::ErrorCode;
-using collie::algorithms::Collective;
-constexpr collieRedOp_t kNoOp = collieSum;  // for calls that do not reduce
+using namespace collie::capi;  // NOLINT(google-build-using-namespace): the C API's shared helpers
 
-namespace {
-// What a handle shares with every call in flight on it: the communicator, and the last error message of a call on
-// it (collieGetLastError(comm)), so that a call unwinding after collieCommAbort freed the handle can still record it.
-struct CommShared {
-  explicit CommShared(std::unique_ptr<collie::Communicator> c) : comm(std::move(c)) {}
-  std::unique_ptr<collie::Communicator> comm;
-  std::mutex errorMu;
-  std::string lastError;
-};
-}  // namespace
-
-struct collieComm {
-  std::mutex mu;
-  std::shared_ptr<CommShared> shared;                    // null until a non-blocking init finishes
-  std::thread initThread;                                // non-blocking init: joined by collieCommDestroy/Abort only
-  std::unique_ptr<collie::core::CreationStop> initStop;  // non-blocking init: collieCommAbort ends its waits
-  std::condition_variable initCv;                        // notified under mu when initDone turns true
-  collieResult_t initResult = collieSuccess;
-  std::string initError;
-  bool initDone = true;
-  // The reductions made by collieRedOpCreatePreMulSum: op collieNumOps + i is userOps[i] (never reused).
-  struct UserOp {
-    bool live = true;
-    collie::DataType type = collie::DataType::Float32;
-    bool immediate = true;  // collieScalarHostImmediate: `value`; collieScalarDevice: read at `where`
-    uint64_t value = 0;     // the factor's bytes
-    const void* where = nullptr;
-  };
-  std::mutex opsMu;
-  std::vector<UserOp> userOps;
-};
-
-struct collieRequest {
-  collie::Work work;
-};
-
-namespace {
+namespace collie::capi {
 
 thread_local std::string tlsLastError;
-thread_local std::string tlsReturnedError;  // what collieGetLastError(comm) returns: a copy made under the lock
-
-collieResult_t toResult(ErrorCode code) { return static_cast<collieResult_t>(code); }
 
 void recordError(const std::shared_ptr<CommShared>& comm, const std::string& message) {
   tlsLastError = message;
@@ -80,34 +38,11 @@ void recordError(const std::shared_ptr<CommShared>& comm, const std::string& mes
   }
 }
 
-// Runs `body`, turning exceptions into result codes and recording messages.
-template <typename F>
-collieResult_t guarded(const std::shared_ptr<CommShared>& comm, F&& body) {
-  try {
-    body();
-    return collieSuccess;
-  } catch (const collie::Error& e) {
-    recordError(comm, e.what());
-    return toResult(e.code());
-  } catch (const std::bad_alloc&) {
-    recordError(comm, "out of memory");
-    return collieSystemError;
-  } catch (const std::exception& e) {
-    recordError(comm, e.what());
-    return collieInternalError;
-  } catch (...) {
-    recordError(comm, "unknown exception");
-    return collieInternalError;
-  }
-}
-
 collieResult_t argError(const char* message) {
   tlsLastError = message;
   return collieInvalidArgument;
 }
 
-// The communicator of a handle, waiting for a non-blocking init to finish. Any number of threads may wait at once;
-// the init thread is joined only by collieCommDestroy (which Abort ends with), so none of them finds it gone early.
 collieResult_t resolve(collieComm_t handle, std::shared_ptr<CommShared>* out) {
   if (!handle) return argError("comm is NULL");
   std::unique_lock<std::mutex> lock(handle->mu);
@@ -121,22 +56,11 @@ collieResult_t resolve(collieComm_t handle, std::shared_ptr<CommShared>* out) {
   return collieSuccess;
 }
 
-template <typename F>
-collieResult_t withComm(collieComm_t handle, F&& body) {
-  std::shared_ptr<CommShared> comm;
-  collieResult_t r = resolve(handle, &comm);
-  if (r != collieSuccess) return r;
-  return guarded(comm, [&] { body(*comm->comm); });
-}
+}  // namespace collie::capi
 
-// A collective or point-to-point call: withComm, and a call refused inside a group refuses the group (core/group.hpp),
-// so that collieGroupEnd issues none of it and returns the error, as ncclGroupEnd does.
-template <typename F>
-collieResult_t callOn(collieComm_t handle, F&& body) {
-  const collieResult_t r = withComm(handle, std::forward<F>(body));
-  if (r != collieSuccess) collie::core::groupRefuse(static_cast<ErrorCode>(r), tlsLastError);
-  return r;
-}
+namespace {
+
+thread_local std::string tlsReturnedError;  // what collieGetLastError(comm) returns: a copy made under the lock
 
 // A new handle owning `created` (out of memory: *out stays NULL and the communicator is destroyed).
 collieResult_t newHandle(std::unique_ptr<collie::Communicator> created, collieComm_t* out) {
@@ -144,51 +68,6 @@ collieResult_t newHandle(std::unique_ptr<collie::Communicator> created, collieCo
     auto handle = std::make_unique<collieComm>();
     handle->shared = std::make_shared<CommShared>(std::move(created));
     *out = handle.release();
-  });
-}
-
-// A C caller may pass any int as an enum (42 as a datatype, say); loading it as the C enum type would be undefined
-// behaviour in C++, so the bits are read as an int and validated later on the C++ side (whose enums are int-based).
-template <typename E>
-int rawEnum(const E& e) {
-  static_assert(sizeof(E) == sizeof(int));
-  int v;
-  memcpy(&v, &e, sizeof(v));
-  return v;
-}
-collie::DataType dt(const collieDataType_t& t) { return static_cast<collie::DataType>(rawEnum(t)); }
-// The reduction a call names: a built-in op (any other value below collieNumOps is refused by the call's checks), or
-// one of the handle's collieRedOpCreatePreMulSum ops, whose factor a collieScalarDevice op reads now.
-collie::Reduction reductionOf(collieComm* handle, const collieRedOp_t& o, const collie::Communicator& c) {
-  const int raw = rawEnum(o);
-  if (raw < collieNumOps) return static_cast<collie::ReduceOp>(raw);
-  std::lock_guard<std::mutex> lock(handle->opsMu);
-  const size_t i = static_cast<size_t>(raw - collieNumOps);
-  COLLIE_ARG_CHECK(
-      i < handle->userOps.size() && handle->userOps[i].live,
-      "rank %d: op=%d is no reduction op of this communicator (%s)", c.rank(), raw,
-      i < handle->userOps.size() ? "destroyed by collieRedOpDestroy" : "not made by collieRedOpCreatePreMulSum on it");
-  const collieComm::UserOp& u = handle->userOps[i];
-  uint64_t factor = u.value;
-  if (!u.immediate) std::memcpy(&factor, u.where, collie::base::dataTypeSize(u.type));
-  return collie::Reduction::preMulSum(&factor, u.type);
-}
-
-// A call with a stream argument: on host buffers (stream NULL) it blocks until done; on device buffers it is
-// enqueued on `stream` (NULL: the default stream) and returns at once (src/core/device_stager.hpp).
-collieResult_t streamCall(collieComm_t handle, collieStream_t stream, Collective coll, const void* send, void* recv,
-                          size_t count, collie::DataType type, const collieRedOp_t& op, int root) {
-  return callOn(handle, [&](collie::Communicator& c) {
-    collie::InternalAccess::runOnStream(c, coll, send, recv, count, type, reductionOf(handle, op, c), root, stream);
-  });
-}
-
-template <typename F>
-collieResult_t asyncCall(collieComm_t handle, collieRequest_t* request, F&& start) {
-  if (request) *request = nullptr;
-  return callOn(handle, [&](collie::Communicator& c) {
-    COLLIE_ARG_CHECK(request != nullptr, "request is NULL");
-    *request = new collieRequest{start(c)};
   });
 }
 
@@ -385,56 +264,6 @@ collieResult_t collieCommUserRank(const collieComm_t comm, int* rank) {
   return withComm(comm, [&](collie::Communicator& c) { *rank = c.rank(); });
 }
 
-collieResult_t collieRedOpCreatePreMulSum(collieRedOp_t* op, void* scalar, collieDataType_t datatype,
-                                          collieScalarResidence_t residence, collieComm_t comm) {
-  if (!op) return argError("collieRedOpCreatePreMulSum: op is NULL");
-  if (!scalar) return argError("collieRedOpCreatePreMulSum: scalar is NULL");
-  const int type = rawEnum(datatype), where = rawEnum(residence);
-  return withComm(comm, [&](collie::Communicator& c) {
-    COLLIE_ARG_CHECK(collie::base::isValidDataType(type),
-                     "collieRedOpCreatePreMulSum on rank %d: datatype=%d is not a collie type", c.rank(), type);
-    COLLIE_ARG_CHECK(where == collieScalarDevice || where == collieScalarHostImmediate,
-                     "collieRedOpCreatePreMulSum on rank %d: residence=%d is neither collieScalarDevice (0) nor "
-                     "collieScalarHostImmediate (1)",
-                     c.rank(), where);
-    collieComm::UserOp u;
-    u.type = static_cast<collie::DataType>(type);
-    u.immediate = where == collieScalarHostImmediate;
-    if (u.immediate) {
-      std::memcpy(&u.value, scalar, collie::base::dataTypeSize(u.type));
-    } else {
-      int device = -1;
-      const int kind = collie::core::cuda::driverLoaded() ? collie::core::cuda::memoryKind(scalar, &device) : -1;
-      COLLIE_USAGE_CHECK(
-          kind != kCollieCudaMemoryDevice,
-          "collieRedOpCreatePreMulSum on rank %d: the collieScalarDevice scalar is in GPU %d's memory; collie "
-          "reads it from host memory only (a factor read by the GPU in stream order is not built: collie "
-          "has not run on a GPU); pass collieScalarHostImmediate or a host pointer",
-          c.rank(), device);
-      u.where = scalar;
-    }
-    std::lock_guard<std::mutex> lock(comm->opsMu);
-    COLLIE_USAGE_CHECK(comm->userOps.size() < static_cast<size_t>(collieMaxRedOp - collieNumOps),
-                       "collieRedOpCreatePreMulSum on rank %d: no op value left", c.rank());
-    comm->userOps.push_back(u);
-    *op = static_cast<collieRedOp_t>(collieNumOps + static_cast<int>(comm->userOps.size() - 1));
-  });
-}
-
-collieResult_t collieRedOpDestroy(collieRedOp_t op, collieComm_t comm) {
-  const int raw = rawEnum(op);
-  return withComm(comm, [&](collie::Communicator& c) {
-    std::lock_guard<std::mutex> lock(comm->opsMu);
-    const size_t i = static_cast<size_t>(raw) - collieNumOps;
-    COLLIE_ARG_CHECK(raw >= collieNumOps && i < comm->userOps.size() && comm->userOps[i].live,
-                     "collieRedOpDestroy on rank %d: op=%d is %s", c.rank(), raw,
-                     raw < collieNumOps         ? "a built-in reduction, which cannot be destroyed"
-                     : i < comm->userOps.size() ? "destroyed already"
-                                                : "not made by collieRedOpCreatePreMulSum on this communicator");
-    comm->userOps[i].live = false;
-  });
-}
-
 collieResult_t collieCommGetStats(const collieComm_t comm, collieCollStats_t* rows, size_t rowSize, int capacity,
                                   int* count) {
   // The first version's size: a later collie.h may append fields, never remove them.
@@ -517,143 +346,6 @@ const char* collieGetLastError(collieComm_t handle) {
     }
   }
   return tlsLastError.c_str();
-}
-
-collieResult_t collieAllReduce(const void* sendbuff, void* recvbuff, size_t count, collieDataType_t datatype,
-                               collieRedOp_t op, collieComm_t comm, collieStream_t stream) {
-  return streamCall(comm, stream, Collective::AllReduce, sendbuff, recvbuff, count, dt(datatype), op, 0);
-}
-
-collieResult_t collieBroadcast(const void* sendbuff, void* recvbuff, size_t count, collieDataType_t datatype, int root,
-                               collieComm_t comm, collieStream_t stream) {
-  return streamCall(comm, stream, Collective::Broadcast, sendbuff, recvbuff, count, dt(datatype), kNoOp, root);
-}
-
-collieResult_t collieReduce(const void* sendbuff, void* recvbuff, size_t count, collieDataType_t datatype,
-                            collieRedOp_t op, int root, collieComm_t comm, collieStream_t stream) {
-  return streamCall(comm, stream, Collective::Reduce, sendbuff, recvbuff, count, dt(datatype), op, root);
-}
-
-collieResult_t collieAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, collieDataType_t datatype,
-                               collieComm_t comm, collieStream_t stream) {
-  return streamCall(comm, stream, Collective::AllGather, sendbuff, recvbuff, sendcount, dt(datatype), kNoOp, 0);
-}
-
-collieResult_t collieReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, collieDataType_t datatype,
-                                   collieRedOp_t op, collieComm_t comm, collieStream_t stream) {
-  return streamCall(comm, stream, Collective::ReduceScatter, sendbuff, recvbuff, recvcount, dt(datatype), op, 0);
-}
-
-collieResult_t collieAllToAll(const void* sendbuff, void* recvbuff, size_t count, collieDataType_t datatype,
-                              collieComm_t comm, collieStream_t stream) {
-  return streamCall(comm, stream, Collective::AllToAll, sendbuff, recvbuff, count, dt(datatype), kNoOp, 0);
-}
-
-collieResult_t collieSend(const void* sendbuff, size_t count, collieDataType_t datatype, int peer, collieComm_t comm,
-                          collieStream_t stream) {
-  return streamCall(comm, stream, Collective::Send, sendbuff, nullptr, count, dt(datatype), kNoOp, peer);
-}
-
-collieResult_t collieRecv(void* recvbuff, size_t count, collieDataType_t datatype, int peer, collieComm_t comm,
-                          collieStream_t stream) {
-  return streamCall(comm, stream, Collective::Recv, nullptr, recvbuff, count, dt(datatype), kNoOp, peer);
-}
-
-static_assert(COLLIE_ANY_SOURCE == collie::kAnySource);
-
-collieResult_t collieRecvAny(void* recvbuff, size_t count, collieDataType_t datatype, int* source, collieComm_t comm) {
-  if (source) *source = -1;
-  return callOn(comm, [&](collie::Communicator& c) {
-    COLLIE_ARG_CHECK(source != nullptr, "collieRecvAny on rank %d: source is NULL", c.rank());
-    *source = c.recvAny(recvbuff, count, dt(datatype));
-  });
-}
-
-collieResult_t collieBarrier(collieComm_t comm) {
-  return callOn(comm, [&](collie::Communicator& c) { c.barrier(); });
-}
-
-collieResult_t collieGroupStart(void) {
-  return guarded(nullptr, [] { collie::groupStart(); });
-}
-
-collieResult_t collieGroupEnd(void) {
-  return guarded(nullptr, [] { collie::groupEnd(); });
-}
-
-collieResult_t collieGroupFail(collieResult_t code, const char* why) {
-  const int raw = rawEnum(code);
-  return guarded(nullptr, [&] {
-    // groupFail refuses any code that is no failure: Success, InProgress, or none of collieResult_t's
-    collie::groupFail(static_cast<ErrorCode>(raw), why ? why : "collieGroupFail");
-  });
-}
-
-collieResult_t collieAllReduceAsync(const void* sendbuff, void* recvbuff, size_t count, collieDataType_t datatype,
-                                    collieRedOp_t op, collieComm_t comm, collieRequest_t* request) {
-  return asyncCall(comm, request, [&](collie::Communicator& c) {
-    return c.allReduceAsync(sendbuff, recvbuff, count, dt(datatype), reductionOf(comm, op, c));
-  });
-}
-
-collieResult_t collieBroadcastAsync(const void* sendbuff, void* recvbuff, size_t count, collieDataType_t datatype,
-                                    int root, collieComm_t comm, collieRequest_t* request) {
-  return asyncCall(comm, request, [&](collie::Communicator& c) {
-    return c.broadcastAsync(sendbuff, recvbuff, count, dt(datatype), root);
-  });
-}
-
-collieResult_t collieReduceAsync(const void* sendbuff, void* recvbuff, size_t count, collieDataType_t datatype,
-                                 collieRedOp_t op, int root, collieComm_t comm, collieRequest_t* request) {
-  return asyncCall(comm, request, [&](collie::Communicator& c) {
-    return c.reduceAsync(sendbuff, recvbuff, count, dt(datatype), reductionOf(comm, op, c), root);
-  });
-}
-
-collieResult_t collieAllGatherAsync(const void* sendbuff, void* recvbuff, size_t sendcount, collieDataType_t datatype,
-                                    collieComm_t comm, collieRequest_t* request) {
-  return asyncCall(comm, request, [&](collie::Communicator& c) {
-    return c.allGatherAsync(sendbuff, recvbuff, sendcount, dt(datatype));
-  });
-}
-
-collieResult_t collieReduceScatterAsync(const void* sendbuff, void* recvbuff, size_t recvcount,
-                                        collieDataType_t datatype, collieRedOp_t op, collieComm_t comm,
-                                        collieRequest_t* request) {
-  return asyncCall(comm, request, [&](collie::Communicator& c) {
-    return c.reduceScatterAsync(sendbuff, recvbuff, recvcount, dt(datatype), reductionOf(comm, op, c));
-  });
-}
-
-collieResult_t collieAllToAllAsync(const void* sendbuff, void* recvbuff, size_t count, collieDataType_t datatype,
-                                   collieComm_t comm, collieRequest_t* request) {
-  return asyncCall(comm, request,
-                   [&](collie::Communicator& c) { return c.allToAllAsync(sendbuff, recvbuff, count, dt(datatype)); });
-}
-
-collieResult_t collieWait(collieRequest_t request) {
-  if (!request) return argError("request is NULL");
-  return guarded(nullptr, [&] { request->work.wait(); });
-}
-
-collieResult_t collieTest(collieRequest_t request, int* done) {
-  if (!request || !done) return argError("request or done is NULL");
-  return guarded(nullptr, [&] {
-    *done = request->work.test() ? 1 : 0;
-    if (*done) request->work.wait();  // rethrows the failure, if any
-  });
-}
-
-collieResult_t collieRequestFree(collieRequest_t request) {
-  if (!request) return collieSuccess;
-  if (request->work.valid()) {
-    try {
-      request->work.wait();  // its result was (or can no longer be) reported by collieWait / collieTest
-    } catch (...) {
-    }
-  }
-  delete request;
-  return collieSuccess;
 }
 
 }  // extern "C"
