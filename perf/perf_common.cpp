@@ -128,7 +128,7 @@ void Usage(const char* prog) {
       "\t[-n,--iters <iteration count>] (default 20)\n"
       "\t[-w,--warmup_iters <warmup iteration count>] per size and variant (default 5)\n"
       "\t[-c,--check <0/1>] check the results (default 1)\n"
-      "\t[-o,--op <sum/prod/min/max/avg/all>] (default sum)\n"
+      "\t[-o,--op <sum/prod/min/max/avg/premulsum/all>] (default sum)\n"
       "\t[-d,--datatype <int8/uint8/int32/uint32/int64/uint64/half/float/double/bfloat16/all>] (default float)\n"
       "\t[-r,--root <root>] (default 0)\n"
       "\t[-z,--blocking <0/1>] 1: wait for completion (-g 1: cudaStreamSynchronize) and barrier after each call\n"
@@ -296,6 +296,7 @@ Gen GenFor(bool reduction, collieRedOp_t op) {
   if (!reduction) return Gen::kNone;
   switch (op) {
     case collieSum:
+    case kPreMulSum:
       return Gen::kSum;
     case collieProd:
       return Gen::kProd;
@@ -332,9 +333,9 @@ double CheckContext::Input(int r, size_t idx) const { return InputValue(GenFor(r
 
 double CheckContext::Reduced(size_t idx) const {
   const Gen gen = GenFor(reduction_, op_);
-  double acc = InputValue(gen, 0, nranks_, idx);
+  double acc = InputValue(gen, 0, nranks_, idx) * (op_ == kPreMulSum ? PreMulFactor(0) : 1);
   for (int r = 1; r < nranks_; ++r) {
-    const double v = InputValue(gen, r, nranks_, idx);
+    const double v = InputValue(gen, r, nranks_, idx) * (op_ == kPreMulSum ? PreMulFactor(r) : 1);
     switch (op_) {
       case collieProd:
         acc *= v;
@@ -507,11 +508,18 @@ class Runner {
   /** Runs the sweep of one type and op, printing rows on rank 0. */
   void Sweep(const TypeInfo& t, const OpInfo& op) {
     const int root = coll_.hasRoot ? opt_.root : -1;
+    collieRedOp_t callOp = op.op;  // premulsum: this type's op, made for the sweep
+    if (coll_.hasOp && op.op == kPreMulSum) {
+      Dispatch(t.type, [&](auto tag) {
+        auto factor = FromDouble<decltype(tag)>(PreMulFactor(rank_));
+        PERF_CHECK(collieRedOpCreatePreMulSum(&callOp, &factor, t.type, collieScalarHostImmediate, comm_));
+      });
+    }
     for (size_t size = opt_.minBytes; size <= opt_.maxBytes;) {
       const Counts c = coll_.counts(size / t.size, nranks_);
       Row row{std::max(c.send, c.recv) * t.size, c.param, t.name, coll_.hasOp ? op.name : "none", root, {}, {}};
-      row.oop = Measure(t, op.op, c, row.bytes, false);
-      if (coll_.inPlace) row.ip = Measure(t, op.op, c, row.bytes, true);
+      row.oop = Measure(t, op.op, callOp, c, row.bytes, false);
+      if (coll_.inPlace) row.ip = Measure(t, op.op, callOp, c, row.bytes, true);
       if (rank_ == 0) PrintRow(row);
       rows_.push_back(row);
       if (opt_.stepFactor > 1) {
@@ -523,6 +531,7 @@ class Runner {
         size += opt_.stepBytes;
       }
     }
+    if (callOp != op.op) PERF_CHECK(collieRedOpDestroy(callOp, comm_));
   }
 
   const std::vector<Row>& rows() const { return rows_; }
@@ -530,7 +539,9 @@ class Runner {
   int64_t failedChecks() const { return failedChecks_; }
 
  private:
-  Result Measure(const TypeInfo& t, collieRedOp_t op, const Counts& c, size_t bytes, bool inPlace) {
+  // `op` names the reduction (kOps); `callOp` is what the calls pass (op, or the op made for premulsum).
+  Result Measure(const TypeInfo& t, collieRedOp_t op, collieRedOp_t callOp, const Counts& c, size_t bytes,
+                 bool inPlace) {
     // Byte offsets into the send / receive buffer; in place both lie in the receive buffer. Host images (send_,
     // recv_) and the buffers of the call (callSend_, callRecv_) have the same layout; with host buffers they are
     // the same memory.
@@ -539,7 +550,7 @@ class Runner {
     char* const sendp = (inPlace ? callRecv_ : callSend_) + sendOff;
     char* const recvp = callRecv_ + recvOff;
     const int root = coll_.hasRoot ? opt_.root : 0;
-    auto call = [&] { PERF_CHECK(coll_.run(sendp, recvp, c.param, t.type, op, root, comm_, stream_)); };
+    auto call = [&] { PERF_CHECK(coll_.run(sendp, recvp, c.param, t.type, callOp, root, comm_, stream_)); };
     Result res;
     res.valid = true;
     if (opt_.check > 0) {

@@ -150,8 +150,12 @@ struct OpInfo {
   const char* name;
   collieRedOp_t op;
 };
-inline constexpr OpInfo kOps[] = {
-    {"sum", collieSum}, {"prod", collieProd}, {"max", collieMax}, {"min", collieMin}, {"avg", collieAvg}};
+/// "premulsum" (as in nccl-tests): each sweep makes a collieRedOpCreatePreMulSum op of its type whose factor on rank
+/// r is PreMulFactor(r); collieNumOps stands for it here.
+inline constexpr collieRedOp_t kPreMulSum = collieNumOps;
+inline constexpr OpInfo kOps[] = {{"sum", collieSum}, {"prod", collieProd}, {"max", collieMax},
+                                  {"min", collieMin}, {"avg", collieAvg},   {"premulsum", kPreMulSum}};
+inline double PreMulFactor(int rank) { return 1 + rank % 2; }
 
 }  // namespace collie_perf
 

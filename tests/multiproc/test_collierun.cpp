@@ -540,4 +540,28 @@ TEST_F(CollierunTest, PerfTableSaysWhichAlgorithmAndTransportRan) {
   rmdir(dir);
 }
 
+// -o all sweeps every reduction, premulsum included (as nccl-tests: each rank's own factor, 1 + rank % 2, through
+// collieRedOpCreatePreMulSum), and every row's result is checked (#wrong 0, out of place and in place).
+TEST_F(CollierunTest, PerfToolsSweepEveryOpPreMulSumIncludedAndCheckIt) {
+  for (const char* tool : {"perf/all_reduce_perf", "perf/reduce_scatter_perf"}) {
+    const std::string perf = findBuilt(tool);
+    if (perf.empty()) GTEST_SKIP() << tool << " is not built";
+    Result r = collierun("-n 3 --timeout 60 -- " + perf + " -b 8 -e 64K -f 64 -n 2 -w 1 -o all -d all");
+    ASSERT_EQ(r.code, 0) << r.err;
+    std::map<std::string, int> rowsPerOp;
+    for (const std::string& line : lines(r.out)) {
+      if (line.rfind("[0] ", 0) != 0 || line.size() < 5 || line[4] == '#') continue;
+      std::istringstream in(line.substr(4));
+      std::vector<std::string> f;
+      for (std::string w; in >> w;) f.push_back(w);
+      if (f.size() < 15) continue;
+      ++rowsPerOp[f[3]];
+      EXPECT_EQ(f[8], "0") << tool << ": " << line;
+      EXPECT_EQ(f[12], "0") << tool << ": " << line;
+    }
+    for (const char* op : {"sum", "prod", "max", "min", "avg", "premulsum"})
+      EXPECT_EQ(rowsPerOp[op], 10 * 3) << tool << " " << op << "\n" << r.out;  // 10 types x 8 B, 512 B, 32 KiB
+  }
+}
+
 }  // namespace
