@@ -10,7 +10,8 @@
 # machine, load average and this command.
 # Narrow or widen it with AB_CASES="2 tcp;4 tcp" (ranks and shm/tcp, ';' between cases) and AB_SIZES="32 1M"
 # (sizes in bytes, K/M suffixes allowed; iterations scale with the size); AB_ARGS="-o avg -d half" passes more
-# all_reduce_perf arguments to both builds.
+# all_reduce_perf arguments to both builds, AB_OLD_ARGS and AB_NEW_ARGS to one side only (the same build twice with
+# AB_OLD_ARGS="-o sum" AB_NEW_ARGS="-o premulsum" prices an op against another).
 set -euo pipefail
 [[ $# -ge 2 ]] || { sed -n 2,9p "$0"; exit 2; }
 old=$(cd "$1" && pwd)
@@ -23,11 +24,11 @@ for b in "$old" "$new"; do
 done
 
 # One figure from one run: column 6 (out-of-place time, us) or 8 (busbw, GB/s) of the single data row.
-measure() {  # build ranks env bytes iters column
-  local b=$1 r=$2 envs=$3 bytes=$4 iters=$5 col=$6
-  # shellcheck disable=SC2086 # AB_ARGS: words on purpose
+measure() {  # build ranks env bytes iters column side-args
+  local b=$1 r=$2 envs=$3 bytes=$4 iters=$5 col=$6 side=$7
+  # shellcheck disable=SC2086 # AB_ARGS and the side's: words on purpose
   env $envs "$b/tools/collierun" -n "$r" "$b/perf/all_reduce_perf" -b "$bytes" -e "$bytes" -n "$iters" \
-    -w $((iters / 10 + 2)) -c 0 ${AB_ARGS:-} 2>/dev/null |
+    -w $((iters / 10 + 2)) -c 0 ${AB_ARGS:-} $side 2>/dev/null |
     awk -v c="$col" '$1 == "[0]" && $2 ~ /^[0-9]+$/ { print $(c + 1); exit }'
 }
 source "$(dirname "$0")/compare_lib.sh"  # median
@@ -56,8 +57,8 @@ for c in "${cases[@]}"; do
     read -r bytes iters col what <<<"$(spec_of "$size")"
     o=() n=()
     for ((i = 0; i < reps; ++i)); do
-      o+=("$(measure "$old" "$ranks" "$envs" "$bytes" "$iters" "$col")")
-      n+=("$(measure "$new" "$ranks" "$envs" "$bytes" "$iters" "$col")")
+      o+=("$(measure "$old" "$ranks" "$envs" "$bytes" "$iters" "$col" "${AB_OLD_ARGS:-}")")
+      n+=("$(measure "$new" "$ranks" "$envs" "$bytes" "$iters" "$col" "${AB_NEW_ARGS:-}")")
     done
     mo=$(printf '%s\n' "${o[@]}" | median)
     mn=$(printf '%s\n' "${n[@]}" | median)

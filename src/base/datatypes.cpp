@@ -483,12 +483,17 @@ void multiplyInto(void* dst, const void* src, size_t count, DataType type, const
   // through float, integers wrapping), with no loop of its own.
   constexpr size_t kBlockBytes = 4096;
   const size_t elem = dataTypeSize(type);
-  const size_t blockCount = kBlockBytes / elem;
+  const size_t blockCount = std::min(kBlockBytes / elem, count);  // a small call fills only what it reads
   alignas(64) unsigned char block[kBlockBytes];
-  for (size_t i = 0; i < blockCount; ++i) std::memcpy(block + i * elem, factor, elem);
+  if (blockCount > 0) std::memcpy(block, factor, elem);
+  for (size_t filled = 1; filled < blockCount;) {  // doubling: a dozen copies fill the block
+    const size_t n = std::min(filled, blockCount - filled);
+    std::memcpy(block + filled * elem, block, n * elem);
+    filled += n;
+  }
   auto* out = static_cast<unsigned char*>(dst);
   const auto* in = static_cast<const unsigned char*>(src);
-  for (size_t done = 0; done < count; done += blockCount) {
+  for (size_t done = 0; done < count; done += blockCount) {  // count 0: blockCount 0, no pass
     const size_t n = std::min(blockCount, count - done);
     kernel(out + done * elem, in + done * elem, block, n, type, ReduceOp::Prod, nullptr);
   }
