@@ -477,25 +477,82 @@ void divideInto(void* dst, const void* src, size_t count, DataType type, double 
   kernel(dst, src, src, count, type, ReduceOp::Sum, &divideBy);
 }
 
+namespace {
+
+constexpr size_t kScaleBlockBytes = 4096;  // the unit multiplyInto and reduceScaled work in: it stays in L1
+
+// Scales blocks of at most kScaleBlockBytes: a division by DivideBy, or a multiplication by Prod against a block
+// holding the factor over and over (the reduction kernels' multiply: vectorised, fp16/bf16 through float,
+// integers wrapping), filled once for at most `count` elements by doubling copies.
+class BlockScaler {
+ public:
+  BlockScaler(DataType type, const InputScale& scale, size_t count)
+      : type_(type), elem_(dataTypeSize(type)), multiply_(scale.multiply), divideBy_{scale.divisor} {
+    COLLIE_ARG_CHECK(elem_ != 0, "invalid data type %d", static_cast<int>(type));
+    if (!multiply_) {
+      COLLIE_ARG_CHECK(scale.divisor > 0, "divideInto: divisor %g is not positive", scale.divisor);
+      return;
+    }
+    const size_t n = std::min(kScaleBlockBytes / elem_, count);
+    if (n > 0) std::memcpy(factors_, &scale.factor, elem_);
+    for (size_t filled = 1; filled < n;) {
+      const size_t more = std::min(filled, n - filled);
+      std::memcpy(factors_ + filled * elem_, factors_, more * elem_);
+      filled += more;
+    }
+  }
+  size_t blockCount() const { return kScaleBlockBytes / elem_; }
+  void apply(void* dst, const void* src, size_t n) const {  // n <= blockCount()
+    if (multiply_)
+      kernel(dst, src, factors_, n, type_, ReduceOp::Prod, nullptr);
+    else
+      kernel(dst, src, src, n, type_, ReduceOp::Sum, &divideBy_);
+  }
+
+ private:
+  DataType type_;
+  size_t elem_;
+  bool multiply_;
+  DivideBy divideBy_;
+  alignas(64) unsigned char factors_[kScaleBlockBytes];
+};
+
+}  // namespace
+
+void scaleInto(void* dst, const void* src, size_t count, DataType type, const InputScale& scale) {
+  COLLIE_ARG_CHECK(isValidDataType(static_cast<int>(type)), "invalid data type %d", static_cast<int>(type));
+  if (!scale.multiply) return divideInto(dst, src, count, type, scale.divisor);  // one pass, no blocks needed
+  const BlockScaler scaler(type, scale, count);
+  const size_t elem = dataTypeSize(type), step = scaler.blockCount();
+  for (size_t done = 0; done < count; done += step)
+    scaler.apply(static_cast<char*>(dst) + done * elem, static_cast<const char*>(src) + done * elem,
+                 std::min(step, count - done));
+}
+
 void multiplyInto(void* dst, const void* src, size_t count, DataType type, const void* factor) {
   COLLIE_ARG_CHECK(isValidDataType(static_cast<int>(type)), "invalid data type %d", static_cast<int>(type));
-  // Prod against a block holding the factor over and over: the reduction kernels' multiply (vectorised, fp16/bf16
-  // through float, integers wrapping), with no loop of its own.
-  constexpr size_t kBlockBytes = 4096;
-  const size_t elem = dataTypeSize(type);
-  const size_t blockCount = std::min(kBlockBytes / elem, count);  // a small call fills only what it reads
-  alignas(64) unsigned char block[kBlockBytes];
-  if (blockCount > 0) std::memcpy(block, factor, elem);
-  for (size_t filled = 1; filled < blockCount;) {  // doubling: a dozen copies fill the block
-    const size_t n = std::min(filled, blockCount - filled);
-    std::memcpy(block + filled * elem, block, n * elem);
-    filled += n;
-  }
+  InputScale scale{true, 1, 0};
+  std::memcpy(&scale.factor, factor, dataTypeSize(type));
+  scaleInto(dst, src, count, type, scale);
+}
+
+void reduceScaled(void* dst, const void* a, const void* b, size_t count, DataType type, ReduceOp op,
+                  const InputScale& scale, bool scaledSecond) {
+  COLLIE_ARG_CHECK(isValidDataType(static_cast<int>(type)), "invalid data type %d", static_cast<int>(type));
+  COLLIE_ARG_CHECK(isValidReduceOp(static_cast<int>(op)), "invalid reduction op %d", static_cast<int>(op));
+  const BlockScaler scaler(type, scale, count);
+  const size_t elem = dataTypeSize(type), step = scaler.blockCount();
+  alignas(64) unsigned char scaled[kScaleBlockBytes];
   auto* out = static_cast<unsigned char*>(dst);
-  const auto* in = static_cast<const unsigned char*>(src);
-  for (size_t done = 0; done < count; done += blockCount) {  // count 0: blockCount 0, no pass
-    const size_t n = std::min(blockCount, count - done);
-    kernel(out + done * elem, in + done * elem, block, n, type, ReduceOp::Prod, nullptr);
+  const auto* x = static_cast<const unsigned char*>(a);
+  const auto* y = static_cast<const unsigned char*>(b);
+  for (size_t done = 0; done < count; done += step) {
+    const size_t n = std::min(step, count - done), at = done * elem;
+    scaler.apply(scaled, x + at, n);  // read before dst's block is written: dst may alias a
+    if (scaledSecond)
+      kernel(out + at, y + at, scaled, n, type, op, nullptr);
+    else
+      kernel(out + at, scaled, y + at, n, type, op, nullptr);
   }
 }
 

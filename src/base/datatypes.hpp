@@ -58,6 +58,19 @@ void divideInto(void* dst, const void* src, size_t count, DataType type, double 
 /// dst[i] = src[i] * factor (dst may be src), `factor` one element of `type`: as reduce() multiplies (fp16/bf16
 /// through float, rounded once; integers wrap). ReduceOp::PreMulSum's scaling of each rank's input.
 void multiplyInto(void* dst, const void* src, size_t count, DataType type, const void* factor);
+/// How a reduction scales each rank's input before combining it: ReduceOp::Avg divides it (AvgDivisors::input),
+/// PreMulSum multiplies it by this rank's factor (its bits: one element of the call's type).
+struct InputScale {
+  bool multiply = false;
+  double divisor = 1;
+  uint64_t factor = 0;
+};
+/// dst[i] = scale(src[i]) (dst may be src): divideInto or multiplyInto.
+void scaleInto(void* dst, const void* src, size_t count, DataType type, const InputScale& scale);
+/// dst[i] = scale(a[i]) op b[i], or b[i] op scale(a[i]) when scaledSecond: the bits of scaleInto then reduce(), done
+/// block by block through a buffer that stays in L1 (no pass over the whole input). dst may alias a or b exactly.
+void reduceScaled(void* dst, const void* a, const void* b, size_t count, DataType type, ReduceOp op,
+                  const InputScale& scale, bool scaledSecond);
 inline void divideInPlace(void* buf, size_t count, DataType type, double divisor) {
   divideInto(buf, buf, count, type, divisor);
 }

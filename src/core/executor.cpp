@@ -91,13 +91,16 @@ void Executor::planStep(StepState& st) {
   st.elemSize = base::dataTypeSize(job.buffers.type);
   const size_t bytes = s.count * st.elemSize;
   char* scratch = scratch_ + jobScratch_[st.job];
+  const bool reduces = s.kind == StepKind::RecvReduce || s.kind == StepKind::RecvReduceSend;
+  const bool lazyInput = s.src.buffer == Buffer::Input && jobScalesLazily_[st.job];
+  st.fusesScale = reduces && lazyInput;  // reads the user's input itself
+  st.scalesSrc = (s.kind == StepKind::Send || s.kind == StepKind::Copy) && lazyInput;
   JobBuffers buffers = job.buffers;
   if (jobScaledInput_[st.job] != kNoScaledInput) buffers.input = scratch_ + jobScaledInput_[st.job];
-  st.src = resolve(buffers, scratch, s.src, st.elemSize);
+  st.src = resolve(st.fusesScale ? job.buffers : buffers, scratch, s.src, st.elemSize);
   st.dst = resolve(buffers, scratch, s.dst, st.elemSize);
   st.sliceElems = std::max<size_t>(1, job.sliceBytes / st.elemSize);
   st.nslices = (s.kind == StepKind::Copy || s.count == 0) ? 0 : (s.count + st.sliceElems - 1) / st.sliceElems;
-  bool reduces = s.kind == StepKind::RecvReduce || s.kind == StepKind::RecvReduceSend;
   st.viaSlot = reduces && (s.dst.buffer == Buffer::Transient || overlaps(st.src, st.dst, bytes));
 }
 
@@ -112,6 +115,7 @@ void Executor::startStep(size_t flat) {
   st.slices.resize(st.nslices);
   if (s.kind == StepKind::Copy) {
     size_t bytes = s.count * st.elemSize;
+    scaleSourceSlice(st, 0, s.count);
     if (bytes && st.src != st.dst) memmove(st.dst, st.src, bytes);
   } else if (s.kind == StepKind::Send) {
     for (size_t i = 0; i < st.nslices; ++i)
@@ -147,7 +151,6 @@ bool Executor::advanceStep(size_t flat) {
       if (++st.posted == st.nslices) recvTurn_[peer] = st.nextSameRecvPeer;
       moved = true;
     }
-    const JobBuffers& b = jobs_[st.job].buffers;
     const size_t ready = st.after == kNoStep ? st.nslices : steps_[st.after].finished;
     while (st.finished < st.posted && st.finished < ready && st.slices[st.finished].recv.complete) {
       SliceState& sl = st.slices[st.finished];
@@ -155,7 +158,7 @@ bool Executor::advanceStep(size_t flat) {
       const size_t count = st.sliceCount(st.finished);
       char* out = st.dst ? st.dst + off : sl.slot;  // where this slice's result lives
       if (s.kind == StepKind::RecvReduce || s.kind == StepKind::RecvReduceSend) {
-        b.reduceReceived(s, out, st.src + off, st.viaSlot ? sl.slot : out, count);
+        reduceSlice(st, out, st.src + off, st.viaSlot ? sl.slot : out, count);
         if (st.dst) releaseSlot(sl.slot);  // the result is in dst now
       }
       lastSeen_[peer] = jobs_[st.job].recvFp;  // its fingerprint matched: the peer was in this call
@@ -177,6 +180,7 @@ bool Executor::advanceStep(size_t flat) {
   if (st.sends()) {
     auto peer = static_cast<size_t>(s.sendPeer);
     while (sendTurn_[peer] == flat && st.sendsPosted < st.finished) {
+      if (s.kind == StepKind::Send) scaleSourceSlice(st, st.sliceOffset(st.sendsPosted), st.sliceCount(st.sendsPosted));
       conns_[peer]->postSend(&st.slices[st.sendsPosted].send);
       if (++st.sendsPosted == st.nslices) sendTurn_[peer] = st.nextSameSendPeer;
       moved = true;
@@ -211,18 +215,53 @@ bool Executor::scalesInput(const Job& j) const {
          (j.buffers.op == ReduceOp::Avg && base::avgDivisors(j.buffers.type, nranks_).input > 1);
 }
 
-// One pass over the input as its job starts (NCCL's kernels scale as they load instead); the user's send buffer is
-// left as it was, an in-place call's included.
+// Whether every element of the input is read by at most one step (a schedule that reads some twice, the direct
+// AllReduce's sends to every peer, scales its whole input as it starts: a second scaling of a slice could rewrite
+// bytes a transport is still sending).
+bool Executor::inputReadsDisjoint(const algorithms::Schedule& s) {
+  std::vector<std::pair<size_t, size_t>> reads;  // [begin, end) of each step's source in the input
+  for (const Step& st : s.steps) {
+    const bool readsSrc = st.kind == StepKind::Send || st.kind == StepKind::Copy || st.kind == StepKind::RecvReduce ||
+                          st.kind == StepKind::RecvReduceSend;
+    if (readsSrc && st.src.buffer == Buffer::Input && st.count > 0)
+      reads.emplace_back(st.src.offset, st.src.offset + st.count);
+  }
+  std::sort(reads.begin(), reads.end());
+  for (size_t i = 1; i < reads.size(); ++i)
+    if (reads[i].first < reads[i - 1].second) return false;
+  return true;
+}
+
+// Scaling a job's input (scalesInput says where and when; the user's send buffer is left as it was, an in-place
+// call's included). NCCL's kernels scale as they load; here a reduction scales through an L1-sized block
+// (base::reduceScaled), and what is sent or copied is scaled into scratch just before, still in cache for the copy.
+void Executor::scaleInputRange(size_t job, size_t firstElem, size_t count) {
+  const JobBuffers& b = jobs_[job].buffers;
+  const size_t es = base::dataTypeSize(b.type);
+  base::scaleInto(scratch_ + jobScaledInput_[job] + firstElem * es, static_cast<const char*>(b.input) + firstElem * es,
+                  count, b.type, inputScaleOf(job));
+}
+
+base::InputScale Executor::inputScaleOf(size_t job) const {
+  const JobBuffers& b = jobs_[job].buffers;
+  if (b.op == ReduceOp::PreMulSum) return {true, 1, b.factor};
+  return {false, base::avgDivisors(b.type, nranks_).input, 0};
+}
+
 void Executor::scaleInputAt(size_t flat, const StepState& st) {
   const size_t j = st.job;
-  if (jobScaledInput_[j] == kNoScaledInput || flat != jobFirstStep_[j]) return;
-  const JobBuffers& b = jobs_[j].buffers;
-  char* scaled = scratch_ + jobScaledInput_[j];
-  const size_t count = jobs_[j].schedule->inputCount;
-  if (b.op == ReduceOp::PreMulSum)
-    base::multiplyInto(scaled, b.input, count, b.type, &b.factor);
-  else
-    base::divideInto(scaled, b.input, count, b.type, base::avgDivisors(b.type, nranks_).input);
+  if (jobScaledInput_[j] == kNoScaledInput || jobScalesLazily_[j] || flat != jobFirstStep_[j]) return;
+  scaleInputRange(j, 0, jobs_[j].schedule->inputCount);
+}
+
+void Executor::scaleSourceSlice(const StepState& st, size_t first, size_t count) {
+  if (st.scalesSrc) scaleInputRange(st.job, st.step->src.offset + first, count);
+}
+
+void Executor::reduceSlice(const StepState& st, char* out, const char* src, const char* received, size_t count) const {
+  const JobBuffers& b = jobs_[st.job].buffers;
+  if (!st.fusesScale) return b.reduceReceived(*st.step, out, src, received, count);
+  base::reduceScaled(out, src, received, count, b.type, b.op, inputScaleOf(st.job), st.step->receivedFirst);
 }
 
 // A step's transfers with one peer are done: the trace gets its wait on that peer (none for this rank itself).
@@ -277,6 +316,7 @@ void Executor::begin(std::span<const Job> jobs) {
   // Scratch areas of the jobs, one allocation (kept for later runs).
   jobScratch_.assign(jobs.size(), 0);
   jobScaledInput_.assign(jobs.size(), kNoScaledInput);
+  jobScalesLazily_.assign(jobs.size(), 0);
   size_t scratchTotal = 0;
   for (size_t j = 0; j < jobs.size(); ++j) {
     const size_t elemSize = base::dataTypeSize(jobs[j].buffers.type);
@@ -284,6 +324,7 @@ void Executor::begin(std::span<const Job> jobs) {
     scratchTotal += (jobs[j].schedule->scratchCount * elemSize + 63) / 64 * 64;
     if (scalesInput(jobs[j])) {
       jobScaledInput_[j] = scratchTotal;
+      jobScalesLazily_[j] = inputReadsDisjoint(*jobs[j].schedule);
       scratchTotal += (jobs[j].schedule->inputCount * elemSize + 63) / 64 * 64;
     }
   }

@@ -150,8 +150,12 @@ class Executor {
     bool started = false;
     bool viaSlot = false;  // receive into a transient slot, not into dst
     bool gated = false;    // the small run: may start only once the previous step's receives are done
-    char* src = nullptr;   // resolved step.src (null when unused)
-    char* dst = nullptr;   // resolved step.dst (null for Transient)
+    // A Send or Copy of its job's input, which scales each slice as it reads it (scaleSourceSlice).
+    bool scalesSrc = false;
+    // A reduction of its job's input, which scales it block by block as it reduces (reduceSlice).
+    bool fusesScale = false;
+    char* src = nullptr;  // resolved step.src (null when unused)
+    char* dst = nullptr;  // resolved step.dst (null for Transient)
     size_t elemSize = 0;
     size_t sliceElems = 0;
     size_t nslices = 0;
@@ -188,12 +192,23 @@ class Executor {
   static bool stepDone(const StepState& st) { return stepRecvsDone(st) && (!st.sends() || st.sendsDone == st.nslices); }
   void finishJobIfDone(size_t job);
   /// Whether job `j` sums inputs scaled first: divided (ReduceOp::Avg over a floating type: base::AvgDivisors) or
-  /// multiplied by this rank's factor (ReduceOp::PreMulSum).
+  /// multiplied by this rank's factor (ReduceOp::PreMulSum). Where no two steps read the same elements of the input
+  /// (inputReadsDisjoint), a step that reduces the input scales it block by block as it reduces (fusesScale: no
+  /// pass of its own), and a Send or Copy of it scales each slice into the job's area of scratch_ (jobScaledInput_)
+  /// just before it is read (scalesSrc); otherwise the whole input is scaled there as the job starts (scaleInputAt)
+  /// and every step reads it from there. Never before the job starts: an earlier job of a group may write that input
+  /// (a Sum then an Avg in place).
   bool scalesInput(const Job& j) const;
-  /// When `flat` is the first step of a job that scalesInput: writes the job's input, scaled, into its area of
-  /// scratch_, which its steps read as Buffer::Input. Done as the job starts, not before the run: an earlier job of a
-  /// group may write that input (a Sum then an Avg in place).
+  static bool inputReadsDisjoint(const algorithms::Schedule& s);
   void scaleInputAt(size_t flat, const StepState& st);
+  /// Scales elements [first, first + count) of step `st`'s source (its input) into scratch, when st.scalesSrc: as a
+  /// Copy starts and before each slice of a Send is posted.
+  void scaleSourceSlice(const StepState& st, size_t first, size_t count);
+  void scaleInputRange(size_t job, size_t firstElem, size_t count);
+  /// How job `job` scales its input (read from its buffers at each use: a repeated call may bring another factor).
+  base::InputScale inputScaleOf(size_t job) const;
+  /// A reducing step's arithmetic on one slice (JobBuffers::reduceReceived; scaling src first where st.fusesScale).
+  void reduceSlice(const StepState& st, char* out, const char* src, const char* received, size_t count) const;
   char* acquireSlot();
   void releaseSlot(char*& slot) {
     if (slot) freeSlots_.push_back(slot);
@@ -240,7 +255,8 @@ class Executor {
   char* scratch_ = nullptr;  // Buffer::Scratch of every job (grows, kept between runs)
   size_t scratchBytes_ = 0;
   std::vector<size_t> jobScratch_;                // byte offset of each job's scratch in scratch_
-  std::vector<size_t> jobScaledInput_;            // byte offset of each job's divided input in scratch_
+  std::vector<size_t> jobScaledInput_;            // byte offset of each job's scaled input in scratch_
+  std::vector<uint8_t> jobScalesLazily_;          // by job: its input is scaled as steps read it (scalesInput)
   std::vector<transport::Fingerprint> lastSeen_;  // by peer: the call of the last message received from it
   std::vector<uint8_t> seenInInit_;               // by peer: last seen in one of init's calls (beginUserCalls)
   const CallHistory* history_ = nullptr;

@@ -43,6 +43,7 @@ void Executor::startSmall(StepState& st) {
     st.startTicks = TickClock::ticks();
   if (s.kind == StepKind::Copy) {
     const size_t bytes = s.count * st.elemSize;
+    scaleSourceSlice(st, 0, s.count);
     if (st.src != st.dst) base::moveBytes(st.dst, st.src, bytes);
     return;
   }
@@ -61,6 +62,7 @@ void Executor::startSmall(StepState& st) {
   } else {
     sl.send = transport::Transfer{st.src, bytes};
     sl.send.fp = job.sendFp;
+    scaleSourceSlice(st, 0, s.count);
     conns_[static_cast<size_t>(s.sendPeer)]->postSend(&sl.send);
     st.finished = st.sendsPosted = 1;  // nothing to receive: ready, and posted
   }
@@ -73,9 +75,8 @@ bool Executor::finishSmall(size_t flat) {
     if (!sl.recv.complete) return false;
     const Step& s = *st.step;
     if (s.kind == StepKind::RecvReduce) {
-      const JobBuffers& b = jobs_[st.job].buffers;
       char* out = st.dst ? st.dst : sl.slot;
-      b.reduceReceived(s, out, st.src, st.viaSlot ? sl.slot : out, s.count);
+      reduceSlice(st, out, st.src, st.viaSlot ? sl.slot : out, s.count);
     }
     releaseSlot(sl.slot);
     lastSeen_[static_cast<size_t>(s.recvPeer)] = jobs_[st.job].recvFp;  // its fingerprint matched

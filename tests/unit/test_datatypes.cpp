@@ -794,6 +794,49 @@ TEST(DataTypes, MultiplySemantics) {
   EXPECT_EQ(base::bf16ToFloat(b[0]), 1.5f);
 }
 
+// reduceScaled (the executor's reduction of a scaled input, block by block) gives the bits of scaleInto then reduce,
+// for every type and op, either operand order, a multiply and a divide, out of place and with dst aliasing either
+// operand, over counts around its 4 KiB block. Random bytes: NaNs, infinities and subnormals included.
+TEST(DataTypes, ReduceScaledIsScaleThenReduceBitForBit) {
+  std::mt19937_64 rng(2026);
+  for (DataType type : kAllTypes) {
+    const size_t es = base::dataTypeSize(type);
+    const bool floating = type == DataType::Float16 || type == DataType::Bfloat16 || type == DataType::Float32 ||
+                          type == DataType::Float64;
+    for (size_t n : {size_t{1}, 4096 / es - 1, 4096 / es, 4096 / es + 3, size_t{5000}}) {
+      std::vector<uint8_t> a(n * es), b(n * es), factor(es);
+      for (auto& x : a) x = static_cast<uint8_t>(rng());
+      for (auto& x : b) x = static_cast<uint8_t>(rng());
+      for (auto& x : factor) x = static_cast<uint8_t>(rng());
+      std::vector<base::InputScale> scales{{true, 1, 0}};
+      std::memcpy(&scales[0].factor, factor.data(), es);
+      if (floating) scales.push_back({false, 8, 0});
+      for (const base::InputScale& scale : scales) {
+        for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Max, ReduceOp::Min}) {
+          for (bool scaledSecond : {false, true}) {
+            std::vector<uint8_t> want(n * es), scaled(n * es);
+            base::scaleInto(scaled.data(), a.data(), n, type, scale);
+            if (scaledSecond)
+              reduce(want.data(), b.data(), scaled.data(), n, type, op);
+            else
+              reduce(want.data(), scaled.data(), b.data(), n, type, op);
+            std::vector<uint8_t> out(n * es), inA = a, inB = b;
+            base::reduceScaled(out.data(), a.data(), b.data(), n, type, op, scale, scaledSecond);
+            base::reduceScaled(inA.data(), inA.data(), b.data(), n, type, op, scale, scaledSecond);
+            base::reduceScaled(inB.data(), a.data(), inB.data(), n, type, op, scale, scaledSecond);
+            const std::string what = std::string(dataTypeName(type)) + " " + reduceOpName(op) +
+                                     " n=" + std::to_string(n) + (scale.multiply ? " multiply" : " divide") +
+                                     (scaledSecond ? " scaled second" : "");
+            EXPECT_EQ(out, want) << what;
+            EXPECT_EQ(inA, want) << what << ", dst = a";
+            EXPECT_EQ(inB, want) << what << ", dst = b";
+          }
+        }
+      }
+    }
+  }
+}
+
 // Avg over floating types divides each input by a power of two (exact) and the sum by the rest of nranks; integer
 // types divide the sum once. Where summing first does not overflow, the split division gives its bits (each partial
 // sum is the unscaled one times a power of two); where it does (fp16 inputs of 30000 and up), the average is finite
