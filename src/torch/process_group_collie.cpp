@@ -140,12 +140,12 @@ ProcessGroupCollie::WorkPtr ProcessGroupCollie::allreduce(std::vector<at::Tensor
   checkCpuDense(tensors[0], "allreduce: tensor");
   const ReduceOp op = reductionFor(opts.reduceOp, tensors[0].scalar_type(), "allreduce");
   auto work = makeWork(c10d::OpType::ALLREDUCE, "allreduce", tensors);
-  at::Tensor in = preMultiplied(tensors[0], opts.reduceOp);
-  Staged s = stageTyped(in, "allreduce: tensor");
-  s.original = tensors[0];
+  Staged s = stageTyped(tensors[0], "allreduce: tensor");
+  const Reduction red = reductionWithFactor(opts.reduceOp, op, s);
   if (!s.contig.is_same(s.original)) work->then([s] { s.copyBack(); });
-  return issue(work, "allreduce",
-               [this, w = work.get(), s, op] { w->add(comm_->allReduceAsync(s.ptr(), s.ptr(), s.count, s.type, op)); });
+  return issue(work, "allreduce", [this, w = work.get(), s, red] {
+    w->add(comm_->allReduceAsync(s.ptr(), s.ptr(), s.count, s.type, red));
+  });
 }
 
 ProcessGroupCollie::WorkPtr ProcessGroupCollie::allreduce_coalesced(std::vector<at::Tensor>& tensors,
@@ -160,8 +160,9 @@ ProcessGroupCollie::WorkPtr ProcessGroupCollie::allreduce_coalesced(std::vector<
   const ReduceOp op = reductionFor(opts.reduceOp, tensors[0].scalar_type(), "allreduce_coalesced");
   auto work = makeWork(c10d::OpType::ALLREDUCE_COALESCED, "allreduce_coalesced", tensors);
   std::vector<at::Tensor> flat;
-  for (const at::Tensor& t : tensors) flat.push_back(preMultiplied(t, opts.reduceOp).reshape({-1}));
+  for (const at::Tensor& t : tensors) flat.push_back(t.reshape({-1}));
   Staged s = stageTyped(at::cat(flat), "allreduce_coalesced: tensors");
+  const Reduction red = reductionWithFactor(opts.reduceOp, op, s);
   work->then([s, tensors] {
     int64_t offset = 0;
     for (const at::Tensor& t : tensors) {
@@ -169,8 +170,9 @@ ProcessGroupCollie::WorkPtr ProcessGroupCollie::allreduce_coalesced(std::vector<
       offset += t.numel();
     }
   });
-  return issue(work, "allreduce_coalesced",
-               [this, w = work.get(), s, op] { w->add(comm_->allReduceAsync(s.ptr(), s.ptr(), s.count, s.type, op)); });
+  return issue(work, "allreduce_coalesced", [this, w = work.get(), s, red] {
+    w->add(comm_->allReduceAsync(s.ptr(), s.ptr(), s.count, s.type, red));
+  });
 }
 
 ProcessGroupCollie::WorkPtr ProcessGroupCollie::reduce(std::vector<at::Tensor>& tensors,
@@ -180,12 +182,12 @@ ProcessGroupCollie::WorkPtr ProcessGroupCollie::reduce(std::vector<at::Tensor>& 
   checkCpuDense(tensors[0], "reduce: tensor");
   const ReduceOp op = reductionFor(opts.reduceOp, tensors[0].scalar_type(), "reduce");
   auto work = makeWork(c10d::OpType::REDUCE, "reduce", tensors);
-  Staged s = stageTyped(preMultiplied(tensors[0], opts.reduceOp), "reduce: tensor");
-  s.original = tensors[0];
+  Staged s = stageTyped(tensors[0], "reduce: tensor");
+  const Reduction red = reductionWithFactor(opts.reduceOp, op, s);
   const int root = static_cast<int>(opts.rootRank);
   if (rank_ == root && !s.contig.is_same(s.original)) work->then([s] { s.copyBack(); });
-  return issue(work, "reduce", [this, w = work.get(), s, op, root] {
-    w->add(comm_->reduceAsync(s.ptr(), s.ptr(), s.count, s.type, op, root));
+  return issue(work, "reduce", [this, w = work.get(), s, red, root] {
+    w->add(comm_->reduceAsync(s.ptr(), s.ptr(), s.count, s.type, red, root));
   });
 }
 
@@ -285,13 +287,14 @@ ProcessGroupCollie::WorkPtr ProcessGroupCollie::reduce_scatter(std::vector<at::T
   checkSameLayout(inputs[0], outputs[0], "reduce_scatter: input");
   const ReduceOp op = reductionFor(opts.reduceOp, outputs[0].scalar_type(), "reduce_scatter");
   std::vector<at::Tensor> flat;
-  for (const at::Tensor& t : inputs[0]) flat.push_back(preMultiplied(t, opts.reduceOp).reshape({-1}));
+  for (const at::Tensor& t : inputs[0]) flat.push_back(t.reshape({-1}));
   Staged in = stageTyped(at::cat(flat), "reduce_scatter: input");
   Staged out = stageTyped(outputs[0], "reduce_scatter: output");
+  const Reduction red = reductionWithFactor(opts.reduceOp, op, in);
   auto work = makeWork(c10d::OpType::REDUCE_SCATTER, "reduce_scatter", outputs);
   work->then([in, out] { out.copyBack(); });
-  return issue(work, "reduce_scatter", [this, w = work.get(), in, out, op] {
-    w->add(comm_->reduceScatterAsync(in.ptr(), out.ptr(), out.count, out.type, op));
+  return issue(work, "reduce_scatter", [this, w = work.get(), in, out, red] {
+    w->add(comm_->reduceScatterAsync(in.ptr(), out.ptr(), out.count, out.type, red));
   });
 }
 
@@ -307,7 +310,9 @@ ProcessGroupCollie::StagedPair ProcessGroupCollie::stageReduceScatter(at::Tensor
   TORCH_CHECK(input.numel() == output.numel() * size_, "collie ", what, ": input has ", input.numel(),
               " elements, expected output elements (", output.numel(), ") times the group size (", size_, ")");
   const ReduceOp op = reductionFor(reduceOp, output.scalar_type(), what);
-  return {stageTyped(preMultiplied(input, reduceOp), what + ": input"), stageTyped(output, what + ": output"), op};
+  Staged in = stageTyped(input, what + ": input");
+  const Reduction red = reductionWithFactor(reduceOp, op, in);
+  return {std::move(in), stageTyped(output, what + ": output"), red};
 }
 
 std::function<void()> ProcessGroupCollie::reduceScatterCalls(CollieWork& work, const StagedPair& p) {

@@ -103,7 +103,7 @@ class ProcessGroupCollie : public COLLIE_C10D_BASE {
   /// One all-gather or reduce-scatter, checked and staged (op: the reduce-scatter's).
   struct StagedPair {
     Staged in, out;
-    collie::ReduceOp op;
+    collie::Reduction op = collie::ReduceOp::Sum;
   };
   StagedPair stageAllgather(at::Tensor& output, at::Tensor& input, const std::string& what) const;
   StagedPair stageReduceScatter(at::Tensor& output, at::Tensor& input, const c10d::ReduceOp& reduceOp,

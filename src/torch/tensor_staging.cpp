@@ -123,18 +123,35 @@ ReduceOp reductionFor(const c10d::ReduceOp& op, at::ScalarType dtype, const std:
   return ReduceOp::Sum;
 }
 
-at::Tensor preMultiplied(const at::Tensor& t, const c10d::ReduceOp& op) {
-  if (op.op_ != c10d::ReduceOp::PREMUL_SUM) return t;
-  TORCH_CHECK(at::isFloatingType(t.scalar_type()) || at::isComplexType(t.scalar_type()),
-              "collie: PREMUL_SUM needs a floating-point tensor, got ", c10::toString(t.scalar_type()));
+Reduction reductionWithFactor(const c10d::ReduceOp& op, ReduceOp base, const Staged& s) {
+  if (op.op_ != c10d::ReduceOp::PREMUL_SUM) return base;
+  const at::ScalarType dtype = s.original.scalar_type();
+  TORCH_CHECK(at::isFloatingType(dtype) || at::isComplexType(dtype),
+              "collie: PREMUL_SUM needs a floating-point tensor, got ", c10::toString(dtype));
   auto* supplement = dynamic_cast<c10d::NCCLPreMulSumSupplement*>(op.supplement_.get());
   TORCH_CHECK(supplement != nullptr, "collie: PREMUL_SUM without its factor");
+  double factor = supplement->double_factor;
 #if TORCH_VERSION_MAJOR >= 2  // one tensor factor; torch 1.x kept a list of them
-  if (supplement->tensor_factor.defined()) return t * supplement->tensor_factor.to(t.device());
+  const at::Tensor tensorFactor = supplement->tensor_factor;
 #else
-  if (!supplement->tensor_factors.empty()) return t * supplement->tensor_factors.front().to(t.device());
+  const at::Tensor tensorFactor =
+      supplement->tensor_factors.empty() ? at::Tensor() : supplement->tensor_factors.front();
 #endif
-  return t * supplement->double_factor;
+  if (tensorFactor.defined()) {
+    TORCH_CHECK(!at::isComplexType(tensorFactor.scalar_type()), "collie: PREMUL_SUM with a complex factor (",
+                c10::toString(tensorFactor.scalar_type()), ") is not supported: collie scales by a real factor");
+    factor = tensorFactor.item<double>();
+  }
+  switch (s.type) {  // the staged type: a complex tensor's is its real part's
+    case DataType::Float16:
+      return Reduction::preMulSum(Half{c10::Half(static_cast<float>(factor)).x});
+    case DataType::Bfloat16:
+      return Reduction::preMulSum(BFloat16{c10::BFloat16(static_cast<float>(factor)).x});
+    case DataType::Float32:
+      return Reduction::preMulSum(static_cast<float>(factor));
+    default:
+      return Reduction::preMulSum(factor);
+  }
 }
 
 size_t byteSize(const at::Tensor& t) { return static_cast<size_t>(t.numel()) * t.element_size(); }

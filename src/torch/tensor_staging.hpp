@@ -42,9 +42,11 @@ Staged stageTyped(const at::Tensor& t, const std::string& what);
 /// clear error for what collie has not (bitwise ops on integers, product/min/max on complex).
 ReduceOp reductionFor(const c10d::ReduceOp& op, at::ScalarType dtype, const std::string& what);
 
-/// PREMUL_SUM: `t` times the op's factor, a new tensor (the caller stages that and copies it back). Other ops:
-/// `t` itself.
-at::Tensor preMultiplied(const at::Tensor& t, const c10d::ReduceOp& op);
+/// What collie computes for torch's `op` on a tensor staged as `s`: `base` (reductionFor's), or for PREMUL_SUM
+/// collie's PreMulSum with the op's factor converted to the staged type, as PyTorch's NCCL backend converts it for
+/// ncclRedOpCreatePreMulSum (collie scales the input as it reduces: no copy of the tensor). Throws for a PREMUL_SUM
+/// on a tensor that is not floating point or complex, or with a complex factor.
+Reduction reductionWithFactor(const c10d::ReduceOp& op, ReduceOp base, const Staged& s);
 
 /// Bytes of `t` (contiguous copy when needed) written at dst.
 void copyToBytes(const at::Tensor& t, void* dst);

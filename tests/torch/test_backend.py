@@ -69,6 +69,43 @@ def expect_raises(fn, pattern, what):
     raise AssertionError(f"{what}: did not raise")
 
 
+# ---- PREMUL_SUM: each rank's tensor times its own factor, summed (collie's PreMulSum, no copy of the tensor) ------
+def premul(factor):
+    if isinstance(factor, torch.Tensor) and int(torch.__version__.split(".")[0]) < 2:
+        factor = [factor]  # torch 1.x takes a list of factor tensors
+    return dist._make_nccl_premul_sum(factor)
+
+
+def premul_checks(rank, ws):
+    f = 0.5 * (rank + 1)  # every factor, input and sum below is exact in each floating type
+    total = sum(0.5 * (r + 1) * (r + 1) for r in range(ws))
+    for dtype in (torch.float32, torch.float64, torch.float16, torch.bfloat16):
+        t = torch.full((1000,), float(rank + 1), dtype=dtype)
+        dist.all_reduce(t, op=premul(f))
+        check_equal(t, torch.full((1000,), total), f"all_reduce PREMUL_SUM {dtype}")
+    nc = torch.full((4, 6), float(rank + 1))[:, ::2]  # not contiguous; the factor a tensor
+    dist.all_reduce(nc, op=premul(torch.tensor(2.0 * (rank + 1))))
+    check_equal(nc, torch.full((4, 3), 4.0 * total), "all_reduce PREMUL_SUM, a tensor factor, not contiguous")
+    c = torch.tensor([1 + 2j, -3 + 0.5j], dtype=torch.complex64) * (rank + 1)
+    dist.all_reduce(c, op=premul(f))
+    check_equal(c, torch.tensor([1 + 2j, -3 + 0.5j]) * total, "all_reduce PREMUL_SUM complex")
+    r = torch.full((7,), float(rank + 1), dtype=torch.float64)
+    dist.reduce(r, ws - 1, op=premul(f))
+    if rank == ws - 1:
+        check_equal(r, torch.full((7,), total), "reduce PREMUL_SUM")
+    inputs = [torch.full((3,), float(rank + 1 + j)) for j in range(ws)]
+    out = torch.empty(3)
+    dist.reduce_scatter(out, inputs, op=premul(f))
+    check_equal(out, torch.full((3,), sum(0.5 * (q + 1) * (q + 1 + rank) for q in range(ws))), "reduce_scatter PREMUL_SUM")
+    flat = torch.full((ws * 3,), float(rank + 1))
+    out = torch.empty(3)
+    dist._reduce_scatter_base(out, flat, op=premul(f))
+    check_equal(out, torch.full((3,), total), "_reduce_scatter_base PREMUL_SUM")
+    check_equal(flat, torch.full((ws * 3,), float(rank + 1)), "_reduce_scatter_base PREMUL_SUM: input left as it was")
+    expect_raises(lambda: dist.all_reduce(torch.ones(3, dtype=torch.int32), op=premul(2.0)), "floating-point",
+                  "PREMUL_SUM on int32")
+
+
 # ---- collectives ---------------------------------------------------------------------------------------------------
 def case_collectives(rank, ws):
     # reduce_scatter (list form): input j on rank r is full of 100*r + j; output on rank r = sum over ranks of j=r.
@@ -124,6 +161,7 @@ def case_collectives(rank, ws):
     c = torch.tensor([1 + 2j, -3 + 0.5j], dtype=torch.complex64) * (rank + 1)
     dist.all_reduce(c)
     check_equal(c, torch.tensor([1 + 2j, -3 + 0.5j]) * sum(range(1, ws + 1)), "all_reduce complex")
+    premul_checks(rank, ws)
     expect_raises(lambda: dist.all_reduce(c, op=dist.ReduceOp.MAX), "complex", "complex MAX")
 
     # Non-contiguous tensor: a transposed view, written back in place.
