@@ -329,13 +329,18 @@ double InputValue(Gen gen, int r, int n, size_t i) {
 
 }  // namespace
 
-double CheckContext::Input(int r, size_t idx) const { return InputValue(GenFor(reduction_, op_), r, nranks_, idx); }
+// premulsum doubles some inputs (PreMulFactor): its values are sized for twice the ranks, so that sums fit int8.
+int CheckContext::SizingRanks() const { return op_ == kPreMulSum ? 2 * nranks_ : nranks_; }
+
+double CheckContext::Input(int r, size_t idx) const {
+  return InputValue(GenFor(reduction_, op_), r, SizingRanks(), idx);
+}
 
 double CheckContext::Reduced(size_t idx) const {
   const Gen gen = GenFor(reduction_, op_);
-  double acc = InputValue(gen, 0, nranks_, idx) * (op_ == kPreMulSum ? PreMulFactor(0) : 1);
+  double acc = InputValue(gen, 0, SizingRanks(), idx) * (op_ == kPreMulSum ? PreMulFactor(0) : 1);
   for (int r = 1; r < nranks_; ++r) {
-    const double v = InputValue(gen, r, nranks_, idx) * (op_ == kPreMulSum ? PreMulFactor(r) : 1);
+    const double v = InputValue(gen, r, SizingRanks(), idx) * (op_ == kPreMulSum ? PreMulFactor(r) : 1);
     switch (op_) {
       case collieProd:
         acc *= v;
@@ -509,7 +514,8 @@ class Runner {
   void Sweep(const TypeInfo& t, const OpInfo& op) {
     const int root = coll_.hasRoot ? opt_.root : -1;
     collieRedOp_t callOp = op.op;  // premulsum: this type's op, made for the sweep
-    if (coll_.hasOp && op.op == kPreMulSum) {
+    const bool madeOp = coll_.hasOp && op.op == kPreMulSum;
+    if (madeOp) {
       Dispatch(t.type, [&](auto tag) {
         auto factor = FromDouble<decltype(tag)>(PreMulFactor(rank_));
         PERF_CHECK(collieRedOpCreatePreMulSum(&callOp, &factor, t.type, collieScalarHostImmediate, comm_));
@@ -531,7 +537,7 @@ class Runner {
         size += opt_.stepBytes;
       }
     }
-    if (callOp != op.op) PERF_CHECK(collieRedOpDestroy(callOp, comm_));
+    if (madeOp) PERF_CHECK(collieRedOpDestroy(callOp, comm_));
   }
 
   const std::vector<Row>& rows() const { return rows_; }

@@ -47,6 +47,7 @@ class CheckContext {
   static double Unchecked();
 
  private:
+  int SizingRanks() const;
   int rank_, nranks_, root_;
   collieRedOp_t op_;
   bool reduction_;

@@ -21,16 +21,18 @@ namespace {
 
 constexpr collieRedOp_t kNoOp = collieSum;  // for calls that do not reduce
 
-// The reduction a call names: a built-in op (any other value below collieNumOps is refused by the call's checks), or
-// one of the handle's collieRedOpCreatePreMulSum ops, whose factor a collieScalarDevice op reads now.
-collie::Reduction reductionOf(collieComm* handle, const collieRedOp_t& o, const collie::Communicator& c) {
+// The reduction a call names (`what`: the call's name without "collie"): a built-in op (any other value below
+// collieNumOps is refused by the call's checks), or one of the handle's collieRedOpCreatePreMulSum ops, whose factor a
+// collieScalarDevice op reads now.
+collie::Reduction reductionOf(collieComm* handle, const collieRedOp_t& o, const collie::Communicator& c,
+                              const char* what) {
   const int raw = rawEnum(o);
   if (raw < collieNumOps) return static_cast<collie::ReduceOp>(raw);
   std::lock_guard<std::mutex> lock(handle->opsMu);
   const size_t i = static_cast<size_t>(raw - collieNumOps);
   COLLIE_ARG_CHECK(
       i < handle->userOps.size() && handle->userOps[i].live,
-      "rank %d: op=%d is no reduction op of this communicator (%s)", c.rank(), raw,
+      "collie%s on rank %d: op=%d is no reduction op of this communicator (%s)", what, c.rank(), raw,
       i < handle->userOps.size() ? "destroyed by collieRedOpDestroy" : "not made by collieRedOpCreatePreMulSum on it");
   const collieComm::UserOp& u = handle->userOps[i];
   uint64_t factor = u.value;
@@ -43,7 +45,9 @@ collie::Reduction reductionOf(collieComm* handle, const collieRedOp_t& o, const 
 collieResult_t streamCall(collieComm_t handle, collieStream_t stream, Collective coll, const void* send, void* recv,
                           size_t count, collie::DataType type, const collieRedOp_t& op, int root) {
   return callOn(handle, [&](collie::Communicator& c) {
-    collie::InternalAccess::runOnStream(c, coll, send, recv, count, type, reductionOf(handle, op, c), root, stream);
+    collie::InternalAccess::runOnStream(c, coll, send, recv, count, type,
+                                        reductionOf(handle, op, c, collie::algorithms::collectiveName(coll)), root,
+                                        stream);
   });
 }
 
@@ -89,10 +93,18 @@ collieResult_t collieRedOpCreatePreMulSum(collieRedOp_t* op, void* scalar, colli
       u.where = scalar;
     }
     std::lock_guard<std::mutex> lock(comm->opsMu);
-    COLLIE_USAGE_CHECK(comm->userOps.size() < static_cast<size_t>(collieMaxRedOp - collieNumOps),
-                       "collieRedOpCreatePreMulSum on rank %d: no op value left", c.rank());
-    comm->userOps.push_back(u);
-    *op = static_cast<collieRedOp_t>(collieNumOps + static_cast<int>(comm->userOps.size() - 1));
+    size_t i = comm->userOps.size();
+    if (!comm->freeOps.empty()) {  // a destroyed op's value is made again, as NCCL's are (ProcessGroupNCCL makes and
+      i = comm->freeOps.back();    // destroys one per PREMUL_SUM call: the table must not grow with them)
+      comm->freeOps.pop_back();
+      comm->userOps[i] = u;
+    } else {
+      COLLIE_USAGE_CHECK(i < static_cast<size_t>(collieMaxRedOp - collieNumOps),
+                         "collieRedOpCreatePreMulSum on rank %d: no op value left", c.rank());
+      comm->userOps.push_back(u);
+    }
+    const int made = collieNumOps + static_cast<int>(i);
+    std::memcpy(op, &made, sizeof made);
   });
 }
 
@@ -103,10 +115,12 @@ collieResult_t collieRedOpDestroy(collieRedOp_t op, collieComm_t comm) {
     const size_t i = static_cast<size_t>(raw) - collieNumOps;
     COLLIE_ARG_CHECK(raw >= collieNumOps && i < comm->userOps.size() && comm->userOps[i].live,
                      "collieRedOpDestroy on rank %d: op=%d is %s", c.rank(), raw,
-                     raw < collieNumOps         ? "a built-in reduction, which cannot be destroyed"
+                     raw < 0                    ? "not a reduction op"
+                     : raw < collieNumOps       ? "a built-in reduction, which cannot be destroyed"
                      : i < comm->userOps.size() ? "destroyed already"
                                                 : "not made by collieRedOpCreatePreMulSum on this communicator");
     comm->userOps[i].live = false;
+    comm->freeOps.push_back(i);
   });
 }
 
@@ -183,7 +197,7 @@ collieResult_t collieGroupFail(collieResult_t code, const char* why) {
 collieResult_t collieAllReduceAsync(const void* sendbuff, void* recvbuff, size_t count, collieDataType_t datatype,
                                     collieRedOp_t op, collieComm_t comm, collieRequest_t* request) {
   return asyncCall(comm, request, [&](collie::Communicator& c) {
-    return c.allReduceAsync(sendbuff, recvbuff, count, dt(datatype), reductionOf(comm, op, c));
+    return c.allReduceAsync(sendbuff, recvbuff, count, dt(datatype), reductionOf(comm, op, c, "AllReduceAsync"));
   });
 }
 
@@ -197,7 +211,7 @@ collieResult_t collieBroadcastAsync(const void* sendbuff, void* recvbuff, size_t
 collieResult_t collieReduceAsync(const void* sendbuff, void* recvbuff, size_t count, collieDataType_t datatype,
                                  collieRedOp_t op, int root, collieComm_t comm, collieRequest_t* request) {
   return asyncCall(comm, request, [&](collie::Communicator& c) {
-    return c.reduceAsync(sendbuff, recvbuff, count, dt(datatype), reductionOf(comm, op, c), root);
+    return c.reduceAsync(sendbuff, recvbuff, count, dt(datatype), reductionOf(comm, op, c, "ReduceAsync"), root);
   });
 }
 
@@ -212,7 +226,8 @@ collieResult_t collieReduceScatterAsync(const void* sendbuff, void* recvbuff, si
                                         collieDataType_t datatype, collieRedOp_t op, collieComm_t comm,
                                         collieRequest_t* request) {
   return asyncCall(comm, request, [&](collie::Communicator& c) {
-    return c.reduceScatterAsync(sendbuff, recvbuff, recvcount, dt(datatype), reductionOf(comm, op, c));
+    return c.reduceScatterAsync(sendbuff, recvbuff, recvcount, dt(datatype),
+                                reductionOf(comm, op, c, "ReduceScatterAsync"));
   });
 }
 

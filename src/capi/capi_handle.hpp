@@ -42,7 +42,8 @@ struct collieComm {
   collieResult_t initResult = collieSuccess;
   std::string initError;
   bool initDone = true;
-  // The reductions made by collieRedOpCreatePreMulSum: op collieNumOps + i is userOps[i] (never reused).
+  // The reductions made by collieRedOpCreatePreMulSum: op collieNumOps + i is userOps[i]; a destroyed one's index
+  // is in freeOps, made again by the next create.
   struct UserOp {
     bool live = true;
     collie::DataType type = collie::DataType::Float32;
@@ -52,6 +53,7 @@ struct collieComm {
   };
   std::mutex opsMu;
   std::vector<UserOp> userOps;
+  std::vector<size_t> freeOps;
 };
 
 struct collieRequest {

@@ -66,6 +66,7 @@ std::vector<uint8_t> reducedTable(DataType type, ReduceOp op, int nranks) {
       switch (op) {
         case ReduceOp::Sum:
         case ReduceOp::Avg:
+        case ReduceOp::PreMulSum:  // as Sum: the input's scaling comes before the kernels
           acc += v;
           break;
         case ReduceOp::Prod:

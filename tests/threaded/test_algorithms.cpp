@@ -280,9 +280,14 @@ TEST_P(PreMulSumMatrix, EveryRanksOwnFactorExactly) {
                 }
                 const size_t block = coll == Coll::ReduceScatter ? static_cast<size_t>(rank) * count * es : 0;
                 void* recv = inPlace ? in.data() + block : out.data();
+                const std::vector<uint8_t> sent = in;
                 if (coll == Coll::AllReduce) comm.allReduce(in.data(), recv, count, t.type, op);
                 if (coll == Coll::Reduce) comm.reduce(in.data(), recv, count, t.type, op, nranks - 1);
                 if (coll == Coll::ReduceScatter) comm.reduceScatter(in.data(), recv, count, t.type, op);
+                if (!inPlace && in != sent) {  // the scaling goes to scratch, never to the caller's input
+                  ADD_FAILURE() << base::dataTypeName(t.type) << " " << collName(coll) << " count " << count
+                                << ": rank " << rank << "'s send buffer changed";
+                }
                 if (coll == Coll::Reduce && rank != nranks - 1) continue;
                 const uint8_t* got = static_cast<const uint8_t*>(recv);
                 const uint8_t* want = expected.data() + block;

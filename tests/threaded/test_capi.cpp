@@ -266,7 +266,9 @@ TEST(CApiPreMulSum, EachRanksFactorImmediateOrReadAtEachCall) {
     EXPECT_OK(collieReduceAsync(in.data(), out.data(), 10, collieFloat64, now, 0, comm, &req));
     EXPECT_OK(collieWait(req));
     EXPECT_OK(collieRequestFree(req));
-    if (rank == 0) EXPECT_EQ(std::vector<double>(out.begin(), out.begin() + 10), std::vector<double>(10, 7.0));
+    if (rank == 0) {
+      EXPECT_EQ(std::vector<double>(out.begin(), out.begin() + 10), std::vector<double>(10, 7.0));
+    }
     std::vector<int32_t> ints(5, rank + 1), intsOut(5, 0);
     int32_t f = -(rank + 1);
     collieRedOp_t intOp = collieSum;
@@ -302,12 +304,26 @@ TEST(CApiPreMulSum, EachRanksFactorImmediateOrReadAtEachCall) {
               collieInvalidArgument);
     EXPECT_EQ(collieRedOpCreatePreMulSum(&bad, &live, static_cast<collieDataType_t>(42), collieScalarDevice, comm),
               collieInvalidArgument);
-    EXPECT_EQ(collieRedOpCreatePreMulSum(&bad, &live, collieFloat64, static_cast<collieScalarResidence_t>(2), comm),
-              collieInvalidArgument);
+    collieScalarResidence_t residence2;  // a value outside the enum, as a C caller may pass it
+    const int two = 2;
+    std::memcpy(&residence2, &two, sizeof two);
+    EXPECT_EQ(collieRedOpCreatePreMulSum(&bad, &live, collieFloat64, residence2, comm), collieInvalidArgument);
     EXPECT_NE(std::string(collieGetLastError(comm)).find("residence=2"), std::string::npos);
     EXPECT_EQ(bad, collieSum);
     EXPECT_OK(collieRedOpDestroy(later, comm));
     EXPECT_OK(collieRedOpDestroy(intOp, comm));
+    // A destroyed op's value is made again (as NCCL's): a program that makes and destroys one per call, as PyTorch's
+    // NCCL backend does for PREMUL_SUM, keeps a table of one.
+    for (int k = 0; k < 100; ++k) {
+      double f = k;
+      collieRedOp_t made = collieSum;
+      EXPECT_OK(collieRedOpCreatePreMulSum(&made, &f, collieFloat64, collieScalarHostImmediate, comm));
+      EXPECT_EQ(made, intOp) << "make " << k;
+      double one = 1, sum = 0;
+      EXPECT_OK(collieAllReduce(&one, &sum, 1, collieFloat64, made, comm, nullptr));
+      EXPECT_EQ(sum, 3.0 * k);
+      EXPECT_OK(collieRedOpDestroy(made, comm));
+    }
     EXPECT_OK(collieBarrier(comm));
   });
 }

@@ -337,6 +337,15 @@ TEST(PreMulSum, EachCallTakesItsOwnFactorRepeatedOrInAGroup) {
             const float want = k < 5 ? 12.0f : 0.5f * (1 + 4 + 9);
             ASSERT_EQ(out, std::vector<float>(count, want)) << "call " << k << ", count " << count;
           }
+          // Sum, PreMulSum and Avg in turn on the same buffers (one plan, kept: the op and factor are read per call).
+          const Reduction turns[] = {ReduceOp::Sum, Reduction::preMulSum(2.0f), ReduceOp::Avg,
+                                     Reduction::preMulSum(0.5f * mine), ReduceOp::Sum};
+          const float turnWant[] = {6, 12, 2, 7, 6};
+          for (size_t k = 0; k < 5; ++k) {
+            comm.allReduce(in.data(), out.data(), count, DataType::Float32, turns[k]);
+            ASSERT_EQ(out, std::vector<float>(count, turnWant[k])) << "turn " << k << ", count " << count;
+            ASSERT_EQ(in, std::vector<float>(count, mine)) << "turn " << k << ": the send buffer changed";
+          }
           std::vector<float> x(count, mine);
           groupStart();
           comm.allReduceAsync(x.data(), x.data(), count, DataType::Float32, ReduceOp::Sum);  // 6 everywhere

@@ -318,6 +318,7 @@ struct IntRef {
     switch (op) {
       case ReduceOp::Sum:
       case ReduceOp::Avg:
+      case ReduceOp::PreMulSum:  // as Sum: the input's scaling comes before the kernels
         return static_cast<T>(static_cast<uint64_t>(a) + static_cast<uint64_t>(b));  // modulo 2^width
       case ReduceOp::Prod:
         return static_cast<T>(static_cast<uint64_t>(a) * static_cast<uint64_t>(b));
@@ -368,6 +369,7 @@ struct FloatRef {
     switch (op) {
       case ReduceOp::Sum:
       case ReduceOp::Avg:
+      case ReduceOp::PreMulSum:  // as Sum: the input's scaling comes before the kernels
         return static_cast<F>(std::is_same_v<F, double> ? a + b : x + y);
       case ReduceOp::Prod:
         return static_cast<F>(std::is_same_v<F, double> ? a * b : x * y);
@@ -405,6 +407,7 @@ struct Small16Ref {
     switch (op) {
       case ReduceOp::Sum:
       case ReduceOp::Avg:
+      case ReduceOp::PreMulSum:  // as Sum: the input's scaling comes before the kernels
         r = x + y;
         break;
       case ReduceOp::Prod:

@@ -154,6 +154,16 @@ int rawEnum(const E& e) {
   return v;
 }
 
+/// An enum value of `To` with the bits of `from` (an int-sized enum or int): no conversion of a value outside the
+/// enum's range, which C++ leaves undefined; the receiving side validates it.
+template <typename To, typename From>
+To sameBits(const From& from) {
+  static_assert(sizeof(To) == sizeof(From));
+  To to;
+  std::memcpy(&to, &from, sizeof(to));
+  return to;
+}
+
 /// NCCL's datatype as collie's; ncclInvalidArgument (with a message) for fp8 and for values outside the enum.
 ncclResult_t toCollieType(ncclComm* comm, const char* fn, const ncclDataType_t& type, collieDataType_t* out);
 /// NCCL's built-in reduction as collie's; ncclInvalidArgument for custom (ncclRedOpCreatePreMulSum) and bad ops.

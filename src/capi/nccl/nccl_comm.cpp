@@ -427,8 +427,7 @@ NCCL_ABI(ncclResult_t, ncclRedOpCreatePreMulSum, ncclRedOp_t* op, void* scalar, 
                 static_cast<int>(ncclScalarHostImmediate) == collieScalarHostImmediate);
   collieRedOp_t made = collieSum;
   const ncclResult_t r = fromCollie(
-      comm, fn,
-      collieRedOpCreatePreMulSum(&made, scalar, t, static_cast<collieScalarResidence_t>(rawEnum(residence)), c));
+      comm, fn, collieRedOpCreatePreMulSum(&made, scalar, t, sameBits<collieScalarResidence_t>(residence), c));
   if (r == ncclSuccess) *op = static_cast<ncclRedOp_t>(made);
   return r;
 }
@@ -437,5 +436,5 @@ NCCL_ABI(ncclResult_t, ncclRedOpDestroy, ncclRedOp_t op, ncclComm_t comm) {
   const char* fn = "ncclRedOpDestroy";
   collieComm_t c = nullptr;
   NCCL_TRY(resolve(comm, fn, &c));
-  return fromCollie(comm, fn, collieRedOpDestroy(static_cast<collieRedOp_t>(rawEnum(op)), c));
+  return fromCollie(comm, fn, collieRedOpDestroy(sameBits<collieRedOp_t>(op), c));
 }
