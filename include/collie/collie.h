@@ -114,7 +114,9 @@ typedef struct collieConfig_v1 {
   int blocking;         /**< 1 (default): init blocks; 0: init returns collieInProgress, poll collieCommGetAsyncError */
   int timeoutMs;        /**< how long a call waits on a silent peer before failing; default COLLIE_TIMEOUT */
   const char* commName; /**< a name used in logs and errors; default none */
-  int splitShare; /**< collieCommSplit: 1 shares the parent's connections (Options::shareConnections); default 0 */
+  int splitShare;       /**< collieCommSplit: 1 shares the parent's connections (Options::shareConnections). Unset in a
+                             split's config: what the parent's own config set (at its init or split), else 0, as NCCL
+                             takes it from the parent's config */
 } collieConfig_t;
 
 #define COLLIE_CONFIG_INITIALIZER                                                                                  \

@@ -62,10 +62,12 @@ namespace {
 
 thread_local std::string tlsReturnedError;  // what collieGetLastError(comm) returns: a copy made under the lock
 
-// A new handle owning `created` (out of memory: *out stays NULL and the communicator is destroyed).
-collieResult_t newHandle(std::unique_ptr<collie::Communicator> created, collieComm_t* out) {
+// A new handle owning `created` (out of memory: *out stays NULL and the communicator is destroyed), whose splits
+// share its connections by default when `splitShare`.
+collieResult_t newHandle(std::unique_ptr<collie::Communicator> created, collieComm_t* out, bool splitShare) {
   return guarded(nullptr, [&] {
     auto handle = std::make_unique<collieComm>();
+    handle->splitShare = splitShare;
     handle->shared = std::make_shared<CommShared>(std::move(created));
     *out = handle.release();
   });
@@ -89,6 +91,7 @@ collieResult_t initRank(collieComm_t* out, int nranks, const collieUniqueId& id,
   const bool blocking = parsed.blocking;
   collieComm* handle = nullptr;
   if (collieResult_t r = guarded(nullptr, [&] { handle = new collieComm; }); r != collieSuccess) return r;
+  handle->splitShare = parsed.splitShareSet && options.shareConnections;
   collie::UniqueId uid;
   uid.raw = id;
   auto init = [handle, nranks, uid, rank, options] {
@@ -178,7 +181,7 @@ collieResult_t collieCommInitAll(collieComm_t* comms, int ndev, const int* devli
   if (r != collieSuccess) return r;
   for (int i = 0; i < ndev; ++i) {
     if (devlist) collie::InternalAccess::bindDevice(*all[static_cast<size_t>(i)], devlist[i]);  // may share a GPU
-    if (r = newHandle(std::move(all[static_cast<size_t>(i)]), &comms[i]); r != collieSuccess) {
+    if (r = newHandle(std::move(all[static_cast<size_t>(i)]), &comms[i], false); r != collieSuccess) {
       for (int j = 0; j < i; ++j) {  // no half-made set: every peer is aborted
         collieCommAbort(comms[j]);
         comms[j] = nullptr;
@@ -198,7 +201,7 @@ collieResult_t collieCommInitFromEnv(collieComm_t* comm, collieConfig_t* config)
   std::unique_ptr<collie::Communicator> created;
   collieResult_t r = guarded(nullptr, [&] { created = collie::Communicator::createFromEnv(options); });
   if (r != collieSuccess) return r;
-  return newHandle(std::move(created), comm);
+  return newHandle(std::move(created), comm, parsed.splitShareSet && options.shareConnections);
 }
 
 collieResult_t collieCommDestroy(collieComm_t handle) {
@@ -297,11 +300,12 @@ collieResult_t collieCommSplit(collieComm_t comm, int color, int key, collieComm
   *newcomm = nullptr;
   collie::capi::ParsedConfig parsed;  // blocking is not used: split always blocks
   if (collieResult_t r = parseConfig(config, &parsed); r != collieSuccess) return r;
-  const collie::Options& options = parsed.options;
+  collie::Options options = parsed.options;
+  if (!parsed.splitShareSet && comm) options.shareConnections = comm->splitShare;  // the parent's config decides
   std::unique_ptr<collie::Communicator> created;
   collieResult_t r = withComm(comm, [&](collie::Communicator& c) { created = c.split(color, key, options); });
   if (r != collieSuccess || !created) return r;
-  return newHandle(std::move(created), newcomm);
+  return newHandle(std::move(created), newcomm, options.shareConnections);
 }
 
 collieResult_t collieCommShrink(collieComm_t comm, const int* excludeRanks, int excludeCount, collieComm_t* newcomm) {
@@ -322,7 +326,7 @@ collieResult_t collieCommShrinkConfig(collieComm_t comm, const int* excludeRanks
   std::unique_ptr<collie::Communicator> created;
   collieResult_t r = withComm(comm, [&](collie::Communicator& c) { created = c.shrink(exclude, parsed.options); });
   if (r != collieSuccess) return r;
-  return newHandle(std::move(created), newcomm);
+  return newHandle(std::move(created), newcomm, false);
 }
 
 const char* collieGetErrorString(collieResult_t result) {

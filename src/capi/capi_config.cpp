@@ -55,6 +55,7 @@ collieResult_t parseConfig(const collieConfig_t* config, ParsedConfig* out, std:
       return collieInvalidArgument;
     }
     out->options.shareConnections = config->splitShare == 1;
+    out->splitShareSet = true;
   }
   return collieSuccess;
 }

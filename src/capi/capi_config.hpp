@@ -14,6 +14,7 @@ namespace collie::capi {
 struct ParsedConfig {
   collie::Options options;
   bool blocking = true;
+  bool splitShareSet = false;  ///< the config set splitShare (options.shareConnections holds it)
 };
 
 /// Parses `config` (NULL: the defaults) into *out; collieInvalidArgument with *why saying which field and what was

@@ -42,6 +42,9 @@ struct collieComm {
   collieResult_t initResult = collieSuccess;
   std::string initError;
   bool initDone = true;
+  // collieCommSplit's splitShare where the split's config leaves it unset: what this communicator's own config set
+  // (its init's, or its split's, itself inherited so), as NCCL takes it from the parent's config.
+  bool splitShare = false;
   // The reductions made by collieRedOpCreatePreMulSum: op collieNumOps + i is userOps[i]; a destroyed one's index
   // is in freeOps, made again by the next create.
   struct UserOp {

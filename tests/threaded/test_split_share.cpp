@@ -29,6 +29,7 @@
 #include <thread>
 #include <vector>
 
+#include "capi/capi_handle.hpp"
 #include "common/bodies.hpp"
 #include "common/descriptors.hpp"
 #include "common/forced_algorithm.hpp"
@@ -441,6 +442,43 @@ TEST(SplitShare, TheCApiTakesSplitShareFromTheConfig) {
 }
 
 uint32_t tagOf(Communicator& c) { return InternalAccess::coreComm(c).fingerprintTag(); }
+
+// A split whose config leaves splitShare unset takes the parent's own config's (NCCL takes it from the parent's
+// config): a parent made with splitShare=1 has children that share its connections (their tag is a sharing one, not
+// 0) and pass that on to theirs, a split's own 0 still says no, and a parent made without it has children that do not
+// share (before 2026-11-30 collieCommInitRankConfig accepted splitShare=1 and nothing used it).
+TEST(SplitShare, TheCApiTakesAnUnsetSplitShareFromTheParentsConfig) {
+  auto tagOfHandle = [](collieComm_t h) { return tagOf(*h->shared->comm); };
+  for (const int parentShare : {1, COLLIE_CONFIG_UNDEF_INT}) {
+    collieUniqueId id;
+    ASSERT_EQ(collieGetUniqueId(&id), collieSuccess);
+    onEveryRank(2, [&](int r) {
+      collieConfig_t config = COLLIE_CONFIG_INITIALIZER;
+      config.splitShare = parentShare;
+      collieComm_t parent = nullptr, child = nullptr, grandchild = nullptr, own = nullptr;
+      ASSERT_EQ(collieCommInitRankConfig(&parent, 2, id, r, &config), collieSuccess) << collieGetLastError(nullptr);
+      ASSERT_EQ(collieCommSplit(parent, 0, r, &child, nullptr), collieSuccess) << collieGetLastError(nullptr);
+      ASSERT_EQ(collieCommSplit(child, 0, r, &grandchild, nullptr), collieSuccess) << collieGetLastError(nullptr);
+      collieConfig_t no = COLLIE_CONFIG_INITIALIZER;
+      no.splitShare = 0;
+      ASSERT_EQ(collieCommSplit(parent, 0, r, &own, &no), collieSuccess) << collieGetLastError(nullptr);
+      if (parentShare == 1) {
+        EXPECT_NE(tagOfHandle(child), 0u) << "the child of a splitShare=1 parent does not share";
+        EXPECT_NE(tagOfHandle(grandchild), 0u) << "the child's child does not share";
+      } else {
+        EXPECT_EQ(tagOfHandle(child), 0u) << "the child of a parent without splitShare shares";
+        EXPECT_EQ(tagOfHandle(grandchild), 0u);
+      }
+      EXPECT_EQ(tagOfHandle(own), 0u) << "a split's own splitShare=0 was overridden";
+      for (collieComm_t c : {grandchild, own, child, parent}) {
+        int32_t v = r + 1;
+        EXPECT_EQ(collieAllReduce(&v, &v, 1, collieInt32, collieSum, c, nullptr), collieSuccess);
+        EXPECT_EQ(v, 3);
+      }
+      for (collieComm_t c : {grandchild, own, child, parent}) EXPECT_EQ(collieCommDestroy(c), collieSuccess);
+    });
+  }
+}
 
 /// A color whose first tag candidate, for the split numbered `epoch` of a parent tagged 0, is `tag`.
 int colorWhoseFirstCandidateIs(uint32_t tag, int epoch) {
