@@ -21,18 +21,14 @@ namespace {
 
 constexpr collieRedOp_t kNoOp = collieSum;  // for calls that do not reduce
 
-// The reduction a call names (`what`: the call's name without "collie"): a built-in op (any other value below
-// collieNumOps is refused by the call's checks), or one of the handle's collieRedOpCreatePreMulSum ops, whose factor a
-// collieScalarDevice op reads now.
-collie::Reduction reductionOf(collieComm* handle, const collieRedOp_t& o, const collie::Communicator& c,
-                              const char* what) {
-  const int raw = rawEnum(o);
-  if (raw < collieNumOps) return static_cast<collie::ReduceOp>(raw);
+// One of the handle's collieRedOpCreatePreMulSum ops (`raw` >= collieNumOps), whose factor a collieScalarDevice op
+// reads now; `call` names the call in an error ("AllReduce", "ReduceAsync": without "collie").
+collie::Reduction userReduction(collieComm* handle, int raw, const collie::Communicator& c, const char* call) {
   std::lock_guard<std::mutex> lock(handle->opsMu);
   const size_t i = static_cast<size_t>(raw - collieNumOps);
   COLLIE_ARG_CHECK(
       i < handle->userOps.size() && handle->userOps[i].live,
-      "collie%s on rank %d: op=%d is no reduction op of this communicator (%s)", what, c.rank(), raw,
+      "collie%s on rank %d: op=%d is no reduction op of this communicator (%s)", call, c.rank(), raw,
       i < handle->userOps.size() ? "destroyed by collieRedOpDestroy" : "not made by collieRedOpCreatePreMulSum on it");
   const collieComm::UserOp& u = handle->userOps[i];
   uint64_t factor = u.value;
@@ -40,14 +36,24 @@ collie::Reduction reductionOf(collieComm* handle, const collieRedOp_t& o, const 
   return collie::Reduction::preMulSum(&factor, u.type);
 }
 
+// The reduction a call names: a built-in op (any other value below collieNumOps is refused by the call's checks), or
+// one of the handle's ops (userReduction; `call()` names the call, asked only then).
+template <typename Name>
+collie::Reduction reductionOf(collieComm* handle, const collieRedOp_t& o, const collie::Communicator& c, Name call) {
+  const int raw = rawEnum(o);
+  if (raw < collieNumOps) [[likely]]
+    return static_cast<collie::ReduceOp>(raw);
+  return userReduction(handle, raw, c, call());
+}
+
 // A call with a stream argument: on host buffers (stream NULL) it blocks until done; on device buffers it is
 // enqueued on `stream` (NULL: the default stream) and returns at once (src/core/device_stager.hpp).
 collieResult_t streamCall(collieComm_t handle, collieStream_t stream, Collective coll, const void* send, void* recv,
                           size_t count, collie::DataType type, const collieRedOp_t& op, int root) {
   return callOn(handle, [&](collie::Communicator& c) {
-    collie::InternalAccess::runOnStream(c, coll, send, recv, count, type,
-                                        reductionOf(handle, op, c, collie::algorithms::collectiveName(coll)), root,
-                                        stream);
+    collie::InternalAccess::runOnStream(
+        c, coll, send, recv, count, type,
+        reductionOf(handle, op, c, [coll] { return collie::algorithms::collectiveName(coll); }), root, stream);
   });
 }
 
@@ -197,7 +203,8 @@ collieResult_t collieGroupFail(collieResult_t code, const char* why) {
 collieResult_t collieAllReduceAsync(const void* sendbuff, void* recvbuff, size_t count, collieDataType_t datatype,
                                     collieRedOp_t op, collieComm_t comm, collieRequest_t* request) {
   return asyncCall(comm, request, [&](collie::Communicator& c) {
-    return c.allReduceAsync(sendbuff, recvbuff, count, dt(datatype), reductionOf(comm, op, c, "AllReduceAsync"));
+    return c.allReduceAsync(sendbuff, recvbuff, count, dt(datatype),
+                            reductionOf(comm, op, c, [] { return "AllReduceAsync"; }));
   });
 }
 
@@ -211,7 +218,8 @@ collieResult_t collieBroadcastAsync(const void* sendbuff, void* recvbuff, size_t
 collieResult_t collieReduceAsync(const void* sendbuff, void* recvbuff, size_t count, collieDataType_t datatype,
                                  collieRedOp_t op, int root, collieComm_t comm, collieRequest_t* request) {
   return asyncCall(comm, request, [&](collie::Communicator& c) {
-    return c.reduceAsync(sendbuff, recvbuff, count, dt(datatype), reductionOf(comm, op, c, "ReduceAsync"), root);
+    return c.reduceAsync(sendbuff, recvbuff, count, dt(datatype),
+                         reductionOf(comm, op, c, [] { return "ReduceAsync"; }), root);
   });
 }
 
@@ -227,7 +235,7 @@ collieResult_t collieReduceScatterAsync(const void* sendbuff, void* recvbuff, si
                                         collieRequest_t* request) {
   return asyncCall(comm, request, [&](collie::Communicator& c) {
     return c.reduceScatterAsync(sendbuff, recvbuff, recvcount, dt(datatype),
-                                reductionOf(comm, op, c, "ReduceScatterAsync"));
+                                reductionOf(comm, op, c, [] { return "ReduceScatterAsync"; }));
   });
 }
 

@@ -210,9 +210,10 @@ void Executor::finishJobIfDone(size_t job) {
 }
 
 bool Executor::scalesInput(const Job& j) const {
+  const ReduceOp op = j.buffers.op;
+  if (op != ReduceOp::PreMulSum && op != ReduceOp::Avg) return false;  // the common case, asked on every call
   if (j.schedule->inputCount == 0) return false;
-  return j.buffers.op == ReduceOp::PreMulSum ||
-         (j.buffers.op == ReduceOp::Avg && base::avgDivisors(j.buffers.type, nranks_).input > 1);
+  return op == ReduceOp::PreMulSum || base::avgDivisors(j.buffers.type, nranks_).input > 1;
 }
 
 // Whether every element of the input is read by at most one step (a schedule that reads some twice, the direct
@@ -254,13 +255,9 @@ void Executor::scaleInputAt(size_t flat, const StepState& st) {
   scaleInputRange(j, 0, jobs_[j].schedule->inputCount);
 }
 
-void Executor::scaleSourceSlice(const StepState& st, size_t first, size_t count) {
-  if (st.scalesSrc) scaleInputRange(st.job, st.step->src.offset + first, count);
-}
-
-void Executor::reduceSlice(const StepState& st, char* out, const char* src, const char* received, size_t count) const {
+void Executor::reduceScaledSlice(const StepState& st, char* out, const char* src, const char* received,
+                                 size_t count) const {
   const JobBuffers& b = jobs_[st.job].buffers;
-  if (!st.fusesScale) return b.reduceReceived(*st.step, out, src, received, count);
   base::reduceScaled(out, src, received, count, b.type, b.op, inputScaleOf(st.job), st.step->receivedFirst);
 }
 

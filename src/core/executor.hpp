@@ -203,12 +203,20 @@ class Executor {
   void scaleInputAt(size_t flat, const StepState& st);
   /// Scales elements [first, first + count) of step `st`'s source (its input) into scratch, when st.scalesSrc: as a
   /// Copy starts and before each slice of a Send is posted.
-  void scaleSourceSlice(const StepState& st, size_t first, size_t count);
+  void scaleSourceSlice(const StepState& st, size_t first, size_t count) {
+    if (st.scalesSrc) [[unlikely]]
+      scaleInputRange(st.job, st.step->src.offset + first, count);
+  }
   void scaleInputRange(size_t job, size_t firstElem, size_t count);
   /// How job `job` scales its input (read from its buffers at each use: a repeated call may bring another factor).
   base::InputScale inputScaleOf(size_t job) const;
   /// A reducing step's arithmetic on one slice (JobBuffers::reduceReceived; scaling src first where st.fusesScale).
-  void reduceSlice(const StepState& st, char* out, const char* src, const char* received, size_t count) const;
+  void reduceSlice(const StepState& st, char* out, const char* src, const char* received, size_t count) const {
+    if (st.fusesScale) [[unlikely]]
+      return reduceScaledSlice(st, out, src, received, count);
+    jobs_[st.job].buffers.reduceReceived(*st.step, out, src, received, count);
+  }
+  void reduceScaledSlice(const StepState& st, char* out, const char* src, const char* received, size_t count) const;
   char* acquireSlot();
   void releaseSlot(char*& slot) {
     if (slot) freeSlots_.push_back(slot);
