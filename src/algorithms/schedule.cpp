@@ -1,5 +1,6 @@
 #include "algorithms/schedule.hpp"
 
+#include <algorithm>
 #include <cctype>
 #include <cstdio>
 #include <functional>
@@ -146,14 +147,27 @@ void checkRanges(const Schedule& sch) {
                                   : ~size_t{0};
   };
   for (const Step& s : sch.steps) {
-    const bool readsSrc = s.kind != StepKind::Recv && s.kind != StepKind::RecvCopySend;
     const bool writesDst = s.kind != StepKind::Send;
-    for (const Range* r : {readsSrc ? &s.src : nullptr, writesDst ? &s.dst : nullptr}) {
+    for (const Range* r : {s.readsSrc() ? &s.src : nullptr, writesDst ? &s.dst : nullptr}) {
       COLLIE_INTERNAL_CHECK(!r || r->buffer == Buffer::Transient || r->offset + s.count <= limit(r->buffer),
                             "schedule step reaches element %zu of buffer %d, which holds %zu", r->offset + s.count,
                             static_cast<int>(r->buffer), limit(r->buffer));
     }
   }
+}
+}  // namespace
+
+namespace {
+// Whether every element of Input is read by at most one step (Schedule::inputReadOnce; the direct AllReduce's rank 0,
+// say, copies its input twice, to the area it sends from and to its output).
+bool inputReadOnce(const Schedule& sch) {
+  std::vector<std::pair<size_t, size_t>> reads;  // [begin, end) of each step's source in the input
+  for (const Step& s : sch.steps)
+    if (s.readsSrc() && s.src.buffer == Buffer::Input) reads.emplace_back(s.src.offset, s.src.offset + s.count);
+  std::sort(reads.begin(), reads.end());
+  for (size_t i = 1; i < reads.size(); ++i)
+    if (reads[i].first < reads[i - 1].second) return false;
+  return true;
 }
 }  // namespace
 
@@ -184,6 +198,7 @@ Schedule build(Algorithm algo, const ScheduleKey& key, const patterns::HostLayou
   }
   dropEmptySteps(sch);
   checkRanges(sch);
+  sch.inputReadOnce = inputReadOnce(sch);
   return sch;
 }
 
@@ -225,8 +240,7 @@ std::string describe(const Schedule& schedule) {
   char buf[96];
   int i = 0;
   for (const Step& s : schedule.steps) {
-    const bool readsSrc = s.kind == StepKind::Send || s.kind == StepKind::Copy || s.kind == StepKind::RecvReduce ||
-                          s.kind == StepKind::RecvReduceSend;
+    const bool readsSrc = s.readsSrc();
     snprintf(buf, sizeof(buf), "%3d %-15s", i++, kindName(s.kind));
     std::string line = buf;
     auto field = [&](const char* fmt, auto... args) {

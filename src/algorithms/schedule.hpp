@@ -62,6 +62,9 @@ struct Step {
   /// value compute the same operation (x op y and y op x may differ in a NaN's bits)
   bool receivedFirst = false;
   int sliceAfter = -1;  ///< index of an earlier step whose slice j must be finished before this one's
+
+  /// Whether the step reads src (every kind but the plain receives).
+  bool readsSrc() const { return kind != StepKind::Recv && kind != StepKind::RecvCopySend; }
 };
 
 enum class Collective : uint8_t { AllReduce, Broadcast, Reduce, AllGather, ReduceScatter, AllToAll, Send, Recv };
@@ -95,6 +98,10 @@ struct Schedule {
   size_t outputCount = 0;
   /// Elements of Scratch the executor must provide for this call (0: none).
   size_t scratchCount = 0;
+  /// No two steps read the same element of Input (set by build()): the executor may then scale an Avg's or a
+  /// PreMulSum's input as each step reads it rather than all of it first (a second scaling of a slice could rewrite
+  /// bytes a transport is still sending).
+  bool inputReadOnce = false;
 };
 
 /// What the builders need to know; element counts as in the C API (per-rank for AllGather/ReduceScatter).

@@ -479,7 +479,7 @@ void divideInto(void* dst, const void* src, size_t count, DataType type, double 
 
 namespace {
 
-constexpr size_t kScaleBlockBytes = 4096;  // the unit multiplyInto and reduceScaled work in: it stays in L1
+constexpr size_t kScaleBlockBytes = 4096;  // the unit scaleInto and reduceScaled work in: it stays in L1
 
 // Scales blocks of at most kScaleBlockBytes: a division by DivideBy, or a multiplication by Prod against a block
 // holding the factor over and over (the reduction kernels' multiply: vectorised, fp16/bf16 through float,
@@ -527,13 +527,6 @@ void scaleInto(void* dst, const void* src, size_t count, DataType type, const In
   for (size_t done = 0; done < count; done += step)
     scaler.apply(static_cast<char*>(dst) + done * elem, static_cast<const char*>(src) + done * elem,
                  std::min(step, count - done));
-}
-
-void multiplyInto(void* dst, const void* src, size_t count, DataType type, const void* factor) {
-  COLLIE_ARG_CHECK(isValidDataType(static_cast<int>(type)), "invalid data type %d", static_cast<int>(type));
-  InputScale scale{true, 1, 0};
-  std::memcpy(&scale.factor, factor, dataTypeSize(type));
-  scaleInto(dst, src, count, type, scale);
 }
 
 void reduceScaled(void* dst, const void* a, const void* b, size_t count, DataType type, ReduceOp op,

@@ -55,9 +55,6 @@ AvgDivisors avgDivisors(DataType type, int nranks);
 /// rounded to nearest-even), truncating division for integer types, whose divisor must be a whole number. Throws
 /// InvalidArgument unless divisor > 0 and the type is valid.
 void divideInto(void* dst, const void* src, size_t count, DataType type, double divisor);
-/// dst[i] = src[i] * factor (dst may be src), `factor` one element of `type`: as reduce() multiplies (fp16/bf16
-/// through float, rounded once; integers wrap). ReduceOp::PreMulSum's scaling of each rank's input.
-void multiplyInto(void* dst, const void* src, size_t count, DataType type, const void* factor);
 /// How a reduction scales each rank's input before combining it: ReduceOp::Avg divides it (AvgDivisors::input),
 /// PreMulSum multiplies it by this rank's factor (its bits: one element of the call's type).
 struct InputScale {
@@ -65,7 +62,8 @@ struct InputScale {
   double divisor = 1;
   uint64_t factor = 0;
 };
-/// dst[i] = scale(src[i]) (dst may be src): divideInto or multiplyInto.
+/// dst[i] = scale(src[i]) (dst may be src): divideInto, or a multiplication as reduce() multiplies (fp16/bf16
+/// through float, rounded once; integers wrap).
 void scaleInto(void* dst, const void* src, size_t count, DataType type, const InputScale& scale);
 /// dst[i] = scale(a[i]) op b[i], or b[i] op scale(a[i]) when scaledSecond: the bits of scaleInto then reduce(), done
 /// block by block through a buffer that stays in L1 (no pass over the whole input). dst may alias a or b exactly.

@@ -216,23 +216,6 @@ bool Executor::scalesInput(const Job& j) const {
   return op == ReduceOp::PreMulSum || base::avgDivisors(j.buffers.type, nranks_).input > 1;
 }
 
-// Whether every element of the input is read by at most one step (a schedule that reads some twice, the direct
-// AllReduce's sends to every peer, scales its whole input as it starts: a second scaling of a slice could rewrite
-// bytes a transport is still sending).
-bool Executor::inputReadsDisjoint(const algorithms::Schedule& s) {
-  std::vector<std::pair<size_t, size_t>> reads;  // [begin, end) of each step's source in the input
-  for (const Step& st : s.steps) {
-    const bool readsSrc = st.kind == StepKind::Send || st.kind == StepKind::Copy || st.kind == StepKind::RecvReduce ||
-                          st.kind == StepKind::RecvReduceSend;
-    if (readsSrc && st.src.buffer == Buffer::Input && st.count > 0)
-      reads.emplace_back(st.src.offset, st.src.offset + st.count);
-  }
-  std::sort(reads.begin(), reads.end());
-  for (size_t i = 1; i < reads.size(); ++i)
-    if (reads[i].first < reads[i - 1].second) return false;
-  return true;
-}
-
 // Scaling a job's input (scalesInput says where and when; the user's send buffer is left as it was, an in-place
 // call's included). NCCL's kernels scale as they load; here a reduction scales through an L1-sized block
 // (base::reduceScaled), and what is sent or copied is scaled into scratch just before, still in cache for the copy.
@@ -321,7 +304,7 @@ void Executor::begin(std::span<const Job> jobs) {
     scratchTotal += (jobs[j].schedule->scratchCount * elemSize + 63) / 64 * 64;
     if (scalesInput(jobs[j])) {
       jobScaledInput_[j] = scratchTotal;
-      jobScalesLazily_[j] = inputReadsDisjoint(*jobs[j].schedule);
+      jobScalesLazily_[j] = jobs[j].schedule->inputReadOnce;
       scratchTotal += (jobs[j].schedule->inputCount * elemSize + 63) / 64 * 64;
     }
   }

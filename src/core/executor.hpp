@@ -193,13 +193,12 @@ class Executor {
   void finishJobIfDone(size_t job);
   /// Whether job `j` sums inputs scaled first: divided (ReduceOp::Avg over a floating type: base::AvgDivisors) or
   /// multiplied by this rank's factor (ReduceOp::PreMulSum). Where no two steps read the same elements of the input
-  /// (inputReadsDisjoint), a step that reduces the input scales it block by block as it reduces (fusesScale: no
+  /// (Schedule::inputReadOnce), a step that reduces the input scales it block by block as it reduces (fusesScale: no
   /// pass of its own), and a Send or Copy of it scales each slice into the job's area of scratch_ (jobScaledInput_)
   /// just before it is read (scalesSrc); otherwise the whole input is scaled there as the job starts (scaleInputAt)
   /// and every step reads it from there. Never before the job starts: an earlier job of a group may write that input
   /// (a Sum then an Avg in place).
   bool scalesInput(const Job& j) const;
-  static bool inputReadsDisjoint(const algorithms::Schedule& s);
   void scaleInputAt(size_t flat, const StepState& st);
   /// Scales elements [first, first + count) of step `st`'s source (its input) into scratch, when st.scalesSrc: as a
   /// Copy starts and before each slice of a Send is posted.

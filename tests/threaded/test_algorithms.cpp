@@ -98,6 +98,11 @@ INSTANTIATE_TEST_SUITE_P(Forced, AlgorithmMatrix,
                          ::testing::Combine(::testing::ValuesIn(cases()), ::testing::Values(2, 3, 4, 5, 6, 7, 8)),
                          matrixName);
 
+// A test name from an (algorithm, ranks) parameter: "ring_3ranks".
+std::string algoRanksName(const ::testing::TestParamInfo<std::tuple<std::string, int>>& info) {
+  return std::get<0>(info.param) + "_" + std::to_string(std::get<1>(info.param)) + "ranks";
+}
+
 // Every rank must end an AllReduce with the same bits, also where compare-equal values differ in bits (+0 and -0)
 // and for NaNs with different payloads: direct and recursive doubling have two ranks each fold the other's value
 // into their own, so Max and Min must not depend on the operands' order, and a pair must fold in one order (x86's
@@ -136,9 +141,7 @@ TEST_P(SameBitsOnEveryRank, SignedZerosAndNans) {
 INSTANTIATE_TEST_SUITE_P(Forced, SameBitsOnEveryRank,
                          ::testing::Combine(::testing::Values("direct", "rhd", "ring", "tree"),
                                             ::testing::Values(2, 3, 4, 5, 8)),
-                         [](const ::testing::TestParamInfo<std::tuple<std::string, int>>& info) {
-                           return std::get<0>(info.param) + "_" + std::to_string(std::get<1>(info.param)) + "ranks";
-                         });
+                         algoRanksName);
 
 // An Avg over a floating type must not overflow where the average itself is representable. Every rank holds values
 // near the type's largest power of two, so a sum of two of them overflows: before 2026-11-29 collie summed and then
@@ -146,6 +149,35 @@ INSTANTIATE_TEST_SUITE_P(Forced, SameBitsOnEveryRank,
 // first; collie divides each by a power of two, which is exact). Each element is checked against the exact sum
 // divided by nranks, rounded as the library rounds (in float for fp16, bf16 and fp32), for AllReduce, Reduce (to
 // the last rank) and ReduceScatter, in place and out of place.
+// Makes the reducing call `coll` (Reduce to the last rank; ReduceScatter gives this rank block `rank`) of `count`
+// elements of `in`, in place or into a buffer of its own, and checks, element by element, what this rank gets
+// against `expected` (the whole reduced input) and, out of place, that `in` is as it was. One report per case: the
+// calls go on, as on the other ranks.
+void reduceAndCheck(Communicator& comm, Coll coll, DataType type, const Reduction& op, size_t count, bool inPlace,
+                    std::vector<uint8_t>& in, const std::vector<uint8_t>& expected) {
+  const int rank = comm.rank(), nranks = comm.size();
+  const size_t es = base::dataTypeSize(type);
+  const size_t block = coll == Coll::ReduceScatter ? static_cast<size_t>(rank) * count * es : 0;
+  std::vector<uint8_t> out(in.size(), 0xA5);
+  void* recv = inPlace ? in.data() + block : out.data();
+  const std::vector<uint8_t> sent = in;
+  if (coll == Coll::AllReduce) comm.allReduce(in.data(), recv, count, type, op);
+  if (coll == Coll::Reduce) comm.reduce(in.data(), recv, count, type, op, nranks - 1);
+  if (coll == Coll::ReduceScatter) comm.reduceScatter(in.data(), recv, count, type, op);
+  const std::string what = std::string(base::dataTypeName(type)) + " " + collName(coll) + " count " +
+                           std::to_string(count) + (inPlace ? " in place" : "") + ": rank " + std::to_string(rank);
+  if (!inPlace && in != sent) ADD_FAILURE() << what << ": the send buffer changed";
+  if (coll == Coll::Reduce && rank != nranks - 1) return;
+  const uint8_t* got = static_cast<const uint8_t*>(recv);
+  const uint8_t* want = expected.data() + block;
+  for (size_t i = 0; i < count; ++i) {
+    if (std::memcmp(got + i * es, want + i * es, es) == 0) continue;
+    ADD_FAILURE() << what << " element " << i << ": " << show(got + i * es, type) << ", expected "
+                  << show(want + i * es, type);
+    return;
+  }
+}
+
 double avgInput(int rank, size_t i, int topExponent) {
   return (i % 3 == 0 ? -1.0 : 1.0) * std::ldexp(1.0, topExponent - static_cast<int>((i + rank) % 4));
 }
@@ -167,7 +199,7 @@ TEST_P(AvgDoesNotOverflow, ValuesNearTheLargest) {
             for (size_t count : {size_t{1}, size_t{1000}}) {
               for (bool inPlace : {false, true}) {
                 const size_t inCount = coll == Coll::ReduceScatter ? count * static_cast<size_t>(nranks) : count;
-                std::vector<uint8_t> in(inCount * es), out(inCount * es, 0xA5), expected(inCount * es);
+                std::vector<uint8_t> in(inCount * es), expected(inCount * es);
                 for (size_t i = 0; i < inCount; ++i) {
                   encode(in.data() + i * es, type, avgInput(rank, i, top));
                   double sum = 0;  // exact, scaled by 2^-top so that float64's does not overflow either
@@ -175,21 +207,7 @@ TEST_P(AvgDoesNotOverflow, ValuesNearTheLargest) {
                   const double avg = type == DataType::Float64 ? sum / nranks : static_cast<float>(sum / nranks);
                   encode(expected.data() + i * es, type, std::ldexp(avg, top));
                 }
-                const size_t block = coll == Coll::ReduceScatter ? static_cast<size_t>(rank) * count * es : 0;
-                void* recv = inPlace ? in.data() + block : out.data();
-                if (coll == Coll::AllReduce) comm.allReduce(in.data(), recv, count, type, ReduceOp::Avg);
-                if (coll == Coll::Reduce) comm.reduce(in.data(), recv, count, type, ReduceOp::Avg, nranks - 1);
-                if (coll == Coll::ReduceScatter) comm.reduceScatter(in.data(), recv, count, type, ReduceOp::Avg);
-                if (coll == Coll::Reduce && rank != nranks - 1) continue;
-                const uint8_t* got = static_cast<const uint8_t*>(recv);
-                const uint8_t* want = expected.data() + block;
-                for (size_t i = 0; i < count; ++i) {
-                  if (std::memcmp(got + i * es, want + i * es, es) == 0) continue;
-                  ADD_FAILURE() << base::dataTypeName(type) << " " << collName(coll) << " count " << count
-                                << (inPlace ? " in place" : "") << ": rank " << rank << " element " << i << ": "
-                                << show(got + i * es, type) << ", expected " << show(want + i * es, type);
-                  break;  // one report per case; the calls go on, as on the other ranks
-                }
+                reduceAndCheck(comm, coll, type, ReduceOp::Avg, count, inPlace, in, expected);
               }
             }
           }
@@ -201,9 +219,7 @@ TEST_P(AvgDoesNotOverflow, ValuesNearTheLargest) {
 INSTANTIATE_TEST_SUITE_P(Forced, AvgDoesNotOverflow,
                          ::testing::Combine(::testing::Values("ring", "tree", "rhd", "direct", "hier"),
                                             ::testing::Values(2, 3, 5, 8)),
-                         [](const ::testing::TestParamInfo<std::tuple<std::string, int>>& info) {
-                           return std::get<0>(info.param) + "_" + std::to_string(std::get<1>(info.param)) + "ranks";
-                         });
+                         algoRanksName);
 
 // PreMulSum (NCCL's ncclRedOpCreatePreMulSum): every rank's input times that rank's own factor, summed. Factors and
 // inputs are chosen so that every product and sum is exact in the type (integers wrap: uint8 factors above 200, an
@@ -215,13 +231,15 @@ struct PreMulCase {
   bool integer;
 };
 
-uint64_t preMulFactorBits(DataType type, int rank) {  // this rank's factor, as the bits of one element of `type`
+// This rank's factor as the bits of one element of `type` in the word's first bytes (integers: the whole word is
+// the factor, so the expected sums can wrap in 64 bits and be cut to the type's width).
+uint64_t preMulFactorBits(DataType type, int rank) {
   uint8_t bytes[8] = {0};
   switch (type) {
     case DataType::Uint8:
       return static_cast<uint64_t>(200 + rank);
     case DataType::Int32:
-      return static_cast<uint32_t>(rank - 2);
+      return static_cast<uint64_t>(static_cast<int64_t>(rank - 2));  // sign-extended: its first 4 bytes are the int32
     case DataType::Int64:
       return (uint64_t{1} << 60) + static_cast<uint64_t>(rank);
     default:
@@ -254,17 +272,14 @@ TEST_P(PreMulSumMatrix, EveryRanksOwnFactorExactly) {
             for (size_t count : {size_t{1}, size_t{1000}, size_t{70001}}) {
               for (bool inPlace : {false, true}) {
                 const size_t inCount = coll == Coll::ReduceScatter ? count * static_cast<size_t>(nranks) : count;
-                std::vector<uint8_t> in(inCount * es), out(inCount * es, 0xA5), expected(inCount * es);
+                std::vector<uint8_t> in(inCount * es), expected(inCount * es);
                 for (size_t i = 0; i < inCount; ++i) {
                   uint64_t sum = 0;  // integers: wrapping in 64 bits, then cut to the type's width
                   double fsum = 0;   // floating: exact for these values
                   for (int r = 0; r < nranks; ++r) {
                     const uint64_t f = preMulFactorBits(t.type, r);
                     if (t.integer) {
-                      sum += static_cast<uint64_t>(preMulInput(r, i)) *
-                             (t.type == DataType::Int32 ? static_cast<uint64_t>(static_cast<int64_t>(
-                                                              static_cast<int32_t>(static_cast<uint32_t>(f))))
-                                                        : f);
+                      sum += static_cast<uint64_t>(preMulInput(r, i)) * f;
                     } else {
                       fsum += static_cast<double>(preMulInput(r, i)) * 0.5 * (r % 3 + 1);
                     }
@@ -278,26 +293,7 @@ TEST_P(PreMulSumMatrix, EveryRanksOwnFactorExactly) {
                     encode(expected.data() + i * es, t.type, fsum);
                   }
                 }
-                const size_t block = coll == Coll::ReduceScatter ? static_cast<size_t>(rank) * count * es : 0;
-                void* recv = inPlace ? in.data() + block : out.data();
-                const std::vector<uint8_t> sent = in;
-                if (coll == Coll::AllReduce) comm.allReduce(in.data(), recv, count, t.type, op);
-                if (coll == Coll::Reduce) comm.reduce(in.data(), recv, count, t.type, op, nranks - 1);
-                if (coll == Coll::ReduceScatter) comm.reduceScatter(in.data(), recv, count, t.type, op);
-                if (!inPlace && in != sent) {  // the scaling goes to scratch, never to the caller's input
-                  ADD_FAILURE() << base::dataTypeName(t.type) << " " << collName(coll) << " count " << count
-                                << ": rank " << rank << "'s send buffer changed";
-                }
-                if (coll == Coll::Reduce && rank != nranks - 1) continue;
-                const uint8_t* got = static_cast<const uint8_t*>(recv);
-                const uint8_t* want = expected.data() + block;
-                for (size_t i = 0; i < count; ++i) {
-                  if (std::memcmp(got + i * es, want + i * es, es) == 0) continue;
-                  ADD_FAILURE() << base::dataTypeName(t.type) << " " << collName(coll) << " count " << count
-                                << (inPlace ? " in place" : "") << ": rank " << rank << " element " << i << ": "
-                                << show(got + i * es, t.type) << ", expected " << show(want + i * es, t.type);
-                  break;  // one report per case; the calls go on, as on the other ranks
-                }
+                reduceAndCheck(comm, coll, t.type, op, count, inPlace, in, expected);
               }
             }
           }
@@ -309,9 +305,7 @@ TEST_P(PreMulSumMatrix, EveryRanksOwnFactorExactly) {
 INSTANTIATE_TEST_SUITE_P(Forced, PreMulSumMatrix,
                          ::testing::Combine(::testing::Values("ring", "tree", "rhd", "direct", "hier"),
                                             ::testing::Values(2, 3, 5, 8)),
-                         [](const ::testing::TestParamInfo<std::tuple<std::string, int>>& info) {
-                           return std::get<0>(info.param) + "_" + std::to_string(std::get<1>(info.param)) + "ranks";
-                         });
+                         algoRanksName);
 
 class AlgorithmBodies : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
 

@@ -16,6 +16,7 @@
 #include <tuple>
 #include <vector>
 
+#include "base/datatypes.hpp"
 #include "common/bodies.hpp"
 #include "common/launcher.hpp"
 
@@ -296,35 +297,41 @@ TEST(GroupRefusal, AThreadEndingInsideAGroupWithAThreadLocalCommunicatorIsClean)
   }).join();  // no groupEnd: the thread ends inside its group
 }
 
-// An Avg in a group reads its input when it runs, after the group's earlier calls wrote it: a Sum then an Avg in
-// place, and a Sum into b then an Avg of b (an Avg's input is divided into scratch as its job starts; before
-// 2026-11-29 that was done before the group's first call ran, and both gave stale results). Small (one slice, the
-// small run) and large counts.
-TEST(GroupAvg, AnAvgReadsWhatAnEarlierCallOfItsGroupWrote) {
+// An Avg or a PreMulSum in a group reads its input when it runs, after the group's earlier calls wrote it: a Sum then
+// the scaling call in place, and a Sum into b then the scaling call on b (the input is scaled as the job runs; before
+// 2026-11-29 an Avg's was divided before the group's first call ran, and both gave stale results). Small (one slice,
+// the small run) and large counts.
+TEST(GroupAvg, AScalingCallReadsWhatAnEarlierCallOfItsGroupWrote) {
   ThreadLauncher::run(
       3,
       [](Communicator& comm) {
-        for (size_t count : {size_t{5}, size_t{300001}}) {
-          std::vector<float> x(count, static_cast<float>(comm.rank() + 1)), b(count, 0.0f), d(count, 0.0f);
-          groupStart();
-          comm.allReduceAsync(x.data(), x.data(), count, DataType::Float32, ReduceOp::Sum);  // 6 everywhere
-          comm.allReduceAsync(x.data(), x.data(), count, DataType::Float32, ReduceOp::Avg);  // 18 / 3
-          groupEnd();
-          EXPECT_EQ(x, std::vector<float>(count, 6.0f)) << "in place, count " << count;
-          std::vector<float> a(count, static_cast<float>(comm.rank() + 1));
-          groupStart();
-          comm.allReduceAsync(a.data(), b.data(), count, DataType::Float32, ReduceOp::Sum);
-          comm.allReduceAsync(b.data(), d.data(), count, DataType::Float32, ReduceOp::Avg);
-          groupEnd();
-          EXPECT_EQ(d, std::vector<float>(count, 6.0f)) << "a -> b -> d, count " << count;
+        const Reduction avg = ReduceOp::Avg, preMul = Reduction::preMulSum(static_cast<float>(comm.rank()));
+        // The Sum gives 6 everywhere; then an Avg gives 18 / 3, a PreMulSum by the rank 6 x (0 + 1 + 2).
+        for (const auto& [op, want] : {std::pair{avg, 6.0f}, std::pair{preMul, 18.0f}}) {
+          for (size_t count : {size_t{5}, size_t{300001}}) {
+            std::vector<float> x(count, static_cast<float>(comm.rank() + 1)), b(count, 0.0f), d(count, 0.0f);
+            groupStart();
+            comm.allReduceAsync(x.data(), x.data(), count, DataType::Float32, ReduceOp::Sum);
+            comm.allReduceAsync(x.data(), x.data(), count, DataType::Float32, op);
+            groupEnd();
+            EXPECT_EQ(x, std::vector<float>(count, want))
+                << base::reduceOpName(op.op()) << " in place, count " << count;
+            std::vector<float> a(count, static_cast<float>(comm.rank() + 1));
+            groupStart();
+            comm.allReduceAsync(a.data(), b.data(), count, DataType::Float32, ReduceOp::Sum);
+            comm.allReduceAsync(b.data(), d.data(), count, DataType::Float32, op);
+            groupEnd();
+            EXPECT_EQ(d, std::vector<float>(count, want))
+                << base::reduceOpName(op.op()) << " a -> b -> d, count " << count;
+          }
         }
       },
       testOptions());
 }
 
 // PreMulSum's factor belongs to each call: repeating one call (the prepared path takes it from the third time on)
-// with the factor changed uses the new one, and in a group a PreMulSum reads what the group's earlier call wrote.
-TEST(PreMulSum, EachCallTakesItsOwnFactorRepeatedOrInAGroup) {
+// with the factor changed uses the new one (in a group: GroupAvg above).
+TEST(PreMulSum, EachCallTakesItsOwnFactorWhenRepeated) {
   ThreadLauncher::run(
       3,
       [](Communicator& comm) {
@@ -346,13 +353,6 @@ TEST(PreMulSum, EachCallTakesItsOwnFactorRepeatedOrInAGroup) {
             ASSERT_EQ(out, std::vector<float>(count, turnWant[k])) << "turn " << k << ", count " << count;
             ASSERT_EQ(in, std::vector<float>(count, mine)) << "turn " << k << ": the send buffer changed";
           }
-          std::vector<float> x(count, mine);
-          groupStart();
-          comm.allReduceAsync(x.data(), x.data(), count, DataType::Float32, ReduceOp::Sum);  // 6 everywhere
-          comm.allReduceAsync(x.data(), x.data(), count, DataType::Float32,
-                              Reduction::preMulSum(static_cast<float>(comm.rank())));  // 6 x (0 + 1 + 2)
-          groupEnd();
-          EXPECT_EQ(x, std::vector<float>(count, 18.0f)) << "in a group, count " << count;
         }
       },
       testOptions());

@@ -756,44 +756,51 @@ TEST(DataTypes, DivideSemantics) {
   EXPECT_EQ(h[0], refEncode(1.0 / 3.0, kHalf));
 }
 
+// scaleInto's multiplication by `factor`, one element of `type` (PreMulSum's scaling).
+void multiplyInto(void* dst, const void* src, size_t count, DataType type, const void* factor) {
+  base::InputScale scale{true, 1, 0};
+  std::memcpy(&scale.factor, factor, std::max<size_t>(base::dataTypeSize(type), 1));
+  base::scaleInto(dst, src, count, type, scale);
+}
+
 // PreMulSum's scaling: each element times the factor, as reduce() multiplies (every type, past the 4 KiB block of
-// repeated factors multiplyInto works in, in place and out of place).
+// repeated factors scaleInto works in, in place and out of place).
 TEST(DataTypes, MultiplySemantics) {
   for (size_t n : {size_t{1}, size_t{1023}, size_t{5000}}) {
     std::vector<int32_t> ints(n), out(n);
     for (size_t i = 0; i < n; ++i) ints[i] = static_cast<int32_t>(i) - 500;
     const int32_t three = 3;
-    base::multiplyInto(out.data(), ints.data(), n, DataType::Int32, &three);
+    multiplyInto(out.data(), ints.data(), n, DataType::Int32, &three);
     for (size_t i = 0; i < n; ++i) ASSERT_EQ(out[i], ints[i] * 3) << n << " elements, element " << i;
     std::vector<double> d(n);
     for (size_t i = 0; i < n; ++i) d[i] = 0.1 * static_cast<double>(i);
     const double f = 1.0 / 3;
     std::vector<double> want = d;
-    base::multiplyInto(d.data(), d.data(), n, DataType::Float64, &f);  // in place
+    multiplyInto(d.data(), d.data(), n, DataType::Float64, &f);  // in place
     for (size_t i = 0; i < n; ++i) ASSERT_EQ(d[i], want[i] * f) << n << " elements, element " << i;
   }
   uint8_t bytes[] = {200, 7};
   const uint8_t two = 2;
-  base::multiplyInto(bytes, bytes, 2, DataType::Uint8, &two);
+  multiplyInto(bytes, bytes, 2, DataType::Uint8, &two);
   EXPECT_EQ(bytes[0], 144);  // 400 wraps
   EXPECT_EQ(bytes[1], 14);
   int64_t big[] = {INT64_MAX};
   const int64_t minusOne = -1;
-  base::multiplyInto(big, big, 1, DataType::Int64, &minusOne);
+  multiplyInto(big, big, 1, DataType::Int64, &minusOne);
   EXPECT_EQ(big[0], -INT64_MAX);
   // fp16 through float, rounded once: 3 x 0.1 (as fp16) is rounded from the float product.
   const uint16_t tenth = base::floatToHalf(0.1f), h3 = base::floatToHalf(3.0f);
   uint16_t h[] = {h3, 0x7BFF};
-  base::multiplyInto(h, h, 2, DataType::Float16, &tenth);
+  multiplyInto(h, h, 2, DataType::Float16, &tenth);
   EXPECT_EQ(h[0], refEncode(3.0 * static_cast<double>(base::halfToFloat(tenth)), kHalf));
   EXPECT_EQ(h[1], refEncode(65504.0 * static_cast<double>(base::halfToFloat(tenth)), kHalf));
   const uint16_t h2 = base::floatToHalf(2.0f);
   uint16_t inf = 0x7BFF;
-  base::multiplyInto(&inf, &inf, 1, DataType::Float16, &h2);
+  multiplyInto(&inf, &inf, 1, DataType::Float16, &h2);
   EXPECT_EQ(inf, 0x7C00);  // 65504 x 2 overflows fp16
   uint16_t b[] = {base::floatToBf16(3.0f)};
   const uint16_t bHalf = base::floatToBf16(0.5f);
-  base::multiplyInto(b, b, 1, DataType::Bfloat16, &bHalf);
+  multiplyInto(b, b, 1, DataType::Bfloat16, &bHalf);
   EXPECT_EQ(base::bf16ToFloat(b[0]), 1.5f);
 }
 
@@ -894,7 +901,7 @@ TEST(DataTypes, InvalidArgumentsThrow) {
   EXPECT_THROW(base::divideInPlace(&x, 1, DataType::Float32, 0), Error);
   EXPECT_THROW(base::divideInPlace(&x, 1, DataType::Float32, -2), Error);
   EXPECT_THROW(base::divideInPlace(&x, 1, static_cast<DataType>(-1), 2), Error);
-  EXPECT_THROW(base::multiplyInto(&x, &x, 1, static_cast<DataType>(10), &x), Error);
+  EXPECT_THROW(multiplyInto(&x, &x, 1, static_cast<DataType>(10), &x), Error);
   reduce(nullptr, nullptr, nullptr, 0, DataType::Float32, ReduceOp::Sum);  // count 0: no access
   base::divideInPlace(nullptr, 0, DataType::Int8, 4);
 }

@@ -170,6 +170,23 @@ TEST(AlgorithmSupport, BuildRefusesUnsupportedPairsAndBuildsSupportedOnes) {
 
 // ---- The simulator catches broken schedules ---------------------------------------------------------------------
 
+// Schedule::inputReadOnce (the executor scales an Avg's or a PreMulSum's input as steps read it only where it holds):
+// ring, tree and halving-doubling AllReduce read each input element once on every rank; the direct AllReduce's rank 0
+// copies its input twice (to the area it sends from and to its output).
+TEST(ScheduleInputReadOnce, SaysWhetherAnyInputElementIsReadTwice) {
+  for (int n : {2, 3, 5, 8}) {
+    for (int r = 0; r < n; ++r) {
+      const algorithms::ScheduleKey key{algorithms::Collective::AllReduce, r, n, 1000, 0, 4};
+      for (algorithms::Algorithm a :
+           {algorithms::Algorithm::Ring, algorithms::Algorithm::Tree, algorithms::Algorithm::HalvingDoubling})
+        EXPECT_TRUE(algorithms::build(a, key).inputReadOnce) << algorithms::algorithmName(a) << " " << r << "/" << n;
+      if (r == 0) {
+        EXPECT_FALSE(algorithms::build(algorithms::Algorithm::Direct, key).inputReadOnce) << "direct " << n;
+      }
+    }
+  }
+}
+
 TEST(Simulator, ReportsADeadlockNamingTheWaitingRanks) {
   sim::SimOptions o;
   o.coll = Collective::AllReduce;
