@@ -92,7 +92,7 @@ void Executor::planStep(StepState& st) {
   const size_t bytes = s.count * st.elemSize;
   char* scratch = scratch_ + jobScratch_[st.job];
   const bool reduces = s.kind == StepKind::RecvReduce || s.kind == StepKind::RecvReduceSend;
-  const bool lazyInput = s.src.buffer == Buffer::Input && jobScalesLazily_[st.job];
+  const bool lazyInput = s.src.buffer == Buffer::Input && scalesLazily(st.job);
   st.fusesScale = reduces && lazyInput;  // reads the user's input itself
   st.scalesSrc = (s.kind == StepKind::Send || s.kind == StepKind::Copy) && lazyInput;
   JobBuffers buffers = job.buffers;
@@ -234,7 +234,7 @@ base::InputScale Executor::inputScaleOf(size_t job) const {
 
 void Executor::scaleInputAt(size_t flat, const StepState& st) {
   const size_t j = st.job;
-  if (jobScaledInput_[j] == kNoScaledInput || jobScalesLazily_[j] || flat != jobFirstStep_[j]) return;
+  if (jobScaledInput_[j] == kNoScaledInput || scalesLazily(j) || flat != jobFirstStep_[j]) return;
   scaleInputRange(j, 0, jobs_[j].schedule->inputCount);
 }
 
@@ -296,7 +296,6 @@ void Executor::begin(std::span<const Job> jobs) {
   // Scratch areas of the jobs, one allocation (kept for later runs).
   jobScratch_.assign(jobs.size(), 0);
   jobScaledInput_.assign(jobs.size(), kNoScaledInput);
-  jobScalesLazily_.assign(jobs.size(), 0);
   size_t scratchTotal = 0;
   for (size_t j = 0; j < jobs.size(); ++j) {
     const size_t elemSize = base::dataTypeSize(jobs[j].buffers.type);
@@ -304,7 +303,6 @@ void Executor::begin(std::span<const Job> jobs) {
     scratchTotal += (jobs[j].schedule->scratchCount * elemSize + 63) / 64 * 64;
     if (scalesInput(jobs[j])) {
       jobScaledInput_[j] = scratchTotal;
-      jobScalesLazily_[j] = jobs[j].schedule->inputReadOnce;
       scratchTotal += (jobs[j].schedule->inputCount * elemSize + 63) / 64 * 64;
     }
   }

@@ -199,6 +199,10 @@ class Executor {
   /// and every step reads it from there. Never before the job starts: an earlier job of a group may write that input
   /// (a Sum then an Avg in place).
   bool scalesInput(const Job& j) const;
+  /// Job `job` scales its input as its steps read it (scalesInput, and its schedule reads each input element once).
+  bool scalesLazily(size_t job) const {
+    return jobScaledInput_[job] != kNoScaledInput && jobs_[job].schedule->inputReadOnce;
+  }
   void scaleInputAt(size_t flat, const StepState& st);
   /// Scales elements [first, first + count) of step `st`'s source (its input) into scratch, when st.scalesSrc: as a
   /// Copy starts and before each slice of a Send is posted.
@@ -263,7 +267,6 @@ class Executor {
   size_t scratchBytes_ = 0;
   std::vector<size_t> jobScratch_;                // byte offset of each job's scratch in scratch_
   std::vector<size_t> jobScaledInput_;            // byte offset of each job's scaled input in scratch_
-  std::vector<uint8_t> jobScalesLazily_;          // by job: its input is scaled as steps read it (scalesInput)
   std::vector<transport::Fingerprint> lastSeen_;  // by peer: the call of the last message received from it
   std::vector<uint8_t> seenInInit_;               // by peer: last seen in one of init's calls (beginUserCalls)
   const CallHistory* history_ = nullptr;
