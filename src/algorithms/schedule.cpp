@@ -123,8 +123,12 @@ bool supports(Algorithm algo, Collective coll) {
 
 namespace {
 // Drops the steps that move nothing. Equivalent for the executor: an empty step starts and completes at once,
-// so the step after it starts exactly when it would have. sliceAfter indices are renumbered.
-void dropEmptySteps(Schedule& sch) {
+// so the step after it starts exactly when it would have. sliceAfter indices are renumbered. The one step of a
+// Send or Recv stays: a send of 0 elements is a message of 0 bytes, as in NCCL and MPI, so that a receive from any
+// source can take it and a count that differs between the two ends is a mismatch, not a receive that waits for the
+// sender's next message (the two ends of any other schedule drop their empty steps alike).
+void dropEmptySteps(Schedule& sch, Collective coll) {
+  if (coll == Collective::Send || coll == Collective::Recv) return;
   std::vector<int> newIndex(sch.steps.size(), -1);
   size_t kept = 0;
   for (size_t i = 0; i < sch.steps.size(); ++i) {
@@ -196,7 +200,7 @@ Schedule build(Algorithm algo, const ScheduleKey& key, const patterns::HostLayou
       sch = buildHierarchical(key, hosts);
       break;
   }
-  dropEmptySteps(sch);
+  dropEmptySteps(sch, key.coll);
   checkRanges(sch);
   sch.inputReadOnce = inputReadOnce(sch);
   return sch;

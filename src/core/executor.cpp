@@ -100,7 +100,8 @@ void Executor::planStep(StepState& st) {
   st.src = resolve(st.fusesScale ? job.buffers : buffers, scratch, s.src, st.elemSize);
   st.dst = resolve(buffers, scratch, s.dst, st.elemSize);
   st.sliceElems = std::max<size_t>(1, job.sliceBytes / st.elemSize);
-  st.nslices = (s.kind == StepKind::Copy || s.count == 0) ? 0 : (s.count + st.sliceElems - 1) / st.sliceElems;
+  // A step of 0 elements is kept only by a Send or Recv (algorithms::build): one message of 0 bytes.
+  st.nslices = s.kind == StepKind::Copy ? 0 : std::max<size_t>(1, (s.count + st.sliceElems - 1) / st.sliceElems);
   st.viaSlot = reduces && (s.dst.buffer == Buffer::Transient || overlaps(st.src, st.dst, bytes));
 }
 

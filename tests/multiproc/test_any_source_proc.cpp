@@ -2,7 +2,7 @@
 // over shm and over tcp: several senders, each one's messages in its order, contents checked element by element; the
 // pair's numbering staying in step with named calls afterwards; a peer ahead in a collective not taken; the timeout
 // naming the ranks waited on; a killed sender dropped (the others still served; RemoteError once none is left); a
-// size that differs from the sender's giving a mismatch on both ranks; bad uses refused.
+// size that differs from the sender's giving a mismatch on both ranks; empty messages; bad uses refused.
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -246,6 +246,89 @@ TEST_P(AnySource, ASizeThatDiffersFromTheSendersIsAMismatchOnBothRanks) {
           EXPECT_EQ(e.code(), ErrorCode::InvalidUsage) << m;
           EXPECT_NE(m.find("Send(float32, 10 to rank 0)"), std::string::npos) << m;
           EXPECT_NE(m.find("Recv(float32, 20 from rank 1)"), std::string::npos) << m;
+          EXPECT_LT(monotonicNs() - start, 10'000'000'000) << m;
+        }
+      },
+      options)));
+}
+
+// A send of 0 elements is a message (of 0 bytes), as in NCCL and MPI: a receive from any source takes it and names
+// its sender, and a named receive of another count is a mismatch on both ranks. Before 2026-11-30 it sent nothing, so
+// the receives from any source waited for the timeout, found by the random programs (test_random_programs.cpp).
+TEST_P(AnySource, EmptyMessagesAreTakenAndNamed) {
+  Options options = eagerOptions();
+  options.timeout = 20s;  // before, the receives from any source waited for it
+  EXPECT_TRUE(allRanksSucceeded(ProcessLauncher::run(
+      4,
+      [](Communicator& comm) {
+        const int n = comm.size(), r = comm.rank();
+        if (r != 0) {
+          comm.send(nullptr, 0, DataType::Float32, 0);
+        } else {
+          std::vector<int> seen(static_cast<size_t>(n), 0);
+          for (int k = 1; k < n; ++k) {
+            const int from = k % 2 ? comm.recvAny(nullptr, 0, DataType::Float32) : [&] {
+              Work w = comm.recvAnyAsync(nullptr, 0, DataType::Float32);
+              w.wait();
+              return w.source();
+            }();
+            ASSERT_TRUE(from >= 1 && from < n) << from;
+            ++seen[static_cast<size_t>(from)];
+          }
+          for (int p = 1; p < n; ++p) EXPECT_EQ(seen[static_cast<size_t>(p)], 1) << "empty messages from rank " << p;
+        }
+        // Then (once rank 0 took them all: a later send could otherwise be its match) one more from each, by name.
+        comm.barrier();
+        if (r != 0) {
+          comm.send(messageOf(r, 1, 5).data(), 5, DataType::Float32, 0);
+        } else {
+          for (int p = 1; p < n; ++p) {
+            std::vector<float> got(5);
+            comm.recv(got.data(), 5, DataType::Float32, p);
+            EXPECT_EQ(checkMessage(got, p, 5), 1);
+          }
+        }
+        comm.barrier();
+        // Empty messages between named ends keep the pairs' numbering in step.
+        const int next = (r + 1) % n, prev = (r + n - 1) % n;
+        groupStart();
+        comm.send(nullptr, 0, DataType::Int8, next);
+        comm.recv(nullptr, 0, DataType::Int8, prev);
+        groupEnd();
+        const std::vector<float> mine = messageOf(r, 2, 3);  // alive until the group's end, which sends it
+        std::vector<float> got(3);
+        groupStart();
+        comm.send(mine.data(), 3, DataType::Float32, next);
+        comm.recv(got.data(), 3, DataType::Float32, prev);
+        groupEnd();
+        EXPECT_EQ(checkMessage(got, prev, 3), 2);
+      },
+      options)));
+}
+
+TEST_P(AnySource, AnEmptySendAgainstANamedReceiveOfMoreIsAMismatchOnBothRanks) {
+  Options options = eagerOptions();
+  options.timeout = 20s;
+  EXPECT_TRUE(allRanksSucceeded(ProcessLauncher::run(
+      2,
+      [](Communicator& comm) {
+        std::vector<float> buf(5, 1.0f);
+        const int64_t start = monotonicNs();
+        try {
+          if (comm.rank() == 0) {
+            comm.recv(buf.data(), 5, DataType::Float32, 1);
+          } else {
+            comm.send(nullptr, 0, DataType::Float32, 0);
+            comm.send(buf.data(), 5, DataType::Float32, 0);  // before, rank 0's receive waited for this one
+          }
+          double x = 1;  // the sender's part may complete: it learns in its next call
+          comm.allReduce(&x, &x, 1, DataType::Float64, ReduceOp::Sum);
+          ADD_FAILURE() << "no error on rank " << comm.rank();
+        } catch (const Error& e) {
+          const std::string m = e.what();
+          EXPECT_EQ(e.code(), ErrorCode::InvalidUsage) << m;
+          EXPECT_NE(m.find("Send(float32, 0 to rank 0)"), std::string::npos) << m;
+          EXPECT_NE(m.find("Recv(float32, 5 from rank 1)"), std::string::npos) << m;
           EXPECT_LT(monotonicNs() - start, 10'000'000'000) << m;
         }
       },
