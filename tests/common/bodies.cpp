@@ -17,35 +17,9 @@
 #include <span>
 #include <thread>
 
+#include "common/case_run.hpp"
+
 namespace collie::test {
-namespace {
-
-// Runs f between groupStart and groupEnd; ends the group also when f throws.
-template <typename F>
-void grouped(F&& f) {
-  groupStart();
-  try {
-    f();
-  } catch (...) {
-    try {
-      groupEnd();
-    } catch (...) {
-    }
-    throw;
-  }
-  groupEnd();
-}
-
-std::string describe(Coll coll, DataType type, ReduceOp op, size_t count, bool inPlace, int root, int nranks) {
-  std::string s = collName(coll) + " " + typeName(type);
-  if (reduces(coll)) s += " " + opName(op);
-  s += " count=" + std::to_string(count) + " nranks=" + std::to_string(nranks);
-  if (coll != Coll::AllToAll && coll != Coll::SendRecv) s += inPlace ? " in-place" : " out-of-place";
-  if (coll == Coll::Broadcast || coll == Coll::Reduce) s += " root=" + std::to_string(root);
-  return s;
-}
-
-}  // namespace
 
 std::string collName(Coll coll) {
   switch (coll) {
@@ -70,128 +44,11 @@ std::string collName(Coll coll) {
 bool reduces(Coll coll) { return coll == Coll::AllReduce || coll == Coll::Reduce || coll == Coll::ReduceScatter; }
 
 void checkCase(Communicator& comm, Coll coll, DataType type, ReduceOp op, size_t count, bool inPlace, int root) {
-  const int rank = comm.rank(), n = comm.size();
-  const size_t nr = static_cast<size_t>(n), me = static_cast<size_t>(rank);
-  SCOPED_TRACE(describe(coll, type, op, count, inPlace, root, n));
-  if (!reduces(coll)) op = kNoReduction;
-  switch (coll) {
-    case Coll::AllReduce: {
-      Buffer send(type, count), recv(type, inPlace ? 0 : count);
-      send.fillInput(0, count, op, rank, 0);
-      void* out = inPlace ? send.data() : recv.data();
-      comm.allReduce(send.data(), out, count, type, op);
-      checkLastCall(comm, "allreduce");
-      EXPECT_TRUE(matchesReduced(out, count, type, op, n, 0));
-      if (!inPlace) {
-        EXPECT_TRUE(matchesInput(send.data(), count, type, op, rank, 0)) << "sendbuff was written";
-      }
-      EXPECT_TRUE(send.guardsIntact());
-      EXPECT_TRUE(recv.guardsIntact());
-      break;
-    }
-    case Coll::Broadcast: {
-      Buffer send(type, count), recv(type, inPlace ? 0 : count);
-      if (!inPlace || rank == root) send.fillInput(0, count, op, rank, 0);  // in place: non-roots hold sentinels
-      void* out = inPlace ? send.data() : recv.data();
-      comm.broadcast(send.data(), out, count, type, root);
-      checkLastCall(comm, "broadcast");
-      EXPECT_TRUE(matchesInput(out, count, type, op, root, 0));
-      if (!inPlace) {
-        EXPECT_TRUE(matchesInput(send.data(), count, type, op, rank, 0)) << "sendbuff was written";
-      }
-      EXPECT_TRUE(send.guardsIntact());
-      EXPECT_TRUE(recv.guardsIntact());
-      break;
-    }
-    case Coll::Reduce: {
-      Buffer send(type, count), recv(type, inPlace ? 0 : count);
-      send.fillInput(0, count, op, rank, 0);
-      void* out = inPlace ? send.data() : recv.data();
-      comm.reduce(send.data(), out, count, type, op, root);
-      checkLastCall(comm, "reduce");
-      if (rank == root) {
-        EXPECT_TRUE(matchesReduced(out, count, type, op, n, 0));
-      } else if (inPlace) {
-        EXPECT_TRUE(matchesInput(out, count, type, op, rank, 0)) << "a non-root's (in-place) buffer was written";
-      } else {
-        EXPECT_TRUE(isSentinel(out, count, type)) << "a non-root's recvbuff was written";
-      }
-      if (!inPlace) {
-        EXPECT_TRUE(matchesInput(send.data(), count, type, op, rank, 0)) << "sendbuff was written";
-      }
-      EXPECT_TRUE(send.guardsIntact());
-      EXPECT_TRUE(recv.guardsIntact());
-      break;
-    }
-    case Coll::AllGather: {
-      Buffer recv(type, nr * count), send(type, inPlace ? 0 : count);
-      const void* in;
-      if (inPlace) {
-        recv.fillInput(me * count, count, op, rank, 0);  // the other blocks hold sentinels
-        in = recv.at(me * count);
-      } else {
-        send.fillInput(0, count, op, rank, 0);
-        in = send.data();
-      }
-      comm.allGather(in, recv.data(), count, type);
-      checkLastCall(comm, "allgather");
-      for (int p = 0; p < n; ++p) {
-        EXPECT_TRUE(matchesInput(recv.at(static_cast<size_t>(p) * count), count, type, op, p, 0)) << "block " << p;
-      }
-      if (!inPlace) {
-        EXPECT_TRUE(matchesInput(send.data(), count, type, op, rank, 0)) << "sendbuff was written";
-      }
-      EXPECT_TRUE(send.guardsIntact());
-      EXPECT_TRUE(recv.guardsIntact());
-      break;
-    }
-    case Coll::ReduceScatter: {
-      Buffer send(type, nr * count), recv(type, inPlace ? 0 : count);
-      send.fillInput(0, nr * count, op, rank, 0);
-      void* out = inPlace ? send.at(me * count) : recv.data();
-      comm.reduceScatter(send.data(), out, count, type, op);
-      checkLastCall(comm, "reducescatter");
-      EXPECT_TRUE(matchesReduced(out, count, type, op, n, me * count));
-      for (int p = 0; p < n; ++p) {
-        if (inPlace && p == rank) continue;
-        size_t first = static_cast<size_t>(p) * count;
-        EXPECT_TRUE(matchesInput(send.at(first), count, type, op, rank, first))
-            << "block " << p << " of sendbuff was written";
-      }
-      EXPECT_TRUE(send.guardsIntact());
-      EXPECT_TRUE(recv.guardsIntact());
-      break;
-    }
-    case Coll::AllToAll: {
-      Buffer send(type, nr * count), recv(type, nr * count);
-      send.fillInput(0, nr * count, op, rank, 0);  // block p, element j: input(rank, p*count + j)
-      comm.allToAll(send.data(), recv.data(), count, type);
-      checkLastCall(comm, "alltoall");
-      for (int p = 0; p < n; ++p) {
-        EXPECT_TRUE(matchesInput(recv.at(static_cast<size_t>(p) * count), count, type, op, p, me * count))
-            << "block " << p;
-      }
-      EXPECT_TRUE(matchesInput(send.data(), nr * count, type, op, rank, 0)) << "sendbuff was written";
-      EXPECT_TRUE(send.guardsIntact());
-      EXPECT_TRUE(recv.guardsIntact());
-      break;
-    }
-    case Coll::SendRecv: {
-      const int next = (rank + 1) % n, prev = (rank + n - 1) % n;
-      Buffer send(type, count), recv(type, count);
-      send.fillInput(0, count, op, rank, 0);
-      grouped([&] {
-        comm.send(send.data(), count, type, next);
-        comm.recv(recv.data(), count, type, prev);
-      });
-      checkLastCall(comm, "");
-      EXPECT_TRUE(matchesInput(recv.data(), count, type, op, prev, 0)) << "from rank " << prev;
-      EXPECT_TRUE(matchesInput(send.data(), count, type, op, rank, 0)) << "sendbuff was written";
-      EXPECT_TRUE(send.guardsIntact());
-      EXPECT_TRUE(recv.guardsIntact());
-      break;
-    }
-  }
+  CaseRun run(comm, coll, type, op, count, inPlace, root);
+  SCOPED_TRACE(run.name());
+  run.start(CaseRun::Mode::Blocking);
+  checkLastCall(comm, run.lastCallName());
+  run.check();
 }
 
 void runMatrix(Communicator& comm, Coll coll, const Matrix& m) {

@@ -29,6 +29,22 @@ inline size_t largeCountOf(Coll coll, int nranks) {
   return coll == Coll::ReduceScatter ? kLargeCount / static_cast<size_t>(nranks) + 3 : kLargeCount;
 }
 
+/// Runs f between groupStart and groupEnd; ends the group also when f throws.
+template <typename F>
+void grouped(F&& f) {
+  groupStart();
+  try {
+    f();
+  } catch (...) {
+    try {
+      groupEnd();
+    } catch (...) {
+    }
+    throw;
+  }
+  groupEnd();
+}
+
 /// The cases one collective runs through.
 struct Matrix {
   std::vector<DataType> types = kAllTypes;
