@@ -47,6 +47,12 @@ int AnySourceMatcher::pass(const Call& call) {
       continue;
     }
     if (!isSendTo(next.fp, rank_)) {
+      const std::optional<transport::Fingerprint> made = call.mine ? call.mine(next.fp) : std::nullopt;
+      if (made && contradicts(next.fp, *made)) {
+        transport::throwMismatch(
+            transport::MismatchRecord{p, rank_, next.fp, *made},
+            base::format("in a message from peer %d that a receive from any source passed", p).c_str());
+      }
       ahead_[static_cast<size_t>(p)] = next.fp;  // in a later call; its send to us, if any, comes after it
       continue;
     }

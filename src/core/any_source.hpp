@@ -7,7 +7,8 @@
 // from it, so the message is received, numbered and fingerprinted exactly like a named receive (the pair's send
 // and receive counters stay in step: call_fingerprint.hpp). A peer whose next message is from another call (it is
 // ahead, in a collective this rank has not reached) is not a candidate: messages of a pair arrive in order, so
-// its send to this rank, if any, can only come after that call.
+// its send to this rank, if any, can only come after that call; one whose next message is from a collective call
+// this rank made with another fingerprint (a Broadcast both ranks took for their own, say) is a mismatch.
 //
 // Fairness: each search starts after the peer matched last, so a sender that always has a message waiting does not
 // starve the others; per sender, messages are taken in the order they were sent.
@@ -31,6 +32,7 @@
 
 #include <atomic>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -53,6 +55,9 @@ class AnySourceMatcher {
   struct Call {
     std::function<transport::Fingerprint(int peer)> expected;
     std::function<std::string(int peer)> lastSeenText;  ///< Executor::lastSeenText
+    /// This rank's collective call that a peer's message names (Executor::mineFor): a peer whose next message is
+    /// from a call this rank made differently is a mismatch, not a peer ahead.
+    std::function<std::optional<transport::Fingerprint>(const transport::Fingerprint& theirs)> mine;
     std::string text;
   };
   /// Waits until some other rank's next message is a send to this rank and returns that rank.

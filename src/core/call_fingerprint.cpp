@@ -88,6 +88,8 @@ bool isCollectiveFingerprint(const Fingerprint& fp) {
   return d.known && d.coll != Collective::Send && d.coll != Collective::Recv;
 }
 
+uint32_t communicatorTag(const Fingerprint& fp) { return decode(fp).tag; }
+
 bool contradicts(const Fingerprint& theirs, const Fingerprint& mine) {
   return isCollectiveFingerprint(theirs) && isCollectiveFingerprint(mine) && theirs.call == mine.call &&
          decode(theirs).tag == decode(mine).tag && theirs != mine;

@@ -58,6 +58,9 @@ class CallHistory {
 /// Whether `fp` is a send's to `rank` (what a receive from any source on `rank` can take).
 bool isSendTo(const transport::Fingerprint& fp, int rank);
 
+/// The communicator tag of `fp` (0, or a sharing child's: link_share.hpp).
+uint32_t communicatorTag(const transport::Fingerprint& fp);
+
 /// Whether `fp` is a collective's (not a send/receive's, not empty).
 bool isCollectiveFingerprint(const transport::Fingerprint& fp);
 

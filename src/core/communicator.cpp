@@ -214,6 +214,12 @@ void CommImpl::startRecording() {
     const int t = links_.transportOf[static_cast<size_t>(peer)];
     return t < 0 ? std::nullopt : links_.transports[static_cast<size_t>(t)]->askWaitingCalls(links_.ctx, peer);
   };
+  // In a sharing family a peer may wait in another member's call: it is judged against this rank's call of that
+  // member, which the planners record while a child shares.
+  planner_.setFamily(share_->family.get());
+  hooks.recall = [family = share_->family](const transport::Fingerprint& theirs) {
+    return family->recalledCall(communicatorTag(theirs), theirs.call);
+  };
   executor_->enableLook(&planner_.history(), std::move(hooks));
 }
 
@@ -410,6 +416,7 @@ OpDesc CommImpl::matchAnySource(const OpDesc& op, const ExecConfig& config) {
   AnySourceMatcher::Call call;
   call.expected = [&](int peer) { return planner_.recvFingerprint(op, peer); };
   call.lastSeenText = [&](int peer) { return executor_->lastSeenText(peer); };
+  call.mine = [&](const transport::Fingerprint& theirs) { return executor_->mineFor(theirs); };
   call.text = base::format("Recv(%s, %zu from any rank)", base::dataTypeName(op.type), op.count);
   OpDesc named = op;
   named.root = anySource_->match(call, config);

@@ -123,7 +123,14 @@ class Executor {
     std::function<void(const std::vector<transport::Fingerprint>&)> showWaiting;
     /// What `peer` shows (Transport::askWaitingCalls; nullopt: no answer); may throw MismatchError.
     std::function<std::optional<std::vector<transport::Fingerprint>>(int peer)> askWaiting;
+    /// This rank's call that `theirs` names when it is another member's of a sharing family
+    /// (ShareFamily::recalledCall); nullopt: none known.
+    std::function<std::optional<transport::Fingerprint>(const transport::Fingerprint& theirs)> recall;
   };
+  /// This rank's collective call that a peer's fingerprint `theirs` names: its own communicator's (the history
+  /// given to enableLook) or another sharing member's (LookHooks::recall); nullopt when this rank has no such call in
+  /// memory, or before enableLook.
+  std::optional<transport::Fingerprint> mineFor(const transport::Fingerprint& theirs) const;
   /// Makes a waiting run look at its idle connections and ask the peers it waits on (lookAtIdleConnections): it
   /// judges what it finds against `history`, this rank's recent collective calls (the planner's). Until then (and
   /// during init) it does not look.

@@ -82,7 +82,7 @@ void Executor::lookAtIdleConnections() {
     }
     c->endProbe();
     if (!arrived) continue;
-    const transport::Fingerprint* mine = history_->find(next.fp.call);
+    const std::optional<transport::Fingerprint> mine = mineFor(next.fp);
     if (mine && contradicts(next.fp, *mine)) {
       transport::throwMismatch(transport::MismatchRecord{static_cast<int32_t>(p), rank_, next.fp, *mine},
                                base::format("in a message from peer %zu that no receive took", p).c_str());
@@ -143,12 +143,20 @@ void Executor::compareWaitingCalls() {
   COLLIE_TRACE(base::kLogColl, "%s rank %d: rank %d, which this run waits on, waits in %zu call(s)", name_.c_str(),
                rank_, p, told.size());
   for (const transport::Fingerprint& theirs : told) {
-    const transport::Fingerprint* mine = history_->find(theirs.call);
+    const std::optional<transport::Fingerprint> mine = mineFor(theirs);
     if (mine && contradicts(theirs, *mine)) {
       transport::throwMismatch(transport::MismatchRecord{p, rank_, theirs, *mine},
                                base::format("told by peer %d, which waits in that call", p).c_str());
     }
   }
+}
+
+std::optional<transport::Fingerprint> Executor::mineFor(const transport::Fingerprint& theirs) const {
+  if (!history_) return std::nullopt;
+  const transport::Fingerprint* own = history_->find(theirs.call);
+  if (own && communicatorTag(*own) == communicatorTag(theirs)) return *own;
+  if (look_.recall && isCollectiveFingerprint(theirs)) return look_.recall(theirs);
+  return std::nullopt;
 }
 
 void Executor::stopShowingWaiting() {

@@ -161,9 +161,32 @@ void ShareFamily::holdTag(uint32_t tag) {
 }
 
 void ShareFamily::releaseTag(uint32_t tag) {
-  std::lock_guard<std::mutex> lock(tagsMu_);
-  auto it = std::find(tags_.begin(), tags_.end(), tag);
-  if (it != tags_.end()) tags_.erase(it);
+  {
+    std::lock_guard<std::mutex> lock(tagsMu_);
+    auto it = std::find(tags_.begin(), tags_.end(), tag);
+    if (it != tags_.end()) tags_.erase(it);
+  }
+  std::lock_guard<std::mutex> lock(callsMu_);
+  std::erase_if(calls_, [tag](const auto& c) { return c.first == tag; });
+}
+
+void ShareFamily::recordCall(uint32_t tag, const transport::Fingerprint& fp) {
+  std::lock_guard<std::mutex> lock(callsMu_);
+  for (auto& [t, history] : calls_) {
+    if (t == tag) {
+      history.add(fp);
+      return;
+    }
+  }
+  calls_.emplace_back(tag, CallHistory{}).second.add(fp);
+}
+
+std::optional<transport::Fingerprint> ShareFamily::recalledCall(uint32_t tag, uint32_t call) {
+  std::lock_guard<std::mutex> lock(callsMu_);
+  for (const auto& [t, history] : calls_)
+    if (t == tag)
+      if (const transport::Fingerprint* fp = history.find(call)) return *fp;
+  return std::nullopt;
 }
 
 uint32_t ShareFamily::takenTagCandidates(uint32_t parentTag, int epoch, int color) {

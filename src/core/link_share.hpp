@@ -30,10 +30,13 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/poller.hpp"
+#include "core/call_fingerprint.hpp"
 #include "core/setup.hpp"
 
 namespace collie::core {
@@ -81,9 +84,19 @@ struct ShareFamily {
   /// Bit i set: candidate i of a child split now (sharingTagCandidate) is the tag of a member alive here.
   uint32_t takenTagCandidates(uint32_t parentTag, int epoch, int color);
 
+  /// A collective call this rank made on the member tagged `tag`, kept while a child shares (Planner::plan): a
+  /// member's waiting run judges a peer's call of another member against it (Executor::compareWaitingCalls), as a
+  /// peer past a call that moved nothing on its side (0 elements) may wait in the next member's call while this rank
+  /// still waits in that one.
+  void recordCall(uint32_t tag, const transport::Fingerprint& fp);
+  /// This rank's call `call` of the member tagged `tag`, while it is among that member's last 64.
+  std::optional<transport::Fingerprint> recalledCall(uint32_t tag, uint32_t call);
+
  private:
   std::mutex tagsMu_;
   std::vector<uint32_t> tags_;  // of the sharing members alive on this rank
+  std::mutex callsMu_;
+  std::vector<std::pair<uint32_t, CallHistory>> calls_;  // by member tag
 };
 
 /// The candidates for the fingerprint tag of a child split with shareConnections (call_fingerprint.hpp), in order

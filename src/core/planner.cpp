@@ -6,6 +6,7 @@
 
 #include "base/datatypes.hpp"
 #include "base/log.hpp"
+#include "core/link_share.hpp"
 
 namespace collie::core {
 
@@ -100,7 +101,7 @@ const std::vector<Job>& Planner::plan(const std::vector<OpDesc>& ops) {
     } else {
       job.sendFp = job.recvFp =
           fingerprintOf(op, collectiveCalls_++, rank_, tag_, static_cast<int>(memo_.plan.algorithm));
-      history_.add(job.sendFp);
+      remember(job.sendFp);
     }
     if (ops.size() == 1)
       repeat_ =
@@ -121,9 +122,15 @@ const std::vector<Job>* Planner::repeat(const CallKey& key) {
   if (!repeat_.valid || !memo_.valid || !(repeat_.key == key)) return nullptr;
   Job& job = jobs_[0];
   job.sendFp.call = job.recvFp.call = (*repeat_.counter)++;  // the rest of a fingerprint is the call's arguments
-  if (repeat_.collective) history_.add(job.sendFp);
+  if (repeat_.collective) remember(job.sendFp);
   if (recorder_) recorder_->begin(repeat_.op, memo_.plan.algorithm, memo_.transports, memo_.bytes);
   return &jobs_;
+}
+
+void Planner::remember(const transport::Fingerprint& fp) {
+  history_.add(fp);
+  if (family_ && family_->shared.load(std::memory_order_relaxed)) [[unlikely]]
+    family_->recordCall(tag_, fp);
 }
 
 transport::Fingerprint Planner::recvFingerprint(const OpDesc& op, int peer) const {
@@ -134,7 +141,13 @@ transport::Fingerprint Planner::recvFingerprint(const OpDesc& op, int peer) cons
 
 transport::MismatchRecord Planner::explain(transport::MismatchRecord r) const {
   if (r.rankB != rank_ || !isCollectiveFingerprint(r.a)) return r;
-  if (const transport::Fingerprint* mine = history_.find(r.a.call)) r.b = *mine;
+  const transport::Fingerprint* mine = history_.find(r.a.call);
+  if (mine && communicatorTag(*mine) == communicatorTag(r.a)) {
+    r.b = *mine;
+  } else if (family_ != nullptr) {  // another member's call of a sharing family: as this rank made it, if recorded
+    if (std::optional<transport::Fingerprint> other = family_->recalledCall(communicatorTag(r.a), r.a.call))
+      r.b = *other;
+  }
   return r;
 }
 

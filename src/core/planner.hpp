@@ -22,6 +22,8 @@
 
 namespace collie::core {
 
+struct ShareFamily;
+
 class Planner {
  public:
   Planner(int rank, int nranks, std::string name)
@@ -44,6 +46,9 @@ class Planner {
   void setRecorder(FlightRecorder* recorder);
   /// The communicator's tag in every fingerprint (call_fingerprint.hpp; 0 unless it shares its parent's connections).
   void setTag(uint32_t tag) { tag_ = tag; }
+  /// The sharing family of this communicator: while a child shares, each collective call is recorded there too
+  /// (ShareFamily::recordCall).
+  void setFamily(ShareFamily* family) { family_ = family; }
   uint32_t tag() const { return tag_; }
   /// The fingerprints of the recent collective calls (planned ones included), for the executor's look at messages
   /// no receive takes (Executor::enableLook). The object lives as long as the planner.
@@ -70,6 +75,8 @@ class Planner {
   transport::MismatchRecord explain(transport::MismatchRecord r) const;
 
  private:
+  /// Adds a collective call's fingerprint to history_ (and to the family's record while a child shares).
+  void remember(const transport::Fingerprint& fp);
   const algorithms::Schedule& schedule(algorithms::Algorithm algo, const algorithms::ScheduleKey& key);
   /// The transports of the peers `schedule` touches, as bits of preference_ (0: "self"), cached per schedule.
   uint32_t transportsOf(const algorithms::Schedule& schedule);
@@ -121,6 +128,7 @@ class Planner {
   uint32_t tag_ = 0;                     // in every fingerprint
   std::vector<uint32_t> sends_, recvs_;  // by peer: sends to it and receives from it planned so far
   CallHistory history_;                  // fingerprints of the recent collective calls
+  ShareFamily* family_ = nullptr;        // setFamily
   mutable std::mutex callMu_;
   Record last_;
 };

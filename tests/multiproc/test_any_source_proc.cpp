@@ -335,6 +335,39 @@ TEST_P(AnySource, AnEmptySendAgainstANamedReceiveOfMoreIsAMismatchOnBothRanks) {
       options)));
 }
 
+// Both ranks call a Broadcast as its root (each sends, neither receives, both return), then rank 1 receives from any
+// source: the next message from rank 0 is rank 0's Broadcast, a call rank 1 made with another root. That is the
+// mismatch, reported on both ranks, not a peer ahead to wait for. Before 2026-11-30 rank 1 waited for the timeout
+// (found by the random programs, tests/threaded/test_random_programs.cpp).
+TEST_P(AnySource, AMessageFromACallThisRankMadeDifferentlyIsAMismatchNotAPeerAhead) {
+  Options options = eagerOptions();
+  options.timeout = 20s;
+  EXPECT_TRUE(allRanksSucceeded(ProcessLauncher::run(
+      2,
+      [](Communicator& comm) {
+        std::vector<float> data(16, 1.0f);
+        const int64_t start = monotonicNs();
+        try {
+          comm.broadcast(data.data(), data.data(), 16, DataType::Float32, comm.rank());
+          if (comm.rank() == 1) {
+            comm.recvAny(data.data(), 4, DataType::Float32);
+          } else {
+            comm.send(data.data(), 4, DataType::Float32, 1);
+          }
+          double x = 1;  // the sender's part may complete: it learns in its next call
+          comm.allReduce(&x, &x, 1, DataType::Float64, ReduceOp::Sum);
+          ADD_FAILURE() << "no error on rank " << comm.rank();
+        } catch (const Error& e) {
+          const std::string m = e.what();
+          EXPECT_EQ(e.code(), ErrorCode::InvalidUsage) << m;
+          EXPECT_NE(m.find("Broadcast(float32, 16, root 0)"), std::string::npos) << m;
+          EXPECT_NE(m.find("Broadcast(float32, 16, root 1)"), std::string::npos) << m;
+          EXPECT_LT(monotonicNs() - start, 10'000'000'000) << m;
+        }
+      },
+      options)));
+}
+
 TEST_P(AnySource, BadUsesAreRefusedAndLeaveTheCommunicatorUsable) {
   EXPECT_TRUE(allRanksSucceeded(ProcessLauncher::run(2, [](Communicator& comm) {
     float buf[2] = {0, 0};

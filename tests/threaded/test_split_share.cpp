@@ -568,6 +568,43 @@ TEST(SplitShare, AWaitingChildFindsAMismatchNoReceiveShowsBeforeTheTimeout) {
   });
 }
 
+// Rank 1 calls a Reduce of 1 element on the child, rooted at itself, where ranks 0 and 2 call it with 0 elements:
+// they move nothing and go on to a Broadcast from rank 1 on the parent, whose turn on rank 1 waits behind its Reduce.
+// No message shows the difference: ranks 0 and 2 wait on rank 1, which waits on them, each in a call of another
+// member of the family. Ranks 0 and 2, asking rank 1, are told of its Reduce, and
+// judge it against the Reduce they made (the family keeps each member's last calls while a child shares). Before
+// 2026-11-30 they judged it against the parent's call of that number, found no contradiction, and every rank waited
+// for the timeout (found by the random programs, tests/threaded/test_random_programs.cpp).
+TEST(SplitShare, ARankStillInACallItsPeersPassedWithNothingToMoveIsAMismatchAcrossTheFamily) {
+  overShmAndTcp([] {
+    constexpr auto kTimeout = 40s;
+    auto parents = createParents(3, kTimeout);
+    std::vector<std::string> errors(3);
+    std::vector<double> seconds(3);
+    onEveryRank(3, [&](int r) {
+      auto child = parents[static_cast<size_t>(r)]->split(0, r, shareOptions(kTimeout));
+      checkCase(*child, Coll::AllReduce, DataType::Float32, ReduceOp::Sum, 64, false, 0);  // connected
+      std::vector<float> in(3, 1.0f), out(3, 0.0f);
+      const auto t0 = std::chrono::steady_clock::now();
+      try {
+        child->reduce(in.data(), out.data(), r == 1 ? 1 : 0, DataType::Float32, ReduceOp::Sum, 1);
+        parents[static_cast<size_t>(r)]->broadcast(in.data(), in.data(), 3, DataType::Float32, 1);
+        errors[static_cast<size_t>(r)] = "no error";
+      } catch (const Error& e) {
+        errors[static_cast<size_t>(r)] = e.what();
+      }
+      seconds[static_cast<size_t>(r)] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    });
+    for (int r = 0; r < 3; ++r) {
+      const std::string& e = errors[static_cast<size_t>(r)];
+      EXPECT_NE(e.find("mismatched calls: rank "), std::string::npos) << "rank " << r << ": " << e;
+      EXPECT_NE(e.find("Reduce(float32, sum, 0, root 1)"), std::string::npos) << "rank " << r << ": " << e;
+      EXPECT_NE(e.find("Reduce(float32, sum, 1, root 1)"), std::string::npos) << "rank " << r << ": " << e;
+      EXPECT_LT(seconds[static_cast<size_t>(r)], 20.0) << "rank " << r << ": " << e;
+    }
+  });
+}
+
 // Rank 1 waits 3 s in a call on one member of a family (a group receiving from ranks 0 and 2; rank 2 comes late)
 // while rank 0, done with it, starts a direct AllReduce on the other member whose number is that of a collective
 // call in the waiting member's history: its message sits at the head of rank 1's idle connection from rank 0, which
