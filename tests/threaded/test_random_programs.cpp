@@ -27,6 +27,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/errors.hpp"
 #include "common/bodies.hpp"
 #include "common/case_run.hpp"
 #include "common/forced_algorithm.hpp"
@@ -52,7 +53,12 @@ struct Call {
   size_t base;
   bool anySource;  // instead of coll: every other rank sends to the root, which takes them with recvAny
   int delayUs;     // this rank sleeps first when (rank + delayUs) % 3 == 0, so that ranks come at different times
+  int index;       // in the program
 };
+
+// How the deviant rank changes the deviant call: one thing its peers must notice.
+enum class Deviance { Count, Type, Op, Root };
+const char* const kDevianceNames[] = {"count", "type", "op", "root"};
 
 // How a run of calls is issued.
 enum class Issue { Blocking, Async, Group };
@@ -67,6 +73,10 @@ struct Program {
   std::string algo;  // COLLIE_ALGO's grammar; empty: the tuner's choice
   bool twoThreads;   // the parity split's calls run on a second thread of each rank
   std::vector<Block> blocks;
+  // A mismatch: world rank devRank makes call devCall (-1: none) with `deviance` changed.
+  int devCall = -1;
+  int devRank = 0;
+  Deviance deviance = Deviance::Count;
 };
 
 const std::vector<size_t> kCounts = {0, 1, 2, 3, 7, 31, 64, 1031, 4095, 4097, 16411, 65537, 262147};
@@ -92,7 +102,45 @@ Call drawCall(std::mt19937_64& rng, Comm comm, int nranks) {
   return c;
 }
 
-Program drawProgram(uint64_t seed) {
+// The call as the deviant rank makes it: a count, type, op or root of its own. Only a change its peers can see is
+// drawn: a collective of 0 elements moves nothing, so only its count can differ visibly; op only where it reduces;
+// root only where there is one.
+Call deviate(Call c, Deviance d) {
+  switch (d) {
+    case Deviance::Count:
+      ++c.count;
+      break;
+    case Deviance::Type:
+      c.type =
+          kAllTypes[(static_cast<size_t>(std::find(kAllTypes.begin(), kAllTypes.end(), c.type) - kAllTypes.begin()) +
+                     1) %
+                    kAllTypes.size()];
+      break;
+    case Deviance::Op:
+      c.op = kAllOps[(static_cast<size_t>(std::find(kAllOps.begin(), kAllOps.end(), c.op) - kAllOps.begin()) + 1) %
+                     kAllOps.size()];
+      break;
+    case Deviance::Root:
+      ++c.rootDraw;
+      break;
+  }
+  return c;
+}
+
+// Whether a change of `c` by one rank is one its peers must notice. Not drawn, as collie cannot tell them from a late
+// rank within the timeout (README, Failures): a collective of 0 elements against 1 (the ranks of 0 move nothing and
+// go on; a rank that then waits for them in another communicator's call holds up the one that would report it), and
+// a receive from any source whose root differs (a send to a rank that receives nothing from it, as with MPI).
+bool deviable(const Call& c) { return c.count > 0 || c.anySource || c.coll == Coll::SendRecv; }
+
+Deviance drawDeviance(std::mt19937_64& rng, const Call& c) {
+  std::vector<Deviance> visible = {Deviance::Count, Deviance::Type};
+  if (!c.anySource && reduces(c.coll)) visible.push_back(Deviance::Op);
+  if (!c.anySource && (c.coll == Coll::Broadcast || c.coll == Coll::Reduce)) visible.push_back(Deviance::Root);
+  return visible[rng() % visible.size()];
+}
+
+Program drawProgram(uint64_t seed, bool withDeviance) {
   std::mt19937_64 rng(seed);
   Program p;
   const int sizes[] = {2, 3, 4, 5, 8};
@@ -101,6 +149,7 @@ Program drawProgram(uint64_t seed) {
   p.algo = algos[rng() % 8];
   p.twoThreads = rng() % 2 == 0;
   const int blocks = 6 + static_cast<int>(rng() % 10);
+  int callCount = 0;
   for (int b = 0; b < blocks; ++b) {
     Block block;
     const unsigned kind = rng() % 4;
@@ -114,8 +163,27 @@ Program drawProgram(uint64_t seed) {
       if (block.issue == Issue::Group && comm != kParity) comm = other;
       block.calls.push_back(drawCall(rng, comm, p.nranks));
       if (block.issue != Issue::Blocking) block.calls.back().anySource = false;  // recvAny is refused in a group
+      block.calls.back().index = callCount++;
     }
     p.blocks.push_back(std::move(block));
+  }
+  if (withDeviance) {  // a call drawn among those whose change is noticed; none when there is none
+    // A group that holds a call of a failed communicator is refused whole, on the ranks that know of the failure
+    // when they issue it: the others issue its calls on the other communicator, which then wait for peers that
+    // never make them (collie cannot tell that from a late peer). So each group here keeps to one communicator.
+    for (Block& b : p.blocks)
+      if (b.issue == Issue::Group)
+        for (Call& c : b.calls) c.comm = b.calls.front().comm;
+    std::vector<const Call*> candidates;
+    for (const Block& b : p.blocks)
+      for (const Call& c : b.calls)
+        if (deviable(c)) candidates.push_back(&c);
+    if (!candidates.empty()) {
+      const Call& c = *candidates[rng() % candidates.size()];
+      p.devCall = c.index;
+      p.devRank = static_cast<int>(rng() % static_cast<uint64_t>(p.nranks));
+      p.deviance = drawDeviance(rng, c);
+    }
   }
   return p;
 }
@@ -129,7 +197,7 @@ std::string commLabel(const Call& c, const Communicator& comm) {
 // checks that each rank's message came once, whole; then a barrier. A receive from any source takes whichever send
 // to this rank comes first: without the barrier a rank could send its next message to the root before another
 // rank's first arrived, and the root would take it in its place (a program's error, not collie's).
-void anySourceCase(Communicator& comm, const Call& c, int root) {
+void anySourceCase(Communicator& comm, const Call& c, int root, bool deviant) {
   const int rank = comm.rank(), n = comm.size();
   SCOPED_TRACE("any source: " + typeName(c.type) + " count=" + std::to_string(c.count) +
                " root=" + std::to_string(root) + " base=" + std::to_string(c.base));
@@ -137,7 +205,9 @@ void anySourceCase(Communicator& comm, const Call& c, int root) {
     Buffer send(c.type, c.count);
     send.fillInput(0, c.count, kNoReduction, rank, c.base);
     comm.send(send.data(), c.count, c.type, root);
-    EXPECT_TRUE(matchesInput(send.data(), c.count, c.type, kNoReduction, rank, c.base)) << "sendbuff was written";
+    if (!deviant) {
+      EXPECT_TRUE(matchesInput(send.data(), c.count, c.type, kNoReduction, rank, c.base)) << "sendbuff was written";
+    }
     comm.barrier();
     return;
   }
@@ -145,12 +215,14 @@ void anySourceCase(Communicator& comm, const Call& c, int root) {
   for (int i = 1; i < n; ++i) {
     Buffer recv(c.type, c.count);
     const int from = comm.recvAny(recv.data(), c.count, c.type);
+    if (deviant) continue;
     ASSERT_TRUE(from >= 0 && from < n && from != root) << "recvAny returned " << from;
     ++seen[static_cast<size_t>(from)];
     EXPECT_TRUE(matchesInput(recv.data(), c.count, c.type, kNoReduction, from, c.base)) << "from rank " << from;
     EXPECT_TRUE(recv.guardsIntact());
   }
-  for (int r = 0; r < n; ++r) EXPECT_EQ(seen[static_cast<size_t>(r)], r == root ? 0 : 1) << "messages of rank " << r;
+  for (int r = 0; r < n && !deviant; ++r)
+    EXPECT_EQ(seen[static_cast<size_t>(r)], r == root ? 0 : 1) << "messages of rank " << r;
   comm.barrier();
 }
 
@@ -166,20 +238,59 @@ std::vector<Block> only(const std::vector<Block>& blocks, bool parity) {
   return out;
 }
 
+// One rank's run of a program: its communicators, and, when the program has a deviant call, which of them failed.
+struct RankRun {
+  const Program* program;
+  Communicator* comms[kComms];
+  int worldRank;
+  // Written by the thread that runs the communicator's calls (the parity split's by the second thread, if any).
+  bool failed[kComms] = {false, false, false};
+  ErrorCode firstCode[kComms] = {ErrorCode::Success, ErrorCode::Success, ErrorCode::Success};
+  std::string firstError[kComms];
+
+  // Runs f. Without a deviant call an error is the test's failure (it propagates); with one, it is recorded as a
+  // failure of the communicators `on`, and false is returned.
+  template <typename F>
+  bool attempt(std::initializer_list<Comm> on, F&& f) {
+    if (program->devCall < 0) {
+      f();
+      return true;
+    }
+    try {
+      f();
+      return true;
+    } catch (const Error& e) {
+      for (Comm c : on) {
+        if (!failed[c]) firstCode[c] = e.code(), firstError[c] = e.what();
+        failed[c] = true;
+      }
+      return false;
+    }
+  }
+};
+
 // Runs `blocks` on this thread; every check is a non-fatal gtest failure. `own` draws this thread's order of
-// waiting; `label` names the thread in failures.
-void runBlocks(Communicator* const comms[kComms], const std::vector<Block>& blocks, std::mt19937_64& own,
-               const std::string& label) {
+// waiting; `label` names the thread in failures. A call that returns without an error is checked, the deviant
+// one on the deviant rank excepted.
+void runBlocks(RankRun& run, const std::vector<Block>& blocks, std::mt19937_64& own, const std::string& label) {
   struct Outstanding {
     std::unique_ptr<CaseRun> run;
+    Comm comm;
+    bool deviant;
+    bool issued = true;
     std::vector<Work> works;
     std::string where;
   };
   std::vector<Outstanding> pending;
   auto finish = [&](Outstanding& o) {
     SCOPED_TRACE(o.where);
-    for (Work& w : o.works) w.wait();
-    o.run->check();
+    if (!o.issued) return;
+    if (run.attempt({o.comm},
+                    [&] {
+                      for (Work& w : o.works) w.wait();
+                    }) &&
+        !o.deviant)
+      o.run->check();
   };
   // Waits for every outstanding call, in an order of this thread's own.
   auto drain = [&] {
@@ -190,41 +301,55 @@ void runBlocks(Communicator* const comms[kComms], const std::vector<Block>& bloc
   int callNo = 0;
   for (const Block& block : blocks) {
     std::vector<Outstanding> made;
-    for (const Call& c : block.calls) {
-      Communicator& comm = *comms[c.comm];
+    for (const Call& drawn : block.calls) {
+      const bool deviant = drawn.index == run.program->devCall && run.worldRank == run.program->devRank;
+      const Call c = deviant ? deviate(drawn, run.program->deviance) : drawn;
+      Communicator& comm = *run.comms[c.comm];
       const int root = c.rootDraw % comm.size();
       if ((comm.rank() + c.delayUs) % 3 == 0 && c.delayUs > 0)
         std::this_thread::sleep_for(std::chrono::microseconds(c.delayUs));
       if (c.anySource) {  // blocking blocks hold one call
-        anySourceCase(comm, c, root);
+        run.attempt({c.comm}, [&] { anySourceCase(comm, c, root, deviant); });
         continue;
       }
       const int shift = comm.size() == 1 ? 0 : 1 + c.shiftDraw % (comm.size() - 1);
       Outstanding o;
       o.run = std::make_unique<CaseRun>(comm, c.coll, c.type, c.op, c.count, c.inPlace, root, c.base, shift);
-      o.where = label + " call #" + std::to_string(callNo++) + " on " + commLabel(c, comm) + ": " + o.run->name();
+      o.comm = c.comm;
+      o.deviant = deviant;
+      o.where = label + " call #" + std::to_string(callNo++) + " on " + commLabel(c, comm) + ": " + o.run->name() +
+                (deviant ? " (the deviant call)" : "");
       made.push_back(std::move(o));
     }
     if (block.issue == Issue::Blocking) {
       for (Outstanding& o : made) {
         SCOPED_TRACE(o.where);
-        o.run->start(CaseRun::Mode::Blocking);
-        o.run->check();
+        if (run.attempt({o.comm}, [&] { o.run->start(CaseRun::Mode::Blocking); }) && !o.deviant) o.run->check();
       }
       // Now and then, everything outstanding before the next block.
       if (own() % 3 == 0) drain();
       continue;
     }
-    if (block.issue == Issue::Group) groupStart();
-    for (Outstanding& o : made) o.works = o.run->start(CaseRun::Mode::Async);
-    if (block.issue == Issue::Group) groupEnd();
+    // A call refused when issued (its communicator failed earlier), or a group that failed, is not waited for.
+    if (block.issue == Issue::Group) {
+      const bool issued = run.attempt({made.front().comm, made.back().comm}, [&] {
+        grouped([&] {
+          for (Outstanding& o : made) o.works = o.run->start(CaseRun::Mode::Async);
+        });
+      });
+      for (Outstanding& o : made) o.issued = issued;
+    } else {
+      for (Outstanding& o : made)
+        o.issued = run.attempt({o.comm}, [&] { o.works = o.run->start(CaseRun::Mode::Async); });
+    }
     for (Outstanding& o : made) pending.push_back(std::move(o));
   }
   drain();
 }
 
 // Runs program `p` on this rank: on one thread, or with the parity split's calls on a second thread of the rank,
-// at the same time as the others.
+// at the same time as the others. With a deviant call, checks at the end that every rank of the communicator it was
+// made on saw an error there.
 void runProgram(Communicator& world, const Program& p, uint64_t seed) {
   const int rank = world.rank(), n = world.size();
   Options parityOptions, sharingOptions;
@@ -233,23 +358,23 @@ void runProgram(Communicator& world, const Program& p, uint64_t seed) {
   sharingOptions.shareConnections = true;
   std::unique_ptr<Communicator> parity = world.split(rank % 2, n - rank, parityOptions);
   std::unique_ptr<Communicator> sharing = world.split(0, n - rank, sharingOptions);
-  Communicator* const comms[kComms] = {&world, parity.get(), sharing.get()};
+  RankRun run{&p, {&world, parity.get(), sharing.get()}, rank};
   const std::string label = "seed " + std::to_string(seed);
   std::mt19937_64 own(seed * 1000003 + static_cast<uint64_t>(rank));
   if (!p.twoThreads) {
-    runBlocks(comms, p.blocks, own, label);
+    runBlocks(run, p.blocks, own, label);
   } else {
     std::mt19937_64 own2(seed * 1000033 + static_cast<uint64_t>(rank));
     std::thread second([&] {
       try {
-        runBlocks(comms, only(p.blocks, true), own2, label + " (second thread)");
+        runBlocks(run, only(p.blocks, true), own2, label + " (second thread)");
       } catch (const std::exception& e) {
         ADD_FAILURE() << "rank " << rank << ", second thread: " << e.what();
         parity->abort();  // the peers' calls on it end too
       }
     });
     try {
-      runBlocks(comms, only(p.blocks, false), own, label);
+      runBlocks(run, only(p.blocks, false), own, label);
     } catch (...) {
       parity->abort();
       second.join();
@@ -257,8 +382,27 @@ void runProgram(Communicator& world, const Program& p, uint64_t seed) {
     }
     second.join();
   }
-  // Every communicator still agrees: one more checked AllReduce on each.
-  for (Communicator* c : comms) checkCase(*c, Coll::AllReduce, DataType::Int32, ReduceOp::Sum, 1031, false, 0);
+  // Every communicator still agrees: one more checked AllReduce on each (after a deviant call, one that fails on
+  // every rank of its communicator).
+  for (int c = 0; c < kComms; ++c) {
+    run.attempt({static_cast<Comm>(c)},
+                [&] { checkCase(*run.comms[c], Coll::AllReduce, DataType::Int32, ReduceOp::Sum, 1031, false, 0); });
+  }
+  if (p.devCall < 0) return;
+  Comm devComm = kWorld;
+  for (const Block& b : p.blocks)
+    for (const Call& c : b.calls)
+      if (c.index == p.devCall) devComm = c.comm;
+  const bool member = devComm != kParity || rank % 2 == p.devRank % 2;
+  if (member && run.comms[devComm]->size() > 1) {
+    EXPECT_TRUE(run.failed[devComm]) << "rank " << rank << " saw no error on " << kCommNames[devComm] << " after rank "
+                                     << p.devRank << " changed the " << kDevianceNames[static_cast<int>(p.deviance)]
+                                     << " of call " << p.devCall;
+    // The first error a rank sees names the mismatch, or that a peer failed (it may learn of it that way first).
+    const ErrorCode code = run.firstCode[devComm];
+    EXPECT_TRUE(code == ErrorCode::InvalidUsage || code == ErrorCode::RemoteError)
+        << "rank " << rank << ": " << base::errorCodeName(code) << ": " << run.firstError[devComm];
+  }
 }
 
 // The failed checks the current test has recorded so far.
@@ -269,13 +413,35 @@ int failuresSoFar() {
   return failed;
 }
 
+// The program as text, one call a line (COLLIE_RANDOM_PRINT=1 prints it before it runs).
+std::string listing(const Program& p) {
+  static const char* const issues[] = {"blocking", "async", "group"};
+  std::string out;
+  for (const Block& b : p.blocks) {
+    out += std::string(issues[static_cast<int>(b.issue)]) + ":\n";
+    for (const Call& c : b.calls) {
+      out += "  #" + std::to_string(c.index) + " " + kCommNames[c.comm] + " " +
+             (c.anySource ? "any-source " + typeName(c.type) + " count=" + std::to_string(c.count)
+                          : collName(c.coll) + " " + typeName(c.type) + " " + opName(c.op) +
+                                " count=" + std::to_string(c.count) + (c.inPlace ? " in-place" : "")) +
+             " rootDraw=" + std::to_string(c.rootDraw) + " shiftDraw=" + std::to_string(c.shiftDraw) +
+             (c.index == p.devCall ? " <- rank " + std::to_string(p.devRank) + " changes its " +
+                                         kDevianceNames[static_cast<int>(p.deviance)]
+                                   : std::string()) +
+             "\n";
+    }
+  }
+  return out;
+}
+
 int envInt(const char* name, int fallback) {
   const char* v = std::getenv(name);
   return v && *v ? std::atoi(v) : fallback;
 }
 
-// Runs programs from consecutive seeds for the time budget (stopping after the third that fails).
-void runPrograms(const char* label) {
+// Runs programs from consecutive seeds for the time budget (stopping after the third that fails); with
+// `deviant`, each has one call that one rank makes differently.
+void runPrograms(const char* label, bool deviant = false) {
   const int only = envInt("COLLIE_RANDOM_SEED", -1);
   const auto budget = std::chrono::seconds(envInt("COLLIE_RANDOM_SECONDS", 8));
   const auto start = std::chrono::steady_clock::now();
@@ -294,14 +460,21 @@ void runPrograms(const char* label) {
   int passed = 0, failed = 0;
   std::string failedSeeds;
   do {
-    const Program p = drawProgram(seed);
+    const Program p = drawProgram(seed, deviant);
     const int before = failuresSoFar();
+    const auto began = std::chrono::steady_clock::now();
+    if (envInt("COLLIE_RANDOM_PRINT", 0) != 0)
+      printf("program %llu, %d ranks, %s%s:\n%s", static_cast<unsigned long long>(seed), p.nranks,
+             p.algo.empty() ? "auto" : p.algo.c_str(), p.twoThreads ? ", two threads" : "", listing(p).c_str());
     {
       std::unique_ptr<ForcedAlgorithm> forced;
       if (!p.algo.empty()) forced = std::make_unique<ForcedAlgorithm>(p.algo);
       SCOPED_TRACE("random program seed " + std::to_string(seed) + " (COLLIE_RANDOM_SEED=" + std::to_string(seed) +
                    " to replay): " + std::to_string(p.nranks) + " ranks, algorithm " +
-                   (p.algo.empty() ? std::string("auto") : p.algo) + (p.twoThreads ? ", two threads" : ""));
+                   (p.algo.empty() ? std::string("auto") : p.algo) + (p.twoThreads ? ", two threads" : "") +
+                   (deviant ? ", rank " + std::to_string(p.devRank) + " changes the " +
+                                  kDevianceNames[static_cast<int>(p.deviance)] + " of call " + std::to_string(p.devCall)
+                            : std::string()));
       try {
         // A call that waits on its peers for 60 s fails (the default is 10 minutes): a hang is reported with its seed.
         ThreadLauncher::run(
@@ -310,6 +483,9 @@ void runPrograms(const char* label) {
       } catch (const std::exception& e) {
         ADD_FAILURE() << e.what();
       }
+      // A mismatch is found when its messages arrive or, where a rank waits for messages that do not come, when it
+      // asks its peers (after seconds): well before the 60 s a call waits.
+      EXPECT_LT(std::chrono::steady_clock::now() - began, std::chrono::seconds(45)) << "slow to fail";
     }
     if (failuresSoFar() > before) {
       ++failed;
@@ -319,16 +495,29 @@ void runPrograms(const char* label) {
     }
     ++seed;
   } while (only < 0 && failed < 3 && std::chrono::steady_clock::now() - start < budget);
-  printf("random programs (%s): %d passed, %d failed%s%s\n", label, passed, failed,
-         failedSeeds.empty() ? "" : "; failed seeds:", failedSeeds.c_str());
+  printf("random programs%s (%s): %d passed, %d failed%s%s\n", deviant ? " with a deviant call" : "", label, passed,
+         failed, failedSeeds.empty() ? "" : "; failed seeds:", failedSeeds.c_str());
   fflush(stdout);
 }
 
 TEST(RandomPrograms, EveryResultExactOverShm) { runPrograms("shm"); }
 
+// One call made differently by one rank (its count, type, op or root): every rank of that communicator fails with an
+// error, none hangs, and every call that returns without one has exact results, on every rank.
+TEST(RandomPrograms, ADeviantCallFailsItsCommunicatorEverywhereAndNothingIsWrongOverShm) { runPrograms("shm", true); }
+
 TEST(RandomPrograms, EveryResultExactOverTcp) {
   if (std::getenv("COLLIE_SHM_DISABLE") != nullptr) {
     runPrograms("tcp");
+    return;
+  }
+  const int status = rerunCurrentTestWith({"COLLIE_SHM_DISABLE=1"});
+  EXPECT_EQ(status, 0) << "the tcp run failed (its output is above)";
+}
+
+TEST(RandomPrograms, ADeviantCallFailsItsCommunicatorEverywhereAndNothingIsWrongOverTcp) {
+  if (std::getenv("COLLIE_SHM_DISABLE") != nullptr) {
+    runPrograms("tcp", true);
     return;
   }
   const int status = rerunCurrentTestWith({"COLLIE_SHM_DISABLE=1"});
