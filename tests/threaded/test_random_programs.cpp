@@ -4,10 +4,14 @@
 // order of each rank's own, groups of async calls over two communicators, calls on three communicators of one job
 // (the world; a split by parity with keys reversed, with connections of its own; a split of every rank sharing
 // the world's connections, with keys reversed), every collective, type and op, in place and out, counts across
-// slice and chunk sizes, Send/Recv at every distance, each program under one forced algorithm or the tuner's
-// choice; in half of the programs each rank runs the parity split's calls on a second thread, at the same time as
-// its calls on the other two. Each call's data is shifted by an index base of its own, so a message delivered to
-// another call of the same shape is caught.
+// slice and chunk sizes, Send/Recv at every distance, receives from any source, each program under one forced
+// algorithm or the tuner's choice; in half of the programs each rank runs the parity split's calls on a second
+// thread, at the same time as its calls on the other two. Each call's data is shifted by an index base of its own,
+// so a message delivered to another call of the same shape is caught.
+//
+// With a deviant call, one rank makes one call of the program with another count, type, op or root: every rank of
+// that communicator must fail with an error (not a timeout), and every call that returns without one must still be
+// exact. Errors are then recorded per communicator and the program goes on.
 //
 // A test runs programs for a bounded time (COLLIE_RANDOM_SECONDS, default 8 s; at least one program) and prints
 // "random programs: N passed, N failed" and the seed of each failure; COLLIE_RANDOM_SEED=S runs program S alone
@@ -240,9 +244,9 @@ std::vector<Block> only(const std::vector<Block>& blocks, bool parity) {
 
 // One rank's run of a program: its communicators, and, when the program has a deviant call, which of them failed.
 struct RankRun {
-  const Program* program;
-  Communicator* comms[kComms];
-  int worldRank;
+  const Program* program = nullptr;
+  Communicator* comms[kComms] = {nullptr, nullptr, nullptr};
+  int worldRank = 0;
   // Written by the thread that runs the communicator's calls (the parity split's by the second thread, if any).
   bool failed[kComms] = {false, false, false};
   ErrorCode firstCode[kComms] = {ErrorCode::Success, ErrorCode::Success, ErrorCode::Success};
@@ -358,7 +362,12 @@ void runProgram(Communicator& world, const Program& p, uint64_t seed) {
   sharingOptions.shareConnections = true;
   std::unique_ptr<Communicator> parity = world.split(rank % 2, n - rank, parityOptions);
   std::unique_ptr<Communicator> sharing = world.split(0, n - rank, sharingOptions);
-  RankRun run{&p, {&world, parity.get(), sharing.get()}, rank};
+  RankRun run{};
+  run.program = &p;
+  run.comms[kWorld] = &world;
+  run.comms[kParity] = parity.get();
+  run.comms[kSharing] = sharing.get();
+  run.worldRank = rank;
   const std::string label = "seed " + std::to_string(seed);
   std::mt19937_64 own(seed * 1000003 + static_cast<uint64_t>(rank));
   if (!p.twoThreads) {
