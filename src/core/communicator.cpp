@@ -217,6 +217,7 @@ void CommImpl::startRecording() {
   // In a sharing family a peer may wait in another member's call: it is judged against this rank's call of that
   // member, which the planners record while a child shares.
   planner_.setFamily(share_->family.get());
+  for (const auto& t : links_.transports) t->showLastCall(share_->family->lastCall);
   hooks.recall = [family = share_->family](const transport::Fingerprint& theirs) {
     return family->recalledCall(communicatorTag(theirs), theirs.call);
   };

@@ -122,7 +122,7 @@ class Executor {
     /// Tells peers that ask which collective calls this run waits in (Transport::showWaitingCalls); empty: none.
     std::function<void(const std::vector<transport::Fingerprint>&)> showWaiting;
     /// What `peer` shows (Transport::askWaitingCalls; nullopt: no answer); may throw MismatchError.
-    std::function<std::optional<std::vector<transport::Fingerprint>>(int peer)> askWaiting;
+    std::function<std::optional<transport::ToldCalls>(int peer)> askWaiting;
     /// This rank's call that `theirs` names when it is another member's of a sharing family
     /// (ShareFamily::recalledCall); nullopt: none known.
     std::function<std::optional<transport::Fingerprint>(const transport::Fingerprint& theirs)> recall;

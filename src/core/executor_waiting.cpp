@@ -94,8 +94,9 @@ void Executor::lookAtIdleConnections() {
 // Ranks that only wait to receive exchange no message that could show their calls differ (a Reduce where one rank
 // names itself root: every rank's part starts with a receive). So a waiting run shows the collective calls it still
 // waits in to any peer that asks (through the peer's listener, not the data stream: Transport::askWaitingCalls), and
-// asks one of the peers it waits on, in turn, which calls it waits in: one in the same call with another fingerprint
-// is the mismatch. A peer that shows nothing (it is not waiting, or not for a second yet) says nothing; a peer whose
+// asks one of the peers it waits on, in turn, which calls it waits in (and which collective call it made last): one in
+// the same call with another fingerprint is the mismatch. A peer that waits in nothing (it is not waiting, or not for
+// a second yet) and whose last call this rank made alike (or has not made yet) says nothing; a peer whose
 // communicator failed on mismatched calls says which, as its refused dial would. One question per look: a peer that
 // does not answer holds this run kAskWait (250 ms) at most per second. A peer is asked again after 1, 2, 4, then
 // every kAskGapMax (8) looks of the same stall (a look comes about once a second; with several peers waited on, each
@@ -129,14 +130,14 @@ void Executor::compareWaitingCalls() {
   PeerAsked& a = asking_[static_cast<size_t>(p)];
   a.nextLook = looks_ + askGapAfter(a.asked);
   if (a.asked < 255) ++a.asked;
-  const std::optional<std::vector<transport::Fingerprint>> answer = look_.askWaiting(p);
+  const std::optional<transport::ToldCalls> answer = look_.askWaiting(p);
   if (!answer) {
     a.unansweredAt = Clock::now();  // what it said before, if anything, still stands
     COLLIE_TRACE(base::kLogColl, "%s rank %d: rank %d, which this run waits on, did not answer", name_.c_str(), rank_,
                  p);
     return;
   }
-  const std::vector<transport::Fingerprint>& told = *answer;
+  const std::vector<transport::Fingerprint>& told = answer->waiting;
   a.answeredAt = Clock::now();
   a.count = static_cast<uint8_t>(told.size());
   a.first = told.empty() ? transport::Fingerprint{} : told[0];
@@ -147,6 +148,15 @@ void Executor::compareWaitingCalls() {
     if (mine && contradicts(theirs, *mine)) {
       transport::throwMismatch(transport::MismatchRecord{p, rank_, theirs, *mine},
                                base::format("told by peer %d, which waits in that call", p).c_str());
+    }
+  }
+  // A peer past a call that moved nothing on its side (0 elements where this rank has more) may wait in no call of
+  // this communicator: the last call it made is the one to compare.
+  if (const std::optional<transport::Fingerprint>& last = answer->last) {
+    const std::optional<transport::Fingerprint> mine = mineFor(*last);
+    if (mine && contradicts(*last, *mine)) {
+      transport::throwMismatch(transport::MismatchRecord{p, rank_, *last, *mine},
+                               base::format("told by peer %d, whose last call that was", p).c_str());
     }
   }
 }

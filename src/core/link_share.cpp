@@ -61,7 +61,8 @@ class LendingTransport : public transport::Transport {
   // A waiting call of the child shows and asks through the root's listeners: one member of a family runs at a time,
   // and the tags in the fingerprints tell whose calls an answer names.
   void showWaitingCalls(const std::vector<transport::Fingerprint>& calls) override { inner().showWaitingCalls(calls); }
-  std::optional<std::vector<transport::Fingerprint>> askWaitingCalls(const transport::CommContext&, int peer) override {
+  void showLastCall(std::shared_ptr<const transport::LastCall> last) override { inner().showLastCall(std::move(last)); }
+  std::optional<transport::ToldCalls> askWaitingCalls(const transport::CommContext&, int peer) override {
     return inner().askWaitingCalls(lender_->links.ctx, lenderRank_[static_cast<size_t>(peer)]);
   }
 

@@ -84,6 +84,9 @@ struct ShareFamily {
   /// Bit i set: candidate i of a child split now (sharingTagCandidate) is the tag of a member alive here.
   uint32_t takenTagCandidates(uint32_t parentTag, int epoch, int color);
 
+  /// The last collective call any member made on this rank (members call one at a time), which the root's
+  /// transports tell peers that ask (Transport::showLastCall).
+  std::shared_ptr<transport::LastCall> lastCall = std::make_shared<transport::LastCall>();
   /// A collective call this rank made on the member tagged `tag`, kept while a child shares (Planner::plan): a
   /// member's waiting run judges a peer's call of another member against it (Executor::compareWaitingCalls), as a
   /// peer past a call that moved nothing on its side (0 elements) may wait in the next member's call while this rank

@@ -129,7 +129,9 @@ const std::vector<Job>* Planner::repeat(const CallKey& key) {
 
 void Planner::remember(const transport::Fingerprint& fp) {
   history_.add(fp);
-  if (family_ && family_->shared.load(std::memory_order_relaxed)) [[unlikely]]
+  if (!family_) return;  // init's calls (numbered apart from the user's) are not shown
+  family_->lastCall->publish(fp);
+  if (family_->shared.load(std::memory_order_relaxed)) [[unlikely]]
     family_->recordCall(tag_, fp);
 }
 

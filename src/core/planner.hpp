@@ -46,8 +46,8 @@ class Planner {
   void setRecorder(FlightRecorder* recorder);
   /// The communicator's tag in every fingerprint (call_fingerprint.hpp; 0 unless it shares its parent's connections).
   void setTag(uint32_t tag) { tag_ = tag; }
-  /// The sharing family of this communicator: while a child shares, each collective call is recorded there too
-  /// (ShareFamily::recordCall).
+  /// The sharing family of this communicator (every communicator has one): each collective call is published as its
+  /// last (ShareFamily::lastCall), and, while a child shares, recorded there too (ShareFamily::recordCall).
   void setFamily(ShareFamily* family) { family_ = family; }
   uint32_t tag() const { return tag_; }
   /// The fingerprints of the recent collective calls (planned ones included), for the executor's look at messages

@@ -20,8 +20,6 @@ constexpr std::chrono::milliseconds kRedialPause{20};
 // How long a rank whose dial was turned away as a duplicate waits for the peer's own dial before it dials again: the
 // peer gives its dial up when its connect fails before it opened it (then it refuses, and this rank hears so).
 constexpr std::chrono::milliseconds kRedialRefused{300};
-/// How long askWaiting waits for a peer's answer: it runs inside a waiting call, once a second at most.
-constexpr std::chrono::milliseconds kAskWait{250};
 
 }  // namespace
 
@@ -64,59 +62,6 @@ void Dialer::answerWith(Link& link, uint32_t type, const void* tail, size_t tail
 
 void Dialer::refuse(Link& link, uint32_t type, const MismatchRecord& why) const {
   answerWith(link, type, &why, type == kRefusedMismatch ? sizeof(why) : 0);
-}
-
-void Dialer::showWaiting(const std::vector<Fingerprint>& calls) {
-  std::lock_guard<std::mutex> lock(mu_);
-  shown_ = WaitingCalls{};
-  shown_.count = static_cast<uint32_t>(std::min<size_t>(calls.size(), WaitingCalls::kMax));
-  std::copy_n(calls.begin(), shown_.count, shown_.calls);
-}
-
-void Dialer::tellWaiting(Link& link) const {
-  WaitingCalls told;
-  std::optional<MismatchRecord> why;
-  bool failed;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    told = shown_;
-    failed = refusing_;
-    why = refusalWhy_;
-  }
-  if (failed) {
-    refuse(link, why ? kRefusedMismatch : kRefusedFailed, why.value_or(MismatchRecord{}));
-  } else {
-    answerWith(link, kToldWaiting, &told, sizeof(told));
-  }
-}
-
-std::optional<std::vector<Fingerprint>> Dialer::askWaiting(const CommContext& ctx, int peer) {
-  const std::string what = base::format("rank %d (asked which calls it waits in)", peer);
-  try {
-    Handshake hs(transport_, kind_, ctx, {peer}, channels_, wire_, kAskWait);
-    Link l;
-    l.peer = peer;
-    l.fd = protocol_.dialSocket(hs, peer, 0);
-    std::vector<uint8_t> msg(wire_.messageBytes(), 0);
-    const Header ask = hs.header(kAskWaiting, peer, 0);
-    std::memcpy(msg.data(), &ask, sizeof(ask));
-    base::sendAll(l.fd.get(), msg.data(), msg.size(), hs.deadline(), what);
-    l.buf.assign(wire_.messageBytes(), 0);
-    base::recvAll(l.fd.get(), l.buf.data(), l.buf.size(), hs.deadline(), what);
-    const Header& h = l.header();
-    if (!hs.authentic(h) || h.fromRank != peer) return std::nullopt;
-    if (h.type == kRefusedMismatch) failRefusedMismatch(hs, l, "answering this rank's question");
-    if (h.type != kToldWaiting) return std::nullopt;
-    WaitingCalls told;
-    base::recvAll(l.fd.get(), &told, sizeof(told), hs.deadline(), what);
-    if (told.count > WaitingCalls::kMax) return std::nullopt;
-    return std::vector<Fingerprint>(told.calls, told.calls + told.count);
-  } catch (const MismatchError&) {
-    throw;
-  } catch (const Error& e) {
-    COLLIE_TRACE(base::kLogNet, "%s: rank %d got no answer from %s: %s", transport_, ctx.rank, what.c_str(), e.what());
-    return std::nullopt;
-  }
 }
 
 void Dialer::failRefusedMismatch(Handshake& hs, Link& link, const char* how) const {
@@ -581,7 +526,9 @@ std::vector<int> DialingTransport::answeredPeers() const { return dialer().answe
 
 void DialingTransport::showWaitingCalls(const std::vector<Fingerprint>& calls) { dialer().showWaiting(calls); }
 
-std::optional<std::vector<Fingerprint>> DialingTransport::askWaitingCalls(const CommContext& ctx, int peer) {
+void DialingTransport::showLastCall(std::shared_ptr<const LastCall> last) { dialer().showLastCall(std::move(last)); }
+
+std::optional<ToldCalls> DialingTransport::askWaitingCalls(const CommContext& ctx, int peer) {
   return dialer().askWaiting(ctx, peer);
 }
 

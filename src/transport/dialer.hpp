@@ -45,14 +45,16 @@
 namespace collie::transport::handshake {
 
 /// What a rank tells a peer that asks which calls it waits in (kAskWaiting): the fingerprints of the collective calls
-/// its run waits in, at most kMax. Sent after the kToldWaiting header, in a write of its own.
+/// its run waits in, at most kMax, and the last collective call it made. Sent after the kToldWaiting header, in a
+/// write of its own.
 struct WaitingCalls {
   static constexpr uint32_t kMax = 8;
   uint32_t count = 0;
-  uint32_t unused = 0;
+  uint32_t hasLast = 0;  ///< 1: `last` holds the last collective call the communicator made (LastCall)
   Fingerprint calls[kMax];
+  Fingerprint last;
 };
-static_assert(sizeof(WaitingCalls) == 136);
+static_assert(sizeof(WaitingCalls) == 152);
 
 /// A transport's part of connecting a pair on first use.
 class DialProtocol {
@@ -113,10 +115,13 @@ class Dialer {
   /// What a peer that asks (askWaiting) is told from now on: the calls this rank's run waits in (the first
   /// WaitingCalls::kMax of `calls`; empty: none).
   void showWaiting(const std::vector<Fingerprint>& calls);
+  /// Where the communicator's last collective call is published, told with the waiting calls from now on.
+  void showLastCall(std::shared_ptr<const LastCall> last);
   /// Asks `peer`'s listener which calls it shows (a kAskWaiting dial, answered on its accept loop's thread; no pair
-  /// state changes on either side). Empty when it shows none; nullopt when it did not answer within kAskWait (gone,
-  /// busy, its communicator not there). Throws MismatchError when its communicator failed on mismatched calls.
-  std::optional<std::vector<Fingerprint>> askWaiting(const CommContext& ctx, int peer);
+  /// state changes on either side). Nothing waited in when it shows none; nullopt when it did not answer within
+  /// kAskWait (gone, busy, its communicator not there). Throws MismatchError when its communicator failed on
+  /// mismatched calls.
+  std::optional<ToldCalls> askWaiting(const CommContext& ctx, int peer);
 
  private:
   enum class State : uint8_t { Idle, Dialing, Answering, Answered, Taken };
@@ -181,6 +186,7 @@ class Dialer {
   std::optional<MismatchRecord> refusalWhy_;  ///< refuseAll's `why`
   int answering_ = 0;                         ///< take() calls inside protocol_.answer() (refuseAll waits for them)
   WaitingCalls shown_;                        ///< showWaiting's
+  std::shared_ptr<const LastCall> last_;      ///< showLastCall's
   uint64_t answeredEarly_ = 0;
 };
 
@@ -203,7 +209,8 @@ class DialingTransport : public Transport {
   uint64_t stashedHellos() const final;
   std::vector<int> answeredPeers() const override;
   void showWaitingCalls(const std::vector<Fingerprint>& calls) final;
-  std::optional<std::vector<Fingerprint>> askWaitingCalls(const CommContext& ctx, int peer) final;
+  void showLastCall(std::shared_ptr<const LastCall> last) final;
+  std::optional<ToldCalls> askWaitingCalls(const CommContext& ctx, int peer) final;
 
  protected:
   /// The transport's Dialer (a member of the derived class, declared after what it uses so that it goes first).

@@ -13,9 +13,12 @@
 // lines), and a peer that finds one throws the same MismatchError, so every rank reports the same mismatch.
 #pragma once
 
+#include <atomic>
 #include <collie/collie.hpp>
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <vector>
 
 namespace collie::transport {
 
@@ -28,6 +31,46 @@ struct Fingerprint {
   bool operator!=(const Fingerprint& o) const { return !(*this == o); }
 };
 static_assert(sizeof(Fingerprint) == 16);
+
+/// The last collective call a communicator (or a sharing family) made: published by core's planner at each call,
+/// read on the accept loop's thread when a peer asks what this rank waits in (handshake::Dialer). A sequence lock:
+/// neither side waits; a read torn by a publish is tried again. One writer at a time.
+class LastCall {
+ public:
+  void publish(const Fingerprint& fp) noexcept {
+    const uint32_t s = seq_.load(std::memory_order_relaxed);
+    seq_.store(s + 1, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_release);
+    head_.store(uint64_t{fp.call} | uint64_t{fp.root} << 32, std::memory_order_relaxed);
+    shape_.store(fp.shape, std::memory_order_relaxed);
+    seq_.store(s + 2, std::memory_order_release);
+  }
+  /// The last call published; nullopt when none was (or every try was torn).
+  std::optional<Fingerprint> read() const noexcept {
+    for (int tries = 0; tries < 16; ++tries) {
+      const uint32_t before = seq_.load(std::memory_order_acquire);
+      if (before & 1u) continue;
+      const uint64_t head = head_.load(std::memory_order_relaxed);
+      const uint64_t shape = shape_.load(std::memory_order_relaxed);
+      std::atomic_thread_fence(std::memory_order_acquire);
+      if (seq_.load(std::memory_order_relaxed) != before) continue;
+      if (before == 0) return std::nullopt;
+      return Fingerprint{static_cast<uint32_t>(head), static_cast<uint32_t>(head >> 32), shape};
+    }
+    return std::nullopt;
+  }
+
+ private:
+  std::atomic<uint32_t> seq_{0};
+  std::atomic<uint64_t> head_{0};  // call | root << 32
+  std::atomic<uint64_t> shape_{0};
+};
+
+/// What a peer tells a rank that asks which calls it waits in (Transport::askWaitingCalls).
+struct ToldCalls {
+  std::vector<Fingerprint> waiting;  ///< the collective calls its run waits in
+  std::optional<Fingerprint> last;   ///< the last collective call it made there (LastCall), if it says
+};
 
 /// Two ranks that made different calls: rankA called `a`, rankB called `b`.
 struct MismatchRecord {

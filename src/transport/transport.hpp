@@ -189,10 +189,14 @@ class Transport {
   /// peer that asks (askWaitingCalls), outside the data stream: for waiting ranks to compare their calls where no
   /// message shows the difference (core's Executor::lookAtIdleConnections). Only where dialsAnyTime().
   virtual void showWaitingCalls(const std::vector<Fingerprint>& calls) { (void)calls; }
-  /// What `peer` shows (showWaitingCalls), asked through its listener rather than the pair's connection: empty when
-  /// it shows nothing, nullopt when it does not answer within a moment. Throws MismatchError when the peer's
-  /// communicator failed on mismatched calls (as its refused dial would say).
-  virtual std::optional<std::vector<Fingerprint>> askWaitingCalls(const CommContext& ctx, int peer) {
+  /// Where the last collective call of this rank's communicator is published, told with the calls it waits in to
+  /// any peer that asks (askWaitingCalls): a peer past a call that moved nothing on its side, and no longer waiting
+  /// in it, still shows how it made it. Only where dialsAnyTime().
+  virtual void showLastCall(std::shared_ptr<const LastCall> last) { (void)last; }
+  /// What `peer` shows (showWaitingCalls, showLastCall), asked through its listener rather than the pair's
+  /// connection: nothing waited in when it shows nothing, nullopt when it does not answer within a moment. Throws
+  /// MismatchError when the peer's communicator failed on mismatched calls (as its refused dial would say).
+  virtual std::optional<ToldCalls> askWaitingCalls(const CommContext& ctx, int peer) {
     (void)ctx;
     (void)peer;
     return std::nullopt;

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -282,6 +283,50 @@ INSTANTIATE_TEST_SUITE_P(Proc, MismatchSeenWhileWaiting, ::testing::ValuesIn(uns
 // which a root only sends, may wait there while others are still in the Broadcast: a peer behind), in a group of an
 // AllReduce and an AllGather (two calls shown at once), and in a last AllReduce. Every value is checked.
 class MismatchLook : public ::testing::TestWithParam<std::tuple<const char*, bool>> {};
+
+// Rank 1 calls a Reduce of 1024 elements rooted at itself where ranks 0 and 2 call it with 0: they move nothing, go
+// on, and wait in a barrier of another communicator (a split) for rank 1, which waits on them. Nothing they wait in
+// contradicts rank 1's call; the last call they made does: rank 1, asking, is told it and fails with the mismatch,
+// then meets them in the barrier, and their next call on the first communicator fails too. Before 2026-11-30 rank 1
+// waited for the timeout (the random programs, tests/threaded/test_random_programs.cpp, could not draw it).
+TEST(MismatchSeenWhileWaiting, APeerPastACallOfNothingWaitingElsewhereShowsItsLastCall) {
+  for (bool tcp : {false, true}) {
+    SCOPED_TRACE(tcp ? "tcp" : "shm");
+    ScopedEnv shm(tcp ? "COLLIE_SHM_DISABLE" : nullptr, "1");
+    Options options;
+    options.timeout = kTimeout;
+    options.name = "nothing";
+    auto body = [](Communicator& comm) {
+      std::unique_ptr<Communicator> other = comm.split(0, comm.rank());
+      const int r = comm.rank();
+      std::vector<float> in(1024, 1.0f), out(1024, 0.0f);
+      const int64_t start = monotonicNs();
+      std::string first;
+      try {
+        comm.reduce(in.data(), out.data(), r == 1 ? in.size() : 0, DataType::Float32, ReduceOp::Sum, 1);
+      } catch (const Error& e) {
+        first = e.what();
+      }
+      const int64_t took = monotonicNs() - start;
+      other->barrier();
+      if (r == 1) {
+        EXPECT_NE(first.find("mismatched calls: rank "), std::string::npos) << first;
+        EXPECT_NE(first.find("Reduce(float32, sum, 0, root 1)"), std::string::npos) << first;
+        EXPECT_NE(first.find("Reduce(float32, sum, 1024, root 1)"), std::string::npos) << first;
+        EXPECT_LT(took, kFastNs) << first;
+      } else {
+        EXPECT_EQ(first, "") << "rank " << r << " moved nothing";
+      }
+      try {
+        comm.allReduce(in.data(), out.data(), 4, DataType::Float32, ReduceOp::Sum);
+        ADD_FAILURE() << "no error on rank " << r;
+      } catch (const Error& e) {
+        EXPECT_TRUE(e.code() == ErrorCode::InvalidUsage || e.code() == ErrorCode::RemoteError) << e.what();
+      }
+    };
+    EXPECT_TRUE(allRanksSucceeded(ProcessLauncher::run(3, body, options, 90s)));
+  }
+}
 
 TEST_P(MismatchLook, LateRanksMakingTheSameCallsAreNoMismatch) {
   const auto [algo, tcp] = GetParam();

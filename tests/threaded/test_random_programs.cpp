@@ -131,10 +131,11 @@ Call deviate(Call c, Deviance d) {
   return c;
 }
 
-// Whether a change of `c` by one rank is one its peers must notice. Not drawn, as collie cannot tell them from a late
-// rank within the timeout (README, Failures): a collective of 0 elements against 1 (the ranks of 0 move nothing and
-// go on; a rank that then waits for them in another communicator's call holds up the one that would report it), and
-// a receive from any source whose root differs (a send to a rank that receives nothing from it, as with MPI).
+// Whether a change of `c` by one rank is one its peers must notice. A collective of 0 elements moves nothing whatever
+// its type, op or root, and against 1 element it is not drawn: collie tells it by what the ranks of 0 last made when
+// the rank of 1 asks them (MismatchSeenWhileWaiting), but not where a later call of theirs, in a group with it or one
+// the rank of 1 waits in elsewhere, goes first (README, Failures). Nor a receive from any source whose root differs
+// (a send to a rank that receives nothing from that peer, as with MPI).
 bool deviable(const Call& c) { return c.count > 0 || c.anySource || c.coll == Coll::SendRecv; }
 
 Deviance drawDeviance(std::mt19937_64& rng, const Call& c) {
@@ -171,7 +172,7 @@ Program drawProgram(uint64_t seed, bool withDeviance) {
     }
     p.blocks.push_back(std::move(block));
   }
-  if (withDeviance) {  // a call drawn among those whose change is noticed; none when there is none
+  if (withDeviance) {
     // A group that holds a call of a failed communicator is refused whole, on the ranks that know of the failure
     // when they issue it: the others issue its calls on the other communicator, which then wait for peers that
     // never make them (collie cannot tell that from a late peer). So each group here keeps to one communicator.
@@ -182,7 +183,7 @@ Program drawProgram(uint64_t seed, bool withDeviance) {
     for (const Block& b : p.blocks)
       for (const Call& c : b.calls)
         if (deviable(c)) candidates.push_back(&c);
-    if (!candidates.empty()) {
+    if (!candidates.empty()) {  // none: the program runs without a deviant call
       const Call& c = *candidates[rng() % candidates.size()];
       p.devCall = c.index;
       p.devRank = static_cast<int>(rng() % static_cast<uint64_t>(p.nranks));

@@ -312,30 +312,44 @@ TEST(Dialer, ATurnedAwayDialWhosePeerGaveUpItsOwnDialFailsSoon) {
 }
 
 // A waiting rank asks a peer which calls it waits in (Dialer::askWaiting, through the peer's listener): it gets what
-// the peer shows, no more than WaitingCalls::kMax, nothing once the peer shows nothing, and the mismatch a failed
+// the peer shows, no more than WaitingCalls::kMax, nothing once the peer shows nothing, the last call it published
+// (LastCall), and the mismatch a failed
 // peer knows of. Asking leaves the pair as it was: no connection is answered, and the pair connects afterwards.
 TEST(Dialer, AskWaitingTellsWhatThePeerShowsAndLeavesThePairAlone) {
   Ranks ranks;
   ranks.gate.release();
   auto nothing = ranks.dialers[0]->askWaiting(ranks.ctx[0], 1);
   ASSERT_TRUE(nothing.has_value()) << "rank 1 answers";
-  EXPECT_TRUE(nothing->empty()) << "rank 1 shows nothing yet";
+  EXPECT_TRUE(nothing->waiting.empty()) << "rank 1 shows nothing yet";
+  EXPECT_FALSE(nothing->last.has_value()) << "rank 1 shows no last call yet";
   std::vector<Fingerprint> shown;
   for (uint32_t i = 0; i < WaitingCalls::kMax + 2; ++i) shown.push_back(Fingerprint{7 + i, i, 0x1000 + i});
   ranks.dialers[1]->showWaiting({shown[0], shown[1]});
-  std::vector<Fingerprint> told = ranks.dialers[0]->askWaiting(ranks.ctx[0], 1).value_or(std::vector<Fingerprint>{});
+  std::vector<Fingerprint> told = ranks.dialers[0]->askWaiting(ranks.ctx[0], 1).value_or(ToldCalls{}).waiting;
   ASSERT_EQ(told.size(), 2u);
   EXPECT_EQ(told[0], shown[0]);
   EXPECT_EQ(told[1], shown[1]);
   ranks.dialers[1]->showWaiting(shown);
-  told = ranks.dialers[0]->askWaiting(ranks.ctx[0], 1).value_or(std::vector<Fingerprint>{});
+  told = ranks.dialers[0]->askWaiting(ranks.ctx[0], 1).value_or(ToldCalls{}).waiting;
   ASSERT_EQ(told.size(), WaitingCalls::kMax);
   for (size_t i = 0; i < told.size(); ++i) EXPECT_EQ(told[i], shown[i]) << i;
   EXPECT_TRUE(ranks.dialers[1]->answeredPeers().empty()) << "a question was taken for a dial";
   ranks.dialers[1]->showWaiting({});
   nothing = ranks.dialers[0]->askWaiting(ranks.ctx[0], 1);
   ASSERT_TRUE(nothing.has_value());
-  EXPECT_TRUE(nothing->empty());
+  EXPECT_TRUE(nothing->waiting.empty());
+  // The last call published, told beside the waiting calls (none here), and each later one in its place.
+  auto last = std::make_shared<LastCall>();
+  ranks.dialers[1]->showLastCall(last);
+  EXPECT_FALSE(ranks.dialers[0]->askWaiting(ranks.ctx[0], 1).value_or(ToldCalls{}).last.has_value()) << "none yet";
+  for (uint32_t i = 0; i < 3; ++i) {
+    last->publish(shown[i]);
+    const std::optional<ToldCalls> said = ranks.dialers[0]->askWaiting(ranks.ctx[0], 1);
+    ASSERT_TRUE(said.has_value());
+    EXPECT_TRUE(said->waiting.empty());
+    ASSERT_TRUE(said->last.has_value());
+    EXPECT_EQ(*said->last, shown[i]);
+  }
 
   // The pair still connects, from either side.
   const auto conns = ranks.dialers[1]->connect(*ranks.listeners[1], ranks.ctx[1], {0}, true);
@@ -374,7 +388,7 @@ TEST(Dialer, AskWaitingWithAnotherSecretIsToldNothing) {
   const auto start = std::chrono::steady_clock::now();
   EXPECT_FALSE(other.askWaiting(stranger, 1).has_value()) << "no answer, not an empty one";
   EXPECT_LT(std::chrono::steady_clock::now() - start, 1s);
-  EXPECT_EQ(ranks.dialers[0]->askWaiting(ranks.ctx[0], 1).value_or(std::vector<Fingerprint>{}).size(), 1u)
+  EXPECT_EQ(ranks.dialers[0]->askWaiting(ranks.ctx[0], 1).value_or(ToldCalls{}).waiting.size(), 1u)
       << "the rank with the secret is told";
 }
 

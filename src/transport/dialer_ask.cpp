@@ -1,0 +1,85 @@
+// Asking a peer which calls it waits in (see dialer.hpp): what a rank shows, how it answers on its accept loop's
+// thread, and how a waiting rank asks. Beside the dial rule: a question touches no pair's state.
+#include <cstring>
+
+#include "base/errors.hpp"
+#include "base/log.hpp"
+#include "base/socket.hpp"
+#include "transport/dialer.hpp"
+
+namespace collie::transport::handshake {
+namespace {
+
+/// How long askWaiting waits for a peer's answer: it runs inside a waiting call, once a second at most.
+constexpr std::chrono::milliseconds kAskWait{250};
+
+}  // namespace
+
+void Dialer::showWaiting(const std::vector<Fingerprint>& calls) {
+  std::lock_guard<std::mutex> lock(mu_);
+  shown_ = WaitingCalls{};
+  shown_.count = static_cast<uint32_t>(std::min<size_t>(calls.size(), WaitingCalls::kMax));
+  std::copy_n(calls.begin(), shown_.count, shown_.calls);
+}
+
+void Dialer::showLastCall(std::shared_ptr<const LastCall> last) {
+  std::lock_guard<std::mutex> lock(mu_);
+  last_ = std::move(last);
+}
+
+void Dialer::tellWaiting(Link& link) const {
+  WaitingCalls told;
+  std::optional<MismatchRecord> why;
+  bool failed;
+  std::shared_ptr<const LastCall> last;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    told = shown_;
+    failed = refusing_;
+    why = refusalWhy_;
+    last = last_;
+  }
+  if (const std::optional<Fingerprint> made = last ? last->read() : std::nullopt) {
+    told.hasLast = 1;
+    told.last = *made;
+  }
+  if (failed) {
+    refuse(link, why ? kRefusedMismatch : kRefusedFailed, why.value_or(MismatchRecord{}));
+  } else {
+    answerWith(link, kToldWaiting, &told, sizeof(told));
+  }
+}
+
+std::optional<ToldCalls> Dialer::askWaiting(const CommContext& ctx, int peer) {
+  const std::string what = base::format("rank %d (asked which calls it waits in)", peer);
+  try {
+    Handshake hs(transport_, kind_, ctx, {peer}, channels_, wire_, kAskWait);
+    Link l;
+    l.peer = peer;
+    l.fd = protocol_.dialSocket(hs, peer, 0);
+    std::vector<uint8_t> msg(wire_.messageBytes(), 0);
+    const Header ask = hs.header(kAskWaiting, peer, 0);
+    std::memcpy(msg.data(), &ask, sizeof(ask));
+    base::sendAll(l.fd.get(), msg.data(), msg.size(), hs.deadline(), what);
+    l.buf.assign(wire_.messageBytes(), 0);
+    base::recvAll(l.fd.get(), l.buf.data(), l.buf.size(), hs.deadline(), what);
+    const Header& h = l.header();
+    if (!hs.authentic(h) || h.fromRank != peer) return std::nullopt;
+    if (h.type == kRefusedMismatch) failRefusedMismatch(hs, l, "answering this rank's question");
+    if (h.type != kToldWaiting) return std::nullopt;
+    WaitingCalls told;
+    base::recvAll(l.fd.get(), &told, sizeof(told), hs.deadline(), what);
+    if (told.count > WaitingCalls::kMax) return std::nullopt;
+    ToldCalls out;
+    out.waiting.assign(told.calls, told.calls + told.count);
+    if (told.hasLast == 1) out.last = told.last;
+    return out;
+  } catch (const MismatchError&) {
+    throw;
+  } catch (const Error& e) {
+    COLLIE_TRACE(base::kLogNet, "%s: rank %d got no answer from %s: %s", transport_, ctx.rank, what.c_str(), e.what());
+    return std::nullopt;
+  }
+}
+
+}  // namespace collie::transport::handshake
