@@ -245,7 +245,13 @@ TEST_P(Conformance, SizeMismatchIsReported) {
       EXPECT_EQ(e.code(), ErrorCode::InternalError);
       std::string what = e.what();
       EXPECT_NE(what.find("peer 0"), std::string::npos) << what;
-      EXPECT_NE(what.find(std::to_string(sent)), std::string::npos) << what;
+      // Over tcp, whose sockets are streams of their own, a receive of the other size class than the sender's may look
+      // at a socket where the sender's next message (a2, of the same call) comes first, and name that one's size
+      // (seen once in CI under TSan: "expected 20000 got 64").
+      const bool namesSent = what.find(std::to_string(sent)) != std::string::npos;
+      const bool namesNext =
+          !GetParam().mismatchLeavesBuffers && what.find(std::to_string(a2.size())) != std::string::npos;
+      EXPECT_TRUE(namesSent || namesNext) << what;
       EXPECT_NE(what.find(std::to_string(expected)), std::string::npos) << what;
     } catch (const std::exception& e) {
       ADD_FAILURE() << "expected a size mismatch, got: " << e.what();
