@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cctype>
+
 namespace collie::test {
 namespace {
 
@@ -78,23 +81,10 @@ CaseRun::CaseRun(Communicator& comm, Coll coll, DataType type, ReduceOp op, size
 }
 
 std::string CaseRun::lastCallName() const {
-  switch (coll_) {
-    case Coll::AllReduce:
-      return "allreduce";
-    case Coll::Broadcast:
-      return "broadcast";
-    case Coll::Reduce:
-      return "reduce";
-    case Coll::AllGather:
-      return "allgather";
-    case Coll::ReduceScatter:
-      return "reducescatter";
-    case Coll::AllToAll:
-      return "alltoall";
-    case Coll::SendRecv:
-      return "";
-  }
-  return "?";
+  if (coll_ == Coll::SendRecv) return "";
+  std::string name = collName(coll_);  // "ReduceScatter" -> "reducescatter"
+  std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
+  return name;
 }
 
 std::vector<Work> CaseRun::start(Mode mode) {
