@@ -309,6 +309,10 @@ class COLLIE_EXPORT Communicator {
   /// How many other ranks this rank has a connection to (all of them after init with ConnectMode::Eager; with
   /// Lazy, those that the calls so far needed).
   int connectedPeers() const;
+  /// How many other ranks' contact cards (where their transports listen) this rank holds: all of them by default;
+  /// with COLLIE_PEER_CARDS=directory, those of its subtree in init's tree and of the peers it has met so far.
+  /// Between calls.
+  int knownContactCards() const;
 
   struct Impl;  ///< opaque
 

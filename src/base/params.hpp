@@ -80,6 +80,10 @@ inline constexpr int64_t kNeverMs = int64_t{100} * 365 * 24 * 3600 * 1000;
   X(connectMode, Str, "COLLIE_CONNECT", "lazy", COLLIE_RULE_WORDS("lazy,eager"),                                   \
     "lazy: connect a peer when a call first needs it (either side dials); eager: every pair at init; the same on " \
     "every rank (init checks)")                                                                                    \
+  X(peerCards, Str, "COLLIE_PEER_CARDS", "all", COLLIE_RULE_WORDS("all,directory"),                                \
+    "all: every rank keeps every rank's contact card from init; directory: only its subtree's in init's tree and " \
+    "every rank's host, and learns a peer's card from the tree when it first connects to it; the same on every "   \
+    "rank (init checks)")                                                                                          \
   X(connectRetries, Int, "COLLIE_CONNECT_RETRIES", "50", COLLIE_RULE_RANGE(0, 1000000),                            \
     "times a refused connection is retried during init (exponential backoff, capped by COLLIE_TIMEOUT)")           \
   X(sliceBytes, Int, "COLLIE_SLICE_BYTES", "0", COLLIE_RULE_ZERO_OR_RANGE(4096, 1073741824),                       \

@@ -200,6 +200,8 @@ CallInfo Communicator::lastCall() const { return impl_->comm->lastCall(); }
 CommStats Communicator::stats() const { return impl_->comm->stats(); }
 int Communicator::connectedPeers() const { return impl_->comm->connectedPeers(); }
 
+int Communicator::knownContactCards() const { return impl_->comm->knownContactCards(); }
+
 void Communicator::checkSpan(size_t want, size_t have, const char* what) {
   try {
     COLLIE_ARG_CHECK(have >= want, "%s span holds %zu elements, expected at least %zu", what, have, want);

@@ -124,7 +124,7 @@ std::vector<transport::PeerInfo> bootstrapExchange(const UniqueIdData& id, int r
   base::sendAll(conn.get(), out.data(), out.size(), deadline, root, stop);
   std::vector<uint8_t> in(kBootstrapReplyHeaderBytes);
   base::recvAll(conn.get(), in.data(), in.size(), deadline, root, stop);
-  const std::vector<int> known = bootstrapPeers(rank, nranks);
+  const std::vector<int> known = rootAnswerRanks(rank, nranks, settings.cardDirectory != 0);
   in.resize(bootstrapReplyBytes(in.data(), in.size(), known));  // the parsers' messages say what is wrong
   base::recvAll(conn.get(), in.data() + kBootstrapReplyHeaderBytes, in.size() - kBootstrapReplyHeaderBytes, deadline,
                 root, stop);

@@ -54,6 +54,25 @@ TreePlace treePlace(int rank, int nranks) {
   return place;
 }
 
+bool subtreeHolds(int holder, int rank, int nranks) {
+  const TreePlace t = treePlace(holder, nranks);
+  return wrap(rank - t.first, nranks) < t.size;
+}
+
+std::vector<int> directorySeeds(int rank, int nranks) {
+  std::vector<int> seeds = bootstrapPeers(rank, nranks);
+  const TreePlace top = treePlace(0, nranks);
+  for (int r : {0, top.left, top.right})
+    if (r >= 0) seeds.push_back(r);
+  seeds = sortedUnique(std::move(seeds));
+  seeds.erase(std::remove(seeds.begin(), seeds.end(), rank), seeds.end());
+  return seeds;
+}
+
+std::vector<int> rootAnswerRanks(int rank, int nranks, bool cardDirectory) {
+  return cardDirectory ? directorySeeds(rank, nranks) : bootstrapPeers(rank, nranks);
+}
+
 int tableChunkEntries(int nranks) {
   const int height = std::max(1, floorLog2(nranks));
   return std::max(kMinTableChunk, (nranks - 1 + height - 1) / height);

@@ -77,6 +77,20 @@ std::vector<TableRound> tableGatherPlan(int rank, int nranks, int chunk = 0);
 /// The all-gather talks to these only.
 std::vector<int> bootstrapPeers(int rank, int nranks);
 
+/// Whether `holder`'s subtree in the all-gather's tree (treePlace) contains `rank`: under COLLIE_PEER_CARDS=directory
+/// the ranks whose contact cards `holder` keeps after init (the up phase brought them; rank 0 keeps every card).
+bool subtreeHolds(int holder, int rank, int nranks);
+
+/// Under COLLIE_PEER_CARDS=directory, the ranks whose whole contact card `rank` gets before the all-gather (from the
+/// bootstrap root, or for a shrink's or split's child by asking the parent's directory): its bootstrapPeers, rank 0
+/// and rank 0's children (so that a rank whose parent is gone can still ask the top of the tree), ascending, without
+/// `rank`.
+std::vector<int> directorySeeds(int rank, int nranks);
+
+/// The ranks whose PeerInfo the bootstrap root sends `rank`, in this order: bootstrapPeers, or with `cardDirectory`
+/// directorySeeds.
+std::vector<int> rootAnswerRanks(int rank, int nranks, bool cardDirectory);
+
 /// Every peer `rank` talks to in its tableGatherPlan, ascending (bootstrapPeers when it gathers, else none).
 std::vector<int> tableGatherPartners(int rank, int nranks);
 

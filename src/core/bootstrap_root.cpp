@@ -299,7 +299,8 @@ class RootServer {
   void reply() {
     for (size_t r = 0; r < ranks_.size(); ++r) {
       BootstrapReply yes;
-      for (int p : bootstrapPeers(static_cast<int>(r), nranks_)) yes.table.push_back(table_[static_cast<size_t>(p)]);
+      for (int p : rootAnswerRanks(static_cast<int>(r), nranks_, settings_[0].cardDirectory != 0))
+        yes.table.push_back(table_[static_cast<size_t>(p)]);
       ranks_[r].out = encodeBootstrapReply(yes);
     }
     for (;;) {

@@ -80,6 +80,10 @@ std::string describeSettingsDifference(const AgreedSettings& a, int rankA, const
     auto mode = [](int64_t eager) { return std::string(eager ? "eager" : "lazy"); };
     return differ("COLLIE_CONNECT (or the config's connect mode)", mode(a.connectEager), mode(b.connectEager));
   }
+  if (a.cardDirectory != b.cardDirectory) {
+    auto mode = [](int64_t directory) { return std::string(directory ? "directory" : "all"); };
+    return differ("COLLIE_PEER_CARDS", mode(a.cardDirectory), mode(b.cardDirectory));
+  }
   return {};
 }
 

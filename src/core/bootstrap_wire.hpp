@@ -6,7 +6,7 @@
 //   hello (rank -> root, kBootstrapHelloBytes):  magic u32 | secret[16] | rank i32 | nranks i32 | PeerInfo
 //                                                 | AgreedSettings
 //   reply (root -> rank):  magic u32 | status i32 | count i32 | message[200]      (kBootstrapReplyHeaderBytes)
-//                          then, when status is Success, `count` PeerInfo: those of the rank's bootstrapPeers
+//                          then, when status is Success, `count` PeerInfo: those of the rank's rootAnswerRanks
 //                          (bootstrap_plan.hpp), in that order
 // The secret is not checked here: the root compares it (in constant time) with its own.
 #pragma once
@@ -22,7 +22,8 @@
 
 namespace collie::core {
 
-constexpr uint32_t kBootstrapMagic = 0xc011eb02;  ///< 02: the hello carries AgreedSettings; 01: PeerInfo of 96 bytes
+/// 03: AgreedSettings carries cardDirectory; 02: the hello carries AgreedSettings; 01: PeerInfo of 96 bytes
+constexpr uint32_t kBootstrapMagic = 0xc011eb03;
 
 /// The settings that change which messages ranks exchange, so that ranks whose values differ would fail later
 /// without naming them (a size mismatch at the first call for COLLIE_SLICE_BYTES, one in init's table gather for
@@ -31,11 +32,12 @@ constexpr uint32_t kBootstrapMagic = 0xc011eb02;  ///< 02: the hello carries Agr
 /// (COLLIE_SOCKETS_PER_PEER and COLLIE_STRIPE_MIN_BYTES matter only between tcp peers: their handshake compares
 /// them; COLLIE_ALGO and the tuner's inputs: every call's fingerprint carries the algorithm.)
 struct AgreedSettings {
-  int64_t sliceBytes = 0;    ///< COLLIE_SLICE_BYTES (0: the tuner's)
-  int64_t initChunk = 0;     ///< COLLIE_INIT_CHUNK (0: the default)
-  int64_t connectEager = 0;  ///< 1: this rank connects every pair at init (COLLIE_CONNECT, the config, a transport)
+  int64_t sliceBytes = 0;     ///< COLLIE_SLICE_BYTES (0: the tuner's)
+  int64_t initChunk = 0;      ///< COLLIE_INIT_CHUNK (0: the default)
+  int64_t connectEager = 0;   ///< 1: this rank connects every pair at init (COLLIE_CONNECT, the config, a transport)
+  int64_t cardDirectory = 0;  ///< 1: COLLIE_PEER_CARDS=directory (the root's answer and the all-gather differ)
 };
-static_assert(sizeof(AgreedSettings) == 24, "AgreedSettings travels as bytes: no padding");
+static_assert(sizeof(AgreedSettings) == 32, "AgreedSettings travels as bytes: no padding");
 
 /// "" when `a` (rank `rankA`'s) and `b` (rank `rankB`'s) agree, else which setting differs and both values.
 std::string describeSettingsDifference(const AgreedSettings& a, int rankA, const AgreedSettings& b, int rankB);
@@ -49,11 +51,11 @@ struct BootstrapHello {
   AgreedSettings settings;
 };
 
-/// What the root answers: a refusal (status and message) or the PeerInfo of the rank's bootstrapPeers.
+/// What the root answers: a refusal (status and message) or the PeerInfo of the rank's rootAnswerRanks.
 struct BootstrapReply {
   ErrorCode status = ErrorCode::Success;
   std::string message;                     ///< why, when status is not Success (at most kBootstrapMessageBytes - 1)
-  std::vector<transport::PeerInfo> table;  ///< when Success: bootstrapPeers(rank, nranks), in that order
+  std::vector<transport::PeerInfo> table;  ///< when Success: rootAnswerRanks(rank, nranks, ...), in that order
 };
 
 constexpr size_t kBootstrapMessageBytes = 200;
@@ -67,7 +69,7 @@ BootstrapHello parseBootstrapHello(const uint8_t* data, size_t size);
 
 std::vector<uint8_t> encodeBootstrapReply(const BootstrapReply& reply);
 /// The size of the whole reply whose first kBootstrapReplyHeaderBytes are `header` (`size` of them given), for a
-/// rank that expects the entries of `ranks` (bootstrapPeers). Throws RemoteError when the header is not such a
+/// rank that expects the entries of `ranks` (rootAnswerRanks). Throws RemoteError when the header is not such a
 /// reply.
 size_t bootstrapReplyBytes(const uint8_t* header, size_t size, const std::vector<int>& ranks);
 /// Checks size, magic, status (a known code), the count (ranks.size() on success, 0 on a refusal) and every table

@@ -69,6 +69,7 @@ std::unique_ptr<CommImpl> CommImpl::create(int nranks, const UniqueIdData& id, i
   transport::PeerInfo self = localPeerInfo(rank);
   for (auto& t : comm->links_.transports) t->listen(self);
   const AgreedSettings settings = agreedSettings(comm->connectMode_, comm->links_.transports);
+  comm->links_.cardDirectory = settings.cardDirectory != 0;
   auto peers = bootstrapExchange(id, rank, nranks, self, settings, comm->timeout_, &comm->abort_);  // self, tree peers
   comm->planner_.tuner() = Tuner(comm->measured_.modelFor({}), AlgoSelection());  // the table's all-gather: Send/Recv
   comm->connect(peers, tableGatherNeeded(nranks));  // decided alike on every rank, whatever its table holds
@@ -103,7 +104,10 @@ void CommImpl::connect(const std::vector<transport::PeerInfo>& peers, bool gathe
   execConfig_.timeout = timeout_;
   execConfig_.spin = std::chrono::microseconds(base::params::spinUs());
   execConfig_.yieldWhileSpinning = links_.oversubscribed || gatherFirst;  // a partial table undercounts this host
-  if (gatherFirst) gatherTable();
+  if (gatherFirst)
+    gatherTable();
+  else if (links_.cardDirectory)
+    showCardBook();
   setSpinPolicy();  // now that every rank's host is known
   planner_.setTransports(transportNames(links_), links_.peerTransport);
   planner_.setHosts(hostLayoutOf(links_.ctx.peers));

@@ -112,6 +112,8 @@ class CommImpl {
   CallTrace* trace() const { return trace_.get(); }
   /// Other ranks this rank has a connection to (Communicator::connectedPeers).
   int connectedPeers() const { return links_.connectedPeers.load(std::memory_order_relaxed); }
+  /// Other ranks whose contact card this rank holds (Communicator::knownContactCards). Between calls.
+  int knownContactCards() const;
 
  private:
   /// `share`: the links (and family) of a child that shares its parent's connections; null: links of its own.
@@ -124,6 +126,12 @@ class CommImpl {
   void startRecording();
   /// All-gathers the PeerInfo table from the entries the bootstrap root sent (bootstrap_plan.hpp).
   void gatherTable();
+  /// Under a directory of cards: tells askers this rank's subtree's cards from now on (card_directory.hpp).
+  void showCardBook();
+  /// Under a directory of cards, before a child of the ranks `members` (old ranks in new-rank order; this rank is
+  /// new rank `newRank`) connects: learns the cards of this rank's directorySeeds in it from this communicator's
+  /// directory. `what` names the call for errors.
+  void learnChildSeeds(const std::vector<int>& members, int newRank, const std::string& what);
   /// Closes, on both ends, the links to the all-gather's peers that are not ring neighbours (gatherOnlyPeers;
   /// release_gather_links.cpp), under lazy connection, once init's own calls are over.
   void closeGatherOnlyLinks();

@@ -15,6 +15,7 @@
 #include "base/params.hpp"
 #include "base/topology.hpp"
 #include "core/bootstrap.hpp"
+#include "core/card_directory.hpp"
 #include "core/host_identity.hpp"
 #include "transport/handshake.hpp"
 #include "transport/shm/shm_transport.hpp"
@@ -89,6 +90,7 @@ AgreedSettings agreedSettings(ConnectMode mode, const std::vector<std::unique_pt
   s.sliceBytes = base::params::sliceBytes();
   s.initChunk = base::params::initChunk();
   s.connectEager = connectEagerly(mode, transports) ? 1 : 0;
+  s.cardDirectory = cardDirectoryMode() ? 1 : 0;
   return s;
 }
 
@@ -147,6 +149,7 @@ void completeLinks(Links& links, std::vector<transport::PeerInfo> peers) {
 }
 
 int connectPeers(Links& links, const std::vector<int>& peers, bool dial) {
+  if (links.cardDirectory) learnCards(links, peers);  // a peer not met yet: its card from the directory first
   const transport::CommContext& ctx = links.ctx;
   std::vector<std::vector<int>> chosen(links.transports.size());
   for (int p : peers) {

@@ -40,6 +40,7 @@ struct Links {
   uint64_t generation = 0;     ///< changes whenever a connection is made or closed (a sharing child may make them)
   bool oversubscribed = true;  ///< more ranks on this host than CPUs: spin politely
   bool cpusTaken = true;       ///< at least as many ranks on this host as CPUs: the progress thread spins politely
+  bool cardDirectory = false;  ///< COLLIE_PEER_CARDS=directory: ctx.peers holds host records of ranks not met yet
 };
 
 /// Whether a communicator made with `mode` (Options::connect; Default: COLLIE_CONNECT) over `transports` connects

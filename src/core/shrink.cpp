@@ -9,6 +9,10 @@
 //     a duplicate of the listening socket, with no other state, and for shm a control line and waker of its
 //     own, bound to the new communicator's poller). A transport that cannot share its listener is left out:
 //     its addresses are dropped from the new table, so every pair falls back to the next transport alike.
+//   - under a directory of cards (COLLIE_PEER_CARDS=directory, card_directory.hpp) each survivor first asks this
+//     communicator's directory for the cards of its seeds in the new one (its neighbours in the new tree, the top
+//     of it), which a rank that is gone cannot stop while an ancestor of the seed lives, then the survivors gather
+//     their own directory as init does;
 //   - no round of agreement: every survivor computes the same result from the same exclude list (NCCL's
 //     contract). Survivors keep their order: new rank i is the i-th surviving old rank.
 // The new secret is this communicator's secret mixed with the shrink epoch (how many shrinks this
@@ -23,6 +27,8 @@
 
 #include "base/errors.hpp"
 #include "base/log.hpp"
+#include "core/bootstrap_plan.hpp"
+#include "core/card_directory.hpp"
 #include "core/communicator.hpp"
 #include "core/group.hpp"
 #include "transport/handshake.hpp"
@@ -70,31 +76,36 @@ std::unique_ptr<CommImpl> CommImpl::shrink(const std::vector<int>& exclude, cons
 
   // Transports on this communicator's listeners; the addresses of those that cannot share theirs are dropped.
   ChildTransports transports = childTransports(links_.transports, nullptr);
+  std::vector<int> survivors;  // old ranks, in new-rank order
+  for (int r = 0; r < nranks_; ++r)
+    if (!std::binary_search(sorted.begin(), sorted.end(), r)) survivors.push_back(r);
+  const int newSize = static_cast<int>(survivors.size());
+  const int newRank = static_cast<int>(std::find(survivors.begin(), survivors.end(), rank_) - survivors.begin());
+  const std::string excluded = sorted.empty() ? std::string("none") : transport::handshake::rankList(sorted);
+  if (links_.cardDirectory) learnChildSeeds(survivors, newRank, "shrink excluding rank(s) " + excluded);
   std::vector<transport::PeerInfo> peers;
-  int newRank = -1;
-  for (int r = 0; r < nranks_; ++r) {
-    if (std::binary_search(sorted.begin(), sorted.end(), r)) continue;
-    if (r == rank_) newRank = static_cast<int>(peers.size());
+  for (int r : survivors)
     peers.push_back(childPeerInfo(links_.ctx.peers[static_cast<size_t>(r)], static_cast<int>(peers.size()),
                                   transports.shared, nullptr));
-  }
-  const int newSize = static_cast<int>(peers.size());
 
   Options opts = options;
   if (opts.timeout.count() == 0) opts.timeout = timeout_;
   if (opts.connect == ConnectMode::Default) opts.connect = connectMode_;
   if (opts.name.empty()) opts.name = base::format("%s.shrink%d", name_.c_str(), epoch);
-  const std::string excluded = sorted.empty() ? std::string("none") : transport::handshake::rankList(sorted);
   COLLIE_INFO(base::kLogInit, "%s rank %d: shrink %d excluding rank(s) %s: rank %d of %d in %s", name_.c_str(), rank_,
               epoch, excluded.c_str(), newRank, newSize, opts.name.c_str());
   std::unique_ptr<CommImpl> comm(new CommImpl(newRank, newSize, opts));
   comm->secret_ = shrinkSecret(secret_, epoch, sorted);
   comm->links_.transports = std::move(transports.list);
+  comm->links_.cardDirectory = links_.cardDirectory;
   comm->measured_ = measured_;  // the parent's measurements, for the kinds the new communicator uses
   const std::vector<std::string> used = kindsInUse(comm->links_.transports, peers);
   comm->planner_.tuner() = Tuner(measured_.modelFor(used), planner_.tuner().selection());
   try {
-    comm->connect(peers);
+    // Under a directory of cards the survivors gather their own, as init does (each has its seeds' cards).
+    const bool gather = comm->links_.cardDirectory && tableGatherNeeded(newSize);
+    comm->connect(peers, gather);
+    if (gather) comm->closeGatherOnlyLinks();
     // With lazy connection nothing was connected yet: a barrier makes the survivors meet (each connects to the
     // peers of one AllReduce), so that one with another exclude list fails here rather than at a later call.
     if (!connectEagerly(comm->connectMode_, comm->links_.transports)) comm->barrier();

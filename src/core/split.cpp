@@ -13,7 +13,9 @@
 //      rank);
 //   3. every rank computes the members of its color from the same table, and their PeerInfo from this
 //      communicator's (childPeerInfo), and the new communicator connects on first use like any other, with the
-//      parent's measured costs.
+//      parent's measured costs. Under a directory of cards (COLLIE_PEER_CARDS=directory, card_directory.hpp) each
+//      rank first asks this communicator's directory for its seeds' cards in the child, every rank waits in a
+//      barrier until all have, and the child gathers a directory of its own as init does.
 // With Options::shareConnections the new communicator takes no listener of its own: it borrows this one's
 // connections (link_share.hpp; each of its calls takes the family's lock) and tags its fingerprints. Otherwise the
 // connections are its own: ARCHITECTURE.md (Split) says what each way costs. A rank with COLLIE_SPLIT_NOCOLOR takes
@@ -25,6 +27,7 @@
 
 #include "base/errors.hpp"
 #include "base/log.hpp"
+#include "core/bootstrap_plan.hpp"
 #include "core/call_fingerprint.hpp"
 #include "core/communicator.hpp"
 #include "core/group.hpp"
@@ -92,6 +95,22 @@ std::unique_ptr<CommImpl> CommImpl::split(int color, int key, const Options& opt
     run(makeOp(algorithms::Collective::AllGather, &myAddresses, addresses.data(), sizeof(AddressSet), DataType::Uint8,
                ReduceOp::Sum, 0));
   }
+  std::vector<int> members;  // old ranks, in new-rank order
+  for (int r = 0; r < nranks_; ++r)
+    if (all[static_cast<size_t>(r)].color == color && color != COLLIE_SPLIT_NOCOLOR) members.push_back(r);
+  std::stable_sort(members.begin(), members.end(),
+                   [&](int a, int b) { return all[static_cast<size_t>(a)].key < all[static_cast<size_t>(b)].key; });
+  const int newSize = static_cast<int>(members.size());
+  const int newRank = static_cast<int>(std::find(members.begin(), members.end(), rank_) - members.begin());
+  // Under a directory of cards a child with connections of its own gathers its own directory, as init does, from
+  // its seeds' cards, which this communicator's directory tells; no rank leaves the split (and may destroy this
+  // communicator) before every rank has learnt them.
+  const bool gather = links_.cardDirectory && !share && color != COLLIE_SPLIT_NOCOLOR && tableGatherNeeded(newSize);
+  if (links_.cardDirectory) {
+    if (color != COLLIE_SPLIT_NOCOLOR && !share)
+      learnChildSeeds(members, newRank, base::format("split %d color %d", epoch, color));
+    barrier();
+  }
   if (color == COLLIE_SPLIT_NOCOLOR) return nullptr;
   // Sharing is decided per color: a rank that shares sends on the parent's connections, one that does not waits on
   // its own, and both would wait until the timeout. Every rank of the color sees the same entries and fails alike.
@@ -124,13 +143,6 @@ std::unique_ptr<CommImpl> CommImpl::split(int color, int key, const Options& opt
     tag = sharingTagCandidate(planner_.tag(), epoch, color, first);
   }
 
-  std::vector<int> members;  // old ranks, in new-rank order
-  for (int r = 0; r < nranks_; ++r)
-    if (all[static_cast<size_t>(r)].color == color) members.push_back(r);
-  std::stable_sort(members.begin(), members.end(),
-                   [&](int a, int b) { return all[static_cast<size_t>(a)].key < all[static_cast<size_t>(b)].key; });
-  const int newSize = static_cast<int>(members.size());
-  int newRank = -1;
   std::vector<transport::TransportKind> kept = transports.shared;  // whose addresses the new table keeps
   if (share)  // all: its pairs choose their transport as this communicator's do
     for (const auto& t : links_.transports) kept.push_back(t->kind());
@@ -138,7 +150,6 @@ std::unique_ptr<CommImpl> CommImpl::split(int color, int key, const Options& opt
   for (int i = 0; i < newSize; ++i) {
     const size_t old = static_cast<size_t>(members[static_cast<size_t>(i)]);
     peers.push_back(childPeerInfo(links_.ctx.peers[old], i, kept, exchange ? addresses[old].data() : nullptr));
-    if (members[static_cast<size_t>(i)] == rank_) newRank = i;
   }
   Options opts = options;
   if (opts.timeout.count() == 0) opts.timeout = timeout_;
@@ -159,12 +170,14 @@ std::unique_ptr<CommImpl> CommImpl::split(int color, int key, const Options& opt
   std::unique_ptr<CommImpl> comm(new CommImpl(newRank, newSize, opts, lent));
   comm->secret_ = splitSecret(secret_, epoch, color);  // a secret of its own
   if (!share) comm->links_.transports = std::move(transports.list);
+  comm->links_.cardDirectory = links_.cardDirectory && !share;  // a sharing child connects through this one's links
   comm->planner_.setTag(tag);
   if (share) share_->family->holdTag(tag);  // given back by ~CommImpl
   comm->measured_ = measured_;              // the parent's measurements, for the kinds the new communicator uses
   const std::vector<std::string> kinds = kindsInUse(comm->links_.transports, peers);
   comm->planner_.tuner() = Tuner(measured_.modelFor(kinds), planner_.tuner().selection());
-  comm->connect(peers);
+  comm->connect(peers, gather);
+  if (gather) comm->closeGatherOnlyLinks();
   comm->planner_.tuner().setModel(comm->costModel(kinds));  // now that its host layout is known
   comm->startRecording();
   return comm;

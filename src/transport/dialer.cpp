@@ -88,6 +88,10 @@ void Dialer::take(Link& link) {
     tellWaiting(link);
     return;
   }
+  if (link.header().type == kAskCard) {
+    tellCard(link);
+    return;
+  }
   const int p = link.peer, me = desk_.rank;
   const auto channel = static_cast<size_t>(link.channel);
   uint32_t refusal = 0;
@@ -530,6 +534,13 @@ void DialingTransport::showLastCall(std::shared_ptr<const LastCall> last) { dial
 
 std::optional<ToldCalls> DialingTransport::askWaitingCalls(const CommContext& ctx, int peer) {
   return dialer().askWaiting(ctx, peer);
+}
+
+void DialingTransport::showCards(std::shared_ptr<const CardBook> book) { dialer().showCards(std::move(book)); }
+
+std::optional<CardAnswer> DialingTransport::askCard(const CommContext& ctx, int holder, int target,
+                                                    std::chrono::milliseconds wait) {
+  return dialer().askCard(ctx, holder, target, wait);
 }
 
 }  // namespace collie::transport

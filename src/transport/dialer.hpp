@@ -22,7 +22,8 @@
 //
 // Beside the rule, a waiting rank may ask a peer which collective calls its run waits in (askWaiting: a kAskWaiting
 // dial, answered from the peer's desk with what its executor showed, showWaiting), so that ranks that wait on one
-// another with no message sent can still compare their calls; a question touches no pair's state.
+// another with no message sent can still compare their calls, and, where the communicator keeps a directory of
+// contact cards, ask a peer for another rank's card (askCard, showCards); a question touches no pair's state.
 //
 // Transport::connect keeps its collective rule on top of this (each rank dials the listed peers below it and waits
 // for the others to dial it): no dial is then turned away, which eager connection of every pair relies on.
@@ -122,6 +123,11 @@ class Dialer {
   /// kAskWait (gone, busy, its communicator not there). Throws MismatchError when its communicator failed on
   /// mismatched calls.
   std::optional<ToldCalls> askWaiting(const CommContext& ctx, int peer);
+  /// What a peer that asks for a rank's contact card (askCard) is told from now on (nullptr: kNone).
+  void showCards(std::shared_ptr<const CardBook> book);
+  /// Asks `holder`'s listener for rank `target`'s card (a kAskCard dial, answered on its accept loop's thread, even
+  /// when its communicator failed: the book does not change); nullopt when it did not answer within `wait`.
+  std::optional<CardAnswer> askCard(const CommContext& ctx, int holder, int target, std::chrono::milliseconds wait);
 
  private:
   enum class State : uint8_t { Idle, Dialing, Answering, Answered, Taken };
@@ -149,6 +155,8 @@ class Dialer {
   /// Answers a kAskWaiting on `link` (the accept loop's thread): what showWaiting() left, or this communicator's
   /// refusal.
   void tellWaiting(Link& link) const;
+  /// Answers a kAskCard on `link` (the accept loop's thread) from showCards()'s book.
+  void tellCard(Link& link) const;
   /// After a kRefusedMismatch on `link`: reads the MismatchRecord that follows it and throws MismatchError (`how`:
   /// what the peer was doing, for the message); throws RemoteError as for kRefusedFailed when it does not come whole
   /// or names ranks outside the communicator.
@@ -187,6 +195,7 @@ class Dialer {
   int answering_ = 0;                         ///< take() calls inside protocol_.answer() (refuseAll waits for them)
   WaitingCalls shown_;                        ///< showWaiting's
   std::shared_ptr<const LastCall> last_;      ///< showLastCall's
+  std::shared_ptr<const CardBook> cards_;     ///< showCards's
   uint64_t answeredEarly_ = 0;
 };
 
@@ -211,6 +220,9 @@ class DialingTransport : public Transport {
   void showWaitingCalls(const std::vector<Fingerprint>& calls) final;
   void showLastCall(std::shared_ptr<const LastCall> last) final;
   std::optional<ToldCalls> askWaitingCalls(const CommContext& ctx, int peer) final;
+  void showCards(std::shared_ptr<const CardBook> book) final;
+  std::optional<CardAnswer> askCard(const CommContext& ctx, int holder, int target,
+                                    std::chrono::milliseconds wait) final;
 
  protected:
   /// The transport's Dialer (a member of the derived class, declared after what it uses so that it goes first).

@@ -1,5 +1,5 @@
-// Asking a peer which calls it waits in (see dialer.hpp): what a rank shows, how it answers on its accept loop's
-// thread, and how a waiting rank asks. Beside the dial rule: a question touches no pair's state.
+// Asking a peer which calls it waits in, or for another rank's contact card (see dialer.hpp): what a rank shows, how it
+// answers on its accept loop's thread, and how a rank asks. Beside the dial rule: a question touches no pair's state.
 #include <cstring>
 
 #include "base/errors.hpp"
@@ -76,6 +76,62 @@ std::optional<ToldCalls> Dialer::askWaiting(const CommContext& ctx, int peer) {
     return out;
   } catch (const MismatchError&) {
     throw;
+  } catch (const Error& e) {
+    COLLIE_TRACE(base::kLogNet, "%s: rank %d got no answer from %s: %s", transport_, ctx.rank, what.c_str(), e.what());
+    return std::nullopt;
+  }
+}
+
+void Dialer::showCards(std::shared_ptr<const CardBook> book) {
+  std::lock_guard<std::mutex> lock(mu_);
+  cards_ = std::move(book);
+}
+
+void Dialer::tellCard(Link& link) const {
+  std::shared_ptr<const CardBook> book;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    book = cards_;
+  }
+  CardAnswer told;
+  std::memcpy(&told.target, link.buf.data() + sizeof(Header), sizeof(told.target));
+  if (book) {
+    if (const PeerInfo* card = book->find(told.target)) {
+      told.status = CardAnswer::kCard;
+      told.card = *card;
+    } else if (book->up.rank >= 0) {
+      told.status = CardAnswer::kAskUp;
+      told.card = book->up;
+    }
+  }
+  answerWith(link, kToldCard, &told, sizeof(told));
+}
+
+std::optional<CardAnswer> Dialer::askCard(const CommContext& ctx, int holder, int target,
+                                          std::chrono::milliseconds wait) {
+  const std::string what = base::format("rank %d (asked for rank %d's contact card)", holder, target);
+  COLLIE_INTERNAL_CHECK(wire_.messageBytes() >= sizeof(Header) + sizeof(int32_t),
+                        "%s: a handshake message of %zu bytes cannot carry a card question", transport_,
+                        wire_.messageBytes());
+  try {
+    Handshake hs(transport_, kind_, ctx, {holder}, channels_, wire_, wait);
+    Link l;
+    l.peer = holder;
+    l.fd = protocol_.dialSocket(hs, holder, 0);
+    std::vector<uint8_t> msg(wire_.messageBytes(), 0);
+    const Header ask = hs.header(kAskCard, holder, 0);
+    const int32_t asked = target;
+    std::memcpy(msg.data(), &ask, sizeof(ask));
+    std::memcpy(msg.data() + sizeof(ask), &asked, sizeof(asked));
+    base::sendAll(l.fd.get(), msg.data(), msg.size(), hs.deadline(), what);
+    l.buf.assign(wire_.messageBytes(), 0);
+    base::recvAll(l.fd.get(), l.buf.data(), l.buf.size(), hs.deadline(), what);
+    const Header& h = l.header();
+    if (!hs.authentic(h) || h.fromRank != holder || h.type != kToldCard) return std::nullopt;
+    CardAnswer told;
+    base::recvAll(l.fd.get(), &told, sizeof(told), hs.deadline(), what);
+    if (told.target != target) return std::nullopt;
+    return told;
   } catch (const Error& e) {
     COLLIE_TRACE(base::kLogNet, "%s: rank %d got no answer from %s: %s", transport_, ctx.rank, what.c_str(), e.what());
     return std::nullopt;

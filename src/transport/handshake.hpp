@@ -107,6 +107,10 @@ constexpr uint32_t kRefusedMismatch = 0x102;
 /// (kRefusedMismatch, kRefusedFailed) when the communicator failed there; the pair's state is not touched.
 constexpr uint32_t kAskWaiting = 0x110;
 constexpr uint32_t kToldWaiting = 0x111;
+/// Header::type of a question for a rank's contact card (Dialer::askCard): the rank asked for follows the header (an
+/// int32 in the message's first bytes after it). Answered with kToldCard and a CardAnswer in a write of its own.
+constexpr uint32_t kAskCard = 0x112;
+constexpr uint32_t kToldCard = 0x113;
 /// Where an accepted connection came from: its address, or for a unix socket the process (SO_PEERCRED).
 std::string describePeer(int fd, const sockaddr_storage& addr);
 /// Whether the process at the other end of unix socket `fd` runs as this process's effective user (its uid in *uid).

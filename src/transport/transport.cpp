@@ -31,6 +31,18 @@ void PeerInfo::setAddress(TransportKind kind, const void* bytes, size_t length) 
   if (length) std::memcpy(slot->bytes, bytes, length);
 }
 
+bool contactKnown(const PeerInfo& info) {
+  for (const TransportAddress& a : info.addresses)
+    if (a.kind != 0 && a.length == 0) return false;
+  return true;
+}
+
+const PeerInfo* CardBook::find(int rank) const {
+  if (nranks <= 0 || rank < 0 || rank >= nranks) return nullptr;
+  const size_t at = static_cast<size_t>((rank - first + nranks) % nranks);
+  return at < cards.size() ? &cards[at] : nullptr;
+}
+
 uint64_t networkNamespaceId() {
   struct stat st {};
   if (stat("/proc/self/ns/net", &st) != 0) return 0;  // unknown: peers that cannot tell either are assumed alike

@@ -69,6 +69,35 @@ struct PeerInfo {
 
 static_assert(sizeof(PeerInfo) == 96, "PeerInfo travels in tables of one per rank: keep it small, say what grew");
 
+/// Whether `info` holds where each of its transports listens: true for a whole contact card, false for a host record
+/// (a slot with its kind and no bytes: the rank listens there, and its address is learned when a pair first needs
+/// it; COLLIE_PEER_CARDS=directory, core's card_directory.hpp). A transport's address is never empty.
+bool contactKnown(const PeerInfo& info);
+
+/// What a rank of a communicator that keeps a directory of contact cards (COLLIE_PEER_CARDS=directory) answers a peer
+/// that asks for a rank's card (Transport::askCard): the cards of ranks first, first + 1, ... (cards.size() of them,
+/// mod nranks), and for any other rank the card of the rank to ask next (`up`; rank -1 when this rank holds every
+/// card). Fixed once made: the accept loop's thread reads it while the communicator's own thread goes on.
+struct CardBook {
+  int nranks = 0;
+  int first = 0;
+  std::vector<PeerInfo> cards;
+  PeerInfo up;
+  /// The card of `rank` when this book holds it, else nullptr.
+  const PeerInfo* find(int rank) const;
+};
+
+/// The answer to a question for rank `target`'s card (sent after a kToldCard header).
+struct CardAnswer {
+  static constexpr int32_t kCard = 1;   ///< `card` is the target's
+  static constexpr int32_t kAskUp = 2;  ///< the rank asked does not hold it: `card` is the next rank to ask's
+  static constexpr int32_t kNone = 3;   ///< no directory here (yet): ask again in a moment, or another rank
+  int32_t status = kNone;
+  int32_t target = -1;
+  PeerInfo card;
+};
+static_assert(sizeof(CardAnswer) == 104);
+
 /// An id of this process's network namespace (the inode of /proc/self/ns/net and its device), 0 if unknown.
 uint64_t networkNamespaceId();
 
@@ -199,6 +228,19 @@ class Transport {
   virtual std::optional<ToldCalls> askWaitingCalls(const CommContext& ctx, int peer) {
     (void)ctx;
     (void)peer;
+    return std::nullopt;
+  }
+  /// The directory of contact cards told from now on to any peer that asks (askCard; nullptr: none). Only where
+  /// dialsAnyTime().
+  virtual void showCards(std::shared_ptr<const CardBook> book) { (void)book; }
+  /// Asks `holder`'s listener for rank `target`'s card (ctx.peers[holder] must hold the holder's address): nullopt
+  /// when it does not answer within `wait` (gone, its communicator not there). Only where dialsAnyTime().
+  virtual std::optional<CardAnswer> askCard(const CommContext& ctx, int holder, int target,
+                                            std::chrono::milliseconds wait) {
+    (void)ctx;
+    (void)holder;
+    (void)target;
+    (void)wait;
     return std::nullopt;
   }
   /// A new transport of the same kind and settings that accepts on this one's listener (a duplicate of it), so
