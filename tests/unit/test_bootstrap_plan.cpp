@@ -234,6 +234,38 @@ TEST(BootstrapPlan, EveryRankEndsWithTheRootsTableEachEntryOnceWithoutACycle) {
   }
 }
 
+// Under a directory of cards a rank keeps its subtree's cards (subtreeHolds: exactly the ranks it is an ancestor of,
+// or itself; rank 0 all), and starts knowing its tree neighbours, rank 0 and rank 0's children (directorySeeds), which
+// the root's answer then carries (rootAnswerRanks).
+TEST(BootstrapPlan, ADirectoryHolderKeepsItsSubtreeAndEveryRankKnowsTheTopOfTheTree) {
+  for (int n : sampleCounts()) {
+    if (n > 257) continue;  // every pair below: O(n^2 log n)
+    const TreePlace top = treePlace(0, n);
+    for (int r = 0; r < n; ++r) {
+      std::vector<int> above = {r};  // r and its ancestors
+      for (int a = treePlace(r, n).parent; a >= 0; a = treePlace(a, n).parent) above.push_back(a);
+      ASSERT_EQ(above.back(), 0) << "rank " << r << " of " << n;
+      for (int h = 0; h < n; ++h)
+        ASSERT_EQ(subtreeHolds(h, r, n), std::find(above.begin(), above.end(), h) != above.end())
+            << "holder " << h << ", rank " << r << " of " << n;
+      const std::vector<int> seeds = directorySeeds(r, n);
+      EXPECT_TRUE(std::is_sorted(seeds.begin(), seeds.end()));
+      EXPECT_EQ(std::adjacent_find(seeds.begin(), seeds.end()), seeds.end());
+      EXPECT_EQ(std::count(seeds.begin(), seeds.end(), r), 0);
+      for (int p : bootstrapPeers(r, n)) {
+        EXPECT_EQ(std::count(seeds.begin(), seeds.end(), p), 1);
+      }
+      for (int p : {0, top.left, top.right})
+        if (p >= 0 && p != r) {
+          EXPECT_EQ(std::count(seeds.begin(), seeds.end(), p), 1) << p;
+        }
+      EXPECT_LE(seeds.size(), 6u);
+      EXPECT_EQ(rootAnswerRanks(r, n, true), seeds);
+      EXPECT_EQ(rootAnswerRanks(r, n, false), bootstrapPeers(r, n));
+    }
+  }
+}
+
 // In time, with the entries of a message sent one after another (tableGatherCost(n, 0, 1)): the down phase's chunks
 // follow each other down the tree, so the last rank has the table after about the up phase (N entries deep) plus
 // (height + chunks) chunk times, rather than height whole tables one after another.

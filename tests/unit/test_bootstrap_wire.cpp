@@ -43,7 +43,7 @@ BootstrapHello helloOf(int rank, int nranks) {
   h.rank = rank;
   h.nranks = nranks;
   h.info = infoOf(rank);
-  h.settings = AgreedSettings{65536, 683, 1};
+  h.settings = AgreedSettings{65536, 683, 1, 1};
   return h;
 }
 
@@ -86,6 +86,11 @@ TEST(BootstrapWire, SettingsThatDifferAreNamedWithBothRanksAndValues) {
   b = a;
   a.connectEager = 1;
   EXPECT_NE(describeSettingsDifference(a, 0, b, 3).find("is eager on rank 0 but lazy on rank 3"), std::string::npos);
+  a = b;
+  b.cardDirectory = 1;
+  EXPECT_NE(describeSettingsDifference(a, 0, b, 4).find("COLLIE_PEER_CARDS is all on rank 0 but directory on rank 4"),
+            std::string::npos);
+  b = a;
   // The root sends the message in a reply of kBootstrapMessageBytes: the longest one fits.
   a.sliceBytes = 1073741824;
   b.sliceBytes = 1073741823;

@@ -43,6 +43,7 @@ const std::vector<Case>& cases() {
       {"COLLIE_SOCKETS_PER_PEER", {"1", "2", "64"}, {"0", "65", "-1", "two"}},
       {"COLLIE_STRIPE_MIN_BYTES", {"0", "262144", "9223372036854775807"}, {"-1", "9223372036854775808", "1k"}},
       {"COLLIE_CONNECT", {"lazy", "eager", "Eager"}, {"mesh", "lazy,eager", "0"}},
+      {"COLLIE_PEER_CARDS", {"all", "directory", "Directory"}, {"some", "all,directory", "1"}},
       {"COLLIE_CONNECT_RETRIES", {"0", "50", "1000000"}, {"-1", "1000001", "many"}},
       {"COLLIE_SLICE_BYTES", {"0", "4096", "65536", "1073741824"}, {"-5", "1", "4095", "1073741825", "64k"}},
       {"COLLIE_SLICES_IN_FLIGHT", {"0", "1", "8", "1024"}, {"-1", "1025", "x"}},
