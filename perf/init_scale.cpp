@@ -8,7 +8,9 @@
 //
 //   COLLIE_CONNECT=lazy init_scale --ranks 8,32,128,512 [--count 1024]
 // prints one line per rank count: ranks, init s, fds/rank after init, fds/rank after the AllReduce, RSS MiB/rank,
-// first AllReduce ms, second AllReduce ms (nothing left to connect), or the error that stopped it.
+// first AllReduce ms, second AllReduce ms (nothing left to connect), then a Send/Recv shift by N/2 (far peers in
+// init's tree) the first time and again, or the error that stopped it. COLLIE_PEER_CARDS=directory: cards learned
+// on first connection (the far shift's first run pays the lookups).
 #include <unistd.h>
 
 #include <chrono>
@@ -65,6 +67,36 @@ bool allReduceChecked(std::vector<std::unique_ptr<collie::Communicator>>& comms,
   return true;
 }
 
+// Every rank sends `count` int32 to rank r + n/2 and receives from r - n/2 (a peer far away in init's tree, whose
+// contact card a rank holds only under COLLIE_PEER_CARDS=all until it first connects); false when a value is wrong.
+bool farShiftChecked(std::vector<std::unique_ptr<collie::Communicator>>& comms, size_t count) {
+  const int n = static_cast<int>(comms.size());
+  std::vector<std::thread> threads;
+  std::vector<int> bad(comms.size(), 0);
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      const int to = (r + n / 2) % n, from = (r - n / 2 + n) % n;
+      std::vector<int32_t> out(count, r), in(count, -1);
+      collie::Communicator& c = *comms[static_cast<size_t>(r)];
+      try {
+        collie::groupStart();
+        c.send(out.data(), count, collie::DataType::Int32, to);
+        c.recv(in.data(), count, collie::DataType::Int32, from);
+        collie::groupEnd();
+      } catch (const std::exception& e) {
+        fprintf(stderr, "rank %d: far shift failed: %s\n", r, e.what());
+        bad[static_cast<size_t>(r)] = 1;
+        return;
+      }
+      for (size_t i = 0; i < count; ++i) bad[static_cast<size_t>(r)] |= in[i] != from;
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int b : bad)
+    if (b) return false;
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -82,8 +114,8 @@ int main(int argc, char** argv) {
   }
   printEnvironment();
   printf("; AllReduce of %zu int32\n", count);
-  printf("%6s %9s %12s %14s %12s %14s %14s\n", "ranks", "init_s", "fds/rank", "fds/rank_AR", "RSS_MiB/rank",
-         "first_AR_ms", "second_AR_ms");
+  printf("%6s %9s %12s %14s %12s %14s %14s %13s %13s\n", "ranks", "init_s", "fds/rank", "fds/rank_AR", "RSS_MiB/rank",
+         "first_AR_ms", "second_AR_ms", "far_first_ms", "far_again_ms");
   int failures = 0;
   for (int n : sizes) {
     const int fds0 = openDescriptors();
@@ -111,8 +143,14 @@ int main(int argc, char** argv) {
     const double ar2Ms = seconds(std::chrono::steady_clock::now() - t2) * 1e3;
     const double fdsAr = static_cast<double>(openDescriptors() - fds0) / n;
     const double rss = (residentMiB() - rss0) / n;
-    printf("%6d %9.3f %12.1f %14.1f %12.2f %14.1f %14.1f%s\n", n, initS, fdsInit, fdsAr, rss, arMs, ar2Ms,
-           ok ? "" : "  WRONG RESULT");
+    const auto t3 = std::chrono::steady_clock::now();
+    ok = farShiftChecked(comms, count) && ok;  // connects (and under a directory first learns) a far peer
+    const double farMs = seconds(std::chrono::steady_clock::now() - t3) * 1e3;
+    const auto t4 = std::chrono::steady_clock::now();
+    ok = farShiftChecked(comms, count) && ok;
+    const double far2Ms = seconds(std::chrono::steady_clock::now() - t4) * 1e3;
+    printf("%6d %9.3f %12.1f %14.1f %12.2f %14.1f %14.1f %13.1f %13.1f%s\n", n, initS, fdsInit, fdsAr, rss, arMs, ar2Ms,
+           farMs, far2Ms, ok ? "" : "  WRONG RESULT");
     fflush(stdout);
     failures += ok ? 0 : 1;
     comms.clear();

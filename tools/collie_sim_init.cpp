@@ -6,7 +6,7 @@
 // algorithms::build makes for a sample of ranks). Beside it, the same counts for the full-table bootstrap and
 // full-mesh connection collie had before (eager).
 //
-//   collie-sim --init --ranks 1024,4096,32768,131072 [--bytes 8] [--sockets 2] [--chunk 0]
+//   collie-sim --init --ranks 1024,4096,32768,131072 [--bytes 8] [--sockets 2] [--chunk 0] [--cards all|directory]
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -18,6 +18,7 @@
 #include "algorithms/algorithms.hpp"
 #include "core/bootstrap_plan.hpp"
 #include "core/bootstrap_wire.hpp"
+#include "core/card_directory.hpp"
 #include "core/tuner.hpp"
 
 namespace collie::sim {
@@ -53,30 +54,37 @@ std::string human(double bytes) {
   return buf;
 }
 
-void project(int n, size_t allReduceBytes, int sockets, int chunk) {
+void project(int n, size_t allReduceBytes, int sockets, int chunk, bool directory) {
   const double info = sizeof(transport::PeerInfo);
+  // Under a directory (COLLIE_PEER_CARDS=directory) the down phase carries host records, and a rank knows the cards
+  // of its subtree and its seeds (core/card_directory.hpp).
+  const size_t downEntry = directory ? sizeof(core::HostRecord) : sizeof(transport::PeerInfo);
+  double cardsKnown = 0, receivedInAll = 0;
   // 1. The root: one hello in from each rank, one reply out to each (its bootstrapPeers), holding the N entries.
   double rootOut = 0;
   size_t maxEntries = 0;
   // 2. The table's all-gather: every rank's plan (what it sends, how many messages, what it receives).
   size_t maxMessages = 0, maxSent = 0, maxReceived = 0;
   for (int r = 0; r < n; ++r) {
-    const size_t entries = core::bootstrapPeers(r, n).size();
+    const size_t entries = core::rootAnswerRanks(r, n, directory).size();
+    cardsKnown += directory ? static_cast<double>(core::treePlace(r, n).size - 1 + entries) : n - 1;
     rootOut += static_cast<double>(core::kBootstrapReplyHeaderBytes + entries * sizeof(transport::PeerInfo));
     maxEntries = std::max(maxEntries, entries);
     if (!core::tableGatherNeeded(n)) continue;
     size_t messages = 0, sent = 0, received = 0;
+    const int parent = core::treePlace(r, n).parent;  // messages from it and to the children go down the tree
     for (const core::TableRound& round : core::tableGatherPlan(r, n, chunk)) {
       for (const core::TableMessage& m : round.sends) {
         ++messages;
-        sent += static_cast<size_t>(m.count) * sizeof(transport::PeerInfo);
+        sent += static_cast<size_t>(m.count) * (m.peer == parent ? sizeof(transport::PeerInfo) : downEntry);
       }
       for (const core::TableMessage& m : round.recvs)
-        received += static_cast<size_t>(m.count) * sizeof(transport::PeerInfo);
+        received += static_cast<size_t>(m.count) * (m.peer == parent ? downEntry : sizeof(transport::PeerInfo));
     }
     maxMessages = std::max(maxMessages, messages);
     maxSent = std::max(maxSent, sent);
     maxReceived = std::max(maxReceived, received);
+    receivedInAll += static_cast<double>(received);
   }
   const core::TableGatherCost inMessages = core::tableGatherCost(n, 1, 0, chunk);
   const int gatherRounds = inMessages.rounds, chainMessages = static_cast<int>(inMessages.finish);
@@ -93,7 +101,7 @@ void project(int n, size_t allReduceBytes, int sockets, int chunk) {
   size_t maxPeers = 0, maxInitPeers = 0;
   for (int r : {0, std::min(1, n - 1), n / 2, n - 1}) {
     std::set<int> peers;
-    for (int p : core::bootstrapPeers(r, n)) peers.insert(p);
+    for (int p : core::bootstrapPeers(r, n)) peers.insert(p);  // the all-gather's partners (not the directory's seeds)
     for (int p : schedulePeers(bcast, Collective::Broadcast, r, n, 200)) peers.insert(p);
     if (r == 0 && n > 1) peers.insert(1);  // calibration's ping-pong partner (rank 0's first peer per kind)
     for (int p : core::gatherOnlyPeers(r, n)) peers.erase(p);
@@ -103,13 +111,14 @@ void project(int n, size_t allReduceBytes, int sockets, int chunk) {
     maxPeers = std::max(maxPeers, peers.size());
   }
   std::printf(
-      "%8d | %9s %9s %10s | %5zu %9s | %6d %5d %9s %5zu %9s %9s %9s | %-5s %-5s %4zu %5zu %6zu | %8d %8d\n", n,
-      human(rootIn).c_str(), human(rootOut).c_str(), human(rootOutBefore).c_str(), maxEntries,
+      "%8d | %9s %9s %10s | %5zu %9s | %6d %5d %9s %5zu %9s %9s %9s %9s %7.1f | %-5s %-5s %4zu %5zu %6zu | %8d %8d\n",
+      n, human(rootIn).c_str(), human(rootOut).c_str(), human(rootOutBefore).c_str(), maxEntries,
       human(static_cast<double>(core::kBootstrapReplyHeaderBytes + maxEntries * sizeof(transport::PeerInfo))).c_str(),
       gatherRounds, chainMessages, human(chainEntries * info).c_str(), maxMessages,
       human(static_cast<double>(maxSent)).c_str(), human(static_cast<double>(maxReceived)).c_str(),
-      human(n * info).c_str(), algorithms::algorithmName(bcast), algorithms::algorithmName(allReduce), maxInitPeers,
-      maxPeers, maxPeers * static_cast<size_t>(sockets) + 3, n - 1, (n - 1) * sockets + 3);
+      human(receivedInAll / n).c_str(), human(n * info).c_str(), cardsKnown / n, algorithms::algorithmName(bcast),
+      algorithms::algorithmName(allReduce), maxInitPeers, maxPeers, maxPeers * static_cast<size_t>(sockets) + 3, n - 1,
+      (n - 1) * sockets + 3);
 }
 
 }  // namespace
@@ -118,6 +127,7 @@ int runInitProjection(int argc, char** argv) {
   std::vector<int> sizes = {1024, 4096, 32768, 131072};
   size_t bytes = 8;
   int sockets = 2, chunk = 0;
+  bool directory = false;
   for (int i = 2; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--ranks" && i + 1 < argc) {
@@ -133,12 +143,15 @@ int runInitProjection(int argc, char** argv) {
       sockets = std::atoi(argv[++i]);
     } else if (a == "--chunk" && i + 1 < argc) {
       chunk = std::atoi(argv[++i]);
+    } else if (a == "--cards" && i + 1 < argc &&
+               (std::strcmp(argv[i + 1], "all") == 0 || std::strcmp(argv[i + 1], "directory") == 0)) {
+      directory = std::strcmp(argv[++i], "directory") == 0;
     } else {
       std::fprintf(
           stderr,
           "usage: %s --init [--ranks 1024,4096,32768,131072] [--bytes B of the first AllReduce (8)] "
           "[--sockets tcp sockets per peer (2)] [--chunk entries per message of the table's down phase (0: the "
-          "default, as COLLIE_INIT_CHUNK)]\n",
+          "default, as COLLIE_INIT_CHUNK)] [--cards all|directory (as COLLIE_PEER_CARDS)]\n",
           argv[0]);
       return 2;
     }
@@ -155,10 +168,11 @@ int runInitProjection(int argc, char** argv) {
   }
   std::printf(
       "# init of one communicator, per the code (PeerInfo %zu B, hello %zu B, reply header %zu B); "
-      "first AllReduce %zu B; tcp with %d sockets per peer; table chunk %s\n",
+      "first AllReduce %zu B; tcp with %d sockets per peer; table chunk %s; cards: %s\n",
       sizeof(transport::PeerInfo), core::kBootstrapHelloBytes, core::kBootstrapReplyHeaderBytes, bytes, sockets,
       chunk > 0 ? (std::to_string(chunk) + " entries").c_str()
-                : "the default (N / floor(log2 N), at least 683 entries)");
+                : "the default (N / floor(log2 N), at least 683 entries)",
+      directory ? "a directory (down the tree 32-byte host records; COLLIE_PEER_CARDS=directory)" : "all");
   std::printf(
       "#   root: bytes in (hellos), out (replies: each rank's bootstrapPeers), out before (the whole table to every "
       "rank)\n"
@@ -166,15 +180,17 @@ int runInitProjection(int argc, char** argv) {
       "#   all-gather of the table (along the root's tree, Send/Recv, the down phase in chunks): rounds (the most a "
       "rank runs), its critical path (tableGatherCost) in messages (chain) and in bytes sent one after another "
       "(path: time = path / bandwidth + chain x latency); per rank, worst of all ranks: messages sent, bytes sent, "
-      "bytes received, table held\n"
+      "bytes received, and bytes received on average, table held (a slot of sizeof(PeerInfo) per rank, a host record's "
+      "too), mean cards a rank "
+      "knows after the all-gather (before any lookup)\n"
       "#   connections per rank after init (the all-gather's peers and calibration's, the tuner's broadcast, less "
       "the all-gather's links init closes: gatherOnlyPeers), after a first AllReduce too (peers), descriptors then "
       "(tcp sockets + listener, epoll, eventfd), worst of ranks 0, 1, N/2, N-1;\n"
       "#   eager (before): N-1 peers and their descriptors\n");
-  std::printf("%8s | %9s %9s %10s | %5s %9s | %6s %5s %9s %5s %9s %9s %9s | %-5s %-5s %4s %5s %6s | %8s %8s\n", "ranks",
-              "root_in", "root_out", "before", "entry", "reply", "rounds", "chain", "path", "msgs", "sent", "recvd",
-              "held", "bcast", "AR", "init", "peers", "fds", "eager_pe", "eager_fd");
-  for (int n : sizes) collie::sim::project(n, bytes, sockets, chunk);
+  std::printf("%8s | %9s %9s %10s | %5s %9s | %6s %5s %9s %5s %9s %9s %9s %9s %7s | %-5s %-5s %4s %5s %6s | %8s %8s\n",
+              "ranks", "root_in", "root_out", "before", "entry", "reply", "rounds", "chain", "path", "msgs", "sent",
+              "recvd", "mean_rx", "held", "cards", "bcast", "AR", "init", "peers", "fds", "eager_pe", "eager_fd");
+  for (int n : sizes) collie::sim::project(n, bytes, sockets, chunk, directory);
   return 0;
 }
 
