@@ -117,10 +117,12 @@ BootstrapHello parseBootstrapHello(const uint8_t* data, size_t size) {
   checkPeerInfo(hello.info, hello.rank, what);
   r.get(&hello.settings, sizeof(hello.settings));
   const AgreedSettings& s = hello.settings;
-  COLLIE_ENFORCE(s.sliceBytes >= 0 && s.initChunk >= 0 && (s.connectEager == 0 || s.connectEager == 1),
-                 ErrorCode::RemoteError, "%s of rank %d holds impossible settings (slice %lld, chunk %lld, eager %lld)",
+  COLLIE_ENFORCE(s.sliceBytes >= 0 && s.initChunk >= 0 && (s.connectEager == 0 || s.connectEager == 1) &&
+                     (s.cardDirectory == 0 || s.cardDirectory == 1),
+                 ErrorCode::RemoteError,
+                 "%s of rank %d holds impossible settings (slice %lld, chunk %lld, eager %lld, card directory %lld)",
                  what, hello.rank, static_cast<long long>(s.sliceBytes), static_cast<long long>(s.initChunk),
-                 static_cast<long long>(s.connectEager));
+                 static_cast<long long>(s.connectEager), static_cast<long long>(s.cardDirectory));
   return hello;
 }
 

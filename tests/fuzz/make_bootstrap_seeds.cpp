@@ -41,7 +41,7 @@ Bytes hello(int rank, int nranks) {
   h.rank = rank;
   h.nranks = nranks;
   h.info = infoOf(rank);
-  h.settings = core::AgreedSettings{65536, 683, rank % 2};
+  h.settings = core::AgreedSettings{65536, 683, rank % 2, rank % 3 == 0 ? 1 : 0};
   return core::encodeBootstrapHello(h);
 }
 

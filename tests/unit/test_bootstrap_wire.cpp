@@ -71,6 +71,7 @@ TEST(BootstrapWire, HelloRoundTrips) {
   EXPECT_EQ(out.settings.sliceBytes, in.settings.sliceBytes);
   EXPECT_EQ(out.settings.initChunk, in.settings.initChunk);
   EXPECT_EQ(out.settings.connectEager, in.settings.connectEager);
+  EXPECT_EQ(out.settings.cardDirectory, in.settings.cardDirectory);
 }
 
 TEST(BootstrapWire, SettingsThatDifferAreNamedWithBothRanksAndValues) {
@@ -132,6 +133,9 @@ TEST(BootstrapWire, BadHellosNameTheirProblem) {
   h = helloOf(1, 4);
   h.settings.connectEager = 2;
   EXPECT_NE(refused(h, reencode).find("of rank 1 holds impossible settings"), std::string::npos);
+  h = helloOf(1, 4);
+  h.settings.cardDirectory = -1;
+  EXPECT_NE(refused(h, reencode).find("card directory -1"), std::string::npos);
   h = helloOf(1, 4);
   h.settings.sliceBytes = -1;
   EXPECT_NE(refused(h, reencode).find("impossible settings (slice -1"), std::string::npos);
