@@ -155,6 +155,9 @@ class Dialer {
   /// Answers a kAskWaiting on `link` (the accept loop's thread): what showWaiting() left, or this communicator's
   /// refusal.
   void tellWaiting(Link& link) const;
+  /// Dials `peer`'s listener with a question of `type` (`body`, when given, follows the header) and reads the
+  /// answer's message into the returned link's buf; the caller checks it and reads what follows. Throws on failure.
+  Link ask(Handshake& hs, int peer, uint32_t type, const void* body, size_t bodyBytes, const std::string& what);
   /// Answers a kAskCard on `link` (the accept loop's thread) from showCards()'s book.
   void tellCard(Link& link) const;
   /// After a kRefusedMismatch on `link`: reads the MismatchRecord that follows it and throws MismatchError (`how`:

@@ -50,19 +50,28 @@ void Dialer::tellWaiting(Link& link) const {
   }
 }
 
+Link Dialer::ask(Handshake& hs, int peer, uint32_t type, const void* body, size_t bodyBytes, const std::string& what) {
+  COLLIE_INTERNAL_CHECK(wire_.messageBytes() >= sizeof(Header) + bodyBytes,
+                        "%s: a handshake message of %zu bytes cannot carry a question of %zu", transport_,
+                        wire_.messageBytes(), bodyBytes);
+  Link l;
+  l.peer = peer;
+  l.fd = protocol_.dialSocket(hs, peer, 0);
+  std::vector<uint8_t> msg(wire_.messageBytes(), 0);
+  const Header h = hs.header(type, peer, 0);
+  std::memcpy(msg.data(), &h, sizeof(h));
+  if (bodyBytes) std::memcpy(msg.data() + sizeof(h), body, bodyBytes);
+  base::sendAll(l.fd.get(), msg.data(), msg.size(), hs.deadline(), what);
+  l.buf.assign(wire_.messageBytes(), 0);
+  base::recvAll(l.fd.get(), l.buf.data(), l.buf.size(), hs.deadline(), what);
+  return l;
+}
+
 std::optional<ToldCalls> Dialer::askWaiting(const CommContext& ctx, int peer) {
   const std::string what = base::format("rank %d (asked which calls it waits in)", peer);
   try {
     Handshake hs(transport_, kind_, ctx, {peer}, channels_, wire_, kAskWait);
-    Link l;
-    l.peer = peer;
-    l.fd = protocol_.dialSocket(hs, peer, 0);
-    std::vector<uint8_t> msg(wire_.messageBytes(), 0);
-    const Header ask = hs.header(kAskWaiting, peer, 0);
-    std::memcpy(msg.data(), &ask, sizeof(ask));
-    base::sendAll(l.fd.get(), msg.data(), msg.size(), hs.deadline(), what);
-    l.buf.assign(wire_.messageBytes(), 0);
-    base::recvAll(l.fd.get(), l.buf.data(), l.buf.size(), hs.deadline(), what);
+    Link l = ask(hs, peer, kAskWaiting, nullptr, 0, what);
     const Header& h = l.header();
     if (!hs.authentic(h) || h.fromRank != peer) return std::nullopt;
     if (h.type == kRefusedMismatch) failRefusedMismatch(hs, l, "answering this rank's question");
@@ -110,27 +119,17 @@ void Dialer::tellCard(Link& link) const {
 std::optional<CardAnswer> Dialer::askCard(const CommContext& ctx, int holder, int target,
                                           std::chrono::milliseconds wait) {
   const std::string what = base::format("rank %d (asked for rank %d's contact card)", holder, target);
-  COLLIE_INTERNAL_CHECK(wire_.messageBytes() >= sizeof(Header) + sizeof(int32_t),
-                        "%s: a handshake message of %zu bytes cannot carry a card question", transport_,
-                        wire_.messageBytes());
   try {
     Handshake hs(transport_, kind_, ctx, {holder}, channels_, wire_, wait);
-    Link l;
-    l.peer = holder;
-    l.fd = protocol_.dialSocket(hs, holder, 0);
-    std::vector<uint8_t> msg(wire_.messageBytes(), 0);
-    const Header ask = hs.header(kAskCard, holder, 0);
     const int32_t asked = target;
-    std::memcpy(msg.data(), &ask, sizeof(ask));
-    std::memcpy(msg.data() + sizeof(ask), &asked, sizeof(asked));
-    base::sendAll(l.fd.get(), msg.data(), msg.size(), hs.deadline(), what);
-    l.buf.assign(wire_.messageBytes(), 0);
-    base::recvAll(l.fd.get(), l.buf.data(), l.buf.size(), hs.deadline(), what);
+    Link l = ask(hs, holder, kAskCard, &asked, sizeof(asked), what);
     const Header& h = l.header();
     if (!hs.authentic(h) || h.fromRank != holder || h.type != kToldCard) return std::nullopt;
     CardAnswer told;
     base::recvAll(l.fd.get(), &told, sizeof(told), hs.deadline(), what);
     if (told.target != target) return std::nullopt;
+    for (const TransportAddress& a : told.card.addresses)
+      if (a.length > TransportAddress::kBytes) return std::nullopt;  // not a card this rank could use
     return told;
   } catch (const Error& e) {
     COLLIE_TRACE(base::kLogNet, "%s: rank %d got no answer from %s: %s", transport_, ctx.rank, what.c_str(), e.what());

@@ -337,6 +337,25 @@ int rerunCurrentTestWith(const std::vector<std::string>& vars) {
   return status;
 }
 
+void runInChildrenWith(const std::string& mark, const std::vector<std::vector<std::string>>& runs,
+                       const std::function<void()>& body) {
+  const std::string name = mark.substr(0, mark.find('='));
+  const char* now = std::getenv(name.c_str());
+  if (now && mark == name + "=" + now) {
+    body();
+    return;
+  }
+  for (const std::vector<std::string>& run : runs) {
+    std::vector<std::string> env = run;
+    env.push_back(mark);
+    std::string named;
+    for (const std::string& v : env) named += " " + v;
+    const int status = rerunCurrentTestWith(env);
+    ASSERT_TRUE(WIFEXITED(status)) << "the child with" << named << " did not exit (status " << status << ")";
+    EXPECT_EQ(WEXITSTATUS(status), 0) << "the child with" << named << " failed (its output is above)";
+  }
+}
+
 void expectError(const char* what, ErrorCode code, std::vector<std::string> mentions,
                  const std::function<void()>& call) {
   SCOPED_TRACE(what);

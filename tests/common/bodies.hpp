@@ -98,6 +98,12 @@ void checkLastCall(Communicator& comm, const std::string& collective);
 /// tells that it is one by the variable being set. Returns the child's wait status (-1 if it could not start).
 int rerunCurrentTestWith(const std::vector<std::string>& env);
 
+/// Runs `body` in children of this binary (rerunCurrentTestWith), one per entry of `runs`, each with the variables of
+/// `mark` ("NAME=value", which tells a child that it is one) and of its entry, and expects each to pass; in such a
+/// child, runs `body` itself. For params read once per process; `runs` are named by their variables in failures.
+void runInChildrenWith(const std::string& mark, const std::vector<std::vector<std::string>>& runs,
+                       const std::function<void()>& body);
+
 /// Expects call() to throw collie::Error with `code` and a message that holds every string of `mentions`; `what`
 /// names the case in failures.
 void expectError(const char* what, ErrorCode code, std::vector<std::string> mentions,

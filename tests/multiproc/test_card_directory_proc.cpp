@@ -5,10 +5,8 @@
 // variable set (it is read once per process), over shm and over tcp.
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <sys/wait.h>
 
 #include <chrono>
-#include <cstdlib>
 #include <functional>
 #include <string>
 #include <thread>
@@ -33,18 +31,7 @@ enum PerRank { kDone = 0, kAfterNs = 1 };
 
 /// Runs `body` in a child of this binary with COLLIE_PEER_CARDS=directory, over shm and over tcp.
 void underDirectory(const std::function<void()>& body) {
-  const char* v = std::getenv("COLLIE_PEER_CARDS");
-  if (v && std::string(v) == "directory") {
-    body();
-    return;
-  }
-  for (bool tcp : {false, true}) {
-    std::vector<std::string> env{"COLLIE_PEER_CARDS=directory"};
-    if (tcp) env.emplace_back("COLLIE_SHM_DISABLE=1");
-    const int status = rerunCurrentTestWith(env);
-    ASSERT_TRUE(WIFEXITED(status)) << (tcp ? "tcp" : "shm") << ": the child did not exit (status " << status << ")";
-    EXPECT_EQ(WEXITSTATUS(status), 0) << (tcp ? "tcp" : "shm") << ": the child failed (its output is above)";
-  }
+  runInChildrenWith("COLLIE_PEER_CARDS=directory", {{}, {"COLLIE_SHM_DISABLE=1"}}, body);
 }
 
 /// The ranks of `holder`'s subtree in init's tree.

@@ -5,11 +5,9 @@
 // this binary with the variable set (it is read once per process), over shm and over tcp, with four ranks per host
 // (COLLIE_HOST_ID=rank/4) so that hierarchical schedules run and pairs use both transports.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
 #include <array>
 #include <atomic>
-#include <cstdlib>
 #include <functional>
 #include <string>
 #include <vector>
@@ -24,24 +22,10 @@ namespace {
 
 using namespace std::chrono_literals;
 
-bool inDirectoryChild() {
-  const char* v = std::getenv("COLLIE_PEER_CARDS");
-  return v && std::string(v) == "directory";
-}
-
 /// Runs `body` in a child of this binary under a directory of cards, once over shm and once over tcp.
 void underDirectory(const std::function<void()>& body) {
-  if (inDirectoryChild()) {
-    body();
-    return;
-  }
-  for (bool tcp : {false, true}) {
-    std::vector<std::string> env{"COLLIE_PEER_CARDS=directory", "COLLIE_HOST_ID=rank/4"};
-    if (tcp) env.emplace_back("COLLIE_SHM_DISABLE=1");
-    const int status = rerunCurrentTestWith(env);
-    ASSERT_TRUE(WIFEXITED(status)) << (tcp ? "tcp" : "shm") << ": the child did not exit (status " << status << ")";
-    EXPECT_EQ(WEXITSTATUS(status), 0) << (tcp ? "tcp" : "shm") << ": the child failed (its output is above)";
-  }
+  runInChildrenWith("COLLIE_PEER_CARDS=directory",
+                    {{"COLLIE_HOST_ID=rank/4"}, {"COLLIE_HOST_ID=rank/4", "COLLIE_SHM_DISABLE=1"}}, body);
 }
 
 Options directoryOptions(const char* name) { return lazyOptions(name, 60s); }
