@@ -163,6 +163,11 @@ void CommImpl::learnChildSeeds(const std::vector<int>& members, int newRank, con
   }
 }
 
+bool CommImpl::knowsContactCard(int peer) const {
+  const transport::PeerInfo& c = links_.ctx.peers[static_cast<size_t>(peer)];
+  return c.rank == peer && transport::contactKnown(c);
+}
+
 void learnCards(Links& links, const std::vector<int>& peers) {
   const std::chrono::milliseconds timeout =
       links.ctx.timeout.count() > 0 ? links.ctx.timeout : std::chrono::milliseconds(base::params::timeoutMs());

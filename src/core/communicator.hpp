@@ -114,6 +114,8 @@ class CommImpl {
   int connectedPeers() const { return links_.connectedPeers.load(std::memory_order_relaxed); }
   /// Other ranks whose contact card this rank holds (Communicator::knownContactCards). Between calls.
   int knownContactCards() const;
+  /// Whether this rank holds `peer`'s contact card (tests). Between calls.
+  bool knowsContactCard(int peer) const;
 
  private:
   /// `share`: the links (and family) of a child that shares its parent's connections; null: links of its own.

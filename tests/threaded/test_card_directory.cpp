@@ -6,15 +6,18 @@
 // (COLLIE_HOST_ID=rank/4) so that hierarchical schedules run and pairs use both transports.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/bodies.hpp"
 #include "common/forced_algorithm.hpp"
 #include "common/launcher.hpp"
+#include "core/api_access.hpp"
 #include "core/bootstrap_plan.hpp"
 
 namespace collie::test {
@@ -103,6 +106,56 @@ TEST(CardDirectory, SplitAndShrinkChildrenLearnTheirCardsFromTheParentsDirectory
           checkCase(*shrunk, Coll::Broadcast, DataType::Int32, ReduceOp::Sum, 5000, false, 13);
         },
         directoryOptions("cards-split"));
+  });
+}
+
+// A rank that destroyed its communicator no longer answers for the cards it held: a lookup passes over it to the next
+// holder (rank 0), and once every holder of a card is gone the call fails with RemoteError naming the card, in
+// seconds, not at the timeout. The other ranks are idle meanwhile (lazy: nothing connects them).
+TEST(CardDirectory, ALookupPassesOverDestroyedHoldersAndFailsQuicklyWhenNoneIsLeft) {
+  underDirectory([] {
+    constexpr int kRanks = 16;
+    const int left = core::treePlace(0, kRanks).left;
+    auto comms = Communicator::createAll(kRanks, directoryOptions("cards-gone"));
+    const auto knows = [&](int a, int p) {
+      return InternalAccess::coreComm(*comms[static_cast<size_t>(a)]).knowsContactCard(p);
+    };
+    // Pairs of a rank of the right half (`a`) and one deep in the left half (`p`) whose card `a` lacks (init's
+    // calibration may have connected some), nor that of any holder of it below `left` (its ancestors): `a` must
+    // ask `left` or rank 0.
+    std::vector<std::pair<int, int>> pairs;
+    for (int a = 1; a < kRanks; ++a)
+      for (int p = 1; p < kRanks; ++p) {
+        if (a == left || p == left || !core::subtreeHolds(left, p, kRanks) || core::subtreeHolds(left, a, kRanks))
+          continue;
+        bool lacks = !knows(a, p);
+        for (int h = core::treePlace(p, kRanks).parent; h != left && lacks; h = core::treePlace(h, kRanks).parent)
+          lacks = !knows(a, h);
+        if (lacks) pairs.emplace_back(a, p);
+      }
+    ASSERT_FALSE(pairs.empty()) << "no pair of ranks that must ask for a card";
+    const auto [a1, p1] = pairs.front();
+    const auto second = std::find_if(pairs.rbegin(), pairs.rend(), [a = a1](const auto& q) { return q.first != a; });
+    ASSERT_NE(second, pairs.rend()) << "no second rank that must ask for a card";
+    const auto [a2, p2] = *second;  // another asker: a1 learns p1's card below
+    const auto exchange = [&](int a, int p) {
+      std::vector<int32_t> out(100), in(100, -1);
+      for (size_t i = 0; i < out.size(); ++i) out[i] = a * 1000 + static_cast<int32_t>(i);
+      std::thread receiver([&] { comms[static_cast<size_t>(p)]->recv(in.data(), in.size(), DataType::Int32, a); });
+      comms[static_cast<size_t>(a)]->send(out.data(), out.size(), DataType::Int32, p);
+      receiver.join();
+      for (size_t i = 0; i < in.size(); ++i) ASSERT_EQ(in[i], a * 1000 + static_cast<int32_t>(i)) << i;
+    };
+    comms[static_cast<size_t>(left)].reset();  // the lowest holder a1 knows of p1's card
+    exchange(a1, p1);
+    comms[0].reset();  // and the last: nobody a2 can reach holds p2's card
+    const auto start = std::chrono::steady_clock::now();
+    std::vector<int32_t> out(10, 7);
+    expectError("a card no live holder has", ErrorCode::RemoteError,
+                {"cannot learn rank " + std::to_string(p2) + "'s contact card"},
+                [&] { comms[static_cast<size_t>(a2)]->send(out.data(), out.size(), DataType::Int32, p2); });
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 10s) << "the timeout is 60 s";
+    destroyOnePerThread(comms);
   });
 }
 
