@@ -103,10 +103,13 @@ std::unique_ptr<CommImpl> CommImpl::split(int color, int key, const Options& opt
   const int newSize = static_cast<int>(members.size());
   const int newRank = static_cast<int>(std::find(members.begin(), members.end(), rank_) - members.begin());
   // Under a directory of cards a child with connections of its own gathers its own directory, as init does, from
-  // its seeds' cards, which this communicator's directory tells; no rank leaves the split (and may destroy this
-  // communicator) before every rank has learnt them.
+  // its seeds' cards, which this communicator's directory tells; where any rank asks, no rank leaves the split (and
+  // may destroy this communicator) before every rank has learnt them.
   const bool gather = links_.cardDirectory && !share && color != COLLIE_SPLIT_NOCOLOR && tableGatherNeeded(newSize);
-  if (links_.cardDirectory) {
+  const bool anyAsks = std::any_of(all.begin(), all.end(), [](const SplitEntry& e) {
+    return e.color != COLLIE_SPLIT_NOCOLOR && (e.flags & SplitEntry::kShares) == 0;
+  });
+  if (links_.cardDirectory && anyAsks) {
     if (color != COLLIE_SPLIT_NOCOLOR && !share)
       learnChildSeeds(members, newRank, base::format("split %d color %d", epoch, color));
     barrier();

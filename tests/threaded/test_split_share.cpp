@@ -74,6 +74,35 @@ void onEveryRank(int n, const std::function<void(int)>& fn) {
   for (auto& t : threads) t.join();
 }
 
+/// What `calls` threw on one rank ("no error" when nothing) and how long they took.
+struct Outcome {
+  std::string error;
+  double seconds = 0;
+};
+
+/// On every rank of `parents`, a child sharing its parent's connections, connected by an AllReduce, then `calls`
+/// (rank, parent, child) timed: each rank's outcome.
+std::vector<Outcome> timedOnSharingChildren(ThreadRanks& parents, std::chrono::milliseconds timeout,
+                                            const std::function<void(int, Communicator&, Communicator&)>& calls) {
+  const int n = static_cast<int>(parents.size());
+  std::vector<Outcome> out(static_cast<size_t>(n));
+  onEveryRank(n, [&](int r) {
+    Communicator& parent = *parents[static_cast<size_t>(r)];
+    auto child = parent.split(0, r, shareOptions(timeout));
+    checkCase(*child, Coll::AllReduce, DataType::Float32, ReduceOp::Sum, 64, false, 0);  // connected
+    Outcome& o = out[static_cast<size_t>(r)];
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      calls(r, parent, *child);
+      o.error = "no error";
+    } catch (const Error& e) {
+      o.error = e.what();
+    }
+    o.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  });
+  return out;
+}
+
 TEST(SplitShare, EveryCollectiveOnTheParentsConnectionsTakesNoDescriptor) {
   overShmAndTcp([] {
     constexpr int n = 8;
@@ -539,30 +568,19 @@ TEST(SplitShare, AWaitingChildFindsAMismatchNoReceiveShowsBeforeTheTimeout) {
       SCOPED_TRACE(allReduceAgainstReduce ? "AllReduce against Reduce" : "two roots");
       ForcedAlgorithm ring("ring");
       auto parents = createParents(3, kTimeout);
-      std::vector<std::string> errors(3);
-      std::vector<double> seconds(3);
-      onEveryRank(3, [&](int r) {
-        auto child = parents[static_cast<size_t>(r)]->split(0, r, shareOptions(kTimeout));
-        checkCase(*child, Coll::AllReduce, DataType::Float32, ReduceOp::Sum, 64, false, 0);  // connected
+      const auto outcomes = timedOnSharingChildren(parents, kTimeout, [&](int r, Communicator&, Communicator& child) {
         std::vector<float> in(1024, 1.0f), out(1024, 0.0f);
-        const auto t0 = std::chrono::steady_clock::now();
-        try {
-          if (allReduceAgainstReduce && r == 1) {
-            child->allReduce(in.data(), out.data(), in.size(), DataType::Float32, ReduceOp::Sum);
-          } else {
-            child->reduce(in.data(), out.data(), in.size(), DataType::Float32, ReduceOp::Sum,
-                          !allReduceAgainstReduce && r == 1 ? 1 : 0);
-          }
-          errors[static_cast<size_t>(r)] = "no error";
-        } catch (const Error& e) {
-          errors[static_cast<size_t>(r)] = e.what();
+        if (allReduceAgainstReduce && r == 1) {
+          child.allReduce(in.data(), out.data(), in.size(), DataType::Float32, ReduceOp::Sum);
+        } else {
+          child.reduce(in.data(), out.data(), in.size(), DataType::Float32, ReduceOp::Sum,
+                       !allReduceAgainstReduce && r == 1 ? 1 : 0);
         }
-        seconds[static_cast<size_t>(r)] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       });
       for (int r = 0; r < 3; ++r) {
-        EXPECT_NE(errors[static_cast<size_t>(r)].find("mismatched calls: rank "), std::string::npos)
-            << "rank " << r << ": " << errors[static_cast<size_t>(r)];
-        EXPECT_LT(seconds[static_cast<size_t>(r)], 10.0) << "rank " << r << ": " << errors[static_cast<size_t>(r)];
+        const Outcome& o = outcomes[static_cast<size_t>(r)];
+        EXPECT_NE(o.error.find("mismatched calls: rank "), std::string::npos) << "rank " << r << ": " << o.error;
+        EXPECT_LT(o.seconds, 10.0) << "rank " << r << ": " << o.error;
       }
     }
   });
@@ -579,28 +597,18 @@ TEST(SplitShare, ARankStillInACallItsPeersPassedWithNothingToMoveIsAMismatchAcro
   overShmAndTcp([] {
     constexpr auto kTimeout = 40s;
     auto parents = createParents(3, kTimeout);
-    std::vector<std::string> errors(3);
-    std::vector<double> seconds(3);
-    onEveryRank(3, [&](int r) {
-      auto child = parents[static_cast<size_t>(r)]->split(0, r, shareOptions(kTimeout));
-      checkCase(*child, Coll::AllReduce, DataType::Float32, ReduceOp::Sum, 64, false, 0);  // connected
-      std::vector<float> in(3, 1.0f), out(3, 0.0f);
-      const auto t0 = std::chrono::steady_clock::now();
-      try {
-        child->reduce(in.data(), out.data(), r == 1 ? 1 : 0, DataType::Float32, ReduceOp::Sum, 1);
-        parents[static_cast<size_t>(r)]->broadcast(in.data(), in.data(), 3, DataType::Float32, 1);
-        errors[static_cast<size_t>(r)] = "no error";
-      } catch (const Error& e) {
-        errors[static_cast<size_t>(r)] = e.what();
-      }
-      seconds[static_cast<size_t>(r)] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    });
+    const auto outcomes =
+        timedOnSharingChildren(parents, kTimeout, [](int r, Communicator& parent, Communicator& child) {
+          std::vector<float> in(3, 1.0f), out(3, 0.0f);
+          child.reduce(in.data(), out.data(), r == 1 ? 1 : 0, DataType::Float32, ReduceOp::Sum, 1);
+          parent.broadcast(in.data(), in.data(), 3, DataType::Float32, 1);
+        });
     for (int r = 0; r < 3; ++r) {
-      const std::string& e = errors[static_cast<size_t>(r)];
+      const std::string& e = outcomes[static_cast<size_t>(r)].error;
       EXPECT_NE(e.find("mismatched calls: rank "), std::string::npos) << "rank " << r << ": " << e;
       EXPECT_NE(e.find("Reduce(float32, sum, 0, root 1)"), std::string::npos) << "rank " << r << ": " << e;
       EXPECT_NE(e.find("Reduce(float32, sum, 1, root 1)"), std::string::npos) << "rank " << r << ": " << e;
-      EXPECT_LT(seconds[static_cast<size_t>(r)], 20.0) << "rank " << r << ": " << e;
+      EXPECT_LT(outcomes[static_cast<size_t>(r)].seconds, 20.0) << "rank " << r << ": " << e;
     }
   });
 }
